@@ -1,0 +1,38 @@
+# Entry points. Every target that needs tools installs them first (reproducers/setup-host).
+# Run as root: the VMs run knfsd and mounts, and setup uses apt-get.
+PY      := .venv/bin/python
+PYTEST  := .venv/bin/pytest
+RESULTS ?= results
+# The demo's workload (issue: NFSv4.1, 50,000 files on an ext4 export).
+DEMO_ARGS ?= --files 50000 --nfs 4.1 --fs ext4 --timeout 150
+
+.PHONY: setup setup-build demo test test-kernel test-bisect bench fixtures clean
+
+setup:
+	reproducers/setup-host
+
+setup-build:
+	reproducers/setup-host --kernel-build
+
+# Reproduce on stock Debian 5.10 and 6.1 in VMs, then print the two side by side.
+demo: setup
+	reproducers/demo $(RESULTS)/demo $(DEMO_ARGS)
+
+# The suite CI runs: analyzer tests on recorded fixtures, VM end-to-end runs on stock kernels,
+# and the kernel series applied to a fresh 5.10 tree with fs/nfs compiled.
+test: setup-build
+	$(PYTEST) -ra --durations=0
+
+# Opt-in: build a whole patched 5.10 kernel, boot it and run the reproducer (long).
+test-kernel: setup-build
+	NFSRT_TEST_KERNEL=1 $(PYTEST) -ra -m kernel tests/test_kernel_series.py
+
+test-bisect: setup-build
+	NFSRT_TEST_BISECT=1 $(PYTEST) -ra tests/test_bisect.py
+
+# Re-record the test fixtures with the reproducer (see tests/fixtures/*/COMMAND).
+fixtures: setup
+	tests/fixtures/record
+
+clean:
+	rm -rf $(RESULTS) .pytest_cache

@@ -1,0 +1,247 @@
+"""nfs-readdir: find NFS readdir cookie restarts, cache invalidations and dcache growth in traces.
+
+Each TRACE is a trace.dat file, the text of `trace-cmd report` (default or -R), or a results
+directory of the project's reproducer (every *.dat in it).
+
+exit status: 0 done (check: good), 1 check: bad, 2 the input could not be used (the message
+says why and what to record), 125 check: cannot decide, 130 interrupted.
+"""
+
+import argparse
+import glob
+import json
+import os
+import sys
+
+from . import __version__, events
+from .analysis import NS, AnalysisError, analyze, verdict
+from .trace import TraceError, open_trace
+
+EXIT_INPUT = 2
+EXIT_SKIP = 125
+
+
+class UsageError(Exception):
+    pass
+
+
+def expand(paths):
+    """Trace files named by the arguments; a results directory stands for its traces."""
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(glob.glob(os.path.join(p, "*.dat")))
+            if not found:
+                raise UsageError(f"{p} is a directory with no *.dat trace in it")
+            out.extend(found)
+        elif not os.path.exists(p):
+            raise UsageError(f"{p}: no such file")
+        else:
+            out.append(p)
+    return out
+
+
+def load_all(paths):
+    res = []
+    for path in expand(paths):
+        t = open_trace(path)
+        try:
+            a = analyze(t)
+        except AnalysisError as e:
+            raise AnalysisError(f"{path}: {e}") from None
+        a.info = dict(a.info, path=path)
+        res.append(a)
+    return res
+
+
+def _fmt_dentries(d):
+    x = d.get("nr_dentry")
+    return f"{x['added']:+,}" if x else "-"
+
+
+def listing_table(analyses):
+    import pandas as pd
+    rows = []
+    for a in analyses:
+        for lst in a.listings:
+            s = lst.summary()
+            inv = s["invalidations"]
+            rows.append({
+                "trace": os.path.basename(a.info.get("path", "")),
+                "phase": s["phase"] or "-",
+                "dir": s["dir_fileid"] if s["dir_fileid"] is not None else "?",
+                "process": f"{s['comm']}[{s['pid']}]",
+                "seconds": f"{s['seconds']:.2f}" + ("!" if s["timed_out"] else ""),
+                "entries": s["entries"] if s["entries"] is not None else "-",
+                "READDIRs": s["readdirs"],
+                "restarts": s["restarts"] if a.cookies_known else "?",
+                "refetched": s["refetched_readdirs"] if a.cookies_known else "?",
+                "invalidations": (f"{inv} ({s['invalidations_followed_by_restart']} restarted)"
+                                  if inv and a.cookies_known else inv),
+                "dentries": _fmt_dentries(s["dentries"]),
+            })
+    return pd.DataFrame(rows)
+
+
+def print_analysis(analyses, out=sys.stdout, details=10):
+    for a in analyses:
+        i = a.info
+        kernel = a.run.get("kernel") or i.get("uname") or "unknown kernel"
+        out.write(f"{i.get('path')}: {i.get('format', '?')}, {i.get('cpus', '?')} CPUs, "
+                  f"{kernel}\n")
+        ev = a.evidence
+        out.write(f"  READDIRs from {', '.join(ev['rpc']) or '-'}; invalidations from "
+                  f"{', '.join(ev['invalidations']) or '-'}\n")
+        if not a.cookies_known:
+            out.write("  READDIR cookies are not in this trace, so restarts cannot be seen; "
+                      f"record with: trace-cmd record {events.RECORD_HINT['rpc']}\n")
+        if not ev["invalidations"]:
+            out.write("  no invalidation events; record with: trace-cmd record "
+                      f"{events.RECORD_HINT['invalidations']}\n")
+        lost = i.get("lost_events")
+        if lost:
+            out.write(f"  WARNING: {sum(x.get('count') or 0 for x in lost)} events lost in "
+                      f"{len(lost)} places: counts below are lower bounds (record with a "
+                      "larger -b)\n")
+        if i.get("partial"):
+            out.write("  WARNING: the trace is damaged; only the part before the damage was "
+                      "read\n")
+    table = listing_table(analyses)
+    out.write("\n" + table.to_string(index=False) + "\n" if len(table) else "\nno listing\n")
+    for a in analyses:
+        for lst in a.listings:
+            if not (lst.restarts or lst.invalidations):
+                continue
+            out.write(f"\n{os.path.basename(a.info['path'])} {lst.phase or ''} "
+                      f"{lst.comm}[{lst.pid}] dir {lst.fileid}:\n")
+            events_ = sorted([(r.ts, "restart", r) for r in lst.restarts] +
+                             [(v.ts, "invalidation", v) for v in lst.invalidations],
+                             key=lambda x: x[0])
+            for ts, kind, x in events_[:details]:
+                t = (ts - lst.start) / NS
+                if kind == "restart":
+                    out.write(f"  {t:9.3f}s  restart at cookie 0 (READDIR #{x.rpc_index + 1}): "
+                              f"{x.refetched} READDIRs and {x.cost_ns / NS:.3f}s to get back\n")
+                else:
+                    chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
+                    out.write(f"  {t:9.3f}s  invalidation: {chain}"
+                              f"{'' if x.followed_by_restart else ' (no restart)'}\n")
+            if len(events_) > details:
+                out.write(f"  ... {len(events_) - details} more (--details N, or --json)\n")
+
+
+def cmd_analyze(args):
+    analyses = load_all(args.traces)
+    if args.json:
+        json.dump([a.to_dict() for a in analyses], sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print_analysis(analyses, details=args.details)
+    return 0
+
+
+def cmd_check(args):
+    try:
+        analyses = load_all(args.traces)
+    except (TraceError, AnalysisError, UsageError, OSError) as e:
+        print(f"skip: {e}")
+        return EXIT_SKIP
+    v = verdict(analyses, max_restarts=args.max_restarts, max_ratio=args.max_ratio)
+    print(v.reason)
+    return v.code
+
+
+def cmd_export(args):
+    from . import export
+    n = 0
+    for path in expand(args.traces):
+        written = export.write(open_trace(path), path, args.output, args.format)
+        for w in written:
+            print(w)
+        n += len(written)
+    return 0 if n else EXIT_INPUT
+
+
+def cmd_plot(args):
+    from . import plot
+    analyses = load_all(args.traces)
+    plot.listings(analyses, args.output)
+    print(args.output)
+    return 0
+
+
+def cmd_compare(args):
+    from . import compare
+    a, b = load_all([args.before]), load_all([args.after])
+    table = compare.table(a, b)
+    if args.json:
+        print(table.to_json(orient="index", indent=2))
+    else:
+        print(f"before: {args.before}\nafter:  {args.after}\n")
+        print(table.to_string())
+    return 0
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="nfs-readdir", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("analyze", help="per listing: entries, time, READDIRs, restarts, "
+                                       "invalidations, dentries added")
+    s.add_argument("traces", nargs="+", metavar="TRACE")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("--details", type=int, default=10, metavar="N",
+                   help="restarts and invalidations shown per listing (default 10)")
+    s.set_defaults(func=cmd_analyze)
+
+    s = sub.add_parser("check", help="verdict for git bisect run: 0 good, 1 bad, 125 skip")
+    s.add_argument("traces", nargs="+", metavar="TRACE")
+    s.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                   help="restarts at cookie 0 allowed per listing (default 0)")
+    s.add_argument("--max-ratio", type=float, default=1.5, metavar="R",
+                   help="without cookies: modified/idle READDIR ratio allowed (default 1.5)")
+    s.set_defaults(func=cmd_check)
+
+    s = sub.add_parser("export", help="canonical events as CSV or Parquet tables")
+    s.add_argument("traces", nargs="+", metavar="TRACE")
+    s.add_argument("-o", "--output", required=True, metavar="DIR")
+    s.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    s.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("plot", help="cookie progress per listing, invalidations, restarts and "
+                                    "dentries over time (PNG or SVG)")
+    s.add_argument("traces", nargs="+", metavar="TRACE")
+    s.add_argument("-o", "--output", required=True, metavar="FILE.png|FILE.svg")
+    s.set_defaults(func=cmd_plot)
+
+    s = sub.add_parser("compare", help="two traces or results directories side by side")
+    s.add_argument("before", metavar="A")
+    s.add_argument("after", metavar="B")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_compare)
+    return p
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (TraceError, AnalysisError, UsageError) as e:
+        print(f"nfs-readdir: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as e:
+        print(f"nfs-readdir: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("nfs-readdir: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

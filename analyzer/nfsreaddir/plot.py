@@ -1,0 +1,58 @@
+"""`nfs-readdir plot`: how far each listing got over time, and the dcache beneath it.
+
+The y axis is the listing's position: the rank of each READDIR's cookie among the cookies the
+listing asked for, so a restart drops to 0 and the axis is READDIRs, whatever the cookie values
+are (ext4 cookies are 64-bit hash positions). Invalidations are vertical lines, restarts red
+crosses.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .analysis import NS  # noqa: E402
+
+
+def _positions(cookies):
+    rank = {c: i for i, c in enumerate(sorted(set(cookies)))}
+    return [rank[c] for c in cookies]
+
+
+def listings(analyses, output):
+    lsts = [(a, lst) for a in analyses for lst in a.listings]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 1]})
+    for a, lst in lsts:
+        label = f"{lst.phase or lst.comm + '[' + str(lst.pid) + ']'}"
+        if len(analyses) > 1:
+            label = f"{a.run.get('kernel', a.info.get('path'))} {label}"
+        t = (lst.rpcs["ts"] - lst.start) / NS
+        if a.cookies_known:
+            y = _positions(lst.rpcs["cookie"].tolist())
+            ylabel = "position (READDIRs into the directory)"
+        else:
+            y = range(1, len(t) + 1)
+            ylabel = "READDIRs so far (cookies not traced)"
+        line, = top.plot(t, y, drawstyle="steps-post", label=f"{label}: {len(t)} READDIRs")
+        for inv in lst.invalidations:
+            top.axvline((inv.ts - lst.start) / NS, color=line.get_color(), alpha=0.25, lw=0.8)
+        if lst.restarts:
+            top.plot([(r.ts - lst.start) / NS for r in lst.restarts], [0] * len(lst.restarts),
+                     "x", color="red", ms=7)
+        s = a.samples
+        if s is not None and len(s):
+            win = s[(s["ts"] >= lst.start) & (s["ts"] <= lst.end)]
+            if len(win):
+                bottom.plot((win["ts"] - lst.start) / NS, win["nr_dentry"].astype(float),
+                            color=line.get_color(), label=f"{label} nr_dentry")
+    top.set_ylabel(ylabel if lsts else "")
+    top.set_title("READDIR progress per listing (| invalidation, x restart at cookie 0)")
+    top.legend(loc="upper left", fontsize="small")
+    bottom.set_ylabel("dentries")
+    bottom.set_xlabel("seconds since the listing started")
+    if bottom.lines:
+        bottom.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(output)
+    plt.close(fig)

@@ -1,0 +1,218 @@
+# Shared by the loopback reproducers: a knfsd export and NFS mounts over 127.0.0.1, trace-cmd
+# recording with trace markers, periodic dcache/mountstats samples, and cleanup that undoes
+# exactly what was set up, whatever point the run stopped at.
+#
+# A reproducer sets RESULTS and NAME, sources this file, calls `lb_init`, then the lb_* steps.
+# Everything it starts is registered with lb_on_exit, and lb_cleanup runs it in reverse order on
+# exit, error, SIGINT or SIGTERM.
+
+LB_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TRACEFS=/sys/kernel/tracing
+LB_UNDO=()		# cleanup commands, run last-registered first
+LB_CLEANED=0
+
+lb_log() { printf '%s %s: %s\n' "$(date +%T)" "$NAME" "$*" | tee -a "$RESULTS/log" >&2; }
+lb_die() { lb_log "ERROR: $*"; exit 125; }	# 125: could not run, in git-bisect terms
+
+lb_on_exit() { LB_UNDO+=("$*"); }
+
+lb_cleanup() {
+	local rc=$? i
+	[ "$LB_CLEANED" = 1 ] && return
+	LB_CLEANED=1
+	trap '' INT TERM
+	for ((i = ${#LB_UNDO[@]} - 1; i >= 0; i--)); do
+		eval "${LB_UNDO[i]}" >>"$RESULTS/log" 2>&1 || lb_log "cleanup step failed: ${LB_UNDO[i]}"
+	done
+	return $rc
+}
+
+lb_interrupted() {
+	lb_log "interrupted: cleaning up"
+	lb_cleanup
+	exit 130
+}
+
+# lb_init: check we can run at all, make the work directory, arm the cleanup.
+lb_init() {
+	mkdir -p "$RESULTS" || { echo "$NAME: cannot create $RESULTS" >&2; exit 125; }
+	: >"$RESULTS/log"
+	[ "$(id -u)" = 0 ] || lb_die "must run as root (knfsd, mounts, tracing)"
+	local t
+	for t in exportfs rpc.nfsd rpc.mountd rpcbind mount.nfs trace-cmd python3; do
+		command -v "$t" >/dev/null ||
+			lb_die "$t not found: install nfs-kernel-server and trace-cmd (reproducers/setup-host)"
+	done
+	python3 -c 'import nfsreaddir' 2>/dev/null ||
+		lb_die "the analyzer is not importable by $(command -v python3): run reproducers/setup-host"
+	trap lb_cleanup EXIT
+	trap lb_interrupted INT TERM
+	WORK=$(mktemp -d /run/nfsrt.XXXXXX) || lb_die "cannot create a work directory in /run"
+	lb_on_exit "rm -rf '$WORK'"
+	modprobe -q -a sunrpc nfs nfsv3 nfsv4 nfsd loop 2>/dev/null || true	# built in on some kernels
+	mountpoint -q "$TRACEFS" || mount -t tracefs tracefs "$TRACEFS" ||
+		lb_die "no tracefs at $TRACEFS"
+	lb_log "kernel $(uname -r), work directory $WORK, results in $RESULTS"
+}
+
+# lb_export_fs FS SIZE_MB INODES: a fresh file system at $WORK/export (tmpfs, ext4 or xfs on a
+# loop file in /run), exported with the options from exports/readdir.exports.
+lb_export_fs() {
+	local fs=$1 size=$2 inodes=$3 opts
+	EXPORT=$WORK/export
+	mkdir -p "$EXPORT"
+	case $fs in
+	tmpfs)
+		mount -t tmpfs -o size="${size}m,nr_inodes=$((inodes + 1000))" nfsrt "$EXPORT" ||
+			lb_die "cannot mount tmpfs"
+		;;
+	ext4 | xfs)
+		command -v "mkfs.$fs" >/dev/null || lb_die "mkfs.$fs not found (e2fsprogs/xfsprogs)"
+		truncate -s "${size}M" "$WORK/export.img"
+		if [ "$fs" = ext4 ]; then
+			mkfs.ext4 -q -F -N "$((inodes + 1000))" "$WORK/export.img" >>"$RESULTS/log" 2>&1
+		else
+			mkfs.xfs -q -f "$WORK/export.img" >>"$RESULTS/log" 2>&1
+		fi || lb_die "mkfs.$fs failed"
+		mount -o loop "$WORK/export.img" "$EXPORT" || lb_die "cannot loop-mount the $fs image"
+		;;
+	*) lb_die "unknown file system '$fs' (tmpfs, ext4, xfs)" ;;
+	esac
+	lb_on_exit "umount '$EXPORT'"
+
+	mountpoint -q /proc/fs/nfsd || {
+		mount -t nfsd nfsd /proc/fs/nfsd || lb_die "cannot mount the nfsd file system"
+		lb_on_exit "umount /proc/fs/nfsd"
+	}
+	# Start only what is not running already, and stop only what was started here: on a host
+	# with a live NFS server the reproducer adds one export and removes it again.
+	if ! pgrep -x rpcbind >/dev/null; then
+		mkdir -p /run/rpcbind
+		rpcbind -w || lb_die "rpcbind failed to start"
+		lb_on_exit "pkill -x rpcbind"
+	fi
+	sed -n 's/^\(@EXPORT@\)[[:space:]]*//p' "$LB_TOP/exports/readdir.exports" | while read -r spec; do
+		local client=${spec%%(*} o=${spec#*(}
+		exportfs -o "${o%)}" "$client:$EXPORT" || exit 1
+	done || lb_die "exportfs failed for the options in exports/readdir.exports"
+	lb_on_exit "exportfs -u '127.0.0.1:$EXPORT'"
+	if ! pgrep -x rpc.mountd >/dev/null; then
+		rpc.mountd || lb_die "rpc.mountd failed to start"
+		lb_on_exit "pkill -x rpc.mountd"
+	fi
+	# shellcheck source=../../exports/server.conf
+	. "$LB_TOP/exports/server.conf"
+	if [ "$(cat /proc/fs/nfsd/threads 2>/dev/null || echo 0)" = 0 ]; then
+		rpc.nfsd -G "$NFSD_GRACE_SECONDS" -L "$NFSD_LEASE_SECONDS" "$NFSD_THREADS" ||
+			lb_die "rpc.nfsd failed"
+		lb_on_exit "rpc.nfsd 0"
+	fi
+	lb_log "exported $fs at $EXPORT"
+}
+
+# lb_mount VERS WHERE EXTRA_OPTS: mount the export over loopback.
+lb_mount() {
+	local vers=$1 where=$2 opts=$3 src
+	case $vers in
+	3) src=127.0.0.1:$EXPORT ;;
+	4 | 4.0 | 4.1 | 4.2) src=127.0.0.1:/ ;;	# the export is the v4 pseudo-root (fsid=0)
+	*) lb_die "unknown NFS version '$vers' (3, 4.0, 4.1, 4.2)" ;;
+	esac
+	mkdir -p "$where"
+	mount -t nfs -o "vers=$vers,$opts" "$src" "$where" || lb_die "mount $src on $where failed"
+	lb_on_exit "lb_umount '$where'"
+}
+
+# An NFS mount can stay busy for a moment after a killed reader; never leave it behind.
+lb_umount() {
+	local i
+	for i in 1 2 3 4 5; do
+		umount "$1" 2>/dev/null && return 0
+		sleep 1
+	done
+	umount -f "$1" 2>/dev/null || umount -l "$1"
+}
+
+lb_mark() { echo "nfsrt: $*" >"$TRACEFS/trace_marker"; }
+
+# lb_readdir_ops MOUNTPOINT: "READDIR READDIRPLUS" op counts of that mount, from mountstats.
+lb_readdir_ops() {
+	awk -v mnt="$1" '
+		$1 == "device" { here = ($5 == mnt) }
+		here && $1 == "READDIR:" { rd = $2 }
+		here && $1 == "READDIRPLUS:" { rdp = $2 }
+		END { printf "%d %d\n", rd, rdp }' /proc/self/mountstats
+}
+
+# One sample of what the analyzer plots under the listing: dcache size, dentry slab, and the
+# READDIR counts of the mounts given.
+lb_sample() {
+	local d slab mnt ops
+	read -r -a d </proc/sys/fs/dentry-state
+	slab=$(awk '$1 == "dentry" { print "slab_active=" $2, "slab_total=" $3, "slab_objsize=" $4 }' \
+		/proc/slabinfo 2>/dev/null)
+	ops=""
+	for mnt in "$@"; do
+		set -- $(lb_readdir_ops "$mnt")
+		ops="$ops readdir=$1 readdirplus=$2"
+	done
+	lb_mark "sample nr_dentry=${d[0]} nr_unused=${d[1]} nr_negative=${d[4]} $slab$ops"
+}
+
+# lb_sampler SECONDS MOUNT...: lb_sample every SECONDS in the background until lb_stop_bg.
+lb_sampler() {
+	local every=$1
+	shift
+	( trap - EXIT INT TERM; while :; do lb_sample "$@"; sleep "$every"; done ) &
+	SAMPLER=$!
+	lb_on_exit "lb_stop_bg $SAMPLER"
+}
+
+# wait returns the killed job's 143, which set -e would take for a failure of ours.
+lb_stop_bg() { kill "$1" 2>/dev/null && wait "$1" 2>/dev/null || true; }
+
+# lb_trace_start OUT EVENT...: trace-cmd record into OUT, returning once it records.
+lb_trace_start() {
+	local out=$1 i args=()
+	shift
+	for i in "$@"; do args+=(-e "$i"); done
+	# trace-cmd turns tracing on only when its recorders run: wait for that, not for a delay.
+	echo 0 >"$TRACEFS/tracing_on"
+	trace-cmd record -q -b 20000 -o "$out" "${args[@]}" >>"$RESULTS/log" 2>&1 &
+	TRACER=$!
+	lb_on_exit "lb_trace_stop"
+	for i in $(seq 600); do
+		[ "$(cat "$TRACEFS/tracing_on")" = 1 ] && return 0
+		kill -0 "$TRACER" 2>/dev/null || lb_die "trace-cmd record failed: see $RESULTS/log"
+		sleep 0.1
+	done
+	lb_die "trace-cmd record did not start within 60 s"
+}
+
+lb_trace_stop() {
+	[ -n "${TRACER:-}" ] || return 0
+	kill -INT "$TRACER" 2>/dev/null && wait "$TRACER" 2>/dev/null || true
+	TRACER=
+}
+
+# lb_events_have EVENT: the running kernel has that event (system:name).
+lb_events_have() { grep -qx "$1" "$TRACEFS/available_events"; }
+
+# lb_finish: results.json from the facts file and the traces (the analyzer reads them), then exit
+# with the verdict: 0 PASS, 1 FAIL. Under emulation the analyzer is slow, so vm-run sets
+# NFSRT_DEFER_RESULTS=1 and does this step on the host, from the same results directory.
+lb_finish() {
+	if [ "${NFSRT_DEFER_RESULTS:-0}" = 1 ]; then
+		lb_log "recorded; results.json is left to the caller (NFSRT_DEFER_RESULTS=1)"
+		exit 0
+	fi
+	python3 -m nfsreaddir.results "$RESULTS" >>"$RESULTS/log" 2>&1 ||
+		lb_die "could not write results.json: see $RESULTS/log"
+	local verdict
+	verdict=$(python3 -m nfsreaddir.results --verdict "$RESULTS") || lb_die "no verdict"
+	lb_log "$verdict"
+	case $verdict in
+	PASS*) exit 0 ;;
+	*) exit 1 ;;
+	esac
+}
