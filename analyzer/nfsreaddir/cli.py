@@ -4,7 +4,8 @@ Each TRACE is a trace.dat file, the text of `trace-cmd report` (default or -R), 
 directory of the project's reproducer (every *.dat in it).
 
 exit status: 0 done (check: good), 1 check: bad, 2 the input could not be used (the message
-says why and what to record), 125 check: cannot decide, 130 interrupted.
+says why and what to record), 3 internal error (a bug: please report it with the trace),
+125 check: cannot decide (also on an internal error), 130 interrupted.
 """
 
 import argparse
@@ -18,6 +19,7 @@ from .analysis import NS, AnalysisError, analyze, verdict
 from .trace import TraceError, open_trace
 
 EXIT_INPUT = 2
+EXIT_BUG = 3
 EXIT_SKIP = 125
 
 
@@ -241,6 +243,10 @@ def main(argv=None):
     except BrokenPipeError:
         sys.stderr.close()
         return 0
+    except Exception as e:  # a bug: say so in one line; check must not give a false verdict
+        print(f"nfs-readdir: internal error: {type(e).__name__}: {e} (please report it with "
+              "the trace and the command)", file=sys.stderr)
+        return EXIT_SKIP if args.cmd == "check" else EXIT_BUG
 
 
 if __name__ == "__main__":

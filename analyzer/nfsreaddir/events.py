@@ -36,7 +36,8 @@ RPC_SOURCES = [
     (Source("nfs4:nfs4_readdir", {"dev": "dev", "fileid": "fileid", "cookie": "cookie",
                                  "dtsize": "count", "plus": "plus"},
            kernels="5.10 with kernel-patches/v5.10"),),
-    # 5.18 and later: the page cache fill and the uncached read, each one READDIR.
+    # 5.18 and later, and 5.10 with this project's series over NFSv3: the page cache fill and
+    # the uncached read, each one READDIR.
     (Source("nfs:nfs_readdir_cache_fill", {"dev": "dev", "fileid": "fileid", "cookie": "cookie",
                                           "dtsize": "dtsize"}, kernels="5.18+ (6.1, 6.12)"),
     Source("nfs:nfs_readdir_uncached", {"dev": "dev", "fileid": "fileid", "cookie": "cookie",
@@ -52,7 +53,8 @@ RPC_SOURCES = [
 ]
 
 INVALIDATION_SOURCES = [
-    (Source("nfs:nfs_readdir_cache_drop", {"dev": "dev", "fileid": "fileid", "reason": "reason"},
+    (Source("nfs:nfs_readdir_invalidate_cache", {"dev": "dev", "fileid": "fileid",
+                                                  "reason": "reason"},
             kernels="5.10 with kernel-patches/v5.10"),),
     (Source("nfs:nfs_invalidate_mapping_enter", {"dev": "dev", "fileid": "fileid"},
             constants={"reason": "invalidate_mapping"}, kernels="any"),),

@@ -85,6 +85,9 @@ def phase_result(directory, phase, facts):
 
 def build(directory):
     facts = read_facts(os.path.join(directory, "facts"))
+    if facts.get("run", {}).get("name", "").startswith("dcache-"):
+        from . import dcache
+        return dcache.build_results(directory)
     run = {k: _num(v) for k, v in facts.pop("run", {}).items()}
     res = {"analyzer": __version__, **run, "phases": {}}
     for phase, pf in facts.items():
@@ -96,9 +99,15 @@ def build(directory):
     return res
 
 
+# Without cookies, a ratio of small counts means little: 6.1 spends one READDIR per
+# invalidation to continue a listing, 3 against 9 on a small directory. Ask for both.
+MIN_EXTRA_READDIRS = 10
+
+
 def judge(res):
-    """FAIL when the modified listing needs clearly more READDIRs than the idle one, does not
-    finish, or (on a disk file system) repeats or loses a name."""
+    """FAIL when the modified listing restarts at cookie 0 (or, where the trace has no cookies,
+    needs clearly more READDIRs than the idle one), does not finish, or (on a disk file
+    system) repeats or loses a name."""
     ph = res["phases"]
     reasons = []
     ratio_max = float(res.get("max_ratio", 1.5))
@@ -108,17 +117,24 @@ def judge(res):
         if p.get("duplicates") or p.get("missing"):
             reasons.append(f"{name} listing: {p['duplicates']} duplicate and "
                            f"{p['missing']} missing names")
+        if p.get("restarts"):
+            reasons.append(f"{name} listing restarted {p['restarts']} times at cookie 0 "
+                           f"after {p.get('invalidations_followed_by_restart', 0)} "
+                           f"invalidations ({p['readdir_rpcs']} READDIRs)")
     if "idle" in ph and "modified" in ph:
         idle, mod = ph["idle"]["readdir_rpcs"], ph["modified"]["readdir_rpcs"]
         res["readdir_ratio"] = round(mod / max(idle, 1), 2)
-        if res["readdir_ratio"] > ratio_max:
+        if (not ph["modified"].get("cookies_known") and res["readdir_ratio"] > ratio_max
+                and mod - idle >= MIN_EXTRA_READDIRS):
             reasons.append(f"modified listing needed {mod} READDIRs against {idle} idle "
                            f"({res['readdir_ratio']}x > {ratio_max}x)")
     if reasons:
         return "FAIL", reasons
-    ok = (f"modified/idle READDIRs {res['readdir_ratio']}x <= {ratio_max}x"
-          if "readdir_ratio" in res else "no problem seen")
-    return "PASS", [ok]
+    ok = [f"no restart at cookie 0" if any(p.get("cookies_known") for p in ph.values())
+          else "READDIR cookies not traced"]
+    if "readdir_ratio" in res:
+        ok.append(f"modified/idle READDIRs {res['readdir_ratio']}x")
+    return "PASS", ok
 
 
 TABLE_ROWS = [("time (s)", "seconds"), ("READDIR RPCs", "readdir_rpcs"),

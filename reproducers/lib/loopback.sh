@@ -126,6 +126,7 @@ lb_mount() {
 # An NFS mount can stay busy for a moment after a killed reader; never leave it behind.
 lb_umount() {
 	local i
+	mountpoint -q "$1" || return 0
 	for i in 1 2 3 4 5; do
 		umount "$1" 2>/dev/null && return 0
 		sleep 1

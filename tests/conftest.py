@@ -1,0 +1,49 @@
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(TOP, "tests", "fixtures")
+NFS_READDIR = [sys.executable, "-m", "nfsreaddir.cli"]
+
+
+def fixture_dirs():
+    return sorted(d for d in os.listdir(FIXTURES)
+                  if os.path.exists(os.path.join(FIXTURES, d, "COMMAND")))
+
+
+@pytest.fixture(params=fixture_dirs())
+def fixture(request):
+    """One recorded run: its directory, name and results.json."""
+    d = os.path.join(FIXTURES, request.param)
+    with open(os.path.join(d, "results.json")) as f:
+        return {"name": request.param, "dir": d, "results": json.load(f)}
+
+
+def run_cli(*args, check=None):
+    """nfs-readdir as a user runs it: a process, its exit status and both streams."""
+    p = subprocess.run(NFS_READDIR + [str(a) for a in args], text=True, capture_output=True,
+                       timeout=600)
+    if check is not None:
+        assert p.returncode == check, (p.returncode, p.stdout, p.stderr)
+    return p
+
+
+@pytest.fixture(scope="session")
+def trace_cmd():
+    path = shutil.which("trace-cmd")
+    if not path:
+        pytest.fail("trace-cmd is not installed: run reproducers/setup-host")
+    return path
+
+
+def report_text(trace_cmd, dat, out, raw=False):
+    """`trace-cmd report [-R]` of a trace, as a user would paste it into a bug report."""
+    with open(out, "w") as f:
+        subprocess.run([trace_cmd, "report"] + (["-R"] if raw else []) + [dat], stdout=f,
+                       stderr=subprocess.DEVNULL, check=True, timeout=600)
+    return out

@@ -1,0 +1,86 @@
+"""The analysis on traces recorded by the reproducer (tests/fixtures/*/COMMAND)."""
+
+import os
+
+import pytest
+
+from nfsreaddir.analysis import analyze, verdict
+from nfsreaddir import events
+from nfsreaddir.trace import open_trace
+
+
+def listing(path, phase):
+    a = analyze(open_trace(path))
+    (lst,) = [x for x in a.listings if x.phase == phase]
+    return a, lst
+
+
+@pytest.mark.parametrize("phase", ["idle", "modified"])
+def test_restarts_are_the_cookie_zero_readdirs_after_the_first(fixture, phase):
+    a, lst = listing(os.path.join(fixture["dir"], f"{phase}.dat"), phase)
+    assert a.cookies_known, a.evidence
+    cookies = list(lst.rpcs["cookie"])
+    assert cookies[0] == 0
+    assert len(lst.restarts) == sum(1 for c in cookies[1:] if c == 0)
+    # Every restart re-reads at least the READDIR it starts with.
+    assert all(r.refetched >= 1 and r.cost_ns >= 0 for r in lst.restarts)
+
+
+def test_only_5_10_nfsv4_modified_is_bad(fixture):
+    """The bisect verdict: 5.10 over NFSv4 restarts after each invalidation; 6.1 continues
+    from the cookie it reached, and NFSv3 replies refresh the directory's attributes."""
+    for phase in ("idle", "modified"):
+        a, lst = listing(os.path.join(fixture["dir"], f"{phase}.dat"), phase)
+        v = verdict([a])
+        bad = fixture["name"] == "5.10-v4.1" and phase == "modified"
+        assert v.code == (1 if bad else 0), (fixture["name"], phase, v.reason)
+        if bad:
+            assert "restarted" in v.reason and "cookie 0" in v.reason
+            assert len(lst.restarts) >= 2
+            assert len(lst.invalidations) >= len(lst.restarts)
+            assert all(r.after_invalidation for r in lst.restarts)
+            inv = [i for i in lst.invalidations if i.followed_by_restart]
+            # The chain that caused it: a revalidation whose GETATTR found the change.
+            assert all("revalidate" in i.chain for i in inv), [i.chain for i in inv]
+            assert any(s.endswith("(INVALID_DATA)") for i in inv for s in i.chain)
+        else:
+            assert lst.restarts == []
+
+
+def test_analysis_matches_the_run(fixture):
+    """READDIRs seen in the trace are the ones the mount counted, and the run's own
+    results.json says what a fresh analysis says."""
+    for phase, p in fixture["results"]["phases"].items():
+        a, lst = listing(os.path.join(fixture["dir"], f"{phase}.dat"), phase)
+        s = lst.summary()
+        assert s["readdirs"] == p["readdir_rpcs"], (phase, s["readdirs"], p["readdir_rpcs"])
+        assert s["restarts"] == p["restarts"]
+        assert s["invalidations"] == p["invalidations"]
+        assert s["entries"] == p["entries"] >= fixture["results"]["files"]
+
+
+def test_5_10_refetches_account_for_the_extra_readdirs(fixture):
+    if fixture["name"] != "5.10-v4.1":
+        pytest.skip("only the 5.10 NFSv4 fixture restarts")
+    _, idle = listing(os.path.join(fixture["dir"], "idle.dat"), "idle")
+    _, mod = listing(os.path.join(fixture["dir"], "modified.dat"), "modified")
+    s = mod.summary()
+    # Without the restarts, the modified listing would have needed about the idle count
+    # (a few more for the files the writer added).
+    assert len(idle.rpcs) <= s["readdirs"] - s["refetched_readdirs"] <= len(idle.rpcs) * 1.1
+
+
+def test_evidence_names_the_kernel_events(fixture):
+    a, _ = listing(os.path.join(fixture["dir"], "modified.dat"), "modified")
+    rpc = a.evidence["rpc"]
+    if fixture["name"].startswith("5.10"):
+        assert rpc and all(e.startswith(events.KPROBE_SYSTEM + ":") for e in rpc)
+    else:
+        assert "nfs:nfs_readdir_cache_fill" in rpc
+
+
+def test_dcache_samples_cover_each_listing(fixture):
+    a, lst = listing(os.path.join(fixture["dir"], "modified.dat"), "modified")
+    d = lst.dentries["nr_dentry"]
+    assert d["after"] - d["before"] == d["added"]
+    assert len(a.samples) >= 2 and a.samples["nr_dentry"].min() > 0

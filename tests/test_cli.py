@@ -1,0 +1,168 @@
+"""nfs-readdir as users run it: every input form, every output, and bad input."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pandas as pd
+import pytest
+
+from conftest import FIXTURES, report_text, run_cli
+
+BAD = os.path.join(FIXTURES, "5.10-v4.1")
+GOOD = os.path.join(FIXTURES, "6.1-v4.1")
+
+
+def listings_json(*traces):
+    p = run_cli("analyze", "--json", *traces, check=0)
+    return [lst for a in json.loads(p.stdout) for lst in a["listings"]]
+
+
+def test_analyze_tells_the_story():
+    p = run_cli("analyze", os.path.join(BAD, "modified.dat"), check=0)
+    assert "nfsprobe:nfs4_proc_readdir" in p.stdout
+    assert "restart at cookie 0" in p.stdout
+    assert "revalidate -> GETATTR -> revalidate_done(INVALID_DATA) -> invalidate_mapping" \
+        in p.stdout
+    assert p.stderr == ""
+
+
+def test_check_gives_git_bisect_run_its_answer():
+    bad = run_cli("check", BAD, check=1)
+    assert bad.stdout.startswith("bad: ") and bad.stdout.count("\n") == 1
+    good = run_cli("check", GOOD, check=0)
+    assert good.stdout.startswith("good: ")
+    # A stricter threshold is an option, and a looser one turns 5.10 good.
+    run_cli("check", "--max-restarts", "1000", BAD, check=0)
+
+
+# Debian's trace-cmd 3.1.6 writes no zlib; test_tracedat.py checks zlib on a re-compressed copy.
+@pytest.mark.parametrize("conversion", [
+    ["--file-version", "6"],
+    ["--file-version", "7", "--compression", "none"],
+    ["--file-version", "7", "--compression", "zstd"],
+])
+def test_file_versions_and_compression_give_identical_results(tmp_path, trace_cmd, conversion):
+    src = os.path.join(BAD, "modified.dat")
+    out = tmp_path / "converted.dat"
+    subprocess.run([trace_cmd, "convert"] + conversion + ["-i", src, "-o", str(out)],
+                   check=True, capture_output=True, timeout=300)
+    assert listings_json(out) == listings_json(src)
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["report", "report-R"])
+def test_report_text_gives_the_same_listings(tmp_path, trace_cmd, raw):
+    for d in (BAD, GOOD):
+        for phase in ("idle", "modified"):
+            dat = os.path.join(d, f"{phase}.dat")
+            txt = report_text(trace_cmd, dat, tmp_path / f"{phase}.txt", raw=raw)
+            assert listings_json(txt) == listings_json(dat), (d, phase)
+
+
+def test_export_writes_the_canonical_tables(tmp_path):
+    dat = os.path.join(BAD, "modified.dat")
+    (lst,) = listings_json(dat)
+    run_cli("export", dat, "-o", tmp_path / "csv", check=0)
+    rpc = pd.read_csv(tmp_path / "csv" / "modified.rpc.csv")
+    assert len(rpc) == lst["readdirs"]
+    assert (rpc["cookie"] == 0).sum() == lst["cookie_zero_readdirs"]
+    run_cli("export", dat, "-o", tmp_path / "pq", "--format", "parquet", check=0)
+    inv = pd.read_parquet(tmp_path / "pq" / "modified.invalidations.parquet")
+    assert len(inv) >= lst["invalidations"]
+    samples = pd.read_csv(tmp_path / "csv" / "modified.samples.csv")
+    assert samples["nr_dentry"].min() > 0
+
+
+@pytest.mark.parametrize("ext", ["png", "svg"])
+def test_plot_draws_each_listing(tmp_path, ext):
+    out = tmp_path / f"p.{ext}"
+    run_cli("plot", BAD, "-o", out, check=0)
+    data = out.read_bytes()
+    if ext == "png":
+        assert data.startswith(b"\x89PNG") and len(data) > 20000
+    else:
+        assert b"<svg" in data and b"restart" in data
+
+
+def test_compare_puts_two_kernels_side_by_side():
+    p = run_cli("compare", "--json", BAD, GOOD, check=0)
+    table = json.loads(p.stdout)
+    key = "('modified', 'restarts')"
+    assert table[key]["A"] > 0 and table[key]["B"] == 0
+
+
+# Bad input: a clear message, a documented exit status, never a traceback.
+
+def assert_clean_error(p, code, *words):
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr + p.stdout
+    for w in words:
+        assert w in p.stderr + p.stdout, (w, p.stderr, p.stdout)
+
+
+def test_missing_file():
+    assert_clean_error(run_cli("analyze", "/nonexistent.dat"), 2, "/nonexistent.dat",
+                       "no such file")
+
+
+def test_empty_file(tmp_path):
+    f = tmp_path / "empty.dat"
+    f.write_bytes(b"")
+    assert_clean_error(run_cli("analyze", f), 2, "empty")
+
+
+def test_text_that_is_not_trace_cmd_output(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("Dear NFS list,\nmy ls is slow.\n" * 20)
+    assert_clean_error(run_cli("analyze", f), 2, "trace-cmd report", "trace-cmd record")
+
+
+@pytest.mark.parametrize("fraction", [0.02, 0.3, 0.7, 0.95])
+def test_truncated_trace(tmp_path, fraction):
+    src = os.path.join(BAD, "modified.dat")
+    data = open(src, "rb").read()
+    f = tmp_path / "cut.dat"
+    f.write_bytes(data[:int(len(data) * fraction)])
+    p = run_cli("analyze", f)
+    assert "Traceback" not in p.stderr
+    # Either a clear error, or the part before the cut with a warning that it is partial.
+    if p.returncode == 0:
+        assert "damaged" in p.stdout or "truncated" in p.stdout
+    else:
+        assert p.returncode == 2 and ("truncated" in p.stderr or "damaged" in p.stderr
+                                      or "READDIR" in p.stderr), p.stderr
+
+
+def test_trace_without_nfs_events_names_what_to_record(tmp_path, trace_cmd):
+    """A trace of something else (here: only the reproducer's markers) says which
+    `trace-cmd record -e ...` would have captured a listing."""
+    out = tmp_path / "markers-only.txt"
+    with open(out, "w") as f:
+        subprocess.run([trace_cmd, "report", "-F", "ftrace/print",
+                        os.path.join(GOOD, "idle.dat")], stdout=f, check=True, timeout=300)
+    p = run_cli("analyze", out)
+    assert_clean_error(p, 2, "no READDIR", "trace-cmd record -e sunrpc:rpc_request")
+    assert_clean_error(run_cli("check", out), 125, "skip:")
+
+
+def test_check_without_cookies_cannot_decide_alone(tmp_path, trace_cmd):
+    """READDIR RPCs without cookies cannot show a restart: check says so (125), naming the
+    events to record, unless an idle listing of the same run is there to compare with."""
+    out = tmp_path / "rpc-only.txt"
+    with open(out, "w") as f:
+        subprocess.run([trace_cmd, "report", "-R", "-F", "sunrpc/rpc_request",
+                        os.path.join(BAD, "modified.dat")], stdout=f, check=True, timeout=300)
+    p = run_cli("check", out)
+    assert_clean_error(p, 125, "cannot decide", "trace-cmd record")
+
+
+def test_directory_without_traces(tmp_path):
+    assert_clean_error(run_cli("analyze", tmp_path), 2, "no *.dat")
+
+
+def test_usage_errors_exit_2():
+    p = run_cli("analyze")
+    assert p.returncode == 2 and "usage:" in p.stderr
+    p = run_cli("frobnicate", "x")
+    assert p.returncode == 2 and "usage:" in p.stderr

@@ -1,0 +1,76 @@
+"""The reproducer's results.json and PASS/FAIL, rebuilt from the recorded fixtures."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from nfsreaddir import results
+
+
+def rebuild(src, tmp_path):
+    d = tmp_path / "run"
+    shutil.copytree(src, d)
+    (d / "results.json").unlink()
+    assert subprocess.call([sys.executable, "-m", "nfsreaddir.results", str(d)]) == 0
+    return d, json.loads((d / "results.json").read_text())
+
+
+def verdict_line(d):
+    return subprocess.run([sys.executable, "-m", "nfsreaddir.results", "--verdict", str(d)],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_rebuilt_results_match_the_recorded_run(fixture, tmp_path):
+    d, res = rebuild(fixture["dir"], tmp_path)
+    bad = fixture["name"] == "5.10-v4.1"
+    assert res["verdict"] == ("FAIL" if bad else "PASS"), res["reasons"]
+    assert verdict_line(d).startswith(res["verdict"] + ": ")
+    for phase, p in res["phases"].items():
+        rec = fixture["results"]["phases"][phase]
+        for key in ("readdir_rpcs", "restarts", "invalidations", "entries", "seconds"):
+            assert p[key] == rec[key], (phase, key)
+        # ext4 cookies are stable: every file created before the listing, exactly once.
+        assert p["duplicates"] == 0 and p["missing"] == 0
+        assert p["entries"] >= res["files"]
+    if bad:
+        assert any("restarted" in r and "cookie 0" in r for r in res["reasons"])
+
+
+def test_a_repeated_or_lost_name_fails_the_run(tmp_path):
+    from conftest import FIXTURES
+    d = tmp_path / "run"
+    shutil.copytree(f"{FIXTURES}/6.1-v3", d)
+    names = (d / "names-modified.txt").read_text().split()
+    names.append(names[10])          # listed twice
+    del names[20]                    # never listed
+    (d / "names-modified.txt").write_text("\n".join(sorted(names)) + "\n")
+    subprocess.check_call([sys.executable, "-m", "nfsreaddir.results", str(d)])
+    res = json.loads((d / "results.json").read_text())
+    assert res["verdict"] == "FAIL"
+    mod = res["phases"]["modified"]
+    assert mod["duplicates"] == 1 and mod["missing"] == 1
+    assert mod["duplicate_examples"] == [names[10]]
+
+
+@pytest.mark.parametrize("idle,mod,cookies,verdict", [
+    (40, 157, False, "FAIL"),        # no cookies: the ratio decides
+    (3, 9, False, "PASS"),           # a ratio of small counts is not enough
+    (40, 157, True, "PASS"),         # cookies but no restart: continuing costs READDIRs
+])
+def test_judge_thresholds(idle, mod, cookies, verdict):
+    res = {"max_ratio": 1.5, "phases": {
+        "idle": {"readdir_rpcs": idle, "cookies_known": cookies, "restarts": 0},
+        "modified": {"readdir_rpcs": mod, "cookies_known": cookies, "restarts": 0}}}
+    assert results.judge(res)[0] == verdict
+
+
+def test_table_puts_kernels_side_by_side():
+    from conftest import FIXTURES
+    out = subprocess.run([sys.executable, "-m", "nfsreaddir.results", "--table",
+                          f"{FIXTURES}/5.10-v4.1", f"{FIXTURES}/6.1-v3"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "5.10.0-" in out and "6.1.0-" in out and "READDIR RPCs" in out
+    assert "FAIL" in out and "PASS" in out
