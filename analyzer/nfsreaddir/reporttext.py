@@ -1,0 +1,436 @@
+"""Parser for the text of ``trace-cmd report`` and ``trace-cmd report -R``.
+
+Event lines look like::
+
+    [instance:] comm-pid [cpu] [flags] secs.frac: event_name: payload
+
+With ``-R`` the payload is ``field=value`` pairs with the exact field names.
+Without ``-R`` it is the event's print format; ``key=value`` tokens are taken
+and the compound forms printed by the NFS and SUNRPC events are normalised so
+that, where possible, the same field names come out as with ``-R``:
+
+* ``fileid=MAJ:MIN:INO`` (hex major/minor) -> ``dev`` (kernel dev_t,
+  ``MAJ << 20 | MIN``) and ``fileid``; ``dev=MAJ:MIN`` -> ``dev``;
+* ``a:b=x:y`` -> ``a=x`` and ``b=y`` (e.g. ``cookie:verifier=``);
+* ``cookie=VERIFIERHEX:0xCOOKIE`` (6.x readdir events) -> ``verifier`` (the hex
+  text) and ``cookie``;
+* ``task:ID@CLIENT`` (decimal, or 8-digit hex as in newer kernels) ->
+  ``task_id`` and ``client_id``; ``rpc_request``'s ``nfsv4 READDIR (async)``
+  -> ``progname``, ``version``, ``procname``, ``async``;
+* a kprobe's leading ``(ffffffffc07f2bf0)`` -> ``__probe_ip``;
+* ``nfs_flags`` -> ``nfsi_flags``;
+* ``error=-5 (EIO)`` -> ``error=-5``; quoted strings are unquoted;
+* ftrace ``print`` (``tracing_mark_write: text``) -> ``buf``;
+* ``cache_index`` -> ``index`` (nfs readdir events).
+
+Integers are decimal, ``0x`` hex, or (a whole column of) bare hex digits that
+contain a-f or a leading zero, as ``-R`` prints fields whose print format uses
+``%x``.  Timestamps with 6 or 9 decimals are converted to ns.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .trace import BASE_COLUMNS, TraceError, field_column
+
+_EVENT_RE = re.compile(
+    r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?(?P<comm>.*?)-(?P<pid>-?\d+)\s+"
+    r"(?:\(\s*(?P<tgid>-?[\d-]+)\)\s+)?\[(?P<cpu>\d+)\]\s+(?:(?P<flags>\S+)\s+)?"
+    r"(?P<sec>\d+)\.(?P<frac>\d+):\s+(?P<event>[^\s:]+):(?:\s+(?P<payload>.*))?$")
+_LOST_RE = re.compile(r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?CPU:\s*(?P<cpu>\d+)\s+\["
+                      r"(?:(?:(?P<n>\d+)\s+)?EVENTS DROPPED|LOST(?:\s+(?P<n2>\d+))?\s+EVENTS)\]")
+_KV_RE = re.compile(r"(?:^|(?<=[\s,]))([A-Za-z_][\w.]*(?::[A-Za-z_][\w.]*)*)=")
+_TASK_RE = re.compile(r"(?:^|\s)task:(?P<id>[0-9a-fA-Fx]+)@(?P<cl>-?[0-9a-fA-Fx]+)")
+_INT_RE = re.compile(r"^-?\d+$")
+_HEX_RE = re.compile(r"^-?0[xX][0-9a-fA-F]+$")
+_BAREHEX_RE = re.compile(r"^[0-9a-fA-F]+$")
+_ERRNAME_RE = re.compile(r"^(-?\d+|0x[0-9a-fA-F]+)\s+\([^()]*\)$")
+_FILEID_RE = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]+):(\d+)$")
+_DEV_RE = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]+)$")
+_VERF_COOKIE_RE = re.compile(r"^([0-9a-fA-F]*):(0x[0-9a-fA-F]+|\d+)$")
+
+_ALIASES = {"cache_index": "index", "nfs_flags": "nfsi_flags"}
+_RPC_RE = re.compile(r"task:\S+\s+(?P<prog>[A-Za-z_]\w*?)v(?P<ver>\d+)\s+(?P<proc>\S+)\s+"
+                     r"\((?P<a>a?)sync\)")
+_PROBE_IP_RE = re.compile(r"^\((?:0x)?(?P<ip>[0-9a-fA-F]{6,16})\)(?:\s|$)")
+
+# event name prefix -> system, to give "system:name" for text input
+_SYSTEMS = [("nfs4_", "nfs4"), ("nfs_", "nfs"), ("nfsd_", "nfsd"), ("rpc_", "sunrpc"),
+            ("rpcb_", "sunrpc"), ("xprt_", "sunrpc"), ("xs_", "sunrpc"), ("svc_", "sunrpc"),
+            ("rpcgss_", "rpcgss"), ("kmem_", "kmem"), ("kmalloc", "kmem"), ("kfree", "kmem"),
+            ("mm_page_", "kmem"), ("sched_", "sched"), ("sys_enter", "raw_syscalls"),
+            ("sys_exit", "raw_syscalls")]
+_FTRACE = {"print", "bprint", "bputs", "function", "funcgraph_entry", "funcgraph_exit"}
+
+
+def _system_of(name):
+    if name in _FTRACE:
+        return "ftrace"
+    for pre, sysname in _SYSTEMS:
+        if name.startswith(pre):
+            return sysname
+    return None
+
+
+def looks_like_report(head):
+    """True if the first bytes look like trace-cmd report output."""
+    try:
+        text = head.decode("utf-8", "replace")
+    except Exception:
+        return False
+    if "\0" in text:
+        return False
+    lines = text.splitlines()[:60]
+    if len(text) >= 4096 and lines:
+        lines = lines[:-1]               # last line may be cut
+    for ln in lines:
+        if _EVENT_RE.match(ln):
+            return True
+    # header only (no events yet): "version = 7", "cpus=2", "CPU 0 is empty"
+    hdr = [ln for ln in lines if ln.strip()]
+    return bool(hdr) and all(re.match(r"^(version = \d+|cpus=\d+|CPU \d+ is empty|"
+                                      r"CPU:\s*\d+ \[)", ln.strip()) for ln in hdr)
+
+
+def _ts_ns(sec, frac):
+    if len(frac) >= 9:
+        return int(sec) * 1_000_000_000 + int(frac[:9])
+    return int(sec) * 1_000_000_000 + int(frac) * 10 ** (9 - len(frac))
+
+
+def _split_kv(payload):
+    """'a=1 b=two words c=3' -> [('a', '1'), ('b', 'two words'), ('c', '3')]."""
+    ms = list(_KV_RE.finditer(payload))
+    out = []
+    for i, m in enumerate(ms):
+        end = ms[i + 1].start() if i + 1 < len(ms) else len(payload)
+        val = payload[m.end():end]
+        if i + 1 < len(ms):
+            val = val.rstrip()
+            if val.endswith(","):
+                val = val[:-1]
+        out.append((m.group(1), val))
+    return out
+
+
+def _normalise(pairs):
+    """Normalise key=value pairs (the compound forms never occur in -R values)."""
+    out = {}
+    for k, v in pairs:
+        v = v.strip()
+        if len(v) >= 2 and v[0] == '"' and v[-1] == '"':
+            v = v[1:-1]
+        if ":" in k:
+            ks = k.split(":")
+            vs = v.split(":")
+            if len(ks) == len(vs):
+                for kk, vv in zip(ks, vs):
+                    out[_ALIASES.get(kk, kk)] = vv
+                continue
+        if k == "fileid":
+            m = _FILEID_RE.match(v)
+            if m:
+                out["dev"] = str((int(m.group(1), 16) << 20) | int(m.group(2), 16))
+                out["fileid"] = m.group(3)
+                continue
+        if k == "dev":
+            m = _DEV_RE.match(v)
+            if m:
+                out["dev"] = str((int(m.group(1), 16) << 20) | int(m.group(2), 16))
+                continue
+        if k == "cookie":
+            # 6.x readdir events: cookie=<verifier as hex>:0x<cookie>
+            m = _VERF_COOKIE_RE.match(v)
+            if m:
+                out["verifier"] = m.group(1)
+                out["cookie"] = m.group(2)
+                continue
+        m = _ERRNAME_RE.match(v)
+        if m:
+            v = m.group(1)
+        out[_ALIASES.get(k, k)] = v
+    return out
+
+
+def _task(payload, out):
+    m = _TASK_RE.search(payload)
+    if not m:
+        return
+    a, b = m.group("id"), m.group("cl")
+
+    def conv(s, hexy):
+        if s.lower().startswith("0x"):
+            return int(s, 16)
+        return int(s, 16) if hexy else int(s)
+    hexy = (len(a) == 8 and len(b.lstrip("-")) == 8) or bool(re.search(r"[a-fA-F]", a + b))
+    try:
+        out.setdefault("task_id", str(conv(a, hexy)))
+        out.setdefault("client_id", str(conv(b, hexy)))
+    except ValueError:
+        pass
+
+
+def _column(values, name):
+    """Typed column from a list of str values (None = missing)."""
+    present = [v for v in values if v is not None]
+    if present and all(_INT_RE.match(v) or _HEX_RE.match(v) for v in present):
+        ints = [int(v, 0) if _HEX_RE.match(v) else int(v) for v in present]
+    elif present and all(_BAREHEX_RE.match(v) for v in present) and any(
+            re.search(r"[a-fA-F]", v) or (len(v) > 1 and v[0] == "0") for v in present):
+        ints = [int(v, 16) for v in present]
+    else:
+        return pd.array(values, dtype="str") if len(values) else pd.array([], dtype="str")
+    lo, hi = min(ints), max(ints)
+    if lo >= -(1 << 63) and hi < (1 << 63):
+        dt = np.int64
+    elif lo >= 0 and hi < (1 << 64):
+        dt = np.uint64
+    else:
+        return pd.array(values, dtype="str")
+    if len(present) == len(values):
+        return np.array(ints, dtype=dt)
+    it = iter(ints)
+    full = [next(it) if v is not None else None for v in values]
+    return pd.array(full, dtype="Int64" if dt is np.int64 else "UInt64")
+
+
+class ReportText:
+    """``trace-cmd report [-R]`` output.  Use :func:`nfsreaddir.trace.open_trace`."""
+
+    def __init__(self, path, instance=None):
+        self.path = path
+        self.instance = instance
+        self._names = None
+        self.info = {"format": "report text", "path": path, "cpus": None, "clock": None,
+                     "trace_cmd_version": None, "uname": None, "file_version": None,
+                     "lost_events": [], "partial": False, "damage": [],
+                     "instance": instance or "", "instances": [], "scanned": False}
+        self._read_header()
+
+    def _lines(self):
+        try:
+            with open(self.path, "r", encoding="utf-8", errors="replace") as f:
+                yield from f
+        except OSError as e:
+            raise TraceError(f"cannot read {self.path!r}: {e}") from None
+
+    def _read_header(self):
+        raw_votes = fmt_votes = 0
+        seen_event = False
+        for n, line in enumerate(self._lines()):
+            if n > 2000:
+                break
+            s = line.rstrip("\n")
+            m = _EVENT_RE.match(s)
+            if m:
+                seen_event = True
+                payload = (m.group("payload") or "").strip()
+                if re.match(r"^[A-Za-z_]\w*=", payload):
+                    raw_votes += 1
+                elif payload:
+                    fmt_votes += 1
+                continue
+            if not seen_event:
+                mm = re.match(r"^\s*version\s*=\s*(\d+)", s)
+                if mm:
+                    self.info["file_version"] = int(mm.group(1))
+                mm = re.match(r"^\s*cpus=(\d+)", s)
+                if mm:
+                    self.info["cpus"] = int(mm.group(1))
+        if not seen_event and self.info["cpus"] is None:
+            raise TraceError(f"{self.path}: not trace-cmd report output (no header and no "
+                             "event lines 'comm-pid [cpu] ts: event: ...')")
+        self.raw = raw_votes > 0 and fmt_votes == 0
+        self.info["format"] = "report text -R" if self.raw else "report text"
+
+    def _qualify(self, name):
+        sysname = _system_of(name)
+        return f"{sysname}:{name}" if sysname else name
+
+    def event_names(self):
+        """Event names seen (``system:name`` where the system is known, else ``name``)."""
+        if self._names is None:
+            self._names = set(self.event_counts())
+        return set(self._names)
+
+    def _index(self):
+        """One pass: line counts and the field names seen (first lines) per event."""
+        if getattr(self, "_idx", None) is None:
+            counts, fields = {}, {}
+            for inst, m in self._event_matches():
+                if not self._inst_ok(inst):
+                    continue
+                name = m.group("event")
+                n = counts.get(name, 0)
+                counts[name] = n + 1
+                if n < 20:
+                    seen = fields.setdefault(name, {})
+                    for k, v in self._fields(name, m.group("payload") or "").items():
+                        seen.setdefault(k, []).append(v)
+            self._idx = (counts, fields)
+        return self._idx
+
+    def event_counts(self):
+        """{"system:name" (or "name"): number of lines} of the events in the text."""
+        counts, _ = self._index()
+        return {self._qualify(k): v for k, v in counts.items()}
+
+    def event_format(self, name):
+        """The fields seen for event ``name`` (a stand-in for the binary format:
+        ``.fields``, ``.user_fields()``, ``.full_name``), or None if not seen."""
+        from .tracedat import EventFormat, Field
+        bare = name.replace("/", ":").rsplit(":", 1)[-1]
+        _, fields = self._index()
+        if bare not in fields:
+            return None
+        flds = {}
+        for k, vals in fields[bare].items():
+            col = _column(vals, k)
+            kind = "int" if pd.api.types.is_integer_dtype(getattr(col, "dtype", None)) else "str"
+            flds[k] = Field(k, "text", 0, 8 if kind == "int" else 0, True, kind, None)
+        system = _system_of(bare) or (name.split(":", 1)[0] if ":" in name else "")
+        return EventFormat(system, bare, None, flds, "")
+
+    def _event_matches(self):
+        """(instance, match) of every event line (see the dropped-events rule in read)."""
+        pending = None
+        for line in self._lines():
+            s = line.rstrip("\n")
+            m = _EVENT_RE.match(s)
+            if not m:
+                lm = _LOST_RE.match(s)
+                if lm:
+                    pending = lm.group("inst") or ""
+                continue
+            inst = m.group("inst")
+            if pending is not None:
+                inst = inst or pending
+                pending = None
+            yield inst, m
+
+    def _inst_ok(self, inst):
+        return (inst or "") == (self.instance or "")
+
+    def read(self, events, on_damage="raise", typed=True):
+        """Parse the requested events; same contract as ``TraceDat.read``.
+
+        Event keys are matched on the part after the last ``:`` (the text has
+        no system names).  ``None`` as the field list means every field seen.
+        ``typed=False`` leaves every field as the (normalised) text.
+        """
+        if isinstance(events, (list, tuple, set)):
+            events = {e: None for e in events}
+        bykey = {}
+        for key, fields in events.items():
+            if isinstance(fields, str):
+                fields = [fields]
+            bykey.setdefault(key.replace("/", ":").rsplit(":", 1)[-1], []).append(
+                (key, None if fields is None else list(fields)))
+        rows = {name: {"ts": [], "cpu": [], "pid": [], "comm": [], "f": []} for name in bykey}
+        lost = []
+        insts = set()
+        nlines = nevents = 0
+        # trace-cmd prints "<instance>: " and then, when events were dropped,
+        # "CPU:n [.. EVENTS DROPPED]" and a new line holding the event without
+        # the prefix: that event belongs to the instance of the dropped line
+        pending_inst = None
+        for line in self._lines():
+            nlines += 1
+            s = line.rstrip("\n")
+            m = _EVENT_RE.match(s)
+            if not m:
+                lm = _LOST_RE.match(s)
+                if lm:
+                    pending_inst = lm.group("inst") or ""
+                    if self._inst_ok(lm.group("inst")):
+                        n = lm.group("n") or lm.group("n2")
+                        # ts: that of the next event (the first after the loss)
+                        lost.append({"cpu": int(lm.group("cpu")), "ts": None,
+                                     "count": int(n) if n else None})
+                continue
+            nevents += 1
+            inst = m.group("inst")
+            if pending_inst is not None:
+                if not inst:
+                    inst = pending_inst
+                pending_inst = None
+            insts.add(inst or "")
+            if not self._inst_ok(inst):
+                continue
+            ts = _ts_ns(m.group("sec"), m.group("frac"))
+            if lost and lost[-1]["ts"] is None:
+                lost[-1]["ts"] = ts
+            name = m.group("event")
+            if name not in rows:
+                continue
+            r = rows[name]
+            r["ts"].append(ts)
+            r["cpu"].append(int(m.group("cpu")))
+            r["pid"].append(int(m.group("pid")))
+            r["comm"].append(m.group("comm").strip())
+            r["f"].append(self._fields(name, m.group("payload") or ""))
+        if nevents == 0 and self.info["cpus"] is None:
+            raise TraceError(f"{self.path}: no trace-cmd report event lines found")
+        self.info["lost_events"] = lost
+        self.info["instances"] = sorted(insts)
+        self.info["scanned"] = True
+        frames = {}
+        for name, keys in bykey.items():
+            r = rows[name]
+            seen = []
+            for d in r["f"]:
+                for k in d:
+                    if k not in seen:
+                        seen.append(k)
+            for key, fields in keys:
+                flist = seen if fields is None else fields
+                missing = [f for f in flist if f not in seen]
+                if missing and r["ts"]:
+                    raise TraceError(
+                        f"event {name} has no field {missing[0]!r} in {self.path}; the fields "
+                        f"seen are: {', '.join(seen) or '(none)'}")
+                cols = {"ts": np.array(r["ts"], dtype=np.int64),
+                        "cpu": np.array(r["cpu"], dtype=np.int64),
+                        "pid": np.array(r["pid"], dtype=np.int64),
+                        "comm": pd.array(r["comm"], dtype="str")}
+                for f in flist:
+                    vals = [d.get(f) for d in r["f"]]
+                    cols[field_column(f)] = (_column(vals, f) if typed
+                                             else pd.array(vals, dtype=object))
+                df = pd.DataFrame(cols)
+                if len(df):
+                    order = np.lexsort((df["cpu"].to_numpy(), df["ts"].to_numpy()))
+                    df = df.iloc[order].reset_index(drop=True)
+                frames[key] = df[list(BASE_COLUMNS) + [field_column(f) for f in flist]]
+        return frames
+
+    def _fields(self, name, payload):
+        payload = payload.strip()
+        if name == "print":
+            if payload.startswith("ip="):
+                i = payload.find(" buf=")
+                if payload.startswith("ip=") and i >= 0:
+                    return {"ip": payload[3:i], "buf": payload[i + 5:]}
+            ip, sep, rest = payload.partition(": ")
+            if sep:
+                return {"ip": ip, "buf": rest}
+            return {"buf": payload}
+        # the compound forms never occur in -R output, so normalise in both modes
+        # (the mode guess from the first lines can be wrong for key=value formats)
+        out = _normalise(_split_kv(payload))
+        _task(payload, out)
+        if name == "rpc_request":
+            m = _RPC_RE.search(payload)
+            if m:
+                out.setdefault("version", m.group("ver"))
+                out.setdefault("async", "1" if m.group("a") else "0")
+                out.setdefault("progname", m.group("prog"))
+                out.setdefault("procname", m.group("proc"))
+        m = _PROBE_IP_RE.match(payload)
+        if m:
+            out.setdefault("__probe_ip", "0x" + m.group("ip"))
+        return out

@@ -1,0 +1,243 @@
+"""Parser of `trace-cmd report` / `trace-cmd report -R` text.
+
+Real output: `trace-cmd report` of the fixtures (or of a host trace recorded by
+the host_trace fixture of test_tracedat.py when there are no fixtures yet).
+A few inline lines written in the kernel's NFS/SUNRPC print formats check the
+normalisation rules one by one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nfsreaddir.reporttext import ReportText, looks_like_report
+from nfsreaddir.trace import TraceError, field_column, open_trace
+
+from test_tracedat import (TRACE_CMD, dat_files, host_trace, needs_trace_cmd,  # noqa: F401
+                           report_text)
+
+NFS_SYSTEMS = ("nfs", "nfs4", "sunrpc")
+
+
+def _names_by_system(dat):
+    t = open_trace(dat)
+    present = t.event_counts()
+    return t, present
+
+
+@needs_trace_cmd
+def test_default_and_raw_agree(dat_files, tmp_path):
+    """Both report styles give the same records; NFS/SUNRPC compound forms of
+    the default style normalise to the -R field values."""
+    for dat in dat_files:
+        t, present = _names_by_system(dat)
+        raw = ReportText(str(report_text(dat, tmp_path / "r.txt", raw=True)))
+        dflt = ReportText(str(report_text(dat, tmp_path / "d.txt", raw=False)))
+        assert raw.info["format"] == "report text -R"
+        assert dflt.info["format"] == "report text"
+        assert raw.info["cpus"] == dflt.info["cpus"]
+        names = sorted({n.split(":", 1)[1] for n in present})
+        fr_raw = raw.read({n: None for n in names})
+        fr_def = dflt.read({n: None for n in names})
+        checked = 0
+        for full, count in present.items():
+            system, name = full.split(":", 1)
+            a, b = fr_raw[name], fr_def[name]
+            assert len(a) == len(b) == count, (dat, full, len(a), len(b), count)
+            for c in ("ts", "cpu", "pid", "comm"):
+                assert (a[c].to_numpy() == b[c].to_numpy()).all(), (dat, full, c)
+            if system not in NFS_SYSTEMS + ("nfsprobe",) and full != "ftrace:print":
+                continue
+            fmt = t.event_format(full)
+            for fname in fmt.user_fields():
+                if fname not in a:
+                    continue
+                x = a[fname]
+                assert fname in b or not pd.api.types.is_integer_dtype(x), \
+                    f"{dat} {full}: default report parse lacks integer field {fname}"
+                if fname not in b:
+                    continue
+                y = b[fname]
+                if pd.api.types.is_integer_dtype(x) and pd.api.types.is_integer_dtype(y):
+                    assert (x.to_numpy() == y.to_numpy()).all(), (dat, full, fname)
+                    checked += 1
+                elif not pd.api.types.is_integer_dtype(x) and not pd.api.types.is_integer_dtype(y):
+                    if fname != "verifier":
+                        assert x.tolist() == y.tolist(), (dat, full, fname)
+            # the compound forms the brief names
+            for need in ("dev", "fileid", "task_id", "client_id"):
+                if need in a and need in b:
+                    assert (a[need].to_numpy() == b[need].to_numpy()).all(), (dat, full, need)
+            if full == "ftrace:print":
+                assert (a["buf"].to_numpy() == b["buf"].to_numpy()).all(), dat
+        print(f"{dat}: {checked} NFS/SUNRPC integer columns agree between report and -R")
+
+
+@needs_trace_cmd
+def test_text_matches_binary(dat_files, tmp_path):
+    """Typed -R parse equals the binary decode for integer and string fields."""
+    for dat in dat_files:
+        t, present = _names_by_system(dat)
+        rt = ReportText(str(report_text(dat, tmp_path / "r.txt", raw=True)))
+        fr_t = rt.read({n: None for n in present})
+        fr_s = rt.read({n: None for n in present}, typed=False)
+        fr_b = t.read({n: None for n in present})
+        for full in present:
+            a, b = fr_t[full], fr_b[full]
+            assert len(a) == len(b)
+            for c in ("ts", "cpu", "pid"):
+                assert (a[c].to_numpy() == b[c].to_numpy()).all(), (dat, full, c)
+            fmt = t.event_format(full)
+            for f in fmt.fields.values():
+                col = field_column(f.name)
+                if f.name.startswith("common_") or col not in a:
+                    continue
+                x = a[col]
+                if f.kind == "int" and pd.api.types.is_integer_dtype(x):
+                    mod = 1 << (8 * f.size)
+                    want = [int(v) % mod for v in b[col]]
+                    got = [int(v) % mod for v in x]
+                    if got != want:
+                        # -R prints %x fields without 0x: all-digit values are ambiguous
+                        raw = [str(v) for v in fr_s[full][col]]
+                        assert [int(v, 16) % mod for v in raw] == want, \
+                            f"{dat} {full}.{f.name}: {got[:3]} vs {want[:3]}"
+                elif f.kind == "str":
+                    assert [s.strip() for s in x] == [s.strip() for s in b[col]], (full, f.name)
+
+
+@needs_trace_cmd
+def test_six_decimal_timestamps(dat_files, tmp_path):
+    for dat in dat_files:
+        txt = tmp_path / "six.txt"
+        import subprocess
+        with open(txt, "wb") as f:
+            subprocess.run([TRACE_CMD, "report", "-i", str(dat)], check=True, stdout=f,
+                           stderr=subprocess.PIPE, timeout=900)
+        six = ReportText(str(txt))
+        nine = ReportText(str(report_text(dat, tmp_path / "nine.txt", raw=False)))
+        names = sorted(six.event_names())
+        a = six.read({n: [] for n in names})
+        b = nine.read({n: [] for n in names})
+        for n in names:
+            ts6, ts9 = a[n]["ts"].to_numpy(), b[n]["ts"].to_numpy()
+            assert (ts6 % 1000 == 0).all()
+            assert (np.abs(ts6 - ts9) <= 500).all(), n
+
+
+# ------------------------------------------------ inline normalisation cases
+
+LINES_DEFAULT = """\
+version = 7
+cpus=2
+CPU 1 is empty
+          ls-1234  [000]   100.000001: nfs_readdir_cache_fill: fileid=00:2e:1234 fhandle=0x1a2b3c4d version=5 cookie:verifier=0x10:0x00000000 cache_index=3 dtsize=1048576
+          ls-1234  [000]   100.000002: nfs_invalidate_mapping_enter: fileid=00:2e:1234 fhandle=0x1a2b3c4d version=5
+    paced-lister-510   [001]   100.000011: nfs_readdir_cache_fill: fileid=00:3c:12 fhandle=0x733f6154 version=1927654783227688960 cookie=00000000000000ff:0x1f cache_index=2 dtsize=65536
+    paced-lister-449   [000]   100.000012: nfs4_proc_readdir:    (ffffffffc07f2bf0) cookie=0 count=32768 plus=1
+          ls-1234  [000]   100.000003: rpc_request:          task:00000012@00000003 nfsv4 READDIR (async)
+          ls-1234  [000]   100.000004: rpc_request:          task:18@3 nfsv3 READDIRPLUS (sync)
+CPU:0 [12 EVENTS DROPPED]
+    kworker/0:1-77    [000]   100.000005: nfs4_readdir:         error=-5 (EIO) fileid=00:2e:1234 fhandle=0x1a2b3c4d
+ bash (x)-99      [000]   100.000006: print:                tracing_mark_write: phase start a=b c
+          ls-1234  [000]   100.000007: nfs_lookup_enter:     flags=0x4 (LOOKUP_FOLLOW) name=00:2e:77/foo bar
+          ls-1234  [000]   100.000008: readdir_probe:        (nfs_readdir+0x0) cookie=4096 name="abc d"
+tdtest:       ls-1234  [000]   100.000009: print:                tracing_mark_write: in instance
+"""
+
+
+@pytest.fixture
+def default_text(tmp_path):
+    p = tmp_path / "report.txt"
+    p.write_text(LINES_DEFAULT)
+    return p
+
+
+def test_normalisation(default_text):
+    t = open_trace(default_text)
+    assert t.info["format"] == "report text"
+    assert t.info["cpus"] == 2 and t.info["file_version"] == 7
+    names = t.event_names()
+    assert {"nfs:nfs_readdir_cache_fill", "sunrpc:rpc_request", "ftrace:print",
+            "nfs4:nfs4_readdir"} <= names
+    fr = t.read({"nfs:nfs_readdir_cache_fill": ["dev", "fileid", "cookie", "verifier",
+                                                 "index", "dtsize", "fhandle"],
+                 "nfs:nfs_invalidate_mapping_enter": ["dev", "fileid"],
+                 "sunrpc:rpc_request": ["task_id", "client_id"],
+                 "nfs4:nfs4_readdir": ["error", "dev", "fileid"],
+                 "ftrace:print": ["buf"],
+                 "nfsprobe:readdir_probe": ["cookie", "name"],
+                 "nfs:nfs_lookup_enter": ["flags", "name"],
+                 "nfs:not_there": ["dev"]})
+    r = fr["nfs:nfs_readdir_cache_fill"].iloc[0]
+    assert r["ts"] == 100_000_001_000 and r["cpu"] == 0 and r["pid"] == 1234 and r["comm"] == "ls"
+    assert r["dev"] == (0 << 20 | 0x2e) and r["fileid"] == 1234 and r["fhandle"] == 0x1A2B3C4D
+    assert r["cookie"] == 0x10 and r["verifier"] == "0x00000000" and r["index"] == 3
+    assert fr["nfs:nfs_invalidate_mapping_enter"]["dev"].tolist() == [0x2e]
+    rq = fr["sunrpc:rpc_request"]
+    assert rq["task_id"].tolist() == [0x12, 18] and rq["client_id"].tolist() == [3, 3]
+    rq = t.read({"rpc_request": ["version", "procname", "async", "progname"]})["rpc_request"]
+    assert rq["version"].tolist() == [4, 3] and rq["async"].tolist() == [1, 0]
+    assert rq["procname"].tolist() == ["READDIR", "READDIRPLUS"]
+    assert rq["progname"].tolist() == ["nfs", "nfs"]
+    cf = t.read({"nfs_readdir_cache_fill": ["cookie", "verifier", "index", "dev"]})[
+        "nfs_readdir_cache_fill"]
+    assert cf["cookie"].tolist() == [0x10, 0x1F] and cf["index"].tolist() == [3, 2]
+    assert cf["verifier"].tolist() == ["0x00000000", "00000000000000ff"]
+    assert cf["dev"].tolist() == [0x2e, 0x3c]
+    pr = t.read({"nfsprobe:nfs4_proc_readdir": None})["nfsprobe:nfs4_proc_readdir"]
+    assert pr["__probe_ip"].tolist() == [0xFFFFFFFFC07F2BF0] and pr["count"].tolist() == [32768]
+    r4 = fr["nfs4:nfs4_readdir"].iloc[0]
+    assert r4["error"] == -5 and r4["fileid"] == 1234 and r4["comm"] == "kworker/0:1"
+    pr = fr["ftrace:print"]
+    assert pr["buf"].tolist() == ["phase start a=b c"] and pr["comm"].tolist() == ["bash (x)"]
+    kp = fr["nfsprobe:readdir_probe"].iloc[0]
+    assert kp["cookie"] == 4096 and kp["name"] == "abc d"
+    lk = fr["nfs:nfs_lookup_enter"].iloc[0]
+    assert lk["flags"] == 4 and lk["name"] == "00:2e:77/foo bar"
+    assert len(fr["nfs:not_there"]) == 0 and list(fr["nfs:not_there"].columns)[-1] == "dev"
+    assert t.info["lost_events"] == [{"cpu": 0, "ts": 100_000_005_000, "count": 12}]
+    fmt = t.event_format("nfs:nfs_readdir_cache_fill")
+    assert {"dev", "fileid", "cookie", "index"} <= set(fmt.user_fields())
+    assert fmt.fields["fileid"].kind == "int" and t.event_format("nfs:nope") is None
+    assert t.event_counts()["sunrpc:rpc_request"] == 2
+    inst = open_trace(default_text, instance="tdtest")
+    assert inst.read({"print": ["buf"]})["print"]["buf"].tolist() == ["in instance"]
+
+
+def test_raw_lines(tmp_path):
+    p = tmp_path / "raw.txt"
+    p.write_text(
+        "cpus=4\n"
+        "  sleep-6573  [003]   279.096432789: print:                 ip=tracing_mark_write buf=hello a=b\n"
+        "  ls-7505  [001]   704.651925477: sched_wakeup:          comm=python pid=7483 prio=120 target_cpu=001\n"
+        "  qemu-6377  [000]   279.131157466: libc_openat:           __probe_ip=7f26a65fb150 dfd=-100 path=. flags=0x230000 comm=qemu x\n"
+        "  qemu-6377  [000]   279.131157467: libc_openat:           __probe_ip=7f26a65fb000 dfd=14 path=etc flags=0x0 comm=qemu\n")
+    t = open_trace(p)
+    assert t.info["format"] == "report text -R"
+    fr = t.read({"print": None, "sched_wakeup": None, "uprobes:libc_openat": None})
+    assert fr["print"]["buf"].tolist() == ["hello a=b"]
+    assert fr["print"]["ts"].tolist() == [279_096_432_789]
+    w = fr["sched_wakeup"]
+    assert list(w.columns) == ["ts", "cpu", "pid", "comm", "field_comm", "field_pid", "prio",
+                               "target_cpu"]
+    assert w["pid"].tolist() == [7505] and w["field_pid"].tolist() == [7483]
+    o = fr["uprobes:libc_openat"]
+    assert o["__probe_ip"].tolist() == [0x7F26A65FB150, 0x7F26A65FB000]
+    assert o["dfd"].tolist() == [-100, 14] and o["flags"].tolist() == [0x230000, 0]
+    assert o["field_comm"].tolist() == ["qemu x", "qemu"]
+    with pytest.raises(TraceError) as ei:
+        t.read({"print": ["nope"]})
+    assert "nope" in str(ei.value) and "buf" in str(ei.value)
+
+
+def test_not_report_text(tmp_path):
+    p = tmp_path / "x.txt"
+    p.write_text("just some\nlog file\n")
+    assert not looks_like_report(p.read_bytes())
+    with pytest.raises(TraceError, match="neither"):
+        open_trace(p)
+    with pytest.raises(TraceError):
+        ReportText(str(p))

@@ -1,0 +1,641 @@
+"""trace.dat reader vs `trace-cmd report -R`, conversions, and damaged files.
+
+Traces under test: every *.dat under tests/fixtures (recursively; recorded by
+the project's reproducer in 5.10 / 6.1 guests).  When there are none, a short
+real trace of this host is recorded into a tmp dir through tracefs (skipped
+when tracefs is not writable or trace-cmd is missing).  No trace file is
+committed by these tests.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nfsreaddir.reporttext import ReportText
+from nfsreaddir.trace import BASE_COLUMNS, TraceError, field_column, open_trace
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "fixtures"
+TRACE_CMD = shutil.which("trace-cmd")
+TRACEFS = Path("/sys/kernel/tracing")
+HOST_INSTANCE = "nfsreaddir_test"
+
+needs_trace_cmd = pytest.mark.skipif(TRACE_CMD is None, reason="trace-cmd is not installed")
+
+
+# ------------------------------------------------------------------ helpers
+
+def fixture_files():
+    if not FIXTURES.is_dir():
+        return []
+    return sorted(p for p in FIXTURES.rglob("*.dat") if p.is_file())
+
+
+def report_text(dat, out_txt, raw=True, instance=None):
+    """`trace-cmd report [-R] -t` of ``dat`` into ``out_txt``."""
+    cmd = [TRACE_CMD, "report", "-t", "-i", str(dat)]
+    if raw:
+        cmd.insert(2, "-R")
+    with open(out_txt, "wb") as f:
+        subprocess.run(cmd, check=True, stdout=f, stderr=subprocess.PIPE, timeout=900)
+    return out_txt
+
+
+def trace_cmd_compressions():
+    r = subprocess.run([TRACE_CMD, "list", "-c"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    return set(re.findall(r"^\s*(\w+),", r.stdout.decode("utf-8", "replace"), re.M))
+
+
+def convert(src, dst, version, compression=None):
+    """`trace-cmd convert`; returns None on success, else the tool's output."""
+    cmd = [TRACE_CMD, "convert", "-i", str(src), "-o", str(dst),
+           "--file-version", str(version)]
+    if compression:
+        cmd += ["--compression", compression]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    if r.returncode != 0 or not Path(dst).exists():
+        return r.stdout.decode("utf-8", "replace")[-500:]
+    return None
+
+
+class Syms:
+    """Kernel symbol lookup from the kallsyms saved in the trace."""
+
+    def __init__(self, trace):
+        self.addrs, self.names = trace.kallsyms()
+
+    def names_for(self, value):
+        i = int(np.searchsorted(self.addrs, np.uint64(value), side="right")) - 1
+        out = []
+        if i < 0:
+            return out
+        a = int(self.addrs[i])
+        while i >= 0 and int(self.addrs[i]) == a:
+            out.append((self.names[i], value - a))
+            i -= 1
+        return out
+
+
+_SYM_RE = re.compile(r"^([A-Za-z_.$][\w.$]*)(?:\+0x([0-9a-f]+))?(?:/0x[0-9a-f]+)?(?: \[\w+\])?$")
+
+
+def int_matches(b, s, size, syms):
+    """Is the -R text ``s`` one of the ways trace-cmd prints integer ``b``?
+
+    -R prints each field with the conversion of its print format (decimal,
+    hex with or without 0x, %ps/%pS symbols) or by its type.
+    """
+    s = s.strip()
+    mod = 1 << (8 * size)
+    cands = set()
+    for base in (10, 16):
+        try:
+            cands.add(int(s, base) % mod)
+        except ValueError:
+            pass
+    if b % mod in cands:
+        return True
+    m = _SYM_RE.match(s)
+    if m and syms is not None:
+        off = int(m.group(2), 16) if m.group(2) else None
+        for name, o in syms.names_for(b % (1 << 64)):
+            if name == m.group(1) and (off is None or off == o):
+                return True
+    return False
+
+
+def arr_bytes(s):
+    inner = s[len("ARRAY["):].rstrip("]").strip()
+    return bytes(int(x, 16) for x in inner.split(",") if x.strip())
+
+
+def text_matches(b, s, kind):
+    if s is None:
+        return False
+    if kind == "str":
+        if b.strip() == s.strip():
+            return True
+        return s.startswith("ARRAY[") and arr_bytes(s).split(b"\0", 1)[0] == b.encode()
+    if s.startswith("ARRAY["):
+        return arr_bytes(s) == b
+    return b.split(b"\0", 1)[0].decode("utf-8", "replace").strip() == s.strip()
+
+
+def _request_all(trace, rt):
+    """Binary and text requests for every event name the report shows."""
+    byname = {}
+    for full in trace.event_names():
+        byname.setdefault(full.split(":", 1)[1], []).append(full)
+    names = sorted({n.rsplit(":", 1)[-1] for n in rt.event_names()})
+    req = {}
+    for n in names:
+        fulls = byname.get(n, [])
+        assert len(fulls) == 1, f"event {n} of the report has {len(fulls)} formats"
+        req[fulls[0]] = None
+    return req, {n: None for n in names}
+
+
+def compare_with_report(dat, tmp_path, instance=None):
+    """Decode every event of ``dat`` and compare with `trace-cmd report -R -t`."""
+    txt = report_text(dat, tmp_path / (Path(dat).name + ".R.txt"))
+    rt = ReportText(str(txt), instance=instance)
+    t = open_trace(dat, instance=instance)
+    req_bin, req_txt = _request_all(t, rt)
+    text_frames = rt.read(req_txt, typed=False)
+    bin_frames = t.read(req_bin)
+    if rt.info["format"] != "report text -R":
+        assert not req_bin, rt.info
+    syms = Syms(t)
+    problems = []
+    total = 0
+    for full, bdf in bin_frames.items():
+        name = full.split(":", 1)[1]
+        tdf = text_frames[name]
+        fmt = t.event_format(full)
+        total += len(bdf)
+        assert len(bdf) == len(tdf), f"{dat} {full}: decoded {len(bdf)}, report has {len(tdf)}"
+        if not len(bdf):
+            continue
+        assert list(bdf.columns[:4]) == list(BASE_COLUMNS)
+        for c in ("ts", "cpu", "pid"):
+            np.testing.assert_array_equal(bdf[c].to_numpy(), tdf[c].to_numpy(),
+                                          err_msg=f"{dat} {full} {c}")
+        bc = bdf["comm"].to_numpy(dtype=object)
+        tc = tdf["comm"].to_numpy(dtype=object)
+        bad = np.flatnonzero((bc != "<...>") & (bc != tc))
+        if len(bad):
+            problems.append(f"{full} comm row {bad[0]}: {bc[bad[0]]!r} vs {tc[bad[0]]!r}")
+        for fname in fmt.user_fields():
+            f = fmt.fields[fname]
+            col = field_column(fname)
+            bvals = bdf[col].tolist()
+            tvals = tdf[col].tolist() if col in tdf else [None] * len(bdf)
+            for i, (b, s) in enumerate(zip(bvals, tvals)):
+                if f.kind == "int":
+                    ok = s is not None and int_matches(int(b), s, f.size, syms)
+                else:
+                    ok = text_matches(b, s, f.kind)
+                if not ok:
+                    problems.append(f"{full}.{fname} row {i}: decoded {b!r}, report {s!r}")
+                    break
+    assert not problems, f"{dat}:\n" + "\n".join(problems[:8])
+    # lost events: same cpus and counts as the report's "EVENTS DROPPED" lines
+    def lost(info):
+        return sorted((d["cpu"], d["count"] if d["count"] is not None else -1)
+                      for d in info["lost_events"])
+    assert lost(t.info) == lost(rt.info), (t.info["lost_events"], rt.info["lost_events"])
+    for d in t.info["lost_events"]:
+        assert isinstance(d["ts"], int) and d["cpu"] >= 0
+    return t, bin_frames, total
+
+
+def frames_equal(a, b, what):
+    assert set(a) == set(b), what
+    for k in a:
+        pd.testing.assert_frame_equal(a[k].reset_index(drop=True), b[k].reset_index(drop=True),
+                                      check_dtype=True, obj=f"{what} {k}")
+
+
+_PRESENT = {}
+
+
+def present_events(path):
+    """Events with records in ``path`` (plus one absent name), for whole-file reads."""
+    key = str(path)
+    if key not in _PRESENT:
+        _PRESENT[key] = sorted(open_trace(path).event_counts()) + ["nfs:not_in_this_trace"]
+    return _PRESENT[key]
+
+
+def read_all(path, instance=None, events=None):
+    t = open_trace(path, instance=instance)
+    return t, t.read({n: None for n in (events or present_events(path))})
+
+
+# ------------------------------------------------------------ host trace
+
+def _write(path, value):
+    Path(path).write_text(value)
+
+
+@pytest.fixture(scope="session")
+def host_trace(tmp_path_factory):
+    """A short real trace of this host (kmem, sched, trace_marker, one instance)."""
+    if TRACE_CMD is None:
+        pytest.skip("trace-cmd is not installed")
+    if not (TRACEFS / "tracing_on").exists():
+        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if not os.access(TRACEFS / "tracing_on", os.W_OK):
+        pytest.skip("tracefs is not writable here (needs root); no host trace to test on")
+    out = tmp_path_factory.mktemp("host") / "host.dat"
+    inst = TRACEFS / "instances" / HOST_INSTANCE
+    events = ["kmem/kmem_cache_free", "sched/sched_switch", "sched/sched_wakeup"]
+    on0 = (TRACEFS / "tracing_on").read_text().strip()
+    enabled = []
+    made_inst = False
+    try:
+        _write(TRACEFS / "tracing_on", "0")
+        for e in events:
+            p = TRACEFS / "events" / e / "enable"
+            if p.read_text().strip() == "0":
+                _write(p, "1")
+                enabled.append(p)
+        if not inst.exists():
+            inst.mkdir()
+            made_inst = True
+            # a tiny buffer that overflows: lost events to check
+            _write(inst / "buffer_size_kb", "8")
+            for e in ("sched/sched_switch", "kmem/kmem_cache_free"):
+                _write(inst / "events" / e / "enable", "1")
+        _write(TRACEFS / "tracing_on", "1")
+        for i in range(3):
+            _write(TRACEFS / "trace_marker", f"nfsreaddir test marker {i}\n")
+            subprocess.run(["ls", "-la", "/usr/bin"], stdout=subprocess.DEVNULL)
+        _write(TRACEFS / "trace_marker", "no newline")
+        if made_inst:
+            _write(inst / "trace_marker", "marker in the instance\n")
+        time.sleep(0.05)
+        _write(TRACEFS / "tracing_on", "0")
+        if made_inst:
+            _write(inst / "tracing_on", "0")
+        cmd = [TRACE_CMD, "extract", "-o", str(out)]
+        if made_inst:
+            cmd += ["-t", "-B", HOST_INSTANCE]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    finally:
+        for p in enabled:
+            _write(p, "0")
+        if made_inst and inst.exists():
+            try:
+                for e in ("sched/sched_switch", "kmem/kmem_cache_free"):
+                    _write(inst / "events" / e / "enable", "0")
+                inst.rmdir()
+            except OSError:
+                pass
+        _write(TRACEFS / "tracing_on", on0)
+    if r.returncode != 0 or not out.exists():
+        pytest.skip(f"trace-cmd extract failed: {r.stdout.decode(errors='replace')[-300:]}")
+    return out
+
+
+@pytest.fixture(scope="session")
+def dat_files(request):
+    """The fixtures, or (when there are none yet) the host trace."""
+    fx = fixture_files()
+    if fx:
+        return fx
+    return [request.getfixturevalue("host_trace")]
+
+
+# -------------------------------------------------------------------- tests
+
+def test_fixtures_present():
+    if not fixture_files():
+        pytest.skip(f"no *.dat fixtures under {FIXTURES} yet (the reproducer records them); "
+                    "the other tests ran on a host trace recorded for the test")
+
+
+@needs_trace_cmd
+def test_decode_matches_report_raw(dat_files, tmp_path):
+    for dat in dat_files:
+        t, frames, total = compare_with_report(dat, tmp_path)
+        assert total > 0, f"{dat}: no events decoded"
+        assert t.info["format"].startswith("trace.dat v")
+        for df in frames.values():
+            assert df["ts"].dtype == np.int64
+            assert df["ts"].is_monotonic_increasing
+
+
+@needs_trace_cmd
+def test_host_trace_instance_and_lost_events(host_trace, tmp_path):
+    """Host trace (also when fixtures exist): top instance, a buffer instance
+    whose tiny buffer overflowed (lost events), absolute time stamps."""
+    t = open_trace(host_trace)
+    assert HOST_INSTANCE in t.info["instances"], t.info["instances"]
+    compare_with_report(host_trace, tmp_path)
+    ti, _, total = compare_with_report(host_trace, tmp_path, instance=HOST_INSTANCE)
+    assert total > 0
+    assert ti.info["lost_events"], "the 8 KB instance buffer should have dropped events"
+    with pytest.raises(TraceError, match="no_such_instance"):
+        open_trace(host_trace, instance="no_such_instance")
+
+
+def test_instances_of_fixtures(dat_files, tmp_path):
+    for dat in dat_files:
+        t = open_trace(dat)
+        for inst in t.info["instances"]:
+            if inst:
+                compare_with_report(dat, tmp_path, instance=inst)
+
+
+@needs_trace_cmd
+def test_conversions_identical(dat_files, tmp_path):
+    """v6, v7 uncompressed, v7 zstd/zlib (trace-cmd convert) decode to equal frames."""
+    have = trace_cmd_compressions()
+    skipped = []
+    for dat in dat_files:
+        events = present_events(dat)
+        base_t, base = read_all(dat, events=events)
+        variants = [("v6", 6, None), ("v7-none", 7, "none")]
+        for comp in ("zstd", "zlib"):
+            if comp in have:
+                variants.append((f"v7-{comp}", 7, comp))
+            else:
+                skipped.append(comp)
+        for label, ver, comp in variants:
+            out = tmp_path / f"{Path(dat).stem}.{label}.dat"
+            err = convert(dat, out, ver, comp)
+            assert err is None, f"trace-cmd convert {label} failed: {err}"
+            t, fr = read_all(out, events=events)
+            assert t.info["version"] == ver
+            frames_equal(base, fr, f"{dat} vs {label}")
+            assert t.info["lost_events"] == base_t.info["lost_events"]
+            out.unlink()
+        # zlib by re-compressing the real data ourselves when trace-cmd lacks it
+        if "zlib" not in have:
+            src = tmp_path / "src-v7.dat"
+            assert convert(dat, src, 7, "zstd" if "zstd" in have else "none") is None
+            zl = tmp_path / f"{Path(dat).stem}.v7-zlib-py.dat"
+            recompress_v7(src, zl, "zlib")
+            t, fr = read_all(zl, events=events)
+            assert t.info["format"] == "trace.dat v7 zlib"
+            frames_equal(base, fr, f"{dat} vs python-made zlib v7")
+    if skipped:
+        print(f"trace-cmd here lacks {sorted(set(skipped))}; zlib checked on a re-compressed copy")
+
+
+def test_unknown_field_and_absent_event(dat_files):
+    t = open_trace(dat_files[0])
+    name = sorted(t.event_names())[0]
+    with pytest.raises(TraceError) as ei:
+        t.read({name: ["no_such_field_xyz"]})
+    msg = str(ei.value)
+    assert "no_such_field_xyz" in msg and "common_pid" in msg
+    fr = t.read({"nfs:no_such_event_xyz": ["dev", "fileid"]})
+    df = fr["nfs:no_such_event_xyz"]
+    assert len(df) == 0 and list(df.columns) == ["ts", "cpu", "pid", "comm", "dev", "fileid"]
+
+
+def test_field_types(dat_files):
+    for dat in dat_files:
+        t = open_trace(dat)
+        for name in sorted(t.event_names()):
+            fmt = t.event_format(name)
+            for f in fmt.fields.values():
+                if f.kind == "int":
+                    assert f.dtype in (np.dtype(np.int64), np.dtype(np.uint64))
+        fr = t.read({n: None for n in present_events(dat)})
+        for name, df in fr.items():
+            if not len(df):
+                continue
+            fmt = t.event_format(name)
+            for fname in fmt.user_fields():
+                f = fmt.fields[fname]
+                col = df[field_column(fname)]
+                if f.kind == "int":
+                    assert col.dtype == f.dtype, (name, fname, col.dtype)
+                elif len(col):
+                    want = str if f.kind == "str" else bytes
+                    assert all(isinstance(v, want) for v in col.head(50)), (name, fname)
+            assert df["cpu"].between(0, 1 << 16).all()
+
+
+def test_print_buf(dat_files):
+    for dat in dat_files:
+        t = open_trace(dat)
+        if "ftrace:print" not in t.event_names():
+            continue
+        df = t.read({"ftrace:print": ["buf"]})["ftrace:print"]
+        assert not df["buf"].str.endswith("\n").any()
+
+
+# ---------------------------------------------------------- damaged files
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(*_):
+    raise _Timeout()
+
+
+def _attempt(path, events, seconds=20):
+    """Open + read ``events``; returns 'ok' or the TraceError.  Any other
+    exception or a hang fails the test."""
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(seconds)
+    try:
+        t = open_trace(path)
+        t.read({n: None for n in events})
+        return "ok"
+    except TraceError as e:
+        assert str(e), "TraceError without a message"
+        return e
+    except _Timeout:
+        pytest.fail(f"reading {path} took more than {seconds}s (hang?)")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _data_ranges(path):
+    t = open_trace(path)
+    return [(off, off + size) for _, off, size in t._buf.cpus if size]
+
+
+def test_truncated(dat_files, tmp_path):
+    for dat in dat_files:
+        events = present_events(dat)
+        data = Path(dat).read_bytes()
+        ranges = _data_ranges(dat)
+        cuts = {0, 3, 10, 12, 17, 40, 200, 1000, len(data) // 3, len(data) - 1}
+        for lo, hi in ranges:
+            cuts |= {lo, lo + 1, lo + 4096 + 7, (lo + hi) // 2, hi - 5}
+        cuts = sorted(c for c in cuts if 0 <= c < len(data))
+        for cut in cuts:
+            p = tmp_path / "cut.dat"
+            p.write_bytes(data[:cut])
+            r = _attempt(p, events)
+            assert r != "ok", f"{dat} cut at {cut}/{len(data)} read without error"
+        # cut in the middle of the last cpu's data: earlier events come back as partial
+        lo, hi = max(ranges)
+        p = tmp_path / "cut.dat"
+        p.write_bytes(data[:(lo + hi) // 2])
+        r = _attempt(p, events)
+        assert isinstance(r, TraceError)
+        if r.partial is not None:
+            assert isinstance(r.partial, dict)
+
+
+def test_corrupt_bytes_fuzz(dat_files, tmp_path):
+    """Seeded random damage in headers, metadata and ring-buffer data."""
+    rnd = random.Random(20240607)
+    per_file = max(30, 240 // len(dat_files))
+    for dat in dat_files:
+        events = present_events(dat)
+        data = Path(dat).read_bytes()
+        regions = [(0, min(len(data), 4096))] + _data_ranges(dat)
+        counts = {"ok": 0, "err": 0}
+        for i in range(per_file):
+            b = bytearray(data)
+            lo, hi = rnd.choice(regions)
+            hi = min(hi, len(b))
+            mode = rnd.choice(["bit", "word", "zero", "ff"])
+            for _ in range(rnd.randint(1, 8)):
+                j = rnd.randrange(lo, hi)
+                if mode == "bit":
+                    b[j] ^= 1 << rnd.randrange(8)
+                elif mode == "word":
+                    b[j:j + 4] = rnd.randbytes(4)
+                elif mode == "zero":
+                    b[j:j + 64] = bytes(len(b[j:j + 64]))
+                else:
+                    b[j:j + 16] = b"\xff" * len(b[j:j + 16])
+            p = tmp_path / "fuzz.dat"
+            p.write_bytes(bytes(b))
+            r = _attempt(p, events)
+            counts["ok" if r == "ok" else "err"] += 1
+        assert counts["err"] > 0, counts
+
+
+def test_not_a_trace(tmp_path):
+    cases = {"empty": b"", "text": b"hello world\nthis is not a trace\n",
+             "badmagic": b"\x17\x08\x44trazing6\x00" + bytes(100),
+             "badversion": b"\x17\x08\x44tracing9\x00" + bytes(100),
+             "binary": bytes(range(256)) * 8}
+    for name, data in cases.items():
+        p = tmp_path / name
+        p.write_bytes(data)
+        with pytest.raises(TraceError):
+            t = open_trace(p)
+            t.read({"ftrace:print": ["buf"]})
+    with pytest.raises(TraceError):
+        open_trace(tmp_path / "does-not-exist.dat")
+
+
+# -------------------------------------------------- zlib re-compression
+
+def recompress_v7(src, dst, algo="zlib"):
+    """Write ``src`` (a trace-cmd v7 file) again with every compressed section
+    and data chunk re-compressed with ``algo`` (only zlib).  Used when the
+    local trace-cmd cannot make zlib files; the trace data stays the real one.
+    """
+    from nfsreaddir import tracedat as td
+    assert algo == "zlib"
+    t = open_trace(src)
+    e = "little" if t._e == "<" else "big"
+    mm = Path(src).read_bytes()
+
+    def u(x, n):
+        return x.to_bytes(n, e)
+
+    def rd(off, n):
+        return int.from_bytes(mm[off:off + n], e)
+
+    def section(off):
+        sid, flags, sdesc, size = rd(off, 2), rd(off + 2, 2), rd(off + 4, 4), rd(off + 8, 8)
+        payload = mm[off + 16:off + 16 + size]
+        if flags & 1:
+            cs, us = rd(off + 16, 4), rd(off + 20, 4)
+            payload = td._decompress(t.compression, mm[off + 24:off + 24 + cs], us, "section")
+        return sid, flags, sdesc, payload
+
+    out = bytearray(mm[:18])          # magic, "7\0", endian, long size, page size
+    out += b"zlib\0" + zlib.ZLIB_VERSION.encode() + b"\0"
+    opt_ptr_at = len(out)
+    out += bytes(8)
+
+    def put_section(sid, flags, sdesc, payload):
+        off = len(out)
+        if flags & 1:
+            comp = zlib.compress(payload)
+            body = u(len(comp), 4) + u(len(payload), 4) + comp
+        else:
+            body = payload
+        out.extend(u(sid, 2) + u(flags, 2) + u(sdesc, 4) + u(len(body), 8) + body)
+        return off
+
+    # walk the options chain of the source
+    opts = []
+    off = rd(18 + len(t.compression) + 1 + len(t.compression_version) + 1, 8)
+    while off:
+        _, _, _, payload = section(off)
+        pos, off = 0, 0
+        while pos < len(payload):
+            oid, size = int.from_bytes(payload[pos:pos + 2], e), int.from_bytes(
+                payload[pos + 2:pos + 6], e)
+            data = payload[pos + 6:pos + 6 + size]
+            pos += 6 + size
+            if oid == 0:
+                off = int.from_bytes(data[:8], e)
+                break
+            opts.append((oid, data))
+    new_opts = []
+    for oid, data in opts:
+        if oid in (15, 16, 17, 18, 19, 20, 21) and len(data) == 8:
+            sid, flags, sdesc, payload = section(int.from_bytes(data, e))
+            new_opts.append((oid, u(put_section(sid, flags, sdesc, payload), 8)))
+        elif oid == td.OPT_BUFFER:
+            soff = int.from_bytes(data[:8], e)
+            p = 8
+            name_end = data.index(b"\0", p)
+            clock_end = data.index(b"\0", name_end + 1)
+            p = clock_end + 1
+            page_size = int.from_bytes(data[p:p + 4], e)
+            ncpu = int.from_bytes(data[p + 4:p + 8], e)
+            cpus = []
+            q = p + 8
+            for _ in range(ncpu):
+                cpus.append((int.from_bytes(data[q:q + 4], e), int.from_bytes(data[q + 4:q + 12], e),
+                             int.from_bytes(data[q + 12:q + 20], e)))
+                q += 20
+            sid, flags, sdesc = rd(soff, 2), rd(soff + 2, 2), rd(soff + 4, 4)
+            sec_off = len(out)
+            out.extend(u(sid, 2) + u(flags, 2) + u(sdesc, 4) + bytes(8))
+            new_cpus = []
+            for cpu, coff, csize in cpus:
+                out.extend(bytes((-len(out)) % page_size))
+                start = len(out)
+                if not csize:
+                    new_cpus.append((cpu, 0, 0))
+                    continue
+                if flags & 1:
+                    n = rd(coff, 4)
+                    out.extend(u(n, 4))
+                    pos = coff + 4
+                    for _ in range(n):
+                        cs, us = rd(pos, 4), rd(pos + 4, 4)
+                        raw = td._decompress(t.compression, mm[pos + 8:pos + 8 + cs], us, "chunk")
+                        comp = zlib.compress(raw)
+                        out.extend(u(len(comp), 4) + u(us, 4) + comp)
+                        pos += 8 + cs
+                    new_cpus.append((cpu, start, len(out) - start - 4))
+                else:
+                    out.extend(mm[coff:coff + csize])
+                    new_cpus.append((cpu, start, csize))
+            out[sec_off + 8:sec_off + 16] = u(len(out) - sec_off - 16, 8)
+            nd = u(sec_off, 8) + data[8:p + 4] + u(len(new_cpus), 4)
+            for cpu, coff, csize in new_cpus:
+                nd += u(cpu, 4) + u(coff, 8) + u(csize, 8)
+            new_opts.append((oid, nd))
+        else:
+            new_opts.append((oid, data))
+    body = b"".join(u(oid, 2) + u(len(d), 4) + d for oid, d in new_opts)
+    body += u(0, 2) + u(8, 4) + u(0, 8)
+    opt_off = put_section(0, 1, 0, body)
+    out[opt_ptr_at:opt_ptr_at + 8] = u(opt_off, 8)
+    Path(dst).write_bytes(bytes(out))
