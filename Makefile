@@ -28,7 +28,7 @@ test-kernel: setup-build
 	NFSRT_TEST_KERNEL=1 $(PYTEST) -ra -m kernel tests/test_kernel_series.py
 
 test-bisect: setup-build
-	NFSRT_TEST_BISECT=1 $(PYTEST) -ra tests/test_bisect.py
+	NFSRT_TEST_BISECT=1 $(PYTEST) -ra -s tests/test_bisect.py::test_bisect_names_the_cookie_resume_fix
 
 # Re-record the test fixtures with the reproducer (see tests/fixtures/*/COMMAND).
 fixtures: setup

@@ -53,6 +53,8 @@ class Listing:
     restarts: list = field(default_factory=list)
     invalidations: list = field(default_factory=list)
     cache_range_trims: int = 0
+    getdents: int | None = None     # None: the kernel has no getdents event
+    rewinds: list = field(default_factory=list)     # ts of each seek back to 0
     dentries: dict = field(default_factory=dict)
 
     @property
@@ -66,9 +68,11 @@ class Listing:
             "dev": self.dev, "dir_fileid": self.fileid,
             "seconds": round((self.end - self.start) / NS, 3),
             "entries": self.entries, "status": self.status, "timed_out": self.timed_out,
+            "getdents": self.getdents,
             "readdirs": int(len(self.rpcs)),
             "cookie_zero_readdirs": int((cookies == 0).sum()),
             "restarts": len(self.restarts),
+            "rewinds": len(self.rewinds),
             "refetched_readdirs": sum(r.refetched for r in self.restarts),
             "restart_cost_seconds": round(sum(r.cost_ns for r in self.restarts) / NS, 3),
             "invalidations": len(self.invalidations),
@@ -95,6 +99,7 @@ class Analysis:
                 "cookies_known": self.cookies_known,
                 "listings": [lst.summary() for lst in self.listings],
                 "restarts": [[vars(r) for r in lst.restarts] for lst in self.listings],
+                "rewinds": [lst.rewinds for lst in self.listings],
                 "invalidations": [[vars(i) for i in lst.invalidations]
                                   for lst in self.listings]}
 
@@ -103,7 +108,7 @@ def _opt_int(v):
     return None if v is None or pd.isna(v) else int(v)
 
 
-def _restarts(rpcs, invalidation_ts):
+def _restarts(rpcs, invalidation_ts, rewind_ts=np.array([], dtype=np.int64)):
     """Cookie-0 READDIRs after the first READDIR, and what each one cost.
 
     The cost is counted until a READDIR asks for a cookie above every cookie asked before the
@@ -116,7 +121,8 @@ def _restarts(rpcs, invalidation_ts):
     out = []
     reached = None
     for i, c in enumerate(cookies):
-        if i > 0 and c == 0:
+        asked = ((rewind_ts > ts[i - 1]) & (rewind_ts <= ts[i])).any() if i else False
+        if i > 0 and c == 0 and not asked:
             j = i
             while j < len(cookies) and cookies[j] <= reached:
                 j += 1
@@ -178,7 +184,7 @@ def _dentries(samples, start, end):
     return out
 
 
-def _windows(rpc, phases):
+def _windows(rpc, phases, calls):
     """(pid, start, end, phase) for each listing."""
     out = []
     if phases:
@@ -188,6 +194,16 @@ def _windows(rpc, phases):
             pids = rows["pid"].value_counts()
             pid = int(pids.index[0]) if len(pids) else p.pid
             out.append((pid, p.start, end, p))
+        return out
+    opens = calls[calls["call"] == "opendir"]
+    if len(opens):
+        closes = calls[calls["call"] == "closedir"]
+        for pid, fileid, ts in zip(opens["pid"], opens["fileid"], opens["ts"]):
+            c = closes[(closes["pid"] == pid) & (closes["fileid"] == fileid) &
+                       (closes["ts"] > ts)]["ts"]
+            end = int(c.iloc[0]) if len(c) else int(rpc["ts"].max())
+            if ((rpc["pid"] == pid) & (rpc["ts"] >= ts) & (rpc["ts"] <= end)).any():
+                out.append((int(pid), int(ts), end, None))
         return out
     keys = ["pid"] + [c for c in ("dev", "fileid") if rpc[c].notna().any()]
     for key, rows in rpc.groupby(keys, sort=False):
@@ -207,8 +223,9 @@ def analyze(trace):
     marks = markers_mod.parse(tables["markers"])
     cookies_known = "cookie" in {k for s in tables["sources"]["rpc"] for k in s.fields}
     invals, revals, ranges = tables["invalidations"], tables["revalidations"], tables["ranges"]
+    calls = tables["calls"]
     listings = []
-    for pid, start, end, phase in _windows(rpc, marks.phases):
+    for pid, start, end, phase in _windows(rpc, marks.phases, calls):
         rows = rpc[(rpc["pid"] == pid) & (rpc["ts"] >= start) & (rpc["ts"] <= end)]
         dev = _opt_int(rows["dev"].dropna().iloc[0]) if rows["dev"].notna().any() else None
         fileid = (_opt_int(rows["fileid"].dropna().iloc[0]) if rows["fileid"].notna().any()
@@ -219,8 +236,14 @@ def analyze(trace):
             lst.phase, lst.status, lst.entries = phase.name, phase.status, phase.entries
         my_invals = _select(invals, lst)
         inv_ts = my_invals["ts"].to_numpy()
+        if tables["sources"]["calls"]:
+            mine = calls[(calls["pid"] == pid) & (calls["ts"] >= start) & (calls["ts"] <= end)]
+            lst.getdents = int((mine["call"] == "getdents").sum())
+            seeks = mine[(mine["call"] == "llseek") & (mine["pos"] == 0)]
+            lst.rewinds = [int(t) for t in seeks["ts"]]
+        rewind_ts = np.array(lst.rewinds, dtype=np.int64)
         if cookies_known:
-            lst.restarts = _restarts(lst.rpcs, inv_ts)
+            lst.restarts = _restarts(lst.rpcs, inv_ts, rewind_ts)
         restart_ts = np.array([r.ts for r in lst.restarts], dtype=np.int64)
         my_revals = _select(revals, lst) if len(revals) else revals
         prev = start

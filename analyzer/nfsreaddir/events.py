@@ -6,7 +6,8 @@ events fill them and how their fields map:
     rpc            a READDIR/READDIRPLUS sent: ts, pid, comm, dev, fileid, cookie, dtsize, plus
     invalidations  the directory's page cache thrown away: ts, pid, dev, fileid, reason
     revalidations  attribute checks that can lead to one: ts, pid, dev, fileid, step
-    calls          getdents, opendir, llseek... (only kernels with this project's series)
+    calls          getdents, opendir, closedir, llseek: ts, pid, dev, fileid, call, pos, cookie
+                   (only kernels with this project's series)
     markers        the reproducer's trace_marker lines: ts, pid, text
 
 Sources of a table come in groups, best group first; a trace uses the first group it has events
@@ -80,6 +81,19 @@ REVALIDATION_SOURCES = [
            where=("procname", ("GETATTR",))),
 ]
 
+# What the reader asked for: getdents, opendir, closedir and seeks on the directory. Only
+# this project's 5.10 series has them; they delimit listings and tell a rewind from a restart.
+CALL_SOURCES = [
+    Source(f"nfs:nfs_{event}", {"dev": "dev", "fileid": "fileid", **extra},
+           constants={"call": call}, kernels="5.10 with kernel-patches/v5.10")
+    for event, call, extra in (
+        ("readdir_enter", "getdents", {"pos": "pos", "cookie": "cookie"}),
+        ("opendir", "opendir", {}),
+        ("closedir", "closedir", {"pos": "pos", "cookie": "cookie"}),
+        ("llseek_dir", "llseek", {"pos": "pos", "cookie": "cookie"}),
+    )
+]
+
 MARKER_SOURCE = Source("ftrace:print", {"text": "buf"})
 
 # NFS_INO_INVALID_DATA in nfs_inode cache_validity (include/linux/nfs_fs.h, 5.10 to 6.12).
@@ -140,15 +154,18 @@ def load(trace):
     """Read a trace into the canonical tables. Returns a dict of DataFrames plus 'sources'."""
     columns = {"rpc": ["dev", "fileid", "cookie", "dtsize", "plus"],
                "invalidations": ["dev", "fileid", "reason"],
-               "revalidations": ["dev", "fileid", "step", "cache_validity"]}
+               "revalidations": ["dev", "fileid", "step", "cache_validity"],
+               "calls": ["dev", "fileid", "call", "pos", "cookie"]}
     tables, used = {}, {}
     tables["rpc"], used["rpc"] = _first_group(trace, RPC_SOURCES)
     tables["invalidations"], used["invalidations"] = _first_group(trace, INVALIDATION_SOURCES)
-    usable, frames = _read(trace, REVALIDATION_SOURCES + [RANGE_INVALIDATION, MARKER_SOURCE])
-    reval = [_frame(trace, s, frames) for s in usable if s in REVALIDATION_SOURCES]
-    tables["revalidations"] = (pd.concat(reval, ignore_index=True).sort_values("ts", kind="stable")
-                               if reval else None)
-    used["revalidations"] = [s for s in usable if s in REVALIDATION_SOURCES]
+    usable, frames = _read(trace, REVALIDATION_SOURCES + CALL_SOURCES
+                           + [RANGE_INVALIDATION, MARKER_SOURCE])
+    for name, sources in (("revalidations", REVALIDATION_SOURCES), ("calls", CALL_SOURCES)):
+        parts = [_frame(trace, s, frames) for s in usable if s in sources]
+        tables[name] = (pd.concat(parts, ignore_index=True).sort_values("ts", kind="stable")
+                        if parts else None)
+        used[name] = [s for s in usable if s in sources]
     tables["ranges"] = _frame(trace, RANGE_INVALIDATION, frames) if RANGE_INVALIDATION in usable else None
     tables["markers"] = _frame(trace, MARKER_SOURCE, frames) if MARKER_SOURCE in usable else None
     for name, cols in columns.items():

@@ -44,16 +44,17 @@ def _num(v):
             return v
 
 
-def check_names(directory, phase):
-    """Duplicates and missing names of a listing against the files created before it."""
+def check_names(directory, phase, finished):
+    """Duplicates and missing names of a listing against the files created before it; a
+    listing stopped by its timeout is only checked for duplicates."""
     with open(os.path.join(directory, "names-expected.txt")) as f:
         expected = set(f.read().split())
     with open(os.path.join(directory, f"names-{phase}.txt")) as f:
         listed = f.read().split()
     counts = collections.Counter(listed)
     dups = sorted(n for n, c in counts.items() if c > 1)
-    missing = sorted(expected - counts.keys())
-    return {"duplicates": len(dups), "missing": len(missing),
+    missing = sorted(expected - counts.keys()) if finished else []
+    return {"duplicates": len(dups), "missing": len(missing) if finished else None,
             "duplicate_examples": dups[:10], "missing_examples": missing[:10]}
 
 
@@ -93,7 +94,8 @@ def build(directory):
     for phase, pf in facts.items():
         res["phases"][phase] = phase_result(directory, phase, pf)
         if run.get("fs") in NAMES_CHECKED_FS:
-            res["phases"][phase].update(check_names(directory, phase))
+            res["phases"][phase].update(check_names(
+                directory, phase, finished=not res["phases"][phase]["timed_out"]))
     res["names_checked"] = run.get("fs") in NAMES_CHECKED_FS
     res["verdict"], res["reasons"] = judge(res)
     return res
@@ -116,7 +118,7 @@ def judge(res):
             reasons.append(f"{name} listing did not finish within {res.get('timeout')}s")
         if p.get("duplicates") or p.get("missing"):
             reasons.append(f"{name} listing: {p['duplicates']} duplicate and "
-                           f"{p['missing']} missing names")
+                           f"{p['missing'] or 0} missing names")
         if p.get("restarts"):
             reasons.append(f"{name} listing restarted {p['restarts']} times at cookie 0 "
                            f"after {p.get('invalidations_followed_by_restart', 0)} "

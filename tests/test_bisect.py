@@ -1,0 +1,80 @@
+"""reproducers/bisect-run in a Debian 5.10 git tree with this project's series as commits.
+
+In `make test`: a commit that does not build is skipped (125), never judged good or bad.
+With NFSRT_TEST_BISECT=1 (`make test-bisect`): a whole `git bisect run` between the base
+(broken) and the top of the series (fixed) names the cookie-resume fix as the first fixed
+commit, with no manual step."""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import TOP
+
+BISECT_RUN = os.path.join(TOP, "reproducers", "bisect-run")
+PREPARE = os.path.join(TOP, "kernel-patches", "prepare-tree")
+SERIES = os.path.join(TOP, "kernel-patches", "v5.10")
+CACHE = os.environ.get("NFSRT_CACHE") or os.path.expanduser("~/.cache/nfs-readdir-trace")
+TREE = os.path.join(CACHE, "trees", "linux-5.10-bisect")
+
+
+def git(*args, **kw):
+    return subprocess.run(["git", "-C", TREE] + list(args), check=True, text=True,
+                          capture_output=True, **kw).stdout.strip()
+
+
+def series_tree(branch):
+    """The pristine tree (made once, kept with its build products) on a fresh branch that
+    carries the series as commits."""
+    subprocess.run([PREPARE, "--reset", TREE], check=True, capture_output=True, timeout=3600)
+    git("checkout", "-q", "-B", branch, "nfsrt-base")
+    with open(os.path.join(SERIES, "series")) as f:
+        patches = [os.path.join(SERIES, p.strip()) for p in f
+                   if p.strip() and not p.startswith("#")]
+    git("-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", *patches)
+    return patches
+
+
+def test_a_commit_that_does_not_build_is_skipped():
+    series_tree("broken-build")
+    main_c = os.path.join(TREE, "init", "main.c")
+    with open(main_c, "a") as f:
+        f.write("\n#error this commit does not build\n")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "break the build")
+    head = git("rev-parse", "--short=12", "HEAD")
+    log_dir = os.path.join(TREE, ".git", "nfsrt-bisect-test")
+    subprocess.run(["rm", "-rf", log_dir], check=True)
+    p = subprocess.run([BISECT_RUN, "--log-dir", log_dir], cwd=TREE, capture_output=True,
+                       text=True, timeout=3600)
+    assert p.returncode == 125, p.stdout + p.stderr
+    with open(os.path.join(log_dir, "steps.tsv")) as f:
+        step = f.read().splitlines()[-1].split("\t")
+    assert step[1] == head and step[5] == "skip" and "does not build" in step[6], step
+    git("checkout", "-q", "nfsrt-base")
+
+
+@pytest.mark.skipif(os.environ.get("NFSRT_TEST_BISECT") != "1",
+                    reason="builds and boots several kernels: run `make test-bisect`")
+def test_bisect_names_the_cookie_resume_fix():
+    patches = series_tree("bisect")
+    fix = [p for p in patches if "Continue-a-listing" in p]
+    assert len(fix) == 1, patches
+    with open(fix[0]) as f:
+        subject = next(l for l in f if l.startswith("Subject:")).split("] ", 1)[1].strip()
+    log_dir = os.path.join(TREE, ".git", "nfsrt-bisect")
+    subprocess.run(["rm", "-rf", log_dir], check=True)
+    git("bisect", "reset")
+    git("bisect", "start", "--term-old=broken", "--term-new=fixed", "bisect", "nfsrt-base")
+    try:
+        p = subprocess.run(["git", "bisect", "run", BISECT_RUN, "--find-fix"], cwd=TREE,
+                           capture_output=True, text=True, timeout=4 * 3600)
+        print(p.stdout[-6000:])
+        found = git("bisect", "log")
+    finally:
+        git("bisect", "reset")
+    summary = subprocess.run([BISECT_RUN, "--summary"], cwd=TREE, capture_output=True,
+                             text=True).stdout
+    print(summary)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert f"first fixed commit" in found and subject in found, found
