@@ -154,7 +154,8 @@ def table(dirs):
             res = json.load(f)
         kernel = res.get("kernel", d)
         for phase, p in res["phases"].items():
-            cols[(kernel, phase)] = [p.get(key, "-") for _, key in TABLE_ROWS]
+            cols[(kernel, phase)] = [p.get(key) if p.get(key) is not None else "-"
+                                     for _, key in TABLE_ROWS]
         verdicts.append(f"{kernel}: {res['verdict']}: " + "; ".join(res["reasons"]))
         head = (f"NFSv{res.get('nfs')}, {res.get('files')} files on {res.get('fs')}, "
                 f"a file added every {res.get('interval')}s during 'modified'")
