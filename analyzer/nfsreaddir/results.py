@@ -86,9 +86,12 @@ def phase_result(directory, phase, facts):
 
 def build(directory):
     facts = read_facts(os.path.join(directory, "facts"))
-    if facts.get("run", {}).get("name", "").startswith("dcache-"):
+    name = facts.get("run", {}).get("name", "")
+    if name.startswith("dcache-"):
         from . import dcache
         return dcache.build_results(directory)
+    if name == "readdir-overhead":
+        return overhead(facts)
     run = {k: _num(v) for k, v in facts.pop("run", {}).items()}
     res = {"analyzer": __version__, **run, "phases": {}}
     for phase, pf in facts.items():
@@ -98,6 +101,27 @@ def build(directory):
                 directory, phase, finished=not res["phases"][phase]["timed_out"]))
     res["names_checked"] = run.get("fs") in NAMES_CHECKED_FS
     res["verdict"], res["reasons"] = judge(res)
+    return res
+
+
+def overhead(facts):
+    """readdir-overhead: median listing time traced against untraced, from the same run."""
+    import statistics
+    run = {k: _num(v) for k, v in facts.pop("run", {}).items()}
+    res = {"analyzer": __version__, **run}
+    for kind in ("untraced", "traced"):
+        times = [float(v) for k, v in sorted(facts.get(kind, {}).items())]
+        res[kind] = {"seconds": times,
+                     "median": round(statistics.median(times), 3) if times else None}
+    u, t = res["untraced"]["median"], res["traced"]["median"]
+    if not (u and t):
+        res["verdict"], res["reasons"] = "FAIL", ["no listing of one kind was timed"]
+        return res
+    res["slowdown"] = round(t / u, 3)
+    limit = float(res.get("max_slowdown", 1.10))
+    what = (f"traced listing median {t:.3f}s against {u:.3f}s untraced "
+            f"({(res['slowdown'] - 1) * 100:+.1f}%, limit {(limit - 1) * 100:+.0f}%)")
+    res["verdict"], res["reasons"] = ("PASS" if res["slowdown"] <= limit else "FAIL"), [what]
     return res
 
 

@@ -199,6 +199,47 @@ lb_trace_stop() {
 # lb_events_have EVENT: the running kernel has that event (system:name).
 lb_events_have() { grep -qx "$1" "$TRACEFS/available_events"; }
 
+# lb_readdir_events SET: EVENTS=(...) to record. SET is readdir (what this kernel has of the
+# readdir set; nfsreaddir/events.py says what each kernel calls them, and kernels without a
+# cookie-carrying event get the cookie kprobe), broad, or a comma-separated list.
+lb_readdir_events() {
+	local e
+	case $1 in
+	readdir)
+		EVENTS=()
+		for e in $(grep -E '^(nfs:nfs_readdir_|nfs:nfs_(opendir|closedir|llseek_dir|fsync_dir)$|nfs:nfs_invalidate_mapping_|nfs:nfs_revalidate_inode_|nfs:nfs_getattr_|nfs:nfs_set_cache_invalid|nfs4:nfs4_readdir$|nfs4:nfs4_getattr$|sunrpc:rpc_request$)' \
+			"$TRACEFS/available_events" | grep -v 'readdir_lookup'); do
+			EVENTS+=("$e")
+		done
+		;;
+	broad) EVENTS=(nfs nfs4 sunrpc:rpc_request) ;;
+	*) IFS=, read -r -a EVENTS <<<"$1" ;;
+	esac
+	[ ${#EVENTS[@]} -gt 0 ] || lb_die "this kernel has none of the NFS readdir trace events"
+	if ! grep -q '^nfs:nfs_readdir_' "$TRACEFS/available_events"; then
+		lb_cookie_kprobe
+	fi
+}
+
+# 5.0-5.10 pass the READDIR cookie as the third argument of nfs{3,4}_proc_readdir(dentry, cred,
+# cookie, pages, count, plus); 5.11 changed the signature, so probe only where it holds.
+lb_cookie_kprobe() {
+	local maj min f
+	IFS=. read -r maj min _ <<<"$(uname -r)"
+	if [ "$maj" != 5 ] || [ "$min" -gt 10 ]; then
+		lb_log "no readdir cookie event on $(uname -r) and no known kprobe signature: cookies unknown"
+		return
+	fi
+	for f in nfs4_proc_readdir nfs3_proc_readdir; do
+		grep -q " $f\b" /proc/kallsyms || continue
+		echo "p:nfsprobe/$f $f cookie=%dx:u64 count=%r8:u32 plus=%r9:u8" \
+			>>"$TRACEFS/kprobe_events" || lb_die "cannot add the $f kprobe"
+		lb_on_exit "echo '-:nfsprobe/$f' >>'$TRACEFS/kprobe_events'"
+		EVENTS+=("nfsprobe:$f")
+	done
+}
+
+
 # lb_finish: results.json from the facts file and the traces (the analyzer reads them), then exit
 # with the verdict: 0 PASS, 1 FAIL. Under emulation the analyzer is slow, so vm-run sets
 # NFSRT_DEFER_RESULTS=1 and does this step on the host, from the same results directory.
