@@ -37,17 +37,26 @@ def test_check_gives_git_bisect_run_its_answer():
     run_cli("check", "--max-restarts", "1000", BAD, check=0)
 
 
-# Debian's trace-cmd 3.1.6 writes no zlib; test_tracedat.py checks zlib on a re-compressed copy.
-@pytest.mark.parametrize("conversion", [
-    ["--file-version", "6"],
-    ["--file-version", "7", "--compression", "none"],
-    ["--file-version", "7", "--compression", "zstd"],
+# Debian 12's trace-cmd 3.1.6 writes no zlib: zlib files come from trixie's trace-cmd 3.3.
+TRACE_CMD_TRIXIE = os.path.join(os.path.dirname(__file__), "tools", "trace-cmd-trixie")
+
+
+@pytest.mark.parametrize("tool,conversion", [
+    ("trace-cmd", ["--file-version", "6"]),
+    ("trace-cmd", ["--file-version", "7", "--compression", "none"]),
+    ("trace-cmd", ["--file-version", "7", "--compression", "zstd"]),
+    (TRACE_CMD_TRIXIE, ["--file-version", "7", "--compression", "zlib"]),
+    (TRACE_CMD_TRIXIE, ["--file-version", "6"]),
 ])
-def test_file_versions_and_compression_give_identical_results(tmp_path, trace_cmd, conversion):
+def test_file_versions_and_compression_give_identical_results(tmp_path, trace_cmd, tool,
+                                                              conversion):
     src = os.path.join(BAD, "modified.dat")
     out = tmp_path / "converted.dat"
-    subprocess.run([trace_cmd, "convert"] + conversion + ["-i", src, "-o", str(out)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run([trace_cmd if tool == "trace-cmd" else tool, "convert"] + conversion
+                   + ["-i", src, "-o", str(out)], check=True, capture_output=True, timeout=600)
+    expected = {"6": "v6,", "none": "v7,"}.get(conversion[-1], f"v7 {conversion[-1]},")
+    p = run_cli("analyze", out, check=0)
+    assert f"trace.dat {expected}" in p.stdout
     assert listings_json(out) == listings_json(src)
 
 

@@ -234,15 +234,15 @@ def main(argv=None):
     except (TraceError, AnalysisError, UsageError) as e:
         print(f"nfs-readdir: {e}", file=sys.stderr)
         return EXIT_INPUT
+    except BrokenPipeError:     # the reader of our output went away (| head): not an error
+        sys.stderr.close()
+        return 0
     except OSError as e:
         print(f"nfs-readdir: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("nfs-readdir: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        sys.stderr.close()
-        return 0
     except Exception as e:  # a bug: say so in one line; check must not give a false verdict
         print(f"nfs-readdir: internal error: {type(e).__name__}: {e} (please report it with "
               "the trace and the command)", file=sys.stderr)
