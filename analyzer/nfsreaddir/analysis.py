@@ -239,7 +239,8 @@ def analyze(trace):
         if tables["sources"]["calls"]:
             mine = calls[(calls["pid"] == pid) & (calls["ts"] >= start) & (calls["ts"] <= end)]
             lst.getdents = int((mine["call"] == "getdents").sum())
-            seeks = mine[(mine["call"] == "llseek") & (mine["pos"] == 0)]
+            # A seek that moved the position back to 0; lseek(fd, 0, SEEK_CUR) at 0 is none.
+            seeks = mine[(mine["call"] == "llseek") & (mine["pos"] == 0) & (mine["old_pos"] != 0)]
             lst.rewinds = [int(t) for t in seeks["ts"]]
         rewind_ts = np.array(lst.rewinds, dtype=np.int64)
         if cookies_known:

@@ -6,7 +6,8 @@ events fill them and how their fields map:
     rpc            a READDIR/READDIRPLUS sent: ts, pid, comm, dev, fileid, cookie, dtsize, plus
     invalidations  the directory's page cache thrown away: ts, pid, dev, fileid, reason
     revalidations  attribute checks that can lead to one: ts, pid, dev, fileid, step
-    calls          getdents, opendir, closedir, llseek: ts, pid, dev, fileid, call, pos, cookie
+    calls          getdents, opendir, closedir, llseek: ts, pid, dev, fileid, call, pos, cookie,
+                   old_pos
                    (only kernels with this project's series)
     markers        the reproducer's trace_marker lines: ts, pid, text
 
@@ -14,6 +15,7 @@ Sources of a table come in groups, best group first; a trace uses the first grou
 of, so a READDIR is never counted twice from two events describing the same RPC.
 """
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,7 +92,7 @@ CALL_SOURCES = [
         ("readdir_enter", "getdents", {"pos": "pos", "cookie": "cookie"}),
         ("opendir", "opendir", {}),
         ("closedir", "closedir", {"pos": "pos", "cookie": "cookie"}),
-        ("llseek_dir", "llseek", {"pos": "pos", "cookie": "cookie"}),
+        ("llseek_dir", "llseek", {"pos": "pos", "cookie": "cookie", "old_pos": "old_pos"}),
     )
 ]
 
@@ -107,6 +109,18 @@ RECORD_HINT = {
 }
 
 
+def symbols(fmt, field_name):
+    """The value -> name table of a field printed with __print_symbolic, from the event's
+    print format (the kernel's own names, e.g. a drop reason), or {}."""
+    text = getattr(fmt, "print_fmt", "") or ""
+    m = re.search(r"__print_symbolic\(REC->" + re.escape(field_name) + r"\s*,(.*?)\)\s*(?:,|$)",
+                  text)
+    if not m:
+        return {}
+    return {int(v, 0): name for v, name in
+            re.findall(r'\{\s*(-?(?:0x[0-9a-fA-F]+|\d+))\s*,\s*"([^"]*)"\s*\}', m.group(1))}
+
+
 def _frame(trace, src, frames):
     """The canonical columns of one source's frame (already read)."""
     raw = frames[src.event]
@@ -117,6 +131,10 @@ def _frame(trace, src, frames):
                         "comm": raw["comm"].to_numpy(), "cpu": raw["cpu"].to_numpy()})
     for canon, rawname in src.fields.items():
         out[canon] = raw[rawname].to_numpy()
+        if canon == "reason":
+            names = symbols(trace.event_format(src.event), rawname)
+            out[canon] = [names.get(v, v) if isinstance(v, (int, np.integer)) else v
+                          for v in out[canon]]
     for canon, value in src.constants.items():
         out[canon] = value
     out["source"] = src.event
@@ -155,7 +173,7 @@ def load(trace):
     columns = {"rpc": ["dev", "fileid", "cookie", "dtsize", "plus"],
                "invalidations": ["dev", "fileid", "reason"],
                "revalidations": ["dev", "fileid", "step", "cache_validity"],
-               "calls": ["dev", "fileid", "call", "pos", "cookie"]}
+               "calls": ["dev", "fileid", "call", "pos", "cookie", "old_pos"]}
     tables, used = {}, {}
     tables["rpc"], used["rpc"] = _first_group(trace, RPC_SOURCES)
     tables["invalidations"], used["invalidations"] = _first_group(trace, INVALIDATION_SOURCES)
