@@ -16,7 +16,8 @@ BISECT_RUN = os.path.join(TOP, "reproducers", "bisect-run")
 PREPARE = os.path.join(TOP, "kernel-patches", "prepare-tree")
 SERIES = os.path.join(TOP, "kernel-patches", "v5.10")
 CACHE = os.environ.get("NFSRT_CACHE") or os.path.expanduser("~/.cache/nfs-readdir-trace")
-TREE = os.path.join(CACHE, "trees", "linux-5.10-bisect")
+# The tree check-series keeps: one extraction of the source serves both.
+TREE = os.environ.get("NFSRT_CHECK_TREE") or os.path.join(CACHE, "trees", "linux-5.10-check")
 
 
 def git(*args, **kw):
