@@ -47,3 +47,24 @@ def report_text(trace_cmd, dat, out, raw=False):
         subprocess.run([trace_cmd, "report"] + (["-R"] if raw else []) + [dat], stdout=f,
                        stderr=subprocess.DEVNULL, check=True, timeout=600)
     return out
+
+
+CACHE = os.environ.get("NFSRT_CACHE") or os.path.expanduser("~/.cache/nfs-readdir-trace")
+# The tree check-series keeps: one extraction of the kernel source serves every kernel test.
+KERNEL_TREE = os.environ.get("NFSRT_CHECK_TREE") or os.path.join(CACHE, "trees",
+                                                                  "linux-5.10-check")
+SERIES = os.path.join(TOP, "kernel-patches", "v5.10")
+
+
+def series_tree(branch, tree=KERNEL_TREE):
+    """The pristine Debian 5.10 tree (made once, kept with its build products) on a fresh
+    branch that carries the series as commits; returns the patch files applied."""
+    subprocess.run([os.path.join(TOP, "kernel-patches", "prepare-tree"), "--reset", tree],
+                   check=True, capture_output=True, timeout=3600)
+    git = ["git", "-C", tree, "-c", "user.name=nfsrt-test", "-c", "user.email=test@invalid"]
+    subprocess.run(git + ["checkout", "-q", "-B", branch, "nfsrt-base"], check=True)
+    with open(os.path.join(SERIES, "series")) as f:
+        patches = [os.path.join(SERIES, p.strip()) for p in f
+                   if p.strip() and not p.startswith("#")]
+    subprocess.run(git + ["am", "-q"] + patches, check=True, capture_output=True)
+    return patches

@@ -10,31 +10,14 @@ import subprocess
 
 import pytest
 
-from conftest import TOP
+from conftest import KERNEL_TREE as TREE, TOP, series_tree
 
 BISECT_RUN = os.path.join(TOP, "reproducers", "bisect-run")
-PREPARE = os.path.join(TOP, "kernel-patches", "prepare-tree")
-SERIES = os.path.join(TOP, "kernel-patches", "v5.10")
-CACHE = os.environ.get("NFSRT_CACHE") or os.path.expanduser("~/.cache/nfs-readdir-trace")
-# The tree check-series keeps: one extraction of the source serves both.
-TREE = os.environ.get("NFSRT_CHECK_TREE") or os.path.join(CACHE, "trees", "linux-5.10-check")
 
 
 def git(*args, **kw):
     return subprocess.run(["git", "-C", TREE] + list(args), check=True, text=True,
                           capture_output=True, **kw).stdout.strip()
-
-
-def series_tree(branch):
-    """The pristine tree (made once, kept with its build products) on a fresh branch that
-    carries the series as commits."""
-    subprocess.run([PREPARE, "--reset", TREE], check=True, capture_output=True, timeout=3600)
-    git("checkout", "-q", "-B", branch, "nfsrt-base")
-    with open(os.path.join(SERIES, "series")) as f:
-        patches = [os.path.join(SERIES, p.strip()) for p in f
-                   if p.strip() and not p.startswith("#")]
-    git("-c", "user.name=t", "-c", "user.email=t@t", "am", "-q", *patches)
-    return patches
 
 
 def test_a_commit_that_does_not_build_is_skipped():
@@ -78,4 +61,4 @@ def test_bisect_names_the_cookie_resume_fix():
                              text=True).stdout
     print(summary)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert f"first fixed commit" in found and subject in found, found
+    assert "first fixed commit" in found and subject in found, found

@@ -8,12 +8,11 @@ import subprocess
 
 import pytest
 
-from conftest import TOP
+from conftest import KERNEL_TREE, TOP, series_tree
 
 CHECK = os.path.join(TOP, "kernel-patches", "check-series")
 BUILD = os.path.join(TOP, "reproducers", "build-kernel")
 VM_RUN = os.path.join(TOP, "reproducers", "vm-run")
-TREE = os.environ.get("NFSRT_KERNEL_TREE", os.path.join(TOP, "build", "linux-5.10-patched"))
 
 
 def test_series_applies_builds_and_passes_checkpatch():
@@ -27,10 +26,9 @@ def test_series_applies_builds_and_passes_checkpatch():
                     reason="builds a whole kernel: run `make test-kernel`")
 @pytest.mark.parametrize("nfs", ["4.1", "3"])
 def test_patched_kernel_lists_without_restarts(tmp_path, nfs):
-    if not os.path.exists(os.path.join(TREE, "arch/x86/boot/bzImage")):
-        subprocess.run([CHECK, "--tree", TREE, "--keep"], check=True, timeout=3600)
-        subprocess.run([BUILD, TREE], check=True, timeout=7200)
-    p = subprocess.run([VM_RUN, "--kernel", TREE, "--results", str(tmp_path), "--",
+    series_tree("test-kernel")
+    subprocess.run([BUILD, KERNEL_TREE], check=True, timeout=7200)
+    p = subprocess.run([VM_RUN, "--kernel", KERNEL_TREE, "--results", str(tmp_path), "--",
                         "readdir-loopback", "--nfs", nfs, "--files", "4000", "--pause", "0.3",
                         "--bufsize", "4096", "--timeout", "150"],
                        capture_output=True, text=True, timeout=2400)

@@ -156,7 +156,7 @@ def judge(res):
                            f"({res['readdir_ratio']}x > {ratio_max}x)")
     if reasons:
         return "FAIL", reasons
-    ok = [f"no restart at cookie 0" if any(p.get("cookies_known") for p in ph.values())
+    ok = ["no restart at cookie 0" if any(p.get("cookies_known") for p in ph.values())
           else "READDIR cookies not traced"]
     if "readdir_ratio" in res:
         ok.append(f"modified/idle READDIRs {res['readdir_ratio']}x")
