@@ -116,9 +116,10 @@ def print_analysis(analyses, out=sys.stdout, details=10):
                 continue
             out.write(f"\n{os.path.basename(a.info['path'])} {lst.phase or ''} "
                       f"{lst.comm}[{lst.pid}] dir {lst.fileid}:\n")
+            # An invalidation before the restart it caused, even at the same timestamp.
             events_ = sorted([(r.ts, "restart", r) for r in lst.restarts] +
                              [(v.ts, "invalidation", v) for v in lst.invalidations],
-                             key=lambda x: x[0])
+                             key=lambda x: (x[0], x[1] == "restart"))
             for ts, kind, x in events_[:details]:
                 t = (ts - lst.start) / NS
                 if kind == "restart":
