@@ -1,9 +1,9 @@
 """`nfs-readdir plot`: how far each listing got over time, and the dcache beneath it.
 
-The y axis is the listing's position: the rank of each READDIR's cookie among the cookies the
-listing asked for, so a restart drops to 0 and the axis is READDIRs, whatever the cookie values
-are (ext4 cookies are 64-bit hash positions). Invalidations are vertical lines, restarts red
-crosses.
+The y axis is how far into the directory each READDIR asked to start: its cookie over the largest
+cookie of the listing. ext4 cookies are hash positions spread evenly over their range, and xfs
+and tmpfs cookies are offsets, so this is the share of the directory already read; a restart
+drops to 0. Invalidations are vertical lines, restarts red crosses.
 """
 
 import matplotlib
@@ -14,9 +14,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from .analysis import NS  # noqa: E402
 
 
-def _positions(cookies):
-    rank = {c: i for i, c in enumerate(sorted(set(cookies)))}
-    return [rank[c] for c in cookies]
+def _progress(cookies):
+    top = float(max(cookies)) or 1.0
+    return [float(c) / top for c in cookies]
 
 
 def listings(analyses, output):
@@ -29,8 +29,8 @@ def listings(analyses, output):
             label = f"{a.run.get('kernel', a.info.get('path'))} {label}"
         t = (lst.rpcs["ts"] - lst.start) / NS
         if a.cookies_known:
-            y = _positions(lst.rpcs["cookie"].tolist())
-            ylabel = "position (READDIRs into the directory)"
+            y = _progress(lst.rpcs["cookie"].tolist())
+            ylabel = "how far into the directory (cookie / largest cookie)"
         else:
             y = range(1, len(t) + 1)
             ylabel = "READDIRs so far (cookies not traced)"
