@@ -190,7 +190,8 @@ def test_normalisation(default_text):
     pr = t.read({"nfsprobe:nfs4_proc_readdir": None})["nfsprobe:nfs4_proc_readdir"]
     assert pr["__probe_ip"].tolist() == [0xFFFFFFFFC07F2BF0] and pr["count"].tolist() == [32768]
     r4 = fr["nfs4:nfs4_readdir"].iloc[0]
-    assert r4["error"] == -5 and r4["fileid"] == 1234 and r4["comm"] == "kworker/0:1"
+    # error=-5 (EIO): the event stores 5 (unsigned long) and prints it negated, as -R shows.
+    assert r4["error"] == 5 and r4["fileid"] == 1234 and r4["comm"] == "kworker/0:1"
     pr = fr["ftrace:print"]
     assert pr["buf"].tolist() == ["phase start a=b c"] and pr["comm"].tolist() == ["bash (x)"]
     kp = fr["nfsprobe:readdir_probe"].iloc[0]

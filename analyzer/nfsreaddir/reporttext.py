@@ -12,6 +12,7 @@ that, where possible, the same field names come out as with ``-R``:
 * ``fileid=MAJ:MIN:INO`` (hex major/minor) -> ``dev`` (kernel dev_t,
   ``MAJ << 20 | MIN``) and ``fileid``; ``dev=MAJ:MIN`` -> ``dev``;
 * ``a:b=x:y`` -> ``a=x`` and ``b=y`` (e.g. ``cookie:verifier=``);
+* ``key=A->B`` (a change, e.g. ``nrpages=3->0``) -> ``key_before=A`` and ``key=B``;
 * ``cookie=VERIFIERHEX:0xCOOKIE`` (6.x readdir events) -> ``verifier`` (the hex
   text) and ``cookie``;
 * ``task:ID@CLIENT`` (decimal, or 8-digit hex as in newer kernels) ->
@@ -19,7 +20,8 @@ that, where possible, the same field names come out as with ``-R``:
   -> ``progname``, ``version``, ``procname``, ``async``;
 * a kprobe's leading ``(ffffffffc07f2bf0)`` -> ``__probe_ip``;
 * ``nfs_flags`` -> ``nfsi_flags``;
-* ``error=-5 (EIO)`` -> ``error=-5``; quoted strings are unquoted;
+* ``error=-5 (EIO)`` -> ``error=5`` (NFS events store the error positive and print
+  it negated with its name); quoted strings are unquoted;
 * ftrace ``print`` (``tracing_mark_write: text``) -> ``buf``;
 * ``cache_index`` -> ``index`` (nfs readdir events).
 
@@ -142,6 +144,12 @@ def _normalise(pairs):
             if m:
                 out["dev"] = str((int(m.group(1), 16) << 20) | int(m.group(2), 16))
                 continue
+        if "->" in v:
+            # A change printed as before->after (the 5.10 series' nrpages=3->0).
+            before, _, after = v.partition("->")
+            out[_ALIASES.get(k, k) + "_before"] = before
+            out[_ALIASES.get(k, k)] = after
+            continue
         if k == "cookie":
             # 6.x readdir events: cookie=<verifier as hex>:0x<cookie>
             m = _VERF_COOKIE_RE.match(v)
@@ -152,6 +160,9 @@ def _normalise(pairs):
         m = _ERRNAME_RE.match(v)
         if m:
             v = m.group(1)
+            # NFS events keep `unsigned long error` positive and print -error with its name.
+            if k == "error" and v.startswith("-"):
+                v = v[1:]
         out[_ALIASES.get(k, k)] = v
     return out
 
