@@ -60,8 +60,10 @@ def test_stock_6_1_continues_and_passes(stock_runs):
     r = results_of(d)
     idle, mod = r["phases"]["idle"], r["phases"]["modified"]
     assert r["kernel"].startswith("6.1.")
-    assert mod["readdir_rpcs"] <= 1.1 * idle["readdir_rpcs"] + 1, (mod, idle)
+    # 6.1 continues at the cookie it reached: at most one READDIR more per invalidation
+    # (on a small directory that can still be 9 against 5), never a restart.
     assert mod["restarts"] == 0
+    assert mod["readdir_rpcs"] - idle["readdir_rpcs"] <= mod["invalidations"] + 2, (mod, idle)
     assert mod["duplicates"] == 0 and mod["missing"] == 0
     assert mod["entries"] >= r["files"]
 
