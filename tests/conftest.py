@@ -11,9 +11,16 @@ FIXTURES = os.path.join(TOP, "tests", "fixtures")
 NFS_READDIR = [sys.executable, "-m", "nfsreaddir.cli"]
 
 
-def fixture_dirs():
-    return sorted(d for d in os.listdir(FIXTURES)
-                  if os.path.exists(os.path.join(FIXTURES, d, "COMMAND")))
+def fixture_dirs(reproducer="readdir-loopback"):
+    """The fixture directories recorded by one reproducer (run.name in their facts)."""
+    out = []
+    for d in sorted(os.listdir(FIXTURES)):
+        facts = os.path.join(FIXTURES, d, "facts")
+        if os.path.exists(os.path.join(FIXTURES, d, "COMMAND")) and os.path.exists(facts):
+            with open(facts) as f:
+                if f"run.name={reproducer}\n" in f.read():
+                    out.append(d)
+    return out
 
 
 @pytest.fixture(params=fixture_dirs())
