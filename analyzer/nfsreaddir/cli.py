@@ -1,7 +1,9 @@
 """nfs-readdir: find NFS readdir cookie restarts, cache invalidations and dcache growth in traces.
 
 Each TRACE is a trace.dat file, the text of `trace-cmd report` (default or -R), or a results
-directory of the project's reproducer (every *.dat in it).
+directory of the project's reproducers: readdir-loopback (every *.dat in it) or a dcache-*
+reproducer (its dcache section: per-phase dentry deltas, growth rates, negative share, lookup
+slowdown and the reproducer's figures).
 
 exit status: 0 done (check: good), 1 check: bad, 2 the input could not be used (the message
 says why and what to record), 3 internal error (a bug: please report it with the trace),
@@ -14,7 +16,7 @@ import json
 import os
 import sys
 
-from . import __version__, events
+from . import __version__, dcache, events
 from .analysis import NS, AnalysisError, analyze, verdict
 from .trace import TraceError, open_trace
 
@@ -133,13 +135,33 @@ def print_analysis(analyses, out=sys.stdout, details=10):
                 out.write(f"  ... {len(events_) - details} more (--details N, or --json)\n")
 
 
+def split_dcache(paths):
+    """(dcache runs, other traces): a dcache reproducer's directory or trace has its own
+    analysis, from its markers and facts rather than from READDIRs."""
+    runs = [p for p in paths if dcache.is_dcache_run(p)]
+    return runs, [p for p in paths if p not in runs]
+
+
+def dcache_results(path):
+    """results.json of a dcache run, made afresh from its trace and facts."""
+    d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    return dcache.build_results(d)
+
+
 def cmd_analyze(args):
-    analyses = load_all(args.traces)
+    runs, traces = split_dcache(args.traces)
+    analyses = load_all(traces) if traces else []
     if args.json:
-        json.dump([a.to_dict() for a in analyses], sys.stdout, indent=2, default=str)
+        out = [a.to_dict() for a in analyses] + [
+            {"path": p, "dcache": dcache_results(p)} for p in runs]
+        json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
-    else:
+        return 0
+    if analyses:
         print_analysis(analyses, details=args.details)
+    for p in runs:
+        sys.stdout.write(("\n" if analyses or p != runs[0] else "") + f"{p}: "
+                         + dcache.report(dcache_results(p)))
     return 0
 
 
@@ -166,17 +188,30 @@ def cmd_export(args):
 
 
 def cmd_plot(args):
-    from . import plot
-    analyses = load_all(args.traces)
-    plot.listings(analyses, args.output)
+    runs, traces = split_dcache(args.traces)
+    if runs and traces:
+        raise UsageError("plot readdir traces and dcache runs separately (one kind per "
+                         "figure)")
+    if runs:
+        dcache.plot_runs([p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p))
+                          for p in runs], args.output)
+    else:
+        from . import plot
+        plot.listings(load_all(traces), args.output)
     print(args.output)
     return 0
 
 
 def cmd_compare(args):
-    from . import compare
-    a, b = load_all([args.before]), load_all([args.after])
-    table = compare.table(a, b)
+    runs, _ = split_dcache([args.before, args.after])
+    if len(runs) == 1:
+        raise UsageError(f"{runs[0]} is a dcache run and the other is not: compare two runs "
+                         "of the same kind")
+    if runs:
+        table = dcache.compare_table(dcache_results(args.before), dcache_results(args.after))
+    else:
+        from . import compare
+        table = compare.table(load_all([args.before]), load_all([args.after]))
     if args.json:
         print(table.to_json(orient="index", indent=2))
     else:
@@ -193,7 +228,8 @@ def parser():
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     s = sub.add_parser("analyze", help="per listing: entries, time, READDIRs, restarts, "
-                                       "invalidations, dentries added")
+                                       "invalidations, dentries added; per dcache run: "
+                                       "phase deltas, rates, negative share, slowdown")
     s.add_argument("traces", nargs="+", metavar="TRACE")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--details", type=int, default=10, metavar="N",
@@ -215,12 +251,14 @@ def parser():
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("plot", help="cookie progress per listing, invalidations, restarts and "
-                                    "dentries over time (PNG or SVG)")
+                                    "dentries over time; dcache runs: dentries and negative "
+                                    "dentries over time, one panel per run (PNG or SVG)")
     s.add_argument("traces", nargs="+", metavar="TRACE")
     s.add_argument("-o", "--output", required=True, metavar="FILE.png|FILE.svg")
     s.set_defaults(func=cmd_plot)
 
-    s = sub.add_parser("compare", help="two traces or results directories side by side")
+    s = sub.add_parser("compare", help="two traces or results directories side by side (e.g. "
+                                       "one reproducer on two kernels)")
     s.add_argument("before", metavar="A")
     s.add_argument("after", metavar="B")
     s.add_argument("--json", action="store_true")
@@ -232,7 +270,7 @@ def main(argv=None):
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (TraceError, AnalysisError, UsageError) as e:
+    except (TraceError, AnalysisError, UsageError, dcache.DcacheError) as e:
         print(f"nfs-readdir: {e}", file=sys.stderr)
         return EXIT_INPUT
     except BrokenPipeError:     # the reader of our output went away (| head): not an error

@@ -53,19 +53,24 @@ def _int(v):
         return None
 
 
+def lines(markers_df, column="text"):
+    """(ts, pid, words) of each `nfsrt:` line of a markers table; other writes are skipped."""
+    if markers_df is None or len(markers_df) == 0:
+        return
+    pids = markers_df["pid"] if "pid" in markers_df else [None] * len(markers_df)
+    for ts, pid, text in zip(markers_df["ts"], pids, markers_df[column]):
+        text = str(text).strip()
+        if text.startswith(PREFIX):
+            words = text[len(PREFIX):].split()
+            if words:
+                yield int(ts), pid, words
+
+
 def parse(markers_df):
     """Markers from the canonical `markers` table (ts, pid, text); other writes are ignored."""
     m = Markers()
     rows = []
-    if markers_df is None or markers_df.empty:
-        return m
-    for ts, pid, text in zip(markers_df["ts"], markers_df["pid"], markers_df["text"]):
-        text = str(text).strip()
-        if not text.startswith(PREFIX):
-            continue
-        words = text[len(PREFIX):].split()
-        if not words:
-            continue
+    for ts, pid, words in lines(markers_df):
         if words[0] == "run":
             m.run.update(_pairs(words[1:]))
         elif words[0] == "sample":

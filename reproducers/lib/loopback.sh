@@ -174,12 +174,20 @@ lb_stop_bg() { kill "$1" 2>/dev/null && wait "$1" 2>/dev/null || true; }
 
 # lb_trace_start OUT EVENT...: trace-cmd record into OUT, returning once it records.
 lb_trace_start() {
-	local out=$1 i args=()
+	local out=$1 e args=()
 	shift
-	for i in "$@"; do args+=(-e "$i"); done
+	for e in "$@"; do args+=(-e "$e"); done
+	lb_trace_record "$out" "${args[@]}"
+}
+
+# lb_trace_record OUT TRACE-CMD-ARGS...: the same with trace-cmd's own arguments (-e EVENT
+# -f FILTER ...), for filtered events.
+lb_trace_record() {
+	local out=$1 i
+	shift
 	# trace-cmd turns tracing on only when its recorders run: wait for that, not for a delay.
 	echo 0 >"$TRACEFS/tracing_on"
-	trace-cmd record -q -b 20000 -o "$out" "${args[@]}" >>"$RESULTS/log" 2>&1 &
+	trace-cmd record -q -b 20000 -o "$out" "$@" >>"$RESULTS/log" 2>&1 &
 	TRACER=$!
 	lb_on_exit "lb_trace_stop"
 	for i in $(seq 600); do

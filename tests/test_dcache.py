@@ -1,0 +1,568 @@
+"""The dcache reproducers' analysis (nfsreaddir.dcache), on runs recorded in VMs on stock
+Debian kernels (tests/fixtures/dcache-*/COMMAND says how each was made; re-record them with
+tests/fixtures/record-dcache) and on small hand-made marker tables. No VM is started here."""
+
+import json
+import os
+import statistics
+import subprocess
+
+import pandas as pd
+import pytest
+
+from nfsreaddir import dcache
+from nfsreaddir.results import read_facts
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(TOP, "tests", "fixtures")
+REPRODUCERS = os.path.join(TOP, "reproducers")
+S = dcache.NS
+
+
+def fixture_path(name):
+    return os.path.join(FIXTURES, f"dcache-{name}")
+
+
+def have(name):
+    return os.path.exists(os.path.join(fixture_path(name), "COMMAND"))
+
+
+DCACHE_FIXTURES = sorted(d[len("dcache-"):] for d in os.listdir(FIXTURES)
+                         if d.startswith("dcache-") and have(d[len("dcache-"):]))
+
+
+@pytest.fixture(scope="module")
+def built():
+    """build_results of every fixture, once."""
+    return {name: dcache.build_results(fixture_path(name)) for name in DCACHE_FIXTURES}
+
+
+def res(built, name):
+    if name not in built:
+        pytest.fail(f"fixture dcache-{name} is missing: run tests/fixtures/record-dcache {name}")
+    return built[name]
+
+
+def facts(name):
+    return read_facts(os.path.join(fixture_path(name), "facts"))
+
+
+# ------------------------------------------------------------------ hand-made markers
+def table(lines):
+    """A markers table (ts in seconds, text)."""
+    return pd.DataFrame({"ts": [int(t * S) for t, _ in lines],
+                         "pid": 1, "text": [x for _, x in lines]})
+
+
+SYNTH = [
+    (0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative nfs=4.1"),
+    (0.5, "nfsrt: sample nr_dentry=100 nr_unused=50 nr_negative=10 slab_active=120 "
+          "slab_total=130 slab_objsize=192 kmalloc32_active=7"),
+    (1.0, "nfsrt: phase=before event=start"),
+    (1.2, "nfsrt: timing loop=before target=nfs n=10 ns=10.0,20.0,30.0 ref_ns=5.0,5.0,5.0 "
+          "median_ns=20.0 ref_median_ns=5.0"),
+    (1.4, "nfsrt: phase=before event=end seconds=0.4"),
+    (2.0, "nfsrt: phase=misses event=start count=200"),
+    (2.5, "nfsrt: sample nr_dentry=150 nr_unused=90 nr_negative=60 slab_active=170 "
+          "slab_total=190 slab_objsize=192 kmalloc32_active=7"),
+    (3.0, "nfsrt: sample nr_dentry=400 nr_unused=50 nr_negative=190 slab_active=420 "
+          "slab_total=440 slab_objsize=192 kmalloc32_active=9 label=peak"),
+    (4.0, "nfsrt: phase=misses event=end seconds=2.0 count=200 found=0 missing=200"),
+    (4.1, "nfsrt: sample nr_dentry=300 nr_unused=250 nr_negative=210 slab_active=320 "
+          "slab_total=330 slab_objsize=192 kmalloc32_active=9"),
+    (5.0, "nfsrt: phase=after event=start"),
+    # The stat loop twice as slow, but the fstat reference too: the host slowed down.
+    (5.2, "nfsrt: timing loop=after target=nfs n=10 ns=20.0,40.0,60.0 ref_ns=10.0,10.0,10.0 "
+          "median_ns=40.0 ref_median_ns=10.0"),
+    (5.4, "nfsrt: phase=after event=end seconds=0.4"),
+    (6.0, "nfsrt: phase=dropped event=start"),
+    (6.2, "nfsrt: timing loop=dropped target=nfs n=10 ns=11.0,21.0,31.0 ref_ns=5.0,5.0,5.0 "
+          "median_ns=21.0 ref_median_ns=5.0"),
+    (6.4, "nfsrt: phase=dropped event=end seconds=0.4"),
+    (7.0, "somebody else's marker"),
+]
+
+
+def test_parse_markers_keeps_every_sample_key_and_phase_value():
+    m = dcache.parse_markers(table(SYNTH))
+    assert m.run["kernel"] == "6.1.0-50-amd64" and m.run["reproducer"] == "dcache-negative"
+    assert [p.name for p in m.phases] == ["before", "misses", "after", "dropped"]
+    misses = m.phases[1]
+    assert misses.attrs == {"count": 200, "seconds": 2.0, "found": 0, "missing": 200}
+    assert misses.seconds == 2.0
+    assert list(m.samples["nr_dentry"]) == [100, 150, 400, 300]
+    assert list(m.samples["kmalloc32_active"]) == [7, 7, 9, 9]
+    assert list(m.samples["label"].fillna("-")) == ["-", "-", "peak", "-"]
+    assert list(m.samples["slab_bytes"]) == [120 * 192, 170 * 192, 420 * 192, 320 * 192]
+    assert list(m.timings["loop"]) == ["before", "after", "dropped"]
+    assert list(m.timings["ns"].iloc[1]) == [20.0, 40.0, 60.0]
+
+
+def test_summary_deltas_rates_and_negative_share():
+    s = dcache.summary(dcache.parse_markers(table(SYNTH)))
+    json.dumps(s)                                   # JSON-able as it is
+    p = s["phases"]["misses"]
+    # From the last sample before the start (t=0.5) to the first after the end (t=4.1).
+    assert p["before"]["nr_dentry"] == 100 and p["after"]["nr_dentry"] == 300
+    assert p["delta"]["nr_dentry"] == 200 and p["delta"]["nr_negative"] == 200
+    assert p["delta"]["slab_bytes"] == 200 * 192
+    assert p["rate_per_s"]["nr_dentry"] == 100.0 and p["rate_per_s"]["nr_negative"] == 100.0
+    assert p["negative_share"] == 1.0
+    assert p["negative_fraction_after"] == 0.7
+    assert p["peak"] == {"nr_dentry": 400, "nr_negative": 210}
+    assert p["count"] == 200 and p["missing"] == 200
+    # No sample frames `before` here: its end takes the next sample, inside `misses`.
+    assert s["phases"]["before"]["delta"]["nr_dentry"] == 50
+
+
+def test_summary_lookup_slowdown_is_the_ratio_of_the_medians():
+    lk = dcache.summary(dcache.parse_markers(table(SYNTH)))["lookup"]["nfs"]
+    assert lk["loops"]["before"]["median_ns"] == 20.0
+    assert lk["loops"]["after"]["median_ns"] == 40.0
+    assert lk["slowdown"] == 2.0
+    assert lk["ref_slowdown"] == 2.0
+    # stat/fstat per repetition: 2,4,6 before and 2,4,6 after: the walk did not slow down.
+    assert lk["walk_slowdown"] == 1.0
+    assert lk["control_slowdown"] == 1.05
+    assert lk["control_walk_slowdown"] == round(statistics.median([11 / 5, 21 / 5, 31 / 5]) / 4, 3)
+
+
+def test_summary_takes_a_samples_frame_and_phases():
+    m = dcache.parse_markers(table(SYNTH))
+    s = dcache.summary(m.samples, m.phases[1:2])
+    assert list(s["phases"]) == ["misses"] and "lookup" not in s
+    assert s["phases"]["misses"]["delta"]["nr_negative"] == 200
+
+
+def test_summary_of_a_phase_cut_short_uses_the_last_sample():
+    lines = SYNTH[:8]                              # stops inside `misses`
+    s = dcache.summary(dcache.parse_markers(table(lines)))
+    p = s["phases"]["misses"]
+    assert p["seconds"] is None
+    assert p["after"]["nr_dentry"] == 400 and p["delta"]["nr_dentry"] == 300
+
+
+def test_plot_draws_dentries_and_negatives_over_time():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    m = dcache.parse_markers(table(SYNTH))
+    fig, ax = plt.subplots()
+    dcache.plot(ax, m.samples, m.phases)
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    assert set(lines) == {"nr_dentry", "nr_negative"}
+    assert list(lines["nr_dentry"].get_ydata()) == [100, 150, 400, 300]
+    assert list(lines["nr_negative"].get_xdata()) == pytest.approx([0.0, 2.0, 2.5, 3.6])
+    assert len(ax.patches) == 4                    # one span per phase
+    plt.close(fig)
+
+
+def test_compare_rows():
+    a = {"kernel": "5.10", "verdict": "PASS", "figures": {"x": 2, "y": 0, "z": "k1"}}
+    b = {"kernel": "6.1", "verdict": "FAIL", "figures": {"x": 5, "w": 1}}
+    rows = {r["figure"]: r for r in dcache.compare(a, b)}
+    assert rows["x"] == {"figure": "x", "5.10": 2, "6.1": 5, "B/A": 2.5}
+    assert rows["y"]["B/A"] is None and rows["y"]["6.1"] is None
+    assert rows["w"]["5.10"] is None and rows["w"]["6.1"] == 1
+    assert rows["verdict"]["5.10"] == "PASS" and rows["verdict"]["6.1"] == "FAIL"
+    same = dcache.compare(a, a)
+    assert {"A 5.10", "B 5.10"} <= set(same[0])
+
+
+def test_build_results_without_a_run_says_why(tmp_path):
+    with pytest.raises(dcache.DcacheError, match="facts"):
+        dcache.build_results(tmp_path)
+    (tmp_path / "facts").write_text("run.name=dcache-negative\n")
+    with pytest.raises(dcache.DcacheError, match="dcache.dat"):
+        dcache.build_results(tmp_path)
+    (tmp_path / "facts").write_text("run.name=readdir-loopback\n")
+    with pytest.raises(dcache.DcacheError, match="not one of"):
+        dcache.build_results(tmp_path)
+
+
+# ------------------------------------------------------------------ reproducer options
+SCRIPTS = ["dcache-negative", "dcache-unlink-storm", "dcache-readdirplus", "dcache-memcg"]
+
+
+def run_script(name, *args):
+    return subprocess.run([os.path.join(REPRODUCERS, name)] + list(args), text=True,
+                          capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_help_and_bad_options(name):
+    p = run_script(name, "--help")
+    assert p.returncode == 0 and "--results DIR" in p.stdout and "Exit status" in p.stdout
+    p = run_script(name, "--no-such-option")
+    assert p.returncode == 125 and "unknown option '--no-such-option'" in p.stderr
+    p = run_script(name, "--nfs", "5")
+    assert p.returncode == 125 and "--nfs must be" in p.stderr
+    p = run_script(name, "--sample")
+    assert p.returncode == 125 and "needs a value" in p.stderr
+
+
+@pytest.mark.parametrize("name,args,message", [
+    ("dcache-negative", ["--reps", "0"], "--reps must be an integer >= 1"),
+    ("dcache-negative", ["--local", "xfs"], "--local must be ext4 or tmpfs"),
+    ("dcache-negative", ["--max-slowdown", "x"], "--max-slowdown must be a number"),
+    ("dcache-unlink-storm", ["--files", "2", "--workers", "3"], "must not exceed --files"),
+    ("dcache-unlink-storm", ["--restat", "2"], "--restat must be 0 or 1"),
+    ("dcache-readdirplus", ["--sizes", "10,10"], "a size twice"),
+    ("dcache-readdirplus", ["--sizes", "10,,20"], "comma-separated integers"),
+    ("dcache-readdirplus", ["--mount-opts", "a b"], "--mount-opts"),
+    ("dcache-memcg", ["--mounts", "1,0"], "--mounts must be an integer >= 1"),
+    ("dcache-memcg", ["--memcgs", "1,1000"], "at most 512"),
+])
+def test_option_values_are_checked_before_anything_runs(name, args, message):
+    p = run_script(name, *args)
+    assert p.returncode == 125 and message in p.stderr, p.stderr
+
+
+# ------------------------------------------------------------------ every recorded run
+@pytest.mark.parametrize("name", DCACHE_FIXTURES)
+def test_fixture_is_small_and_says_how_it_was_made(name):
+    d = fixture_path(name)
+    size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+    assert size < 3 * 1024 * 1024, f"dcache-{name} is {size} bytes"
+    with open(os.path.join(d, "COMMAND")) as f:
+        head, cmd = f.read().splitlines()[:2]
+    assert head.startswith("# Recorded")
+    repro = facts(name)["run"]["name"]
+    assert cmd.startswith("reproducers/vm-run --kernel debian:") and f" -- {repro} " in cmd
+    assert cmd.split()[2] == "debian:" + name.rsplit("-", 1)[1]
+
+
+@pytest.mark.parametrize("name", DCACHE_FIXTURES)
+def test_results_json_is_what_the_analyzer_says(built, name):
+    """The results.json written when the run was recorded is what the analyzer makes of the
+    same directory now (regenerate with `python -m nfsreaddir.results DIR` after changing
+    the analyzer on purpose)."""
+    with open(os.path.join(fixture_path(name), "results.json")) as f:
+        stored = json.load(f)
+    fresh = json.loads(json.dumps(res(built, name), sort_keys=True))
+    assert fresh["verdict"] == stored["verdict"] and fresh["reasons"] == stored["reasons"]
+    assert fresh["figures"] == stored["figures"]
+    assert fresh["kernel"].startswith(name.rsplit("-", 1)[1] + ".")
+
+
+@pytest.mark.parametrize("name", DCACHE_FIXTURES)
+def test_every_phase_is_framed_by_samples(name):
+    m, events = dcache.read_trace(os.path.join(fixture_path(name), "dcache.dat"))
+    f = facts(name)
+    timed = [p for p in f if p != "run" and "seconds" in f[p]]
+    assert [p.name for p in m.phases if p.name in timed] == sorted(
+        timed, key=[p.name for p in m.phases].index)
+    ts = m.samples["ts"]
+    for p in m.phases:
+        assert p.end is not None, p.name
+        assert (ts <= p.start).any() and (ts >= p.end).any(), p.name
+        # The phase's own clock and the trace's agree: the markers frame the timed part
+        # (spawning `date` and `awk` takes a second or so under emulation).
+        assert 0 <= p.seconds - float(f[p.name]["seconds"]) < 5.0, p.name
+    assert m.run["reproducer"] == f["run"]["name"]
+    s = dcache.summary(m, events=events)
+    json.dumps(s)
+    assert set(s["phases"]) == {p.name for p in m.phases}
+
+
+@pytest.mark.parametrize("name", DCACHE_FIXTURES)
+def test_plot_of_a_run(name, tmp_path):
+    out = dcache.plot_runs([fixture_path(name)], tmp_path / "run.png")
+    assert os.path.getsize(out) > 10000
+
+
+@pytest.mark.parametrize("repro", ["negative", "unlink-storm", "readdirplus", "memcg"])
+def test_compare_two_kernels(built, repro):
+    a, b = res(built, f"{repro}-5.10"), res(built, f"{repro}-6.1")
+    rows = dcache.compare(a, b)
+    cols = set(rows[0]) - {"figure", "B/A"}
+    assert len(cols) == 2 and all(c.startswith(("5.10", "6.1")) for c in cols)
+    assert {r["figure"] for r in rows} == set(a["figures"]) | set(b["figures"]) | {"verdict"}
+    for r in rows:
+        va, vb = (r[c] for c in sorted(cols))
+        if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va:
+            assert r["B/A"] == round(vb / va, 3)
+    assert "verdict" in dcache.table([fixture_path(f"{repro}-5.10"),
+                                      fixture_path(f"{repro}-6.1")])
+
+
+# ------------------------------------------------------------------ through nfs-readdir
+def test_cli_analyze_prints_the_phase_deltas_and_figures(built):
+    from conftest import run_cli
+    name = "unlink-storm-6.1"
+    r = res(built, name)
+    out = run_cli("analyze", fixture_path(name), check=0).stdout
+    assert out.startswith(f"{fixture_path(name)}: dcache-unlink-storm on {r['kernel']}: "
+                          f"{r['verdict']}: {r['reasons'][0]}")
+    rows = {line.split()[0]: line.split() for line in out.splitlines()
+            if line.split()[:1] and line.split()[0] in r["phases"]}
+    storm = r["phases"]["storm"]
+    assert rows["storm"][2:4] == [str(storm["delta"]["nr_dentry"]),
+                                  str(storm["delta"]["nr_negative"])]
+    assert f"storm_negative_delta         {r['figures']['storm_negative_delta']}" in out
+
+
+def test_cli_analyze_shows_the_lookup_slowdown(built):
+    from conftest import run_cli
+    r = res(built, "negative-6.1")
+    out = run_cli("analyze", fixture_path("negative-6.1"), check=0).stdout
+    block = out.split("lookup loops", 1)[1].split("\n\n", 1)[0]
+    for target in ("nfs", "local"):
+        row = next(line.split() for line in block.splitlines() if line.split()[:1] == [target])
+        lk = r["lookup"][target]
+        assert float(row[-2]) == lk["slowdown"] and float(row[-1]) == lk["walk_slowdown"]
+
+
+def test_cli_analyze_json_of_a_dcache_trace_is_its_results(built):
+    from conftest import run_cli
+    name = "negative-5.10"
+    out = json.loads(run_cli("analyze", "--json",
+                             os.path.join(fixture_path(name), "dcache.dat"), check=0).stdout)
+    assert len(out) == 1
+    fresh = json.loads(json.dumps(res(built, name), sort_keys=True))
+    assert out[0]["dcache"]["figures"] == fresh["figures"]
+    for target in ("nfs", "local"):
+        lookup = out[0]["dcache"]["lookup"][target]
+        assert lookup["walk_slowdown"] == fresh["figures"][f"{target}_walk_slowdown"]
+        assert lookup["slowdown"] == round(lookup["loops"]["after"]["median_ns"] /
+                                           lookup["loops"]["before"]["median_ns"], 3)
+
+
+def test_cli_compare_and_plot_two_kernels(built, tmp_path):
+    from conftest import run_cli
+    a, b = fixture_path("memcg-5.10"), fixture_path("memcg-6.1")
+    out = run_cli("compare", a, b, check=0).stdout
+    ra, rb = res(built, "memcg-5.10"), res(built, "memcg-6.1")
+    header = next(line for line in out.splitlines() if ra["kernel"] in line)
+    assert rb["kernel"] in header
+    k = "k1-m16_lru_bytes_setup"
+    row = next(line.split() for line in out.splitlines() if line.startswith(k + " "))
+    assert row[1:3] == [str(ra["figures"][k]), str(rb["figures"][k])]
+    png = tmp_path / "memcg.png"
+    assert run_cli("plot", a, b, "-o", png, check=0).stdout.strip() == str(png)
+    assert os.path.getsize(png) > 20000
+
+
+def test_cli_will_not_mix_dcache_runs_and_readdir_traces(tmp_path):
+    from conftest import run_cli
+    readdir = os.path.join(FIXTURES, "6.1-v3")
+    p = run_cli("compare", fixture_path("memcg-6.1"), readdir, check=2)
+    assert "is a dcache run and the other is not" in p.stderr
+    p = run_cli("plot", fixture_path("memcg-6.1"), readdir, "-o", tmp_path / "x.png", check=2)
+    assert "separately" in p.stderr and not (tmp_path / "x.png").exists()
+
+
+def test_cli_names_a_dcache_run_without_its_trace(tmp_path):
+    from conftest import run_cli
+    import shutil
+    d = tmp_path / "run"
+    shutil.copytree(fixture_path("negative-6.1"), d)
+    os.unlink(d / "dcache.dat")
+    with open(d / "other.txt", "w") as f:
+        f.write("x")
+    p = run_cli("analyze", d / "facts", check=2)
+    assert "no dcache.dat" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_results_module_dispatches_to_dcache(tmp_path):
+    """`python -m nfsreaddir.results DIR` (what vm-run runs) writes the dcache results."""
+    import shutil
+    name = DCACHE_FIXTURES[0]
+    d = tmp_path / "run"
+    shutil.copytree(fixture_path(name), d)
+    os.unlink(d / "results.json")
+    py = os.path.join(TOP, ".venv", "bin", "python")
+    subprocess.run([py, "-m", "nfsreaddir.results", str(d)], check=True, timeout=300)
+    v = subprocess.run([py, "-m", "nfsreaddir.results", "--verdict", str(d)], text=True,
+                       capture_output=True, check=True).stdout
+    with open(d / "results.json") as f:
+        r = json.load(f)
+    assert v.startswith(r["verdict"] + ": ") and r["name"] == facts(name)["run"]["name"]
+
+
+# ------------------------------------------------------------------ dcache-negative
+def median_of(name, key):
+    return statistics.median(float(x) for x in facts(name)[key.split(".")[0]][
+        key.split(".", 1)[1]].split(","))
+
+
+@pytest.mark.parametrize("kernel", ["5.10", "6.1"])
+def test_negative_lookups_leave_one_negative_dentry_each(built, kernel):
+    r = res(built, f"negative-{kernel}")
+    f = r["figures"]
+    # tmpfs export: knfsd keeps no negative dentry, so the NFS ones are the client's.
+    assert r["fs"] == "tmpfs" and r["local"] == "ext4"
+    assert r["nfs_misses"] <= f["nfs_negative_added"] <= r["nfs_misses"] * 1.01
+    assert r["local_misses"] <= f["local_negative_added"] <= r["local_misses"] * 1.01
+    # Each NFS miss was one LOOKUP (the loops before add a handful).
+    assert r["nfs_misses"] <= f["nfs_lookups_traced"] <= r["nfs_misses"] + 20
+    assert r["phases"]["nfs-misses"]["missing"] == r["nfs_misses"]
+    # A negative dentry is a whole dentry: the dentry slab grows by its size per miss.
+    objsize = r["phases"]["local-misses"]["after"]["slab_bytes"] / \
+        r["phases"]["local-misses"]["after"]["slab_active"]
+    assert f["local_dentry_bytes_added"] == pytest.approx(objsize * r["local_misses"], rel=0.02)
+    # drop_caches takes them all back.
+    assert f["nr_negative_after_drop"] < 0.001 * r["local_misses"]
+
+
+@pytest.mark.parametrize("kernel", ["5.10", "6.1"])
+def test_negative_slowdown_is_the_ratio_of_the_two_medians(built, kernel):
+    name = f"negative-{kernel}"
+    r = res(built, name)
+    for target in ("nfs", "local"):
+        before, after = median_of(name, f"before.{target}.ns"), median_of(name, f"after.{target}.ns")
+        assert r["figures"][f"{target}_slowdown"] == round(after / before, 3)
+        ff = facts(name)
+        walk = {loop: statistics.median(
+            float(a) / float(b) for a, b in zip(ff[loop][f"{target}.ns"].split(","),
+                                                ff[loop][f"{target}.ref_ns"].split(",")))
+            for loop in ("before", "after", "dropped")}
+        assert r["figures"][f"{target}_walk_slowdown"] == round(walk["after"] / walk["before"], 3)
+        assert r["figures"][f"{target}_control_walk_slowdown"] == round(
+            walk["dropped"] / walk["before"], 3)
+        assert len(ff["before"][f"{target}.ns"].split(",")) == r["reps"]
+
+
+@pytest.mark.parametrize("kernel", ["5.10", "6.1"])
+def test_negative_verdict_follows_the_threshold(built, kernel):
+    r = res(built, f"negative-{kernel}")
+    limit = r["max_slowdown"]
+    bad = [t for t in ("nfs", "local")
+           if r["figures"][f"{t}_walk_slowdown"] > limit
+           and r["figures"][f"{t}_control_walk_slowdown"] <= limit]
+    assert r["verdict"] == ("FAIL" if bad else "PASS"), r["reasons"]
+    # Lowering the threshold below what was measured turns it into a FAIL, unless the
+    # control was as slow.
+    f = dict(facts(f"negative-{kernel}"))
+    lk = r["lookup"]["local"]
+    if lk["control_walk_slowdown"] < lk["walk_slowdown"]:
+        r2 = dict(r, max_slowdown=(lk["control_walk_slowdown"] + lk["walk_slowdown"]) / 2)
+        _, fail, _ = dcache.JUDGES["dcache-negative"](r2, f, None, None)
+        assert any(x.startswith("local path walk") for x in fail)
+
+
+# ------------------------------------------------------------------ dcache-unlink-storm
+@pytest.mark.parametrize("kernel", ["5.10", "6.1"])
+def test_unlink_storm_removes_every_file_through_nfs(built, kernel):
+    r = res(built, f"unlink-storm-{kernel}")
+    f, files = r["figures"], r["files"]
+    assert r["phases"]["storm"]["removed"] == files and r["phases"]["storm"]["other"] == 0
+    assert f["nfs_unlinks_traced"] == files
+    # ext4 export: knfsd's unlink leaves a negative dentry on the server side per file.
+    assert r["fs"] == "ext4"
+    assert 0.95 * files <= f["server_negative"] <= 1.05 * files
+    # Client and server together: at least one negative dentry per removed file is left.
+    assert f["negative_left"] >= files
+    assert f["negative_left"] == pytest.approx(f["client_negative"] + f["server_negative"])
+    # drop_caches frees them.
+    assert r["phases"]["drop"]["after"]["nr_negative"] < 0.05 * files
+
+
+@pytest.mark.parametrize("kernel", ["5.10", "6.1"])
+def test_unlink_storm_client_keeps_the_unlinked_dentry_as_negative(built, kernel):
+    """Both kernels turn the unlinked dentry negative instead of dropping it (5.10.262 has
+    the 6.0 change backported: nfs_unlink() blocks revalidation instead of unhashing)."""
+    r = res(built, f"unlink-storm-{kernel}")
+    f, files = r["figures"], r["files"]
+    assert f["client_negative_from_unlink"] >= 0.95 * files
+    assert f["storm_negative_delta"] >= 1.95 * files       # client + server
+    assert f["nfs_lookups_traced"] >= files                # each unlink looked the name up
+    # So the re-lookups of the removed names are answered from the dcache: no LOOKUP.
+    assert f["restat_lookups_traced"] == 0 and abs(f["restat_negative_delta"]) < 0.01 * files
+    assert r["phases"]["restat"]["missing"] == files
+    assert r["verdict"] == "FAIL" and "negative dentries on the NFS client" in r["reasons"][0]
+
+
+# ------------------------------------------------------------------ dcache-readdirplus
+def sizes_of(r):
+    return [int(x) for x in str(r["sizes"]).split(",")]
+
+
+@pytest.mark.parametrize("kernel", ["5.10", "6.1"])
+def test_readdirplus_lists_every_name_and_knfsd_looks_each_up(built, kernel):
+    r = res(built, f"readdirplus-{kernel}")
+    f = r["figures"]
+    for n in sizes_of(r):
+        assert f[f"n{n}_entries"] == n
+        # NFSv4 READDIR asks for attributes that need a server-side lookup of every name.
+        assert 0.9 * n <= f[f"n{n}_server_dentries"] <= 1.1 * n + 300
+        assert f[f"n{n}_dentries_added"] == f[f"n{n}_client_dentries"] + f[f"n{n}_server_dentries"]
+        assert f[f"n{n}_readdir_rpcs"] >= 1
+
+
+def test_readdirplus_6_1_primes_a_dentry_per_traced_name(built):
+    r = res(built, "readdirplus-6.1")
+    f = r["figures"]
+    for n in sizes_of(r):
+        primed, client = f[f"n{n}_primed_traced"], f[f"n{n}_client_dentries"]
+        assert 0 < primed <= n
+        assert client == pytest.approx(primed, rel=0.2, abs=150)
+    n = max(sizes_of(r))
+    assert f["largest_client_per_name"] > r["max_per_name"] and r["verdict"] == "FAIL"
+
+
+def test_readdirplus_5_10_primes_only_the_first_getdents(built):
+    """5.10 primes dentries only from the READDIR replies that fill the first getdents call
+    (pos 0: about 1,000 names for `ls -f`'s 32 KiB buffer, rounded up to whole replies), so
+    past that size the count stays flat."""
+    r = res(built, "readdirplus-5.10")
+    f = r["figures"]
+    sizes = sizes_of(r)
+    for n in sizes:
+        assert f[f"n{n}_primed_traced"] == 0              # no such event on 5.10
+    small, mid, big = (f[f"n{n}_client_dentries"] for n in sizes)
+    assert small == pytest.approx(sizes[0], rel=0.15, abs=50)     # all of a small one
+    assert mid == pytest.approx(big, rel=0.15)                    # flat past the first call
+    assert big < 0.2 * sizes[-1]
+    assert f["largest_client_per_name"] <= r["max_per_name"] and r["verdict"] == "PASS"
+
+
+def test_readdirplus_6_1_needs_fewer_readdirs(built):
+    a, b = res(built, "readdirplus-5.10"), res(built, "readdirplus-6.1")
+    n = max(sizes_of(a))
+    assert n == max(sizes_of(b))
+    assert b["figures"][f"n{n}_readdir_rpcs"] * 4 < a["figures"][f"n{n}_readdir_rpcs"]
+
+
+# ------------------------------------------------------------------ dcache-memcg
+def cells(r):
+    return {p: v["memcg"] for p, v in r["phases"].items() if "memcg" in v}
+
+
+def test_memcg_5_10_allocates_list_lru_lists_before_any_use(built):
+    r = res(built, "memcg-5.10")
+    c = cells(r)
+    assert set(c) == {"k1-m1", "k1-m16", "k8-m1", "k8-m16"}
+    for name, x in c.items():
+        assert x["lru_allocs_touch"] == 0, name           # all of it at setup
+    # New memcgs grow the id space: every list_lru of every superblock gets new lists.
+    assert c["k1-m16"]["lru_allocs_setup"] > 10 * 16
+    # New superblocks get lists for every memcg id, even with one memcg.
+    assert c["k8-m1"]["lru_allocs_setup"] >= 8 * 2 * 16
+    assert r["verdict"] == "FAIL"
+    assert any(x.startswith("k1-m16: making 1 mounts and 16 memcgs") for x in r["reasons"])
+
+
+def test_memcg_6_1_allocates_a_list_per_used_pair(built):
+    r = res(built, "memcg-6.1")
+    c = cells(r)
+    for name, x in c.items():
+        k, m = x["mounts"], x["memcgs"]
+        # Setup: the two list_lru heads of each new superblock, nothing per memcg.
+        assert x["lru_allocs_setup"] == 2 * k, name
+        # Each touched (superblock, memcg) pair: its dentry and inode lists (plus the other
+        # file systems the memcg's process touched).
+        assert x["lru_allocs_touch"] >= 2 * k * m, name
+        assert x["lru_bytes_setup"] <= r["max_setup_bytes"]
+    assert c["k8-m16"]["lru_allocs_touch"] - c["k1-m16"]["lru_allocs_touch"] >= 2 * 7 * 16
+    assert r["verdict"] == "PASS"
+    # The memcgs were charged for the dentries and inodes their lookups made.
+    assert c["k8-m16"]["charged_slab_bytes"] > c["k8-m1"]["charged_slab_bytes"] > 0
+
+
+def test_memcg_pair_figure_is_the_interaction_of_the_corners(built):
+    for kernel in ("5.10", "6.1"):
+        r = res(built, f"memcg-{kernel}")
+        c, f = cells(r), r["figures"]
+        v = [c[x]["lru_bytes_total"] for x in ("k8-m16", "k8-m1", "k1-m16", "k1-m1")]
+        assert f["pair_lru_bytes"] == round((v[0] - v[1] - v[2] + v[3]) / (7 * 15))
