@@ -74,7 +74,18 @@ def test_sigint_leaves_nothing_behind(tmp_path):
     assert "LEFTOVER" not in p.stdout, p.stdout
     assert p.returncode == 0, p.stdout + p.stderr
     # What was recorded before the interrupt is kept.
-    assert os.path.getsize(tmp_path / "run" / "idle.dat") > 0
+    assert os.path.getsize(tmp_path / "readdir-loopback" / "idle.dat") > 0
+
+
+def test_sigint_to_dcache_reproducers_leaves_nothing_behind(tmp_path):
+    """Mid-storm (4 unlink workers) and mid-cell (mounts and memory cgroups up)."""
+    p = vm_run("debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "interrupt-dcache"))
+    assert p.stdout.count("reproducer exit 130") == 2, p.stdout + p.stderr
+    assert "LEFTOVER" not in p.stdout, p.stdout
+    assert p.returncode == 0, p.stdout + p.stderr
+    for repro in ("dcache-unlink-storm", "dcache-memcg"):
+        with open(tmp_path / repro / "log") as f:
+            assert "interrupted: cleaning up" in f.read()
 
 
 def test_bad_arguments_are_named(tmp_path):
