@@ -271,6 +271,27 @@ def test_plot_of_a_run(name, tmp_path):
     assert os.path.getsize(out) > 10000
 
 
+def test_plot_of_two_kernels_draws_the_figures_they_are_about(built):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (a, b) = plt.subplots(2, 1)
+    rdp = [res(built, f"readdirplus-{k}") for k in ("5.10", "6.1")]
+    dcache._plot_figures(a, rdp)
+    for line, r in zip(a.get_lines(), rdp):
+        ns = sorted(sizes_of(r))
+        assert list(line.get_xdata()) == ns
+        assert list(line.get_ydata()) == [r["figures"][f"n{n}_client_dentries"] for n in ns]
+    memcg = [res(built, f"memcg-{k}") for k in ("5.10", "6.1")]
+    dcache._plot_figures(b, memcg)
+    cells = [c for c in memcg[0]["phase_order"] if "memcg" in memcg[0]["phases"][c]]
+    heights = [p.get_height() for p in b.patches]
+    # bars: per kernel, the setup bars of every cell, then the lookup bars stacked on them
+    first = heights[:len(cells)]
+    assert first == [memcg[0]["phases"][c]["memcg"]["lru_bytes_setup"] for c in cells]
+    plt.close(fig)
+
+
 @pytest.mark.parametrize("repro", ["negative", "unlink-storm", "readdirplus", "memcg"])
 def test_compare_two_kernels(built, repro):
     a, b = res(built, f"{repro}-5.10"), res(built, f"{repro}-6.1")

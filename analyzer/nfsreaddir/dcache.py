@@ -384,14 +384,55 @@ def plot(ax, samples, phases=None, columns=("nr_dentry", "nr_negative"), t0=None
     return ax
 
 
+def _plot_figures(ax, runs):
+    """The figure each reproducer is about, one series per run (kernel): readdirplus, the
+    client dentries a listing leaves against N; memcg, the list_lru bytes of each cell."""
+    name = runs[0].get("name")
+    if name == "dcache-readdirplus":
+        for r in runs:
+            ns = sorted(int(x) for x in str(r["sizes"]).split(","))
+            ax.plot(ns, [r["figures"].get(f"n{n}_client_dentries") for n in ns], "o-",
+                    label=r.get("kernel"))
+        top = max(int(x) for r in runs for x in str(r["sizes"]).split(","))
+        ax.plot([0, top], [0, top], ":", color="grey", label="one per name")
+        ax.set_xlabel("names in the directory (N)")
+        ax.set_ylabel("client dentries after ls -f")
+        ax.set_title("dentries a listing adds on the client")
+    else:
+        cells = [c for c in runs[0].get("phase_order", []) if "memcg" in runs[0]["phases"].get(
+            c, {})]
+        width = 0.8 / len(runs)
+        for i, r in enumerate(runs):
+            for j, step in enumerate(("setup", "touch")):
+                ys = [r["phases"].get(c, {}).get("memcg", {}).get(f"lru_bytes_{step}") or 0
+                      for c in cells]
+                xs = [k + i * width for k in range(len(cells))]
+                ax.bar(xs, ys, width * 0.9, bottom=None if step == "setup" else [
+                    r["phases"].get(c, {}).get("memcg", {}).get("lru_bytes_setup") or 0
+                    for c in cells], color=f"C{i}", alpha=1.0 if step == "setup" else 0.45,
+                    label=f"{r.get('kernel')} {'mount+mkdir' if step == 'setup' else 'lookups'}")
+        ax.set_xticks([k + width * (len(runs) - 1) / 2 for k in range(len(cells))], cells)
+        ax.set_xlabel("cell: K superblocks x M memory cgroups")
+        ax.set_ylabel("list_lru bytes allocated")
+        ax.set_title("list_lru memory per cell")
+    ax.legend(loc="upper left", fontsize="small")
+
+
 def plot_runs(directories, output):
-    """One panel per results directory (e.g. the same reproducer on two kernels)."""
+    """One panel per results directory (e.g. the same reproducer on two kernels): dentries
+    and negative dentries over time; for readdirplus and memcg runs of one reproducer, a
+    first panel with their figures side by side."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(len(directories), 1, figsize=(10, 3.6 * len(directories)),
-                             squeeze=False)
-    for ax, d in zip(axes[:, 0], directories):
+    runs = [_load(d) for d in directories]
+    summary = (len({r.get("name") for r in runs}) == 1 and
+               runs[0].get("name") in ("dcache-readdirplus", "dcache-memcg"))
+    n = len(directories) + summary
+    fig, axes = plt.subplots(n, 1, figsize=(10, 3.6 * n), squeeze=False)
+    if summary:
+        _plot_figures(axes[0, 0], runs)
+    for ax, d in zip(axes[int(summary):, 0], directories):
         m, _ = read_trace(_trace_of(d))
         plot(ax, m.samples, m.phases)
         ax.set_title(f"{m.run.get('reproducer', '?')} on {m.run.get('kernel', '?')}")
