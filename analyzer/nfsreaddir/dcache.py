@@ -617,7 +617,7 @@ def _judge_unlink_storm(res, facts, markers, events):
     restat = f.get("restat_negative_delta") or 0
     f["client_negative_from_unlink"] = max(client - restat, 0) if client is not None else None
     f["server_negative"] = left - client if left is not None and client is not None else None
-    f["negative_left_after_drop"] = _delta(res, "drop", "nr_negative")
+    f["drop_negative_delta"] = _delta(res, "drop", "nr_negative")
     share = float(res.get("max_negative_share", 0.5))
     mine = f["client_negative_from_unlink"]
     if mine is None:
