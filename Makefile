@@ -30,6 +30,16 @@ test-kernel: setup-build
 test-bisect: setup-build
 	NFSRT_TEST_BISECT=1 $(PYTEST) -ra -s tests/test_bisect.py::test_bisect_names_the_cookie_resume_fix
 
+# Time the trace.dat reader and `nfs-readdir analyze` (its slab analysis) against `trace-cmd
+# report` and `report -R` on real host traces of 6, 12 and 25 M kmem/sched events (recorded
+# once through tracefs into ~/.cache/nfs-readdir-trace/bench, then reused): medians of 3 runs
+# at 1x and 1 run at 2x and 4x, tools interleaved (20-35 minutes on 2 busy cores). Table, data
+# and plot (time vs size) in $(RESULTS)/bench. Options, e.g.:
+#   make bench BENCH_ARGS="--repeat 5 --repeat-large 2 --modes 'need slab all'"
+bench: setup
+	analyzer/bench/make-trace
+	$(PY) analyzer/bench/run --out $(RESULTS)/bench $(BENCH_ARGS)
+
 # Re-record the test fixtures with the reproducer (see tests/fixtures/*/COMMAND).
 fixtures: setup
 	tests/fixtures/record

@@ -154,6 +154,24 @@ def test_trace_without_nfs_events_names_what_to_record(tmp_path, trace_cmd):
     assert_clean_error(run_cli("check", out), 125, "skip:")
 
 
+def test_kmem_trace_gets_the_slab_section_without_readdir():
+    """A trace with kmem allocation events and no READDIR is analyzed for slab growth (exit
+    0), and the text and JSON agree with each other; check still cannot judge it."""
+    kmem = os.path.join(FIXTURES, "kmem-host", "kmem.dat")
+    out = json.loads(run_cli("analyze", "--json", kmem, check=0).stdout)
+    assert len(out) == 1 and out[0]["path"] == kmem
+    s = out[0]["slab"]
+    top = s["caches"][0]
+    assert sum(c["allocs"] for c in s["caches"]) == s["total"]["allocs"] > 0
+    text = run_cli("analyze", "--top", "3", kmem, check=0).stdout
+    assert text.startswith(f"{kmem}: slab growth over")
+    row = next(line.split() for line in text.splitlines() if line.split()[:1] == [top["cache"]])
+    assert row[2:5] == [f"{top['allocs']:,}", f"{top['frees']:,}", f"{top['net']:+,}"]
+    assert f"... {len(s['caches']) - 3} more caches" in text
+    assert f"dentry cache (name): {s['dentry']['net']:+,} objects" in text
+    assert_clean_error(run_cli("check", kmem), 125, "no READDIR")
+
+
 def test_check_without_cookies_cannot_decide_alone(tmp_path, trace_cmd):
     """READDIR RPCs without cookies cannot show a restart: check says so (125), naming the
     events to record, unless an idle listing of the same run is there to compare with."""

@@ -3,7 +3,8 @@
 Each TRACE is a trace.dat file, the text of `trace-cmd report` (default or -R), or a results
 directory of the project's reproducers: readdir-loopback (every *.dat in it) or a dcache-*
 reproducer (its dcache section: per-phase dentry deltas, growth rates, negative share, lookup
-slowdown and the reproducer's figures).
+slowdown and the reproducer's figures). A trace with kmem allocation events also gets a slab
+section (growth per cache, the dentry cache singled out), and needs no READDIR in it.
 
 exit status: 0 done (check: good), 1 check: bad, 2 the input could not be used (the message
 says why and what to record), 3 internal error (a bug: please report it with the trace),
@@ -16,9 +17,9 @@ import json
 import os
 import sys
 
-from . import __version__, dcache, events
+from . import __version__, dcache, events, slab
 from .analysis import NS, AnalysisError, analyze, verdict
-from .trace import TraceError, open_trace
+from .trace import OnePass, TraceError, open_trace
 
 EXIT_INPUT = 2
 EXIT_BUG = 3
@@ -45,16 +46,29 @@ def expand(paths):
     return out
 
 
-def load_all(paths):
+def load_all(paths, with_slab=False):
+    """The readdir analysis of each trace; with_slab: (path, analysis, slab summary) triples,
+    where a trace with kmem allocation events but no READDIR has no analysis (None)."""
     res = []
     for path in expand(paths):
         t = open_trace(path)
-        try:
-            a = analyze(t)
-        except AnalysisError as e:
-            raise AnalysisError(f"{path}: {e}") from None
-        a.info = dict(a.info, path=path)
-        res.append(a)
+        kmem = slab.read_request(t) if with_slab else {}
+        readdir = events.has_readdir_source(t)
+        if kmem and readdir:        # both analyses from one pass over the file
+            want = events.wanted(t)
+            for ev, cols in kmem.items():
+                want.setdefault(ev, set()).update(cols)
+            t = OnePass(t, want)
+        summary = slab.summarize(t) if kmem else None
+        a = None
+        if readdir or summary is None:      # (without a source: the "no READDIR" error)
+            try:
+                a = analyze(t)
+                a.info = dict(a.info, path=path)
+            except AnalysisError as e:
+                if summary is None:
+                    raise AnalysisError(f"{path}: {e}") from None
+        res.append((path, a, summary) if with_slab else a)
     return res
 
 
@@ -150,18 +164,20 @@ def dcache_results(path):
 
 def cmd_analyze(args):
     runs, traces = split_dcache(args.traces)
-    analyses = load_all(traces) if traces else []
+    loaded = load_all(traces, with_slab=True) if traces else []
+    analyses = [a for _, a, _ in loaded if a is not None]
     if args.json:
-        out = [a.to_dict() for a in analyses] + [
-            {"path": p, "dcache": dcache_results(p)} for p in runs]
+        out = [dict(a.to_dict(), slab=s) if a is not None else {"path": p, "slab": s}
+               for p, a, s in loaded]
+        out += [{"path": p, "dcache": dcache_results(p)} for p in runs]
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
         return 0
     if analyses:
         print_analysis(analyses, details=args.details)
-    for p in runs:
-        sys.stdout.write(("\n" if analyses or p != runs[0] else "") + f"{p}: "
-                         + dcache.report(dcache_results(p)))
+    sections = [f"{p}: " + slab.format_text(s, top=args.top) for p, _, s in loaded if s]
+    sections += [f"{p}: " + dcache.report(dcache_results(p)) for p in runs]
+    sys.stdout.write(("\n" if analyses else "") + "\n".join(sections))
     return 0
 
 
@@ -234,6 +250,9 @@ def parser():
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--details", type=int, default=10, metavar="N",
                    help="restarts and invalidations shown per listing (default 10)")
+    s.add_argument("--top", type=int, default=10, metavar="N",
+                   help="slab caches shown, by growth, for traces with kmem events "
+                        "(default 10)")
     s.set_defaults(func=cmd_analyze)
 
     s = sub.add_parser("check", help="verdict for git bisect run: 0 good, 1 bad, 125 skip")

@@ -147,14 +147,32 @@ def _has_fields(trace, src):
     return fmt is not None and need <= set(fmt.user_fields())
 
 
+def _wanted(trace, sources):
+    wanted = {}
+    for s in sources:
+        if _has_fields(trace, s):
+            cols = set(s.fields.values()) | ({s.where[0]} if s.where else set())
+            wanted.setdefault(s.event, set()).update(cols)
+    return wanted
+
+
 def _read(trace, sources):
     usable = [s for s in sources if _has_fields(trace, s)]
-    wanted = {}
-    for s in usable:
-        cols = set(s.fields.values()) | ({s.where[0]} if s.where else set())
-        wanted.setdefault(s.event, set()).update(cols)
+    wanted = _wanted(trace, usable)
     frames = trace.read({ev: sorted(cols) for ev, cols in wanted.items()}) if wanted else {}
     return usable, frames
+
+
+def has_readdir_source(trace):
+    """Whether the trace has the format of any event READDIRs are counted from (without
+    one, the readdir analysis has nothing to read)."""
+    return any(_has_fields(trace, s) for g in RPC_SOURCES for s in g)
+
+
+def wanted(trace):
+    """{event: fields} of everything load() reads from this trace (for trace.OnePass)."""
+    return _wanted(trace, [s for g in RPC_SOURCES + INVALIDATION_SOURCES for s in g]
+                   + REVALIDATION_SOURCES + CALL_SOURCES + [RANGE_INVALIDATION, MARKER_SOURCE])
 
 
 def _first_group(trace, groups):

@@ -52,6 +52,7 @@ _HEX_RE = re.compile(r"^-?0[xX][0-9a-fA-F]+$")
 _BAREHEX_RE = re.compile(r"^[0-9a-fA-F]+$")
 _ERRNAME_RE = re.compile(r"^(-?\d+|0x[0-9a-fA-F]+)\s+\([^()]*\)$")
 _FILEID_RE = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]+):(\d+)$")
+_DIR_NAME_RE = re.compile(r"^([0-9a-fA-F]{2,}):([0-9a-fA-F]{2,}):(\d+)/(.*)$", re.S)
 _DEV_RE = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]+)$")
 _VERF_COOKIE_RE = re.compile(r"^([0-9a-fA-F]*):(0x[0-9a-fA-F]+|\d+)$")
 
@@ -138,6 +139,14 @@ def _normalise(pairs):
             if m:
                 out["dev"] = str((int(m.group(1), 16) << 20) | int(m.group(2), 16))
                 out["fileid"] = m.group(3)
+                continue
+        if k == "name":
+            # NFS lookup/create/... events: name=MAJ:MIN:DIR/NAME (-R: dev=, dir=, name=)
+            m = _DIR_NAME_RE.match(v)
+            if m:
+                out["dev"] = str((int(m.group(1), 16) << 20) | int(m.group(2), 16))
+                out["dir"] = m.group(3)
+                out["name"] = m.group(4)
                 continue
         if k == "dev":
             m = _DEV_RE.match(v)
@@ -326,13 +335,14 @@ class ReportText:
     def _inst_ok(self, inst):
         return (inst or "") == (self.instance or "")
 
-    def read(self, events, on_damage="raise", typed=True):
+    def read(self, events, on_damage="raise", typed=True, base=BASE_COLUMNS):
         """Parse the requested events; same contract as ``TraceDat.read``.
 
         Event keys are matched on the part after the last ``:`` (the text has
         no system names).  ``None`` as the field list means every field seen.
         ``typed=False`` leaves every field as the (normalised) text.
         """
+        base = [c for c in BASE_COLUMNS if c in base or c == "ts"]
         if isinstance(events, (list, tuple, set)):
             events = {e: None for e in events}
         bykey = {}
@@ -416,7 +426,7 @@ class ReportText:
                 if len(df):
                     order = np.lexsort((df["cpu"].to_numpy(), df["ts"].to_numpy()))
                     df = df.iloc[order].reset_index(drop=True)
-                frames[key] = df[list(BASE_COLUMNS) + [field_column(f) for f in flist]]
+                frames[key] = df[base + [field_column(f) for f in flist]]
         return frames
 
     def _fields(self, name, payload):

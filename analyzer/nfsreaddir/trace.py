@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["open_trace", "TraceError", "BASE_COLUMNS", "field_column"]
+__all__ = ["open_trace", "TraceError", "BASE_COLUMNS", "field_column", "OnePass"]
 
 BASE_COLUMNS = ("ts", "cpu", "pid", "comm")
 
@@ -81,3 +81,27 @@ def open_trace(path, instance=None):
         f"{path!r} is neither a trace.dat file (no trace-cmd magic) nor "
         "`trace-cmd report` text (no line like 'comm-pid [cpu] ts: event: ...'); "
         "record with `trace-cmd record`, or give the output of `trace-cmd report [-R]`")
+
+
+class OnePass:
+    """A trace whose read() is answered from one pass over the file made up front for the
+    union of what several analyses will ask (the readdir analysis, the slab analysis):
+    decoding is the cost, and each pass scans every event. A request outside the union is
+    read from the file as usual. Everything else is the trace's own."""
+
+    def __init__(self, trace, wanted):
+        self._trace = trace
+        self._wanted = {ev: set(cols) for ev, cols in wanted.items()}
+        self._frames = trace.read({ev: sorted(cols) for ev, cols in wanted.items()}) \
+            if wanted else {}
+
+    def __getattr__(self, name):
+        return getattr(self._trace, name)
+
+    def read(self, events, base=BASE_COLUMNS):
+        if not all(ev in self._wanted and set(cols or ()) <= self._wanted[ev] and cols
+                   is not None for ev, cols in events.items()):
+            return self._trace.read(events, base=base)
+        base = [c for c in BASE_COLUMNS if c in base or c == "ts"]
+        return {ev: self._frames[ev][base + [field_column(c) for c in cols]]
+                for ev, cols in events.items()}

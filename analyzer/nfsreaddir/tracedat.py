@@ -2,12 +2,18 @@
 
 Only the events and fields asked for are decoded, by name, using the event
 formats stored in the file.  The ring-buffer pages of every CPU are walked with
-numpy: all pages of a block are walked at once, one record per page per step,
-collecting only (offset, timestamp, length) of the records whose event id is
-wanted.  Each requested field is then decoded for all records of an event with
-one gather on a ``uint8`` view of the block.  Uncompressed data is mmapped;
-compressed chunks (v7 zlib/zstd) are decompressed a few MiB at a time, so
-memory follows the selected columns rather than the file size.
+numpy, 16 MiB of pages at a time: the record chains of all pages are followed
+at once (one lane per page, one record per step, a few array operations per
+step), then every record is handled in file order with whole-block array
+operations (type, length, event id, and the time stamps as a per-page running
+sum).  Each event's records are decoded from one copy of their fixed head
+(integers, pid, ``__data_loc`` words) read through a structured dtype; strings
+are keyed by a hash of their masked bytes, so each distinct value is decoded
+once.  Uncompressed data is mmapped; compressed chunks (v7 zlib/zstd) are
+decompressed a block at a time.  Pieces are kept per block and moved into the
+final, time-sorted columns one by one, so memory follows the selected columns
+(about their size) rather than the file.  CPUs are independent streams and are
+read by parallel threads when there are several cores.
 
 Layout notes (trace-cmd 3.x files; they differ from the published v7 text):
 the v7 section header's size field is 8 bytes, the BUFFER option carries a
@@ -23,6 +29,7 @@ import functools
 import mmap
 import os
 import re
+import struct
 import zlib
 
 import numpy as np
@@ -40,7 +47,8 @@ _TYPE_PADDING, _TYPE_TIME_EXTEND, _TYPE_TIME_STAMP = 29, 30, 31
 
 _BLOCK_BYTES = 16 << 20          # pages walked per step (bounded memory)
 _STRMAT_LIMIT = 1 << 25          # max bytes of a padded string matrix
-_RELEASE_ABOVE = 1 << 30         # madvise(DONTNEED) decoded pages of files larger than this
+_PARALLEL_BUILD_ROWS = 1 << 20   # events built by parallel threads only below this
+_RELEASE_ABOVE = 32 << 20        # madvise(DONTNEED) decoded pages of files larger than this
 
 # option ids
 OPT_DONE, OPT_DATE, OPT_CPUSTAT, OPT_BUFFER, OPT_TRACECLOCK, OPT_UNAME = 0, 1, 2, 3, 4, 5
@@ -279,13 +287,18 @@ def _gather_uint(block, pos, size, e):
         return np.zeros(0, _udt(e, size))
     if size in (2, 4, 8) and not (pos & (size - 1)).any():
         return block.view(_udt(e, size))[pos >> (size.bit_length() - 1)]
-    if size == 8 and not (pos & 3).any():
-        w = block.view(_udt(e, 4))
-        a = w[pos >> 2].astype(np.uint64)
-        b = w[(pos >> 2) + 1].astype(np.uint64)
-        return (a | (b << np.uint64(32))) if e == "<" else ((a << np.uint64(32)) | b)
+    if int(pos.max()) + size <= len(block):
+        return _bytes_view(block, size)[pos].view(_udt(e, size))
     m = block[pos[:, None] + np.arange(size)]
     return np.ascontiguousarray(m).view(_udt(e, size)).reshape(-1)
+
+
+def _bytes_view(block, width):
+    """Items of ``width`` bytes starting at every byte of ``block`` (overlapping; no copy).
+
+    Indexing it with record offsets copies ``width`` bytes per record in one pass."""
+    return np.ndarray((max(len(block) - width + 1, 0),), dtype=f"V{width}", buffer=block,
+                      strides=(1,))
 
 
 def _to_int_column(raw, f):
@@ -298,31 +311,45 @@ def _to_int_column(raw, f):
 
 _BYTE_MASKS = np.frombuffer(b"".join(bytes([0xFF] * k + [0] * (8 - k)) for k in range(9)),
                             dtype=np.uint64)
+_HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
+_HASH_MULT2 = np.uint64(0xC2B2AE3D27D4EB4F)
 
 
-def _row_codes(mat, lens):
-    """Codes and first-row indices of the distinct strings in the rows of ``mat``
-    (uint8, width % 8 == 0); row i holds ``lens[i]`` valid bytes."""
-    n, w = mat.shape
-    words = mat.view(np.uint64)
-    h = np.full(n, w, np.uint64)
-    mult = np.uint64(0x9E3779B97F4A7C15)
-    masked = np.empty_like(words)
-    for k in range(words.shape[1]):
-        col = words[:, k] & _BYTE_MASKS[np.clip(lens - 8 * k, 0, 8)]
-        masked[:, k] = col
-        h ^= col
-        h *= mult
-        h ^= h >> np.uint64(29)
-    codes, uniq = pd.factorize(h)
-    codes = codes.astype(np.int64)
-    # factorize numbers values in order of first appearance
+def _first_rows(codes):
+    """Row of the first occurrence of each code (codes numbered by first appearance)."""
     cm = np.maximum.accumulate(codes)
-    first = np.flatnonzero(np.diff(cm, prepend=-1) > 0)
-    if not (masked == masked[first[codes]]).all():   # hash collision: the slow way
-        _, first, codes = np.unique(masked.view(f"V{w}").reshape(-1),
-                                    return_index=True, return_inverse=True)
-        codes = codes.reshape(-1).astype(np.int64)
+    return np.searchsorted(cm, np.arange(int(cm[-1]) + 1 if len(cm) else 0))
+
+
+def _row_codes(words, lens):
+    """Codes (numbered by first appearance) and first rows of the distinct strings in
+    ``words`` (n x k uint64, a copy: masked in place); row i holds ``lens[i]`` valid bytes.
+
+    Rows are keyed by a polynomial hash of their words; a second hash checks that no two
+    different strings share a key (if they do, the exact and slower way is taken)."""
+    n, nw = words.shape
+    lens = np.minimum(lens, 8 * nw)
+    h = h2 = None
+    for k in range(nw):
+        col = words[:, k]
+        # bytes of word k that belong to the string, by length (a small table)
+        col &= _BYTE_MASKS[np.clip(np.arange(8 * nw + 1) - 8 * k, 0, 8)][lens]
+        if nw == 1:
+            h = col
+        elif h is None:
+            h = col.copy()
+            h2 = col.copy()
+        else:
+            h *= _HASH_MULT
+            h += col
+            h2 *= _HASH_MULT2
+            h2 += col
+    codes, _ = pd.factorize(h)
+    first = _first_rows(codes)
+    if nw > 1 and not (h2 == h2[first][codes]).all():   # hash collision: exact way
+        v = np.ascontiguousarray(words).view(f"V{8 * nw}").reshape(-1)
+        _, first, codes = np.unique(v, return_index=True, return_inverse=True)
+        codes = codes.reshape(-1)
     return codes, first
 
 
@@ -337,75 +364,62 @@ class _Strs:
     def __len__(self):
         return len(self.codes)
 
-    @staticmethod
-    def concat(parts):
-        index = {}
-        out = []
-        for p in parts:
-            remap = np.array([index.setdefault(v, len(index)) for v in p.values], dtype=np.int64)
-            out.append(remap[p.codes] if len(p.codes) else np.zeros(0, np.int64))
-        codes = np.concatenate(out) if out else np.zeros(0, np.int64)
-        return _Strs(codes, list(index))
-
-    def take(self, order):
-        return _Strs(self.codes[order], self.values)
-
     def map_values(self, fn):
         return _Strs(self.codes, [fn(v) for v in self.values])
 
 
-@functools.lru_cache(maxsize=1)
-def _str_dtype():
-    return pd.Series([], dtype="str").dtype
-
-
 def _str_series(strs):
-    """pandas Series of dtype "str" from a :class:`_Strs` without per-row objects."""
-    dt = _str_dtype()
-    if getattr(dt, "storage", None) == "pyarrow":
-        try:
-            import pyarrow as pa
-            arr = pa.array(strs.values, pa.large_string()).take(
-                pa.array(strs.codes, pa.int64()))
-            return arr.to_pandas(types_mapper=lambda t: dt if pa.types.is_large_string(t)
-                                 or pa.types.is_string(t) else None)
-        except ImportError:
-            pass
-    vals = np.empty(len(strs.values), dtype=object)
-    vals[:] = strs.values
-    return pd.Series(vals[strs.codes], dtype="str")
+    """A categorical pandas Series from a :class:`_Strs` without per-row objects.
+
+    The categories are the distinct values, sorted (so the same data gives the same
+    column whatever the block or CPU order); the codes are the smallest integer type
+    that holds them (int8 for up to 127 values).  Values are ``str``; ``==``,
+    ``isin``, ``.str`` and ``astype(str)`` work as on a string column."""
+    values = strs.values
+    if not len(values):
+        return pd.Series(pd.Categorical.from_codes(np.full(len(strs), -1, np.int8), []))
+    uniq = sorted(set(values))
+    pos = {v: i for i, v in enumerate(uniq)}
+    k = len(uniq)
+    cdt = np.int8 if k < (1 << 7) else np.int16 if k < (1 << 15) else np.int32
+    remap = np.array([pos[v] for v in values], dtype=cdt)
+    codes = np.asarray(strs.codes)
+    out = _empty(len(codes), cdt)
+    if len(codes) and len(values) == 1:
+        out[...] = 0
+    else:
+        np.take(remap, codes, out=out)
+    cat = pd.Categorical.from_codes(out, pd.Index(uniq), validate=False)
+    return pd.Series(cat, copy=False)
 
 
 def _extract_strings(block, starts, lens, kind):
-    """Strings (as :class:`_Strs`) or bytes (object array) at ``starts``, ``lens`` bytes each.
-
-    Strings stop at the first NUL.
-    """
+    """Strings (as :class:`_Strs`, int32 codes) or bytes (object array) at ``starts``,
+    ``lens`` bytes each.  Strings stop at the first NUL."""
     n = len(starts)
     lens = np.maximum(lens, 0)
     maxlen = int(lens.max()) if n else 0
     if kind == "str":
         if n == 0 or maxlen == 0:
-            return _Strs(np.zeros(n, np.int64), [""])
+            return _Strs(np.zeros(n, np.int32), [""])
         width = (maxlen + 7) & ~7
         if n * width <= _STRMAT_LIMIT and len(block) >= width:
-            # rows of a sliding-window view: one contiguous copy of `width` bytes per row
-            win = np.lib.stride_tricks.sliding_window_view(block, width)
+            # one copy of `width` bytes per row, masked to its length and hashed
             far = starts > len(block) - width
-            mat = win[np.where(far, 0, starts)]
-            if far.any():
-                for i in np.flatnonzero(far).tolist():
-                    seg = block[starts[i]:starts[i] + width]
-                    mat[i, :] = 0
-                    mat[i, :len(seg)] = seg
-            codes, first = _row_codes(mat, lens)
-            values = [mat[r, :ln].tobytes().split(b"\0", 1)[0].decode("utf-8", "replace")
+            mat = _bytes_view(block, width)[np.where(far, 0, starts) if far.any() else starts]
+            raw = mat.view(np.uint8).reshape(n, width)
+            for i in np.flatnonzero(far).tolist():
+                seg = block[starts[i]:starts[i] + width]
+                raw[i, :] = 0
+                raw[i, :len(seg)] = seg
+            codes, first = _row_codes(mat.view(np.uint64).reshape(n, width // 8), lens)
+            values = [raw[r, :ln].tobytes().split(b"\0", 1)[0].decode("utf-8", "replace")
                       for r, ln in zip(first.tolist(), lens[first].tolist())]
-            return _Strs(codes, values)
+            return _Strs(codes.astype(np.int32), values)
     mv = memoryview(block)
     if kind == "str":
         index = {}
-        codes = np.empty(n, dtype=np.int64)
+        codes = np.empty(n, dtype=np.int32)
         for i, (st, ln) in enumerate(zip(starts.tolist(), lens.tolist())):
             v = mv[st:st + ln].tobytes().split(b"\0", 1)[0].decode("utf-8", "replace")
             codes[i] = index.setdefault(v, len(index))
@@ -416,11 +430,300 @@ def _extract_strings(block, starts, lens, kind):
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    try:
+        import ctypes
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, ImportError):
+        return None
+
+
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD = 32 << 20
+_M_TRIM_THRESHOLD = -1
+_TRIM_THRESHOLD = 1 << 30
+
+
+def _set_mmap_threshold(nbytes, trim=_TRIM_THRESHOLD):
+    """Set glibc's mmap and trim thresholds; False where that cannot be done."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, nbytes)
+                    and libc.mallopt(_M_TRIM_THRESHOLD, trim))
+    except (OSError, AttributeError, ImportError):
+        return False
+
+
+_BUILD_MMAP_THRESHOLD = 1 << 20
+
+
+@functools.lru_cache(maxsize=1)
+def _fixed_mmap_threshold():
+    """Fix glibc's mmap threshold at 32 MiB, once per process: the per-block temporaries
+    of the scan (up to ~10 MiB) then always come from the heap, which hands the same
+    memory out again with no new page faults (a mapping per temporary meant a page fault
+    per 4 KiB each time: most of the system time on a loaded VM), and is trimmed when the
+    scan ends.  The decoded pieces live outside the heap (:class:`_Pieces`), so they do
+    not pin it."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        # a fixed mmap threshold also fixes the trim threshold (at 128 KiB: freeing the
+        # top of the heap would give it back, and the next block would fault it in
+        # again); the reader trims explicitly when a phase ends
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+                    and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+    except (OSError, AttributeError, ImportError):
+        return False
+
+
+class heap_reuse:
+    """Context manager for whole-array analysis of large columns: while it runs, glibc
+    keeps freed blocks in its heap and hands them out again (no unmapping), so the many
+    temporaries of the same size cost no fresh page faults (on a loaded VM those were
+    most of the time); on exit the old threshold comes back and the heap is trimmed."""
+
+    def __enter__(self):
+        self._ok = False
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None)
+            self._ok = bool(libc.mallopt(_M_MMAP_THRESHOLD, 1 << 30)
+                            and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
+            self._libc = libc
+        except (OSError, AttributeError, ImportError):
+            pass
+        self._huge = _no_hugepages()
+        return self
+
+    def __exit__(self, *exc):
+        _restore_hugepages(self._huge)
+        if self._ok:
+            self._libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+            self._libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+            _trim()
+        return False
+
+
+def _trim():
+    """Give the memory of freed decode pieces back to the system (glibc keeps it in its
+    heap otherwise, and the result columns are new allocations: the peak would be the
+    pieces plus the result instead of about the result)."""
+    f = _malloc_trim()
+    if f is not None:
+        f(0)
+
+
+def _no_hugepages():
+    """Stop numpy from asking for transparent huge pages while a read runs: with the
+    usual "defrag=madvise" setting each huge-page fault may compact memory first, which
+    made reads slower and less even here (the columns are written once, in order)."""
+    f = getattr(getattr(np, "_core", None), "multiarray", None)
+    f = getattr(f, "_set_madvise_hugepage", None)
+    if f is None:
+        return None
+    try:
+        return (f, f(False))
+    except Exception:      # noqa: BLE001 - an optimisation only
+        return None
+
+
+def _restore_hugepages(state):
+    if state is not None:
+        f, prev = state
+        f(prev)
+
+
+def _reader_threads():
+    """Threads for reading CPU streams in parallel: the usable cores left idle by the
+    machine's load (at most 8, at least 1), or $NFSRT_READER_THREADS."""
+    env = os.environ.get("NFSRT_READER_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    # only the cores other work leaves idle: on a busy machine a second thread gains no
+    # time and costs its own heap and block buffers (memory)
+    try:
+        idle = n - os.getloadavg()[0]
+    except OSError:
+        idle = n
+    return max(1, min(n, 8, int(idle + 0.5)))
+
+
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+def _empty(n, dtype):
+    """np.empty for result columns: large ones are mapped with their pages already in
+    place (MAP_POPULATE: one system call instead of a page fault per 4 KiB page), outside
+    the malloc heap (which then holds only temporaries, given back when a phase ends)."""
+    dtype = np.dtype(dtype)
+    nbytes = n * dtype.itemsize
+    if _POPULATE and nbytes >= (1 << 20) and dtype != object:
+        try:
+            m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE)
+            return np.frombuffer(m, dtype, count=n)
+        except (OSError, ValueError):
+            pass
+    return np.empty(n, dtype)
+
+
+def _mapped(n, dtype):
+    """An array of its own anonymous mapping (outside the malloc heap)."""
+    dtype = np.dtype(dtype)
+    try:
+        m = mmap.mmap(-1, max(n * dtype.itemsize, 1),
+                      flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        return np.frombuffer(m, dtype, count=n)
+    except (OSError, ValueError, AttributeError):
+        return np.empty(n, dtype)
+
+
 def _series(arr):
     if isinstance(arr, _Strs):
         return _str_series(arr)
     return pd.Series(arr, copy=False)
 
+
+_CHUNK_BYTES = 8 << 20          # the decoded pieces are packed into chunks of this size
+
+
+class _Pieces(list):
+    """The decoded pieces of one column of one CPU, in order, packed into large chunks.
+
+    ``append(arr)`` copies ``arr`` into the current chunk and keeps a view of it (string
+    pieces keep their values; their codes are packed).  The pieces, which live until the
+    columns are built, so stay out of the malloc heap: it holds only the per-block
+    temporaries, which it hands out again and again without new page faults, and gives
+    back at once when the scan ends.  A chunk is unmapped when the last view of it goes."""
+
+    __slots__ = ("_chunk", "_fill")
+
+    def __init__(self):
+        super().__init__()
+        self._chunk = None
+        self._fill = 0
+
+    def _pack(self, arr):
+        n = len(arr)
+        c = self._chunk
+        if c is None or c.dtype != arr.dtype or self._fill + n > len(c):
+            if n * arr.dtype.itemsize >= _CHUNK_BYTES // 4:
+                big = _mapped(n, arr.dtype)             # large: a piece of its own
+                big[...] = arr
+                return big
+            c = self._chunk = _mapped(_CHUNK_BYTES // arr.dtype.itemsize, arr.dtype)
+            self._fill = 0
+        v = c[self._fill:self._fill + n]
+        v[...] = arr
+        self._fill += n
+        return v
+
+    def reserve(self, n, dtype):
+        """A piece of ``n`` elements to be written in place (already appended)."""
+        dtype = np.dtype(dtype)
+        c = self._chunk
+        if c is None or c.dtype != dtype or self._fill + n > len(c):
+            if n * dtype.itemsize >= _CHUNK_BYTES // 4:
+                v = _mapped(n, dtype)
+                super().append(v)
+                return v
+            c = self._chunk = _mapped(_CHUNK_BYTES // dtype.itemsize, dtype)
+            self._fill = 0
+        v = c[self._fill:self._fill + n]
+        self._fill += n
+        super().append(v)
+        return v
+
+    def append(self, x):
+        if isinstance(x, np.ndarray) and x.dtype != object and x.ndim == 1:
+            x = self._pack(x)
+        elif isinstance(x, _Strs) and x.codes.dtype != object:
+            x = _Strs(self._pack(x.codes), x.values)
+        super().append(x)
+
+    def release(self):
+        """No more appends: drop the reference to the current chunk."""
+        self._chunk = None
+
+
+# step from a record header to the next for data records of 1..28 words (type_len);
+# -1: another type (0: length in the next word, padding, time extend, time stamp)
+_STEP = np.full(32, -1, np.int32)
+_STEP[1:29] = 4 + 4 * np.arange(1, 29)
+
+
+def _chain(b32, start, end, le, min_dlen):
+    """Follow the record chain of every page at once (one lane per page).
+
+    ``start``/``end``: byte offsets (int32) of each page's first record and of the end
+    of its data.  Returns (record header offsets in file order, broken lanes or None):
+    a lane whose chain runs past its data, or has a record too short to hold an event
+    id, stops there and is reported broken.
+    """
+    rows = []
+    broken = None
+    cur = start
+    act = None                       # None: all lanes still walking
+    m31, s27 = np.uint32(31), np.uint32(27)
+    while True:
+        w = b32[cur >> 2]
+        tl = (w & m31) if le else (w >> s27)
+        st = _STEP[tl]
+        nxt = cur + st
+        slow = st < 0
+        if act is not None:
+            slow &= act
+        if slow.any():
+            idx = np.flatnonzero(slow)
+            c = cur[idx].astype(np.int64)
+            t = tl[idx]
+            e_ = end[idx].astype(np.int64)
+            a0 = b32.take((c >> 2) + 1, mode="clip").astype(np.int64)
+            is0 = t == 0
+            dl0 = (a0 - 4 + 3) & ~3
+            nx = np.where(is0, c + 8 + dl0,
+                          np.where(t == _TYPE_PADDING, np.minimum(c + 4 + a0, e_), c + 8))
+            bad = (nx <= c) | (is0 & (dl0 < min_dlen))
+            nx = np.where(bad, e_, np.minimum(nx, e_ + 4))
+            nxt[idx] = nx
+            if bad.any():
+                if broken is None:
+                    broken = np.zeros(len(start), bool)
+                broken[idx[bad]] = True
+        if min_dlen > 4:
+            short = (st > 0) & (st - 4 < min_dlen)
+            if act is not None:
+                short &= act
+            if short.any():
+                if broken is None:
+                    broken = np.zeros(len(start), bool)
+                broken |= short
+                nxt = np.where(short, end, nxt)
+        rows.append(cur if act is None else np.where(act, cur, -1))
+        over = nxt > end
+        if act is not None:
+            over &= act
+        if over.any():
+            if broken is None:
+                broken = np.zeros(len(start), bool)
+            broken |= over
+            nxt = np.where(over, end, nxt)
+        fin = nxt >= end
+        if fin.any():
+            act = ~fin if act is None else (act & ~fin)
+            if not act.any():
+                break
+            cur = np.where(act, nxt, 0)
+        else:
+            cur = nxt
+    m = np.stack(rows).T.ravel()
+    return m[m >= 0], broken
 
 # --------------------------------------------------------------------------
 # the reader
@@ -896,16 +1199,15 @@ class TraceDat:
         counts = np.zeros(len(lut), dtype=np.int64)
         damage = []
         lost = []
-        e = self._e
         for cpu, off, size in self._buf.cpus:
             try:
                 for block in self._cpu_blocks(cpu, off, size, self._buf.compressed,
                                               self._buf.page_size):
-                    res, dmg = self._walk(block, self._buf.page_size, lut, cpu, lost)
+                    res, dmg = self._walk(block, self._buf.page_size, None, cpu, lost)
                     if res is not None and len(res[0]):
-                        ids = _gather_uint(block, res[0] + idf.offset, idf.size, e)
-                        counts += np.bincount(ids.astype(np.int64), minlength=len(counts))[
-                            :len(counts)]
+                        ids = res[3].astype(np.int64)
+                        counts += np.bincount(np.minimum(ids, len(counts) - 1),
+                                              minlength=len(counts))[:len(counts)]
                     if dmg:
                         damage.append(dmg)
                         break
@@ -918,6 +1220,7 @@ class TraceDat:
             self.info["damage"] = list(self.info["damage"]) + damage
             self.info["partial"] = True
         self._set_lost(lost)
+        counts[-1] = 0          # records that are not events (padding, time stamps)
         out = {}
         for eid in np.flatnonzero(counts).tolist():
             src = self._fmt_src.get(eid)
@@ -932,11 +1235,14 @@ class TraceDat:
         self.info["lost_events"] = lost
         self.info["scanned"] = True
 
-    def read(self, events, on_damage="raise"):
+    def read(self, events, on_damage="raise", base=BASE_COLUMNS):
         """Decode the requested events.
 
         ``events`` maps ``"system:name"`` to a list of field names (``None``
         means all non-common fields).  Returns ``{name: DataFrame}``.
+
+        ``base``: which of the columns ts, cpu, pid, comm every frame has (default all;
+        ``ts`` always): an analysis that needs only the time skips decoding the others.
 
         If the data is damaged, ``on_damage="raise"`` (default) raises
         :class:`TraceError` whose ``partial`` holds the frames read before the
@@ -945,6 +1251,11 @@ class TraceDat:
         """
         if isinstance(events, (list, tuple, set)):
             events = {e: None for e in events}
+        bad = set(base) - set(BASE_COLUMNS)
+        if bad:
+            raise ValueError(f"base columns are {BASE_COLUMNS}, not {sorted(bad)}")
+        self._base = tuple(c for c in BASE_COLUMNS if c in base or c == "ts")
+        self._want_pid = "pid" in self._base or "comm" in self._base
         want = {}          # id -> (key, fmt, [Field])
         empty = {}
         for key, fields in events.items():
@@ -975,18 +1286,31 @@ class TraceDat:
                for eid, w in want.items()}
         lost = []
         damage = []
+        if self._size > _RELEASE_ABOVE:
+            _fixed_mmap_threshold()
+        huge = _no_hugepages()
         try:
-            self._scan(want, acc, lost, damage)
-        except MemoryError:
-            raise TraceError(f"{self.path}: out of memory while decoding; ask for fewer "
-                             "events or fields") from None
-        except (IndexError, ValueError, OverflowError) as e:
-            # a damage pattern the checks above did not catch: still a TraceError
-            damage.append(f"undecodable ring-buffer data ({type(e).__name__}: {e})")
-        frames = self._build(want, acc)
+            try:
+                self._scan(want, acc, lost, damage)
+            except MemoryError:
+                raise TraceError(f"{self.path}: out of memory while decoding; ask for fewer "
+                                 "events or fields") from None
+            except (IndexError, ValueError, OverflowError) as e:
+                # a damage pattern the checks above did not catch: still a TraceError
+                damage.append(f"undecodable ring-buffer data ({type(e).__name__}: {e})")
+            # building: the temporaries are column-sized and few; each its own mapping,
+            # given back when freed, so the peak stays near the result
+            tuned = self._size > _RELEASE_ABOVE and _set_mmap_threshold(_BUILD_MMAP_THRESHOLD)
+            try:
+                frames = self._build(want, acc)
+            finally:
+                if tuned:
+                    _set_mmap_threshold(_MMAP_THRESHOLD)
+        finally:
+            _restore_hugepages(huge)
         for key, fields in empty.items():
             frames[key] = pd.DataFrame({c: pd.Series(dtype=np.int64 if c != "comm" else "str")
-                                        for c in BASE_COLUMNS}
+                                        for c in self._base}
                                        | {field_column(f): pd.Series(dtype=object)
                                           for f in fields})
         if not damage:
@@ -1011,6 +1335,7 @@ class TraceDat:
         if off >= self._size:
             raise _Damage(f"cpu {cpu}: data offset {off} is past the end of the file "
                           f"({self._size} bytes; truncated)")
+        release = self._size > _RELEASE_ABOVE
         if not compressed:
             end = off + size
             trunc = end > self._size
@@ -1022,7 +1347,7 @@ class TraceDat:
             while pos < stop:
                 n = min(step, stop - pos)
                 yield np.frombuffer(self._mm, dtype=np.uint8, count=n, offset=pos)
-                if self._size > _RELEASE_ABOVE:
+                if release:
                     self._release(pos, n)
                 pos += n
             if trunc:
@@ -1033,27 +1358,58 @@ class TraceDat:
                               f"size {P}")
             return
         # the size in the BUFFER option does not count the 4-byte chunk count
-        c = self._cur(off, off + 4 + size, what=f"cpu {cpu} compressed data")
+        mm = self._mm
+        stop = min(off + 4 + size, self._size)
         if off + 4 + size > self._size:
             trunc_msg = (f"cpu {cpu}: compressed data runs past the end of the file "
                          f"(truncated)")
         else:
             trunc_msg = None
-        try:
-            nchunks = c.uint(4)
-        except _Damage:
-            raise _Damage(trunc_msg or f"cpu {cpu}: compressed data header is missing") from None
+        if off + 4 > stop:
+            raise _Damage(trunc_msg or f"cpu {cpu}: compressed data header is missing")
+        hdr = struct.Struct(self._e + "II")
+        nchunks = struct.unpack_from(self._e + "I", mm, off)[0]
+        pos = off + 4
+        done = pos
+        algo = self.compression
+        if algo == "zstd":
+            zstandard, _ = _zstd()
+            dctx = zstandard.ZstdDecompressor()     # one per stream: not thread safe
+            content_size = zstandard.frame_content_size
         # decompressed chunks are copied into one reused buffer, walked when full
         blk = np.empty(_BLOCK_BYTES, dtype=np.uint8)
         fill = 0
         for i in range(nchunks):
             try:
-                csize = c.uint(4)
-                usize = c.uint(4)
+                if pos + 8 > stop:
+                    raise _Damage(f"cpu {cpu} chunk {i}: header cut short (truncated or "
+                                  "corrupt)")
+                csize, usize = hdr.unpack_from(mm, pos)
                 if usize % P or usize > (1 << 30):
                     raise _Damage(f"cpu {cpu}: chunk {i} has implausible size {usize}")
-                data = c.take(csize)
-                out = _decompress(self.compression, data, usize, f"cpu {cpu} chunk {i}")
+                if pos + 8 + csize > stop:
+                    raise _Damage(f"cpu {cpu} chunk {i}: needs {csize} bytes at offset "
+                                  f"{pos + 8} (truncated or corrupt)")
+                data = mm[pos + 8:pos + 8 + csize]
+                pos += 8 + csize
+                if algo == "zstd":
+                    # the fast path of _decompress (same checks)
+                    try:
+                        declared = content_size(data)
+                        if declared >= 0 and declared != usize:
+                            raise _Damage(f"cpu {cpu} chunk {i}: zstd frame holds {declared} "
+                                          f"bytes, the file says {usize} (corrupt)")
+                        out = dctx.decompress(data, max_output_size=usize)
+                    except _Damage:
+                        raise
+                    except Exception as e:
+                        raise _Damage(f"cpu {cpu} chunk {i}: the zstd data is corrupt "
+                                      f"({e})") from None
+                    if len(out) != usize:
+                        raise _Damage(f"cpu {cpu} chunk {i}: zstd data gave {len(out)} bytes, "
+                                      f"the file says {usize} (corrupt or truncated)")
+                else:
+                    out = _decompress(algo, data, usize, f"cpu {cpu} chunk {i}")
             except _Damage as d:
                 if fill:
                     yield blk[:fill]
@@ -1062,12 +1418,17 @@ class TraceDat:
                 if fill:
                     yield blk[:fill]
                     fill = 0
+                    if release:
+                        self._release(done, pos - done)
+                        done = pos
                 if usize > len(blk):
                     blk = np.empty(usize, dtype=np.uint8)
             blk[fill:fill + usize] = np.frombuffer(out, dtype=np.uint8)
             fill += usize
         if fill:
             yield blk[:fill]
+        if release:
+            self._release(done, pos - done)
 
     def _release(self, pos, n):
         """Drop mmapped pages already decoded, so RSS does not grow with the file."""
@@ -1084,12 +1445,14 @@ class TraceDat:
                 pass
 
     def _walk(self, block, P, lut, cpu, lost):
-        """Walk all pages of ``block`` at once (one lane per page).
+        """Walk all pages of ``block``: the record chains of all pages at once (one
+        lane per page, see :func:`_chain`), then every record in file order.
 
-        Returns ((pos, ts, dlen), damage): data offset in ``block``, raw
-        timestamp and data length of the records whose id is set in ``lut``,
-        in file order; ``damage`` is a message or None (records on and after
-        the damaged page are dropped).
+        Returns ((pos, ts, dlen, ids), damage): data offset in ``block``, raw
+        timestamp, data length and event id of the data records, in file order
+        (``lut``: the ids wanted, or None for all; other records may still be
+        returned when most are wanted); ``damage`` is a message or None (records on
+        and after the damaged page are dropped).
         """
         e = self._e
         hp = self._hp
@@ -1123,133 +1486,166 @@ class TraceDat:
                 lost.append({"cpu": cpu, "ts": int(page_ts[p]), "count": cnt})
         idf = self._id_field
         id_off, id_size = idf.offset, idf.size
-        lut_max = len(lut) - 1
-        if id_size == 2 and id_off % 2 == 0:
-            b16 = block.view(_udt(e, 2))
-
-            def get_ids(sp):
-                return b16[(sp + id_off) >> 1]
-        else:
-            def get_ids(sp):
-                return _gather_uint(block, sp + id_off, id_size, e)
-        lane = np.flatnonzero(size[:bad_page] > 0)
-        cur = base[lane] + data_off
-        end = cur + size[lane]
-        ts = page_ts[lane]
-        out_pos, out_ts, out_len = [], [], []
-        bad_lanes = []
+        lanes = np.flatnonzero(size[:bad_page] > 0)
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64),
+                 np.zeros(0, np.int64))
+        if not len(lanes):
+            return empty, (f"cpu {cpu}: {reason}" if bad_page < npages else None)
+        if len(block) >= (1 << 31):
+            raise _Damage(f"cpu {cpu}: a data block of {len(block)} bytes is too large")
+        start = (base[lanes] + data_off).astype(np.int32)
+        end = start + size[lanes].astype(np.int32)
         le = e == "<"
-        m27 = np.uint32((1 << 27) - 1)
-        sh27 = np.uint64(_TS_SHIFT)
-        while len(cur):
-            wi = cur >> 2
-            w = b32[wi]
-            if le:
-                tl = w & np.uint32(31)
-                delta = (w >> np.uint32(5)).astype(np.uint64)
-            else:
-                tl = w >> np.uint32(27)
-                delta = (w & m27).astype(np.uint64)
-            tl = tl.astype(np.int64)
-            if ((tl - 1) < 28).all() and (tl >= 1).all():
-                # fast path: only small data records in this step
-                dpos = cur + 4
-                dlen = tl << 2
-                nxt = dpos + dlen
-                ts = ts + delta
-                small = None
-                broken = nxt > end
-            else:
-                a0 = b32.take(wi + 1, mode="clip").astype(np.int64)
-                small = tl <= 28
-                is0 = tl == 0
-                dlen = np.where(is0, (a0 - 4 + 3) & ~3, tl << 2)
-                dpos = cur + np.where(is0, 8, 4)
-                pad = tl == _TYPE_PADDING
-                nxt = np.where(small, dpos + dlen, np.where(pad, cur + 4 + a0, cur + 8))
-                nxt = np.where(pad, np.minimum(nxt, end), nxt)
-                ext = tl == _TYPE_TIME_EXTEND
-                stamp = tl == _TYPE_TIME_STAMP
-                big = (a0.astype(np.uint64) << sh27) + delta
-                ts = np.where(stamp, big | (ts & _TS_MSB), np.where(ext, ts + big, ts + delta))
-                broken = (nxt > end) | (small & (dlen < id_off + id_size)) | (nxt <= cur)
-            if broken.any():
-                bad_lanes.append(lane[broken])
-                nxt = np.where(broken, end, nxt)
-                small = ~broken if small is None else (small & ~broken)
-            if small is None:
-                sp = dpos
-                ids = get_ids(sp)
-                wanted = lut[np.minimum(ids, lut_max)]
-                if wanted.any():
-                    out_pos.append(sp[wanted])
-                    out_ts.append(ts[wanted])
-                    out_len.append(dlen[wanted])
-            elif small.any():
-                sp = dpos[small]
-                ids = get_ids(sp)
-                wanted = lut[np.minimum(ids, lut_max)]
-                if wanted.any():
-                    out_pos.append(sp[wanted])
-                    out_ts.append(ts[small][wanted])
-                    out_len.append(dlen[small][wanted])
-            keep = nxt < end
-            if keep.all():
-                cur = nxt
-            else:
-                cur, end, ts, lane = nxt[keep], end[keep], ts[keep], lane[keep]
-        if bad_lanes:
-            first_bad = int(np.concatenate(bad_lanes).min())
+        rec, broken = _chain(b32, start, end, le, id_off + id_size)
+        if broken is not None and broken.any():
+            first_bad = int(lanes[np.argmax(broken)])
             if first_bad < bad_page:
                 bad_page = first_bad
                 reason = (f"the record chain in page {bad_page} of a block is broken "
                           "(record runs past the page's data)")
-        if out_pos:
-            pos = np.concatenate(out_pos)
-            tsa = np.concatenate(out_ts)
-            dl = np.concatenate(out_len)
-            order = np.argsort(pos, kind="stable")
-            pos, tsa, dl = pos[order], tsa[order], dl[order]
-            if bad_page < npages:
-                k = np.searchsorted(pos, bad_page * P)
-                pos, tsa, dl = pos[:k], tsa[:k], dl[:k]
-        else:
-            pos = np.zeros(0, np.int64)
-            tsa = np.zeros(0, np.uint64)
-            dl = np.zeros(0, np.int64)
+        if bad_page < npages:
+            rec = rec[:np.searchsorted(rec, bad_page * P)]
         damage = f"cpu {cpu}: {reason}" if bad_page < npages else None
-        return (pos, tsa, dl), damage
+        if not len(rec):
+            return empty, damage
+        # every record, in file order: type, length, time
+        w = b32[rec >> 2]
+        if le:
+            tl = w & np.uint32(31)
+            delta = w >> np.uint32(5)
+        else:
+            tl = w >> np.uint32(27)
+            delta = w & np.uint32(_COMMIT_MASK)
+        st = _STEP[tl]
+        pg = rec >> (P.bit_length() - 1) if P & (P - 1) == 0 else rec // P
+        dpos = rec + 4
+        dlen = st - 4
+        stamp = None
+        data = None
+        if int(st.min()) < 0:       # not only data records of 1..28 words
+            other = np.flatnonzero(st < 0)
+            t = tl[other]
+            a0 = b32.take((rec[other] >> 2) + 1, mode="clip").astype(np.uint64)
+            is0 = t == 0
+            i0 = other[is0]
+            dpos[i0] += 4
+            dlen = dlen.astype(np.int64)
+            dlen[i0] = (a0[is0].astype(np.int64) - 4 + 3) & ~3
+            ext = t == _TYPE_TIME_EXTEND
+            delta = delta.astype(np.uint64)
+            big = (a0 << np.uint64(_TS_SHIFT)) + delta[other]
+            delta[other[ext]] = big[ext]
+            isst = t == _TYPE_TIME_STAMP
+            if isst.any():
+                stamp = other[isst]
+                stamp_val = big[isst] | (page_ts[pg[stamp]] & _TS_MSB)
+                delta[stamp] = 0
+            data = other[~is0]
+        if id_size == 2 and id_off % 2 == 0:
+            ids = block.view(_udt(e, 2))[(dpos + id_off) >> 1]
+        else:
+            ids = _gather_uint(block, dpos + id_off, id_size, e)
+        if data is not None:
+            ids[data] = np.iinfo(ids.dtype).max      # not an event: never wanted
+        sel = None
+        if lut is not None:
+            wanted = lut[np.minimum(ids, len(lut) - 1)]
+            k = int(np.count_nonzero(wanted))
+            if k == 0:                 # nothing wanted here: no need for the times
+                return empty, damage
+            if k < len(wanted) // 2:   # few wanted: select them (else the caller does)
+                sel = np.flatnonzero(wanted)
+        # time: page time stamp plus the deltas of the records before, per page
+        # (a time stamp record restarts the sum)
+        n = len(rec)
+        seg = np.empty(n, bool)
+        seg[0] = True
+        np.not_equal(pg[1:], pg[:-1], out=seg[1:])
+        if stamp is not None:
+            seg[stamp] = True
+        sidx = np.flatnonzero(seg)
+        cs = np.cumsum(delta, dtype=np.uint64)
+        start_v = page_ts[pg[sidx]]
+        if stamp is not None:
+            start_v[np.searchsorted(sidx, stamp)] = stamp_val
+        ts = cs + np.repeat(start_v - (cs[sidx] - delta[sidx].astype(np.uint64)),
+                            np.diff(sidx, append=n))
+        if sel is not None:
+            return (dpos[sel], ts[sel], dlen[sel], ids[sel]), damage
+        return (dpos, ts, dlen, ids), damage
 
     def _scan(self, want, acc, lost, damage):
+        """Decode the wanted events of every CPU's data into ``acc`` (pieces per block,
+        in CPU order).  The CPUs are independent streams: with several of them and
+        several cores they are read by parallel threads (zstd and most numpy work run
+        outside the GIL); the result is the same as one after the other."""
         buf = self._buf
-        P = buf.page_size
-        idf = self._id_field
+        plans = {eid: self._plan(w) for eid, w in want.items()}
+        idf = self._id_field                # resolved before threads start
         lut = np.zeros((1 << (8 * idf.size)) if idf.size <= 2 else (1 << 20), dtype=bool)
         for eid in want:
             if 0 <= eid < len(lut) - 1:
                 lut[eid] = True
-        e = self._e
-        for cpu, off, size in buf.cpus:
-            try:
-                for block in self._cpu_blocks(cpu, off, size, buf.compressed, P):
-                    res, dmg = self._walk(block, P, lut, cpu, lost)
-                    if res is not None and len(res[0]):
-                        pos, ts, dlen = res
-                        if len(want) == 1:
-                            eid = next(iter(want))
-                            self._decode(block, pos, ts, dlen, cpu, want[eid], acc[eid])
-                        else:
-                            ids = _gather_uint(block, pos + idf.offset, idf.size, e).astype(np.int64)
-                            for eid, w in want.items():
-                                sel = ids == eid
-                                if sel.any():
-                                    self._decode(block, pos[sel], ts[sel], dlen[sel], cpu,
-                                                 w, acc[eid])
-                    if dmg:
-                        damage.append(dmg)
-                        break
-            except _Damage as d:
-                damage.append(str(d))
+        units = [(cpu, off, size) for cpu, off, size in buf.cpus if size]
+        nthreads = min(len(units), _reader_threads())
+        if nthreads > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
+                results = list(pool.map(lambda u: self._scan_cpu(*u, want, plans, lut),
+                                        units))
+        else:
+            results = [self._scan_cpu(*u, want, plans, lut) for u in units]
+        for part, lst, dmg, exc in results:
+            for eid, cols in part.items():
+                for k, v in cols.items():
+                    acc[eid][k].extend(v)
+            lost.extend(lst)
+            damage.extend(dmg)
+            if exc is not None:
+                raise exc
+        del results
+        _trim()             # the scan's temporaries: the heap goes back to the system
+
+    def _scan_cpu(self, cpu, off, size, want, plans, lut):
+        """One CPU's data: (pieces per event, lost events, damage, exception or None)."""
+        P = self._buf.page_size
+        part = {eid: {k: (_Pieces() if k != "cpu" else [])
+                      for k in ("ts", "cpu", "pid", *("f:" + f.name for f in w[2]))}
+                for eid, w in want.items()}
+        lost, damage = [], []
+        try:
+            for block in self._cpu_blocks(cpu, off, size, self._buf.compressed, P):
+                res, dmg = self._walk(block, P, lut, cpu, lost)
+                if res is not None and len(res[0]):
+                    pos, ts, dlen, ids = res
+                    for eid in want:
+                        sel = np.flatnonzero(ids == eid)
+                        if len(sel) == len(ids):
+                            self._decode(block, pos, ts, dlen, cpu, plans[eid], part[eid])
+                        elif len(sel):
+                            self._decode(block, pos[sel], ts[sel], dlen[sel], cpu,
+                                         plans[eid], part[eid])
+                if dmg:
+                    damage.append(dmg)
+                    break
+        except _Damage as d:
+            damage.append(str(d))
+            self._whole_records(part)
+        except (IndexError, ValueError, OverflowError, MemoryError) as e:
+            return self._whole_records(part), lost, damage, e
+        return part, lost, damage, None
+
+    @staticmethod
+    def _whole_records(part):
+        """After an error inside a decode: drop the pieces of the records that were not
+        finished (every finished one has its time piece, appended last)."""
+        for cols in part.values():
+            k = len(cols["ts"])
+            for name, lst in cols.items():
+                if name not in ("ts", "cpu"):
+                    del lst[k:]
+            del cols["cpu"][k:]
+        return part
 
     @property
     def _id_field(self):
@@ -1267,72 +1663,113 @@ class TraceDat:
             self._idf = f
         return f
 
-    def _decode(self, block, pos, ts, dlen, cpu, w, out):
+    def _plan(self, w):
+        """How to decode one event: the fixed head of its records (integers, pid and the
+        __data_loc words) as a structured dtype read from one copy of the head."""
         e = self._e
         _, fmt, fields, _ = w
-        n = len(pos)
-        res = {"ts": ts, "cpu": np.full(n, cpu, dtype=np.int64)}
         pf = fmt.fields.get("common_pid")
-        if pf is None or pf.kind != "int":
+        if pf is None or pf.kind != "int" or not self._want_pid:
             pf = None
-        # fixed-size integers (and __data_loc words): copy the fixed head of every
-        # record once (one row per record) and read the fields through a
-        # structured view of the rows
         fixed = [f for f in fields if f.loc is None and f.kind == "int"]
         locs = [f for f in fields if f.loc in ("data", "rel")]
-        heads = fixed + locs + ([pf] if pf is not None else [])
-        pre = {}
+        heads = list(dict.fromkeys(fixed + locs + ([pf] if pf is not None else [])))
+        dt = None
+        width = 0
         if heads:
             width = (max(f.offset + (f.size if f.loc is None else 4) for f in heads) + 7) & ~7
-            if n and int(pos.max()) + width <= len(block):
-                rows = np.lib.stride_tricks.sliding_window_view(block, width)[pos]
-                names, formats, offsets = [], [], []
-                for i, f in enumerate(heads):
-                    size = f.size if f.loc is None else 4
-                    signed = f.signed and f.loc is None
-                    names.append(f"f{i}")
-                    formats.append(("|" if size == 1 else e) + ("i" if signed else "u") + str(size))
-                    offsets.append(f.offset)
-                rec = rows.view(np.dtype({"names": names, "formats": formats,
-                                          "offsets": offsets, "itemsize": width})).reshape(n)
-                for i, f in enumerate(heads):
-                    if f.loc is None:
-                        col = rec[f"f{i}"].astype(f.dtype)
-                        short = dlen < f.offset + f.size
-                        if short.any():
-                            col[short] = 0
-                        pre[id(f)] = col
+            names, formats, offsets = [], [], []
+            for i, f in enumerate(heads):
+                size = f.size if f.loc is None else 4
+                signed = f.signed and f.loc is None
+                names.append(f"f{i}")
+                formats.append(("|" if size == 1 else e) + ("i" if signed else "u") + str(size))
+                offsets.append(f.offset)
+            dt = np.dtype({"names": names, "formats": formats, "offsets": offsets,
+                           "itemsize": width})
+        return {"fields": fields, "pf": pf, "heads": heads, "dtype": dt, "width": width,
+                "hidx": {id(f): f"f{i}" for i, f in enumerate(heads)},
+                "asked": {id(f) for f in fields}}
+
+    def _decode(self, block, pos, ts, dlen, cpu, plan, out):
+        e = self._e
+        n = len(pos)
+        pf = plan["pf"]
+        pre = {}
+        dmin = int(dlen.min()) if n else 0
+        if plan["heads"] and int(pos.max()) + plan["width"] <= len(block):
+            rec = _bytes_view(block, plan["width"])[pos].view(plan["dtype"])
+            packed = isinstance(out["ts"], _Pieces)
+            for f in plan["heads"]:
+                col = rec[plan["hidx"][id(f)]]
+                if f is pf:
+                    if packed:          # straight into the pieces kept (no copy after)
+                        pid = out["pid"].reserve(n, np.int32)
+                        np.copyto(pid, col, casting="unsafe")
+                        pre["pid"] = pid
+                        pre["pid_kept"] = True
                     else:
-                        pre[id(f)] = rec[f"f{i}"].astype(np.int64)
-        if pf is not None and int(dlen.min()) >= pf.offset + pf.size:
-            pid = pre.get(id(pf))
+                        pre["pid"] = col.astype(np.int32)
+                    if id(f) not in plan["asked"]:
+                        continue
+                if f.loc is None:
+                    if packed:
+                        dst = out["f:" + f.name].reserve(n, f.dtype)
+                        np.copyto(dst, col, casting="unsafe")
+                        col = dst
+                        pre[("kept", id(f))] = True
+                    else:
+                        col = col.astype(f.dtype)
+                    if dmin < f.offset + f.size:
+                        col[dlen < f.offset + f.size] = 0
+                    pre[id(f)] = col
+                else:
+                    pre[id(f)] = col.astype(np.uint32)
+        if not self._want_pid:
+            pid = None
+        elif pf is not None and dmin >= pf.offset + pf.size:
+            pid = pre.get("pid")
             if pid is None:
-                pid = _to_int_column(_gather_uint(block, pos + pf.offset, pf.size, e), pf)
-            res["pid"] = pid.astype(np.int64)
+                pid = _to_int_column(_gather_uint(block, pos + pf.offset, pf.size, e),
+                                     pf).astype(np.int32)
+        elif pre.get("pid_kept"):
+            pid = pre["pid"]
+            pid[...] = -1
         else:
-            res["pid"] = np.full(n, -1, dtype=np.int64)
-        for f in fields:
+            pid = np.full(n, -1, dtype=np.int32)
+        cols = {}
+        for f in plan["fields"]:
+            if pre.get(("kept", id(f))):
+                continue
             col = pre.get(id(f)) if f.loc is None else None
             if col is None:
                 col = self._decode_field(block, pos, dlen, f, pre.get(id(f)))
-            res["f:" + f.name] = col
-        for k, v in res.items():          # all columns or none
+            cols["f:" + f.name] = col
+        out["ts"].append(ts)
+        out["cpu"].append((cpu, n))
+        if pid is not None and not (pre.get("pid_kept") and pid is pre.get("pid")):
+            out["pid"].append(pid)
+        for k, v in cols.items():
             out[k].append(v)
 
     def _decode_field(self, block, pos, dlen, f, word=None):
         e = self._e
         if f.loc in ("data", "rel"):
             okrow = dlen >= f.offset + 4
-            if word is not None:
-                v = np.where(okrow, word, 0)
-            else:
-                v = _gather_uint(block, pos + np.where(okrow, f.offset, 0), 4, e).astype(np.int64)
+            allok = bool(okrow.all())
+            if word is None:
+                word = _gather_uint(block, pos + (f.offset if allok else
+                                                  np.where(okrow, f.offset, 0)), 4, e)
+            v = word.astype(np.uint32, copy=False).view(np.int32)     # native order
             start = v & 0xFFFF
             if f.loc == "rel":
-                start = start + f.offset + f.size
-            ln = v >> 16
-            ln = np.where(okrow, np.clip(np.minimum(ln, dlen - start), 0, None), 0)
-            start = np.where(okrow, start, 0)
+                start += f.offset + f.size
+            ln = (v >> 16) & 0xFFFF
+            np.minimum(ln, dlen - start, out=ln)
+            np.maximum(ln, 0, out=ln)
+            if not allok:
+                ln[~okrow] = 0
+                start[~okrow] = 0
             return _extract_strings(block, pos + start, ln, f.kind)
         if f.loc == "tail":
             ln = np.clip(dlen - f.offset, 0, None)
@@ -1361,56 +1798,158 @@ class TraceDat:
                     ts = (hi + (lo >> np.uint64(32))) >> np.uint64(shift - 32)
                 else:
                     ts = (hi << np.uint64(32 - shift)) + (lo >> np.uint64(shift))
-        out = ts.astype(np.int64)
+        out = ts.view(np.int64) if ts.dtype == np.uint64 else ts.astype(np.int64)
         if t["offset"]:
             out = out + np.int64(t["offset"])
         return out
 
-    def _comm(self, pid):
-        codes, uniq = pd.factorize(pid)
-        names = ["<idle>" if p == 0 else self.cmdlines.get(int(p), "<...>") for p in uniq]
-        return _Strs(codes.astype(np.int64), names)
+    def _comm(self, pid, out=None):
+        """The comm column of ``pid`` as :class:`_Strs` (codes in ``out`` if given)."""
+        lo, hi = (int(pid.min()), int(pid.max())) if len(pid) else (0, -1)
+        if lo >= -1 and hi < (1 << 23):
+            # pids are small: a direct table instead of hashing
+            seen = np.zeros(hi + 2, bool)
+            seen[pid + 1] = True
+            uniq = np.flatnonzero(seen) - 1
+            table = np.zeros(hi + 2, np.int32)
+            table[uniq + 1] = np.arange(len(uniq), dtype=np.int32)
+            codes = np.take(table, pid + 1, out=out)
+        else:
+            c, uniq = pd.factorize(pid)
+            codes = c.astype(np.int32)
+        names = ["<idle>" if p == 0 else self.cmdlines.get(int(p), "<...>")
+                 for p in uniq.tolist()]
+        return _Strs(codes, names)
 
     @staticmethod
-    def _cat(parts):
-        if parts and isinstance(parts[0], _Strs):
-            return _Strs.concat(parts)
-        return np.concatenate(parts)
+    def _place(parts, n, order, dtype, scratch, out=None):
+        """One array of ``n`` rows from ``parts`` (consumed: the list is emptied as it
+        goes), in the row order ``order`` (None: as they come).  ``scratch(dtype)`` gives
+        a buffer reused between columns, so the only new memory is the result."""
+        dtype = np.dtype(dtype)
+        if order is not None and dtype == object:
+            tmp = np.concatenate(parts)
+            parts.clear()
+            return tmp[order]
+        if out is None:
+            out = _empty(n, dtype)
+        tmp = scratch(dtype) if order is not None else out
+        at = 0
+        while parts:
+            p = parts.pop(0)
+            tmp[at:at + len(p)] = p
+            at += len(p)
+            del p
+        _trim()
+        if order is not None:
+            np.take(tmp, order, out=out)
+        return out
+
+    @staticmethod
+    def _merge_strs(parts):
+        """Codes of string parts renumbered into one dictionary (parts consumed)."""
+        index = {}
+        pieces = []
+        while parts:
+            p = parts.pop(0)
+            remap = np.array([index.setdefault(v, len(index)) for v in p.values],
+                             dtype=np.int32)
+            ident = len(remap) == 0 or bool((remap == np.arange(len(remap))).all())
+            pieces.append(p.codes if ident else remap[p.codes])
+            del p
+        return pieces, list(index)
 
     def _build(self, want, acc):
-        frames = {}
-        for eid, (key, fmt, fields, keys) in want.items():
-            a = acc[eid]
-            cols = {}
-            if a["ts"]:
-                ts = self._convert_ts(np.concatenate(a["ts"]))
-                order = np.argsort(ts, kind="stable")
-                if (order == np.arange(len(order))).all():
-                    order = None
+        """Frames from the decoded pieces, sorted by time (ties: cpu, then file order).
 
-                def take(x):
-                    if order is None:
-                        return x
-                    return x.take(order) if isinstance(x, _Strs) else x[order]
-                cols["ts"] = take(ts)
-                cols["cpu"] = take(np.concatenate(a["cpu"]))
-                cols["pid"] = take(np.concatenate(a["pid"]))
-                cols["comm"] = self._comm(cols["pid"])
-                for f in fields:
-                    cols["f:" + f.name] = take(self._cat(a["f:" + f.name]))
-                pb = cols.get("f:buf")
-                if fmt.system == "ftrace" and fmt.name == "print" and isinstance(pb, _Strs):
-                    # trace_marker text ends in "\n"; drop it as trace-cmd report does
-                    cols["f:buf"] = pb.map_values(lambda v: v[:-1] if v.endswith("\n") else v)
+        Pieces are moved into the final columns one by one and dropped, and one scratch
+        buffer serves all columns of an event, so memory stays near the size of the
+        result.  Events are independent: several are built by parallel threads."""
+        jobs = [(w, acc.pop(eid)) for eid, w in want.items()]
+        rows = [sum(len(x) for x in j[1]["ts"]) for j in jobs]
+        big = [r for r in rows if r > (1 << 16)]
+        # Each build holds a scratch buffer and the sort order beside its result: in
+        # parallel only while that is small, so the peak stays near the result's size.
+        nthreads = min(len(big), _reader_threads()) if sum(rows) <= _PARALLEL_BUILD_ROWS else 1
+        if nthreads > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
+                done = list(pool.map(lambda j: self._build_event(*j), jobs))
+        else:
+            done = [self._build_event(*j) for j in jobs]
+        frames = {}
+        for d in done:
+            frames.update(d)
+        return frames
+
+    def _build_event(self, w, a):
+        key, fmt, fields, keys = w
+        series = {}
+        if a["ts"]:
+            n = sum(len(x) for x in a["ts"])
+            raw = self._place(a.pop("ts"), n, None, np.uint64, None)
+            ts = self._convert_ts(raw)
+            order = np.argsort(ts, kind="stable")
+            if (order[1:] > order[:-1]).all():
+                order = None
             else:
-                cols = {"ts": np.zeros(0, np.int64), "cpu": np.zeros(0, np.int64),
-                        "pid": np.zeros(0, np.int64), "comm": _Strs(np.zeros(0, np.int64), [])}
-                for f in fields:
-                    cols["f:" + f.name] = (_Strs(np.zeros(0, np.int64), []) if f.kind == "str"
-                                           else np.empty(0, dtype=f.dtype))
-            for k, flist in keys:
-                data = {c: _series(cols[c]) for c in BASE_COLUMNS}
-                for c in flist:
-                    data[field_column(c)] = _series(cols["f:" + c])
-                frames[k] = pd.DataFrame(data, copy=False)
+                ts = np.take(ts, order, out=_empty(n, ts.dtype))
+            # the raw time stamps' memory (8 bytes a row) is the scratch buffer of the
+            # other columns from here on, unless the time column still uses it
+            box = [raw.view(np.uint8) if order is not None or not np.shares_memory(ts, raw)
+                   else None]
+            del raw
+
+            def scratch(dtype):
+                if box[0] is None:
+                    box[0] = _empty(8 * n, np.uint8)
+                return box[0][:n * np.dtype(dtype).itemsize].view(dtype)
+            series["ts"] = _series(ts)
+            cpus = a.pop("cpu")
+            if "cpu" in self._base:
+                cpu = _empty(n, np.int64)
+                tmp = cpu if order is None else scratch(np.int64)
+                at = 0
+                for c, k in cpus:
+                    tmp[at:at + k] = c
+                    at += k
+                if order is not None:
+                    np.take(tmp, order, out=cpu)
+                series["cpu"] = _series(cpu)
+            if self._want_pid:
+                pid = self._place(a.pop("pid"), n, order, np.int64, scratch)
+                if "pid" in self._base:
+                    series["pid"] = _series(pid)
+                if "comm" in self._base:
+                    series["comm"] = _series(self._comm(pid, out=scratch(np.int32)))
+                del pid
+            for f in fields:
+                parts = a.pop("f:" + f.name)
+                if isinstance(parts[0], _Strs):
+                    pieces, values = self._merge_strs(parts)
+                    # the codes only live until the column is made: scratch memory
+                    codes = self._place(pieces, n, order, np.int32, scratch,
+                                        out=scratch(np.int64).view(np.int32)[n:2 * n])
+                    s = _Strs(codes, values)
+                    if fmt.system == "ftrace" and fmt.name == "print" and f.name == "buf":
+                        # trace_marker text ends in "\n"; drop it as trace-cmd report does
+                        s = s.map_values(lambda v: v[:-1] if v.endswith("\n") else v)
+                    series["f:" + f.name] = _series(s)
+                else:
+                    series["f:" + f.name] = _series(
+                        self._place(parts, n, order, parts[0].dtype, scratch))
+            del order, box
+        else:
+            cols = {"ts": np.zeros(0, np.int64), "cpu": np.zeros(0, np.int64),
+                    "pid": np.zeros(0, np.int64), "comm": _Strs(np.zeros(0, np.int32), [])}
+            for f in fields:
+                cols["f:" + f.name] = (_Strs(np.zeros(0, np.int32), []) if f.kind == "str"
+                                       else np.empty(0, dtype=f.dtype))
+            series = {k: _series(v) for k, v in cols.items()}
+        frames = {}
+        for k, flist in keys:
+            data = {c: series[c] for c in self._base}
+            for c in flist:
+                data[field_column(c)] = series["f:" + c]
+            frames[k] = pd.DataFrame(data, copy=False)
         return frames

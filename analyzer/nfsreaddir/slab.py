@@ -1,0 +1,490 @@
+"""Slab growth from the kmem trace events: which kernel object caches grew, and by how much.
+
+Reads ``kmem:kmem_cache_alloc`` / ``kmem:kmem_cache_free`` (and ``kmem:kmalloc`` /
+``kmem:kfree``, and the ``*_node`` variants, where the trace has them) and gives, per cache:
+allocations, frees, net growth (objects and bytes), the objects still live at the end
+(allocated in the trace and not freed: matched by ``ptr``), the peak number of such objects,
+and the growth rate over the trace; the dentry cache singled out.
+
+Which cache an event belongs to:
+
+* the ``name`` field, where the kernel records it (6.x kernels with the slab cache name in
+  ``kmem_cache_alloc`` / ``kmem_cache_free``, e.g. 6.18);
+* otherwise (5.10, 6.1: no name) allocations are grouped by object size (``bytes_alloc``)
+  as ``size-N``, and each free is attributed to the cache of the allocation of the same
+  ``ptr`` before it;
+* ``kmalloc`` has no cache name on any kernel: grouped by ``bytes_alloc`` as ``kmalloc-N``
+  (the kernel's generic caches are named that way; its -cg/-rcl/-dma variants and
+  page-sized allocations are counted with them).
+
+A free with no allocation of its ``ptr`` earlier in the trace freed an object allocated
+before the trace began: it counts against the cache named in the free event where there is
+one, else it is reported only as a total (``frees_of_earlier_unknown``).
+
+Everything is whole-array numpy work on the columns ``trace.read`` returns (no per-event
+Python): one merge of the events by time, one sort by ``ptr`` to match frees to
+allocations, one (radix) sort by cache for the running counts.
+
+API (for ``nfs-readdir analyze``)::
+
+    EVENTS                      event -> the fields used where the format has them
+    summarize(trace) -> dict | None   (None: no kmem alloc/free records in the trace)
+    format_text(summary, top=10) -> str
+
+``python -m nfsreaddir.slab TRACE [--json] [--top N]`` prints it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["EVENTS", "summarize", "format_text", "read_request", "DENTRY_OBJECT_SIZE", "RECORD_HINT"]
+
+ALLOC_EVENTS = ("kmem:kmem_cache_alloc", "kmem:kmem_cache_alloc_node",
+                "kmem:kmalloc", "kmem:kmalloc_node")
+FREE_EVENTS = ("kmem:kmem_cache_free", "kmem:kfree")
+
+# event -> fields it needs (``name`` only where the kernel records it; ``ptr`` and, for
+# allocations, ``bytes_alloc`` are required)
+EVENTS = {
+    "kmem:kmem_cache_alloc": ["ptr", "bytes_alloc", "name"],
+    "kmem:kmem_cache_alloc_node": ["ptr", "bytes_alloc", "name"],
+    "kmem:kmalloc": ["ptr", "bytes_alloc"],
+    "kmem:kmalloc_node": ["ptr", "bytes_alloc"],
+    "kmem:kmem_cache_free": ["ptr", "name"],
+    "kmem:kfree": ["ptr"],
+}
+_REQUIRED = {"ptr", "bytes_alloc"}
+
+RECORD_HINT = "-e kmem:kmem_cache_alloc -e kmem:kmem_cache_free -e kmem:kmalloc -e kmem:kfree"
+
+# sizeof(struct dentry) rounded to the cache's alignment on x86_64 (5.10 to 6.18): the
+# dentry cache's object size, which identifies it where events carry no cache name.
+DENTRY_OBJECT_SIZE = 192
+DENTRY_CACHE = "dentry"
+
+# ZERO_SIZE_PTR is 16: pointers at or below it are no objects (kfree(NULL), failed allocs)
+_NO_OBJECT = 16
+NS = 1_000_000_000
+
+
+def _fields(trace, event):
+    """The fields of EVENTS[event] that the trace's format has, or None (unusable)."""
+    fmt = trace.event_format(event)
+    if fmt is None:
+        return None
+    have = set(fmt.user_fields())
+    want = [f for f in EVENTS[event] if f in have]
+    need = {"ptr"} | ({"bytes_alloc"} if event in ALLOC_EVENTS else set())
+    return want if need <= set(want) else None
+
+
+def _factorize(col):
+    """(int64 codes, list of str labels) of a string column (categorical or not)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy()
+        return codes, [str(c) for c in col.cat.categories]
+    codes, uniq = pd.factorize(col.to_numpy(dtype=object), use_na_sentinel=True)
+    return codes, [str(u) for u in uniq]
+
+
+class _Caches:
+    """Global cache numbering: label -> code."""
+
+    def __init__(self):
+        self.index = {}
+        self.labels = []
+
+    def code(self, label):
+        c = self.index.get(label)
+        if c is None:
+            c = self.index[label] = len(self.labels)
+            self.labels.append(label)
+        return c
+
+    def remap(self, codes, labels):
+        """Local codes (-1: none) over ``labels`` -> global codes (-1 stays)."""
+        table = np.array([self.code(lb) for lb in labels] + [-1], dtype=np.int32)
+        return table[codes]             # -1 picks the last entry: -1
+
+    def by_size(self, prefix, sizes):
+        """Codes of caches named prefix + size for each element of ``sizes``."""
+        codes, uniq = pd.factorize(sizes)
+        return self.remap(codes, [f"{prefix}{int(u)}" for u in uniq])
+
+
+def _sort_by_ptr(ptr):
+    """Permutation that sorts ``ptr`` (uint64) stably: equal pointers stay in time order.
+
+    Kernel object pointers span at most the direct map (tens of GiB, 8-byte aligned), so
+    (pointer - lowest) and the rank fit in one int64 key: one unstable (SIMD) sort of keys
+    instead of a stable argsort of pointers.  Falls back to that argsort otherwise."""
+    n = len(ptr)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    lo = ptr.min()
+    shift = 3 if not (ptr & np.uint64(7)).any() else 0
+    span = int(ptr.max() - lo) >> shift
+    rbits = max(1, (n - 1).bit_length())
+    if span.bit_length() + rbits > 62:
+        return np.argsort(ptr, kind="stable")
+    key = ((ptr - lo) >> np.uint64(shift)).astype(np.int64)
+    key <<= rbits
+    key |= np.arange(n, dtype=np.int64)
+    key.sort()
+    key &= (1 << rbits) - 1
+    return key
+
+
+def _group_max_of_running_sum(group, delta, ngroups):
+    """Per group: the largest running sum of ``delta`` (in the given order, from 0 at the
+    group's start; at least 0) and where it was first reached (index into the input, or
+    -1).  One radix sort by group, one cumulative sum; memory about 15 bytes an entry."""
+    peak = np.zeros(ngroups, np.int64)
+    at = np.full(ngroups, -1, np.int64)
+    n = len(group)
+    if not n:
+        return peak, at
+    g = group.astype(np.int16 if ngroups < (1 << 15) else np.int32)
+    order = np.argsort(g, kind="stable")            # radix sort for int16
+    cs = np.cumsum(delta[order], dtype=np.int32 if n < (1 << 31) else np.int64)
+    gs = g[order]
+    del g
+    starts = np.flatnonzero(gs[1:] != gs[:-1]) + 1
+    ids = gs[np.r_[0, starts]].astype(np.int64).tolist()
+    del gs
+    bounds = [0] + starts.tolist() + [n]
+    for i, gid in enumerate(ids):
+        lo, hi = bounds[i], bounds[i + 1]
+        if gid < 0:
+            continue
+        seg = cs[lo:hi]
+        j = int(np.argmax(seg))
+        top = int(seg[j]) - (int(cs[lo - 1]) if lo else 0)
+        if top > 0:
+            peak[gid] = top
+            at[gid] = int(order[lo + j])
+    return peak, at
+
+
+def read_request(trace):
+    """What summarize() reads: {event: fields} for the events of EVENTS the trace has
+    formats for (``name`` where the format has it)."""
+    request = {}
+    for ev in EVENTS:
+        f = _fields(trace, ev)
+        if f is not None:
+            request[ev] = f
+    return request
+
+
+def summarize(trace):
+    """Slab growth in ``trace`` (from :func:`nfsreaddir.trace.open_trace`), as a JSON-able
+    dict, or None when the trace has no kmem allocation/free records.
+
+    Raises TraceError when the trace cannot be read (as ``trace.read`` does)."""
+    from .tracedat import heap_reuse
+    request = read_request(trace)
+    if not request:
+        return None
+    # of the base columns only the time (the trace.dat reader can skip the others)
+    frames = trace.read(request, base=("ts",))
+    with heap_reuse():
+        return _summarize(trace, request, frames)
+
+
+def _summarize(trace, request, frames):
+    """summarize() on the frames read."""
+    counts = {ev: int(len(df)) for ev, df in frames.items() if len(df)}
+    if not counts:
+        return None
+    caches = _Caches()
+    named = any(counts.get(ev) and "name" in request[ev] for ev in ALLOC_EVENTS)
+
+    # allocations: ts, ptr, bytes, cache code
+    a_ts, a_ptr, a_bytes, a_cache = [], [], [], []
+    for ev in ALLOC_EVENTS:
+        df = frames.get(ev)
+        if df is None or not len(df):
+            continue
+        size = df["bytes_alloc"].to_numpy().astype(np.int64)
+        if ev.startswith("kmem:kmalloc"):
+            code = caches.by_size("kmalloc-", size)
+        elif "name" in df:
+            code = caches.remap(*_factorize(df["name"]))
+        else:
+            code = caches.by_size("size-", size)
+        a_ts.append(df["ts"].to_numpy())
+        a_ptr.append(df["ptr"].to_numpy().astype(np.uint64, copy=False))
+        a_bytes.append(size)
+        a_cache.append(code)
+    f_ts, f_ptr, f_cache = [], [], []
+    for ev in FREE_EVENTS:
+        df = frames.get(ev)
+        if df is None or not len(df):
+            continue
+        f_ts.append(df["ts"].to_numpy())
+        f_ptr.append(df["ptr"].to_numpy().astype(np.uint64, copy=False))
+        f_cache.append(caches.remap(*_factorize(df["name"])) if "name" in df
+                       else np.full(len(df), -1, np.int32))
+    del frames
+    cat = (lambda parts, dt: np.concatenate(parts).astype(dt, copy=False) if parts
+           else np.zeros(0, dt))
+    na = sum(len(x) for x in a_ts)
+    ts = np.concatenate(a_ts + f_ts).astype(np.int64, copy=False)
+    ptr = np.concatenate(a_ptr + f_ptr).astype(np.uint64, copy=False)
+    cache = np.concatenate(a_cache + f_cache).astype(np.int32, copy=False)
+    a_bytes = cat(a_bytes, np.int64)
+    del a_ts, f_ts, a_ptr, f_ptr, a_cache, f_cache
+    n = len(ts)
+    t0, t1 = (int(ts.min()), int(ts.max())) if n else (0, 0)
+    # events without an object: failed allocations, kfree(NULL)
+    real = ptr > np.uint64(_NO_OBJECT)
+    failed = int(np.count_nonzero(~real[:na]))
+    # in time order (allocation before free at equal times: the allocations come first and
+    # the sort is stable); ``order`` maps back to the event
+    if failed or not real.all():
+        keep = np.flatnonzero(real)
+        order = keep[np.argsort(ts[keep], kind="stable")]
+        del keep
+    else:
+        order = np.argsort(ts, kind="stable")
+    del real
+    ptr_t = ptr[order]
+    del ptr
+    isalloc = order < na
+    cache_t = cache[order]
+
+    # match each free to the allocation of its pointer just before it
+    sp = _sort_by_ptr(ptr_t)
+    p = ptr_t[sp]
+    a = isalloc[sp]
+    same_next = np.zeros(len(sp), bool)
+    if len(sp) > 1:
+        same_next[:-1] = p[1:] == p[:-1]
+    del p
+    prev_alloc = np.zeros(len(sp), bool)          # the event before (same ptr) is an alloc
+    prev_alloc[1:] = same_next[:-1] & a[:-1]
+    matched = ~a & prev_alloc                     # frees of objects allocated in the trace
+    live = a & ~same_next                         # allocations never freed
+    next_is_alloc = np.zeros(len(sp), bool)
+    next_is_alloc[:-1] = a[1:]
+    unpaired = a & same_next & next_is_alloc      # allocated again with no free between
+    # ... which proves a free, untraced, before the second allocation (kmem_cache_free_bulk,
+    # RCU frees and kfree of cache objects have no kmem_cache_free event; lost events)
+    upos = np.flatnonzero(unpaired)
+    implicit_cache = cache_t[sp[upos]]
+    implicit_at = sp[upos + 1]                    # time index of the next allocation
+    mpos = np.flatnonzero(matched)
+    free_named = cache_t[sp[mpos]]
+    alloc_cache = cache_t[sp[mpos - 1]]
+    name_mismatch = int(np.count_nonzero((free_named >= 0) & (free_named != alloc_cache)))
+    cache_t[sp[mpos]] = alloc_cache               # a matched free counts for the alloc's cache
+    is_matched_t = np.zeros(len(sp), bool)
+    is_matched_t[sp[mpos]] = True
+    is_live_t = np.zeros(len(sp), bool)
+    is_live_t[sp[live]] = True
+    n_unpaired = int(np.count_nonzero(unpaired))
+    del sp, a, same_next, prev_alloc, matched, live, next_is_alloc, unpaired, mpos, upos
+    del free_named, alloc_cache
+
+    k = len(caches.labels)
+    isfree = ~isalloc
+    unknown_free = isfree & (cache_t < 0)
+    cnt = lambda mask: np.bincount(cache_t[mask & (cache_t >= 0)], minlength=k)[:k]  # noqa
+    allocs = cnt(isalloc)
+    frees = cnt(isfree)
+    frees_matched = cnt(isfree & is_matched_t)
+    live_n = cnt(is_live_t)
+    implicit = np.bincount(implicit_cache[implicit_cache >= 0], minlength=k)[:k]
+    # object size per cache (constant within a cache: bytes_alloc is s->size)
+    a_real = np.flatnonzero(a_bytes > 0)
+    obj = np.zeros(k, np.int64)
+    a_codes = cache[:na]
+    okc = a_codes >= 0
+    obj[a_codes[okc]] = a_bytes[okc]
+    alloc_bytes = np.bincount(a_codes[okc], weights=a_bytes[okc], minlength=k)[:k]
+    del cache, a_codes, okc, a_real
+    # running counts per cache, in time order: objects allocated in the trace and not
+    # freed yet (by ptr; an implicit free just before the allocation that proves it), and
+    # allocations minus frees
+    d_live = isalloc.astype(np.int8)
+    d_live -= isfree & is_matched_t
+    d_net = isalloc.astype(np.int8)
+    d_net -= isfree & (cache_t >= 0)
+    group = cache_t
+    if len(implicit_at):
+        # the implicit frees go in just before the allocation that proves them
+        srt = np.argsort(implicit_at, kind="stable")
+        ins_at = implicit_at[srt].astype(np.int64)
+        group = np.insert(cache_t, ins_at, implicit_cache[srt])
+        d_live = np.insert(d_live, ins_at, -1)
+        d_net = np.insert(d_net, ins_at, -1)
+        shifted = ins_at + np.arange(len(ins_at))       # their places in the merged order
+    peak_live, peak_live_at = _group_max_of_running_sum(group, d_live, k)
+    peak_net, _ = _group_max_of_running_sum(group, d_net, k)
+    if len(implicit_at):
+        # a peak is reached at an allocation: back from the merged order to the time index
+        got = peak_live_at >= 0
+        peak_live_at[got] -= np.searchsorted(shifted, peak_live_at[got], side="left")
+    peak_live_ts = np.zeros(k, np.int64)
+    got = peak_live_at >= 0
+    peak_live_ts[got] = ts[order[peak_live_at[got]]]
+    del d_live, d_net, ts, order, group
+    secs = (t1 - t0) / NS
+
+    def row(i):
+        net = int(allocs[i] - frees[i] - implicit[i])
+        size = int(obj[i])
+        at = int(peak_live_at[i])
+        return {
+            "cache": caches.labels[i], "object_size": size,
+            "allocs": int(allocs[i]), "frees": int(frees[i]),
+            "untraced_frees": int(implicit[i]), "net": net,
+            "frees_of_earlier": int(frees[i] - frees_matched[i]),
+            "alloc_bytes": int(alloc_bytes[i]), "net_bytes": net * size,
+            "live": int(live_n[i]), "live_bytes": int(live_n[i]) * size,
+            "peak_live": int(peak_live[i]),
+            "peak_live_s": round((int(peak_live_ts[i]) - t0) / NS, 6) if at >= 0 else None,
+            "peak_net": int(peak_net[i]),
+            "growth_per_s": round(net / secs, 3) if secs > 0 else None,
+            "growth_bytes_per_s": round(net * size / secs, 1) if secs > 0 else None,
+        }
+    rows = sorted((row(i) for i in range(k)),
+                  key=lambda r: (-r["net_bytes"], -r["net"], r["cache"]))
+    tot = {key: sum(r[key] for r in rows) for key in
+           ("allocs", "frees", "untraced_frees", "net", "frees_of_earlier", "alloc_bytes", "net_bytes", "live",
+            "live_bytes")}
+    n_unknown = int(np.count_nonzero(unknown_free))
+    tot["frees"] += n_unknown
+    tot["net"] -= n_unknown
+    tot["growth_per_s"] = round(tot["net"] / secs, 3) if secs > 0 else None
+    tot["growth_bytes_per_s"] = round(tot["net_bytes"] / secs, 1) if secs > 0 else None
+
+    dentry = None
+    if named:
+        d = next((r for r in rows if r["cache"] == DENTRY_CACHE), None)
+        if d is not None:
+            dentry = dict(d, identified_by="name")
+    else:
+        d = next((r for r in rows if r["cache"] == f"size-{DENTRY_OBJECT_SIZE}"), None)
+        if d is not None:
+            dentry = dict(d, identified_by=f"object size {DENTRY_OBJECT_SIZE} B (other "
+                          f"{DENTRY_OBJECT_SIZE}-byte caches are counted with it)")
+    notes = []
+    if not any(counts.get(ev) for ev in ("kmem:kmem_cache_alloc", "kmem:kmem_cache_alloc_node")):
+        notes.append("no kmem_cache_alloc events: only kmalloc is traced, so the dentry "
+                     "cache (and other named caches) cannot be seen; record with "
+                     f"`trace-cmd record {RECORD_HINT}`")
+    if not any(counts.get(ev) for ev in FREE_EVENTS):
+        notes.append("no free events: every allocation counts as growth; record "
+                     "kmem:kmem_cache_free and kmem:kfree too")
+    if n_unknown:
+        notes.append(f"{n_unknown} frees of objects allocated before the trace name no "
+                     "cache (the free events have no name field): counted in the total only")
+    if n_unpaired:
+        notes.append(f"{n_unpaired} objects were allocated again with no free traced in "
+                     "between (freed by a path with no free event: kmem_cache_free_bulk, "
+                     "kfree of a cache object, lost events): counted as freed then "
+                     "('untraced_frees')")
+    if name_mismatch:
+        notes.append(f"{name_mismatch} frees name another cache than their allocation")
+    info = getattr(trace, "info", {}) or {}
+    lost = info.get("lost_events") or []
+    if lost:
+        notes.append(f"{sum(x.get('count') or 0 for x in lost)} events lost in {len(lost)} "
+                     "places: counts are lower bounds, and objects may look live")
+    return {
+        "events": counts,
+        "by": "name" if named else "bytes_alloc",
+        "start_ts": t0, "end_ts": t1, "seconds": round(secs, 6),
+        "caches": rows,
+        "total": tot,
+        "dentry": dentry,
+        "failed_allocs": failed,
+        "frees_of_earlier_unknown": n_unknown,
+        "reallocated_without_free": n_unpaired,
+        "free_name_mismatches": name_mismatch,
+        "lost_events": len(lost),
+        "partial": bool(info.get("partial")),
+        "notes": notes,
+    }
+
+
+def _mb(b):
+    """Signed size with a unit: +1.5M, +17.1K, +96B."""
+    if abs(b) >= 2**20 / 10:
+        return f"{b / 2**20:+.1f}M"
+    return f"{b / 1024:+.1f}K" if abs(b) >= 1024 else f"{b:+d}B"
+
+
+def format_text(summary, top=10):
+    """The slab section of ``nfs-readdir analyze``: the ``top`` caches by net growth."""
+    if not summary:
+        return "slab: no kmem allocation/free events in this trace\n"
+    s = summary
+    ev = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in s["events"].items())
+    by = ("caches by name" if s["by"] == "name" else
+          "caches by object size (the kernel records no cache name)")
+    L = [f"slab growth over {s['seconds']:.2f}s ({ev}; {by}):"]
+    hdr = (f"  {'cache':<26} {'size':>6} {'allocs':>10} {'frees':>10} {'net':>9} "
+           f"{'net size':>8} {'live':>9} {'peak live':>9} {'growth/s':>9}")
+    L.append(hdr)
+    rows = s["caches"]
+    for r in rows[:top]:
+        L.append(f"  {r['cache'][:26]:<26} {r['object_size']:>6} {r['allocs']:>10,} "
+                 f"{r['frees']:>10,} {r['net']:>+9,} {_mb(r['net_bytes']):>8} "
+                 f"{r['live']:>9,} {r['peak_live']:>9,} "
+                 f"{(r['growth_per_s'] if r['growth_per_s'] is not None else 0):>+9.1f}")
+    if len(rows) > top:
+        L.append(f"  ... {len(rows) - top} more caches (--json for all)")
+    t = s["total"]
+    L.append(f"  {'all caches':<26} {'':>6} {t['allocs']:>10,} {t['frees']:>10,} "
+             f"{t['net']:>+9,} {_mb(t['net_bytes']):>8} {t['live']:>9,}")
+    d = s["dentry"]
+    if d:
+        L.append(f"  dentry cache ({d['identified_by']}): {d['net']:+,} objects "
+                 f"({_mb(d['net_bytes'])}), {d['live']:,} of the {d['allocs']:,} allocated "
+                 f"in the trace still live at the end, peak {d['peak_live']:,}"
+                 + (f" at {d['peak_live_s']:.2f}s" if d["peak_live_s"] is not None else "")
+                 + (f", {d['growth_per_s']:+.1f}/s" if d["growth_per_s"] is not None else ""))
+    else:
+        L.append("  dentry cache: not in this trace")
+    for n in s["notes"]:
+        L.append(f"  note: {n}")
+    return "\n".join(L) + "\n"
+
+
+def main(argv=None):
+    import argparse
+    import json
+    import sys
+
+    from .trace import TraceError, open_trace
+    ap = argparse.ArgumentParser(prog="python -m nfsreaddir.slab",
+                                 description="Slab growth per cache from kmem trace events.")
+    ap.add_argument("trace", metavar="TRACE")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--top", type=int, default=10, metavar="N")
+    args = ap.parse_args(argv)
+    try:
+        s = summarize(open_trace(args.trace))
+    except TraceError as e:
+        print(f"slab: {e}", file=sys.stderr)
+        return 2
+    if s is None:
+        print(f"slab: {args.trace}: no kmem allocation/free events; record with "
+              f"`trace-cmd record {RECORD_HINT}`", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(s, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(format_text(s, top=args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())
