@@ -74,3 +74,27 @@ def test_table_puts_kernels_side_by_side():
                          capture_output=True, text=True, check=True).stdout
     assert "5.10.0-" in out and "6.1.0-" in out and "READDIR RPCs" in out
     assert "FAIL" in out and "PASS" in out
+
+
+def test_overhead_is_the_ratio_of_the_medians_of_one_run(tmp_path):
+    """readdir-overhead's verdict, from the listing times of a real run on the patched 5.10
+    (tests/fixtures/overhead-5.10-series/COMMAND); the other recorders it timed alongside
+    (traced_flight) do not enter the verdict."""
+    import statistics
+    from conftest import FIXTURES
+    src = f"{FIXTURES}/overhead-5.10-series"
+    facts = results.read_facts(f"{src}/facts")
+    d, res = rebuild(src, tmp_path)
+    times = {k: [float(v) for v in facts[k].values()] for k in ("untraced", "traced")}
+    assert res["untraced"]["median"] == round(statistics.median(times["untraced"]), 3)
+    assert res["traced"]["median"] == round(statistics.median(times["traced"]), 3)
+    assert res["slowdown"] == round(res["traced"]["median"] / res["untraced"]["median"], 3)
+    assert res["verdict"] == ("PASS" if res["slowdown"] <= 1.10 else "FAIL")
+    assert res == json.loads(open(f"{src}/results.json").read())
+    # The same times judged against a limit below the measured slowdown fail.
+    text = (d / "facts").read_text().replace("run.max_slowdown=1.10",
+                                             f"run.max_slowdown={res['slowdown'] - 0.01:.2f}")
+    (d / "facts").write_text(text)
+    subprocess.check_call([sys.executable, "-m", "nfsreaddir.results", str(d)])
+    strict = json.loads((d / "results.json").read_text())
+    assert strict["verdict"] == "FAIL" and "limit" in strict["reasons"][0]
