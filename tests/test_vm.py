@@ -96,6 +96,13 @@ def test_bad_arguments_are_named(tmp_path):
                         (["--files"], "needs a value")):
         p = subprocess.run([lb] + args, capture_output=True, text=True)
         assert p.returncode == 125 and words in p.stderr, (args, p.stderr)
+    ovh = os.path.join(TOP, "reproducers", "readdir-overhead")
+    for args, words in ((["--recorder", "bogus"], "unknown recorder 'bogus'"),
+                        (["--recorder", "record:x"], "unknown recorder"),
+                        (["--warmup", "x"], "--warmup must be"),
+                        (["--repeat", "0"], "--repeat must be")):
+        p = subprocess.run([ovh] + args, capture_output=True, text=True)
+        assert p.returncode == 125 and words in p.stderr, (args, p.stderr)
     p = subprocess.run([VM_RUN, "--kernel", "debian:4.19", "--results", str(tmp_path)],
                        capture_output=True, text=True)
     assert p.returncode == 125 and "unknown Debian kernel" in p.stderr, p.stderr
