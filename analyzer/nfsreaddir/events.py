@@ -147,18 +147,18 @@ def _has_fields(trace, src):
     return fmt is not None and need <= set(fmt.user_fields())
 
 
-def _wanted(trace, sources):
+def _wanted(usable):
+    """{event: fields} of sources the trace has the fields of."""
     wanted = {}
-    for s in sources:
-        if _has_fields(trace, s):
-            cols = set(s.fields.values()) | ({s.where[0]} if s.where else set())
-            wanted.setdefault(s.event, set()).update(cols)
+    for s in usable:
+        cols = set(s.fields.values()) | ({s.where[0]} if s.where else set())
+        wanted.setdefault(s.event, set()).update(cols)
     return wanted
 
 
 def _read(trace, sources):
     usable = [s for s in sources if _has_fields(trace, s)]
-    wanted = _wanted(trace, usable)
+    wanted = _wanted(usable)
     frames = trace.read({ev: sorted(cols) for ev, cols in wanted.items()}) if wanted else {}
     return usable, frames
 
@@ -171,8 +171,9 @@ def has_readdir_source(trace):
 
 def wanted(trace):
     """{event: fields} of everything load() reads from this trace (for trace.OnePass)."""
-    return _wanted(trace, [s for g in RPC_SOURCES + INVALIDATION_SOURCES for s in g]
-                   + REVALIDATION_SOURCES + CALL_SOURCES + [RANGE_INVALIDATION, MARKER_SOURCE])
+    sources = ([s for g in RPC_SOURCES + INVALIDATION_SOURCES for s in g]
+               + REVALIDATION_SOURCES + CALL_SOURCES + [RANGE_INVALIDATION, MARKER_SOURCE])
+    return _wanted([s for s in sources if _has_fields(trace, s)])
 
 
 def _first_group(trace, groups):

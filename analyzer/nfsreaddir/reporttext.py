@@ -120,6 +120,11 @@ def _split_kv(payload):
     return out
 
 
+def _dev(major, minor):
+    """The kernel's dev_t (MAJ << 20 | MIN) from the hex MAJ:MIN trace-cmd prints."""
+    return str((int(major, 16) << 20) | int(minor, 16))
+
+
 def _normalise(pairs):
     """Normalise key=value pairs (the compound forms never occur in -R values)."""
     out = {}
@@ -137,21 +142,21 @@ def _normalise(pairs):
         if k == "fileid":
             m = _FILEID_RE.match(v)
             if m:
-                out["dev"] = str((int(m.group(1), 16) << 20) | int(m.group(2), 16))
+                out["dev"] = _dev(m.group(1), m.group(2))
                 out["fileid"] = m.group(3)
                 continue
         if k == "name":
             # NFS lookup/create/... events: name=MAJ:MIN:DIR/NAME (-R: dev=, dir=, name=)
             m = _DIR_NAME_RE.match(v)
             if m:
-                out["dev"] = str((int(m.group(1), 16) << 20) | int(m.group(2), 16))
+                out["dev"] = _dev(m.group(1), m.group(2))
                 out["dir"] = m.group(3)
                 out["name"] = m.group(4)
                 continue
         if k == "dev":
             m = _DEV_RE.match(v)
             if m:
-                out["dev"] = str((int(m.group(1), 16) << 20) | int(m.group(2), 16))
+                out["dev"] = _dev(m.group(1), m.group(2))
                 continue
         if "->" in v:
             # A change printed as before->after (the 5.10 series' nrpages=3->0).

@@ -466,17 +466,10 @@ def _fixed_mmap_threshold():
     memory out again with no new page faults (a mapping per temporary meant a page fault
     per 4 KiB each time: most of the system time on a loaded VM), and is trimmed when the
     scan ends.  The decoded pieces live outside the heap (:class:`_Pieces`), so they do
-    not pin it."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None)
-        # a fixed mmap threshold also fixes the trim threshold (at 128 KiB: freeing the
-        # top of the heap would give it back, and the next block would fault it in
-        # again); the reader trims explicitly when a phase ends
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
-                    and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
-    except (OSError, AttributeError, ImportError):
-        return False
+    not pin it.  A fixed mmap threshold also fixes the trim threshold (at 128 KiB: freeing
+    the top of the heap would give it back, and the next block would fault it in again),
+    so that is set high too; the reader trims explicitly when a phase ends."""
+    return _set_mmap_threshold(_MMAP_THRESHOLD)
 
 
 class heap_reuse:
@@ -486,23 +479,14 @@ class heap_reuse:
     most of the time); on exit the old threshold comes back and the heap is trimmed."""
 
     def __enter__(self):
-        self._ok = False
-        try:
-            import ctypes
-            libc = ctypes.CDLL(None)
-            self._ok = bool(libc.mallopt(_M_MMAP_THRESHOLD, 1 << 30)
-                            and libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
-            self._libc = libc
-        except (OSError, AttributeError, ImportError):
-            pass
+        self._ok = _set_mmap_threshold(1 << 30, 1 << 30)
         self._huge = _no_hugepages()
         return self
 
     def __exit__(self, *exc):
         _restore_hugepages(self._huge)
         if self._ok:
-            self._libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
-            self._libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+            _set_mmap_threshold(_MMAP_THRESHOLD)
             _trim()
         return False
 

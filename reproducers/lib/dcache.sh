@@ -78,26 +78,18 @@ dc_stats() {
 # dc_sample [label=NAME] [MOUNT...]: one `nfsrt: sample` marker; the label (no spaces) names an
 # explicit sample for the analyzer; each MOUNT adds its readdir= readdirplus= counts.
 dc_sample() {
-	local label="" mnt ops="" words
+	local label="" mnt mounted=() words
 	case ${1:-} in label=*) label=" $1"; shift ;; esac
 	for mnt in "$@"; do
-		mountpoint -q "$mnt" || continue
-		set -- $(lb_readdir_ops "$mnt")
-		ops="$ops readdir=$1 readdirplus=$2"
+		mountpoint -q "$mnt" && mounted+=("$mnt")
 	done
 	words=$(dc_stats)
-	lb_mark "sample $words$ops$label"
+	lb_mark "sample $words$(lb_mount_ops "${mounted[@]}")$label"
 }
 
 # dc_sampler SECONDS [MOUNT...]: dc_sample every SECONDS in the background until
 # lb_stop_bg $SAMPLER.
-dc_sampler() {
-	local every=$1
-	shift
-	( trap - EXIT INT TERM; while :; do dc_sample "$@"; sleep "$every"; done ) &
-	SAMPLER=$!
-	lb_on_exit "lb_stop_bg $SAMPLER"
-}
+dc_sampler() { lb_every "$1" dc_sample "${@:2}"; }
 
 # Exact slab counts for an explicit sample: flush the per-CPU slabs of the sampled caches
 # (SLUB counts objects of CPU slabs as in use). Harmless where the files do not exist.

@@ -148,26 +148,34 @@ lb_readdir_ops() {
 # One sample of what the analyzer plots under the listing: dcache size, dentry slab, and the
 # READDIR counts of the mounts given.
 lb_sample() {
-	local d slab mnt ops
+	local d slab
 	read -r -a d </proc/sys/fs/dentry-state
 	slab=$(awk '$1 == "dentry" { print "slab_active=" $2, "slab_total=" $3, "slab_objsize=" $4 }' \
 		/proc/slabinfo 2>/dev/null)
-	ops=""
-	for mnt in "$@"; do
-		set -- $(lb_readdir_ops "$mnt")
-		ops="$ops readdir=$1 readdirplus=$2"
-	done
-	lb_mark "sample nr_dentry=${d[0]} nr_unused=${d[1]} nr_negative=${d[4]} $slab$ops"
+	lb_mark "sample nr_dentry=${d[0]} nr_unused=${d[1]} nr_negative=${d[4]} $slab$(lb_mount_ops "$@")"
 }
 
-# lb_sampler SECONDS MOUNT...: lb_sample every SECONDS in the background until lb_stop_bg.
-lb_sampler() {
+# lb_mount_ops MOUNT...: " readdir=N readdirplus=M" for each mount, for a sample marker.
+lb_mount_ops() {
+	local mnt
+	for mnt in "$@"; do
+		set -- $(lb_readdir_ops "$mnt")
+		printf ' readdir=%s readdirplus=%s' "$1" "$2"
+	done
+}
+
+# lb_every SECONDS CMD...: run CMD every SECONDS in the background (as $SAMPLER) until
+# lb_stop_bg $SAMPLER, or the cleanup.
+lb_every() {
 	local every=$1
 	shift
-	( trap - EXIT INT TERM; while :; do lb_sample "$@"; sleep "$every"; done ) &
+	( trap - EXIT INT TERM; while :; do "$@"; sleep "$every"; done ) &
 	SAMPLER=$!
 	lb_on_exit "lb_stop_bg $SAMPLER"
 }
+
+# lb_sampler SECONDS MOUNT...: lb_sample every SECONDS in the background until lb_stop_bg.
+lb_sampler() { lb_every "$1" lb_sample "${@:2}"; }
 
 # wait returns the killed job's 143, which set -e would take for a failure of ours.
 lb_stop_bg() { kill "$1" 2>/dev/null && wait "$1" 2>/dev/null || true; }
