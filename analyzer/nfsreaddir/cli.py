@@ -17,8 +17,8 @@ import json
 import os
 import sys
 
-from . import __version__, dcache, events, slab
-from .analysis import NS, AnalysisError, analyze, verdict
+from . import __version__, dcache, events, results, slab, verdict
+from .analysis import NS, AnalysisError, analyze
 from .trace import OnePass, TraceError, open_trace
 
 EXIT_INPUT = 2
@@ -77,6 +77,11 @@ def _fmt_dentries(d):
     return f"{x['added']:+,}" if x else "-"
 
 
+def _q(v):
+    """A value for the text tables: '?' where the trace cannot know it."""
+    return "?" if v is None else v
+
+
 def listing_table(analyses):
     import pandas as pd
     rows = []
@@ -84,43 +89,67 @@ def listing_table(analyses):
         for lst in a.listings:
             s = lst.summary()
             inv = s["invalidations"]
+            followed = s["invalidations_followed_by_restart"]
             rows.append({
                 "trace": os.path.basename(a.info.get("path", "")),
                 "phase": s["phase"] or "-",
                 "dir": s["dir_fileid"] if s["dir_fileid"] is not None else "?",
                 "process": f"{s['comm']}[{s['pid']}]",
-                "seconds": f"{s['seconds']:.2f}" + ("!" if s["timed_out"] else ""),
+                "seconds": f"{s['seconds']:.2f}",
+                "ended": s["ending"] + ("" if not s["began_before_trace"] else " (began before)"),
                 "entries": s["entries"] if s["entries"] is not None else "-",
                 "READDIRs": s["readdirs"],
-                "restarts": s["restarts"] if a.cookies_known else "?",
-                "refetched": s["refetched_readdirs"] if a.cookies_known else "?",
-                "invalidations": (f"{inv} ({s['invalidations_followed_by_restart']} restarted)"
-                                  if inv and a.cookies_known else inv),
+                "restarts": _q(s["restarts"]),
+                "refetched": _q(s["refetched_readdirs"]),
+                "invalidations": (f"{inv} ({followed} restarted)" if inv and followed is not None
+                                  else inv),
                 "dentries": _fmt_dentries(s["dentries"]),
             })
     return pd.DataFrame(rows)
 
 
+def lost_text(info):
+    """The events a trace lost, in words: the count where the trace stores it."""
+    lost = info.get("lost_events") or []
+    if not lost:
+        return None
+    total = info.get("lost_total")
+    if total is None and all(x.get("count") is not None for x in lost):
+        total = sum(x["count"] for x in lost)
+    cpus = sorted({x.get("cpu") for x in lost if x.get("cpu") is not None})
+    n = f"{total:,}" if total is not None else "an unknown number of"
+    return f"{n} events lost in {len(lost)} places (CPU {', '.join(map(str, cpus)) or '?'})"
+
+
 def print_analysis(analyses, out=sys.stdout, details=10):
     for a in analyses:
         i = a.info
-        kernel = a.run.get("kernel") or i.get("uname") or "unknown kernel"
+        kernel = a.kernel or "unknown kernel"
         out.write(f"{i.get('path')}: {i.get('format', '?')}, {i.get('cpus', '?')} CPUs, "
                   f"{kernel}\n")
         ev = a.evidence
-        out.write(f"  READDIRs from {', '.join(ev['rpc']) or '-'}; invalidations from "
-                  f"{', '.join(ev['invalidations']) or '-'}\n")
+        dirs = (f" (directories from {', '.join(ev['rpc_directory'])})"
+                if ev.get("rpc_directory") else "")
+        out.write(f"  READDIRs from {', '.join(ev['rpc']) or '-'}{dirs}; invalidations from "
+                  f"{', '.join(a.recorded.get('invalidations') or []) or '-'}; listings by "
+                  f"{', '.join(sorted({x.delimited_by for x in a.listings})) or '-'}\n")
+        missing = set()
         if not a.cookies_known:
-            out.write("  READDIR cookies are not in this trace, so restarts cannot be seen; "
-                      f"record with: trace-cmd record {events.RECORD_HINT['rpc']}\n")
-        if not ev["invalidations"]:
-            out.write("  no invalidation events; record with: trace-cmd record "
-                      f"{events.RECORD_HINT['invalidations']}\n")
-        lost = i.get("lost_events")
+            out.write("  READDIR cookies are not in this trace, so restarts cannot be seen\n")
+            missing.add("rpc")
+        if not a.recorded.get("invalidations"):
+            out.write("  invalidation events were not recorded\n")
+            missing.add("invalidations")
+        if missing:
+            out.write(f"  record with: {events.record_advice(a.kernel, missing)}\n")
+        lost = lost_text(i)
         if lost:
-            out.write(f"  WARNING: {sum(x.get('count') or 0 for x in lost)} events lost in "
-                      f"{len(lost)} places: counts below are lower bounds (record with a "
-                      "larger -b)\n")
+            hit = [x.label() for x in a.listings if any("lost" in d["what"] for d in x.damage)]
+            out.write(f"  WARNING: {lost}: counts below are lower bounds (record with a larger "
+                      f"-b); listings that overlap the loss: {', '.join(hit) or 'none'}\n")
+        damaged = i.get("damaged_events") or []
+        if damaged:
+            out.write(f"  WARNING: {len(damaged)} damaged events, e.g. {damaged[0]['what']}\n")
         if i.get("partial"):
             out.write("  WARNING: the trace is damaged; only the part before the damage was "
                       "read\n")
@@ -128,10 +157,10 @@ def print_analysis(analyses, out=sys.stdout, details=10):
     out.write("\n" + table.to_string(index=False) + "\n" if len(table) else "\nno listing\n")
     for a in analyses:
         for lst in a.listings:
-            if not (lst.restarts or lst.invalidations):
+            if not (lst.restarts or lst.invalidations or lst.ambiguous_rows):
                 continue
             out.write(f"\n{os.path.basename(a.info['path'])} {lst.phase or ''} "
-                      f"{lst.comm}[{lst.pid}] dir {lst.fileid}:\n")
+                      f"{lst.comm}[{lst.pid}] dir {_q(lst.fileid)}:\n")
             # An invalidation before the restart it caused, even at the same timestamp.
             events_ = sorted([(r.ts, "restart", r) for r in lst.restarts] +
                              [(v.ts, "invalidation", v) for v in lst.invalidations],
@@ -143,10 +172,13 @@ def print_analysis(analyses, out=sys.stdout, details=10):
                               f"{x.refetched} READDIRs and {x.cost_ns / NS:.3f}s to get back\n")
                 else:
                     chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
-                    out.write(f"  {t:9.3f}s  invalidation: {chain}"
-                              f"{'' if x.followed_by_restart else ' (no restart)'}\n")
+                    after = {True: "", False: " (no restart)", None: ""}[x.followed_by_restart]
+                    out.write(f"  {t:9.3f}s  invalidation: {chain}{after}\n")
             if len(events_) > details:
                 out.write(f"  ... {len(events_) - details} more (--details N, or --json)\n")
+            if lst.ambiguous_rows:
+                out.write(f"  {len(lst.ambiguous_rows)} cookie-0 READDIRs after the start: "
+                          "restarts, rewinds or new opens (the trace cannot tell)\n")
 
 
 def split_dcache(paths):
@@ -166,28 +198,62 @@ def cmd_analyze(args):
     runs, traces = split_dcache(args.traces)
     loaded = load_all(traces, with_slab=True) if traces else []
     analyses = [a for _, a, _ in loaded if a is not None]
+    v = None
+    if analyses:
+        names, ratio = run_checks(traces)
+        v = verdict.judge(analyses, max_ratio=ratio, names=names)
     if args.json:
-        out = [dict(a.to_dict(), slab=s) if a is not None else {"path": p, "slab": s}
-               for p, a, s in loaded]
+        found = {id(f.listing): {"finding": f.word, "why": f.why} for f in v.findings} if v \
+            else {}
+        out = []
+        for p, a, s in loaded:
+            if a is None:
+                out.append({"path": p, "slab": s})
+                continue
+            d = dict(a.to_dict(), slab=s)
+            for lst, summ in zip(a.listings, d["listings"]):
+                summ.update(found.get(id(lst), {}))
+            # The verdict on all the traces given, as `check` gives it.
+            d["verdict"] = {"code": v.code, "word": v.word, "reason": v.reason}
+            out.append(d)
         out += [{"path": p, "dcache": dcache_results(p)} for p in runs]
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
         return 0
     if analyses:
         print_analysis(analyses, details=args.details)
+        sys.stdout.write(f"\nverdict: {v.reason}\n")
     sections = [f"{p}: " + slab.format_text(s, top=args.top) for p, _, s in loaded if s]
     sections += [f"{p}: " + dcache.report(dcache_results(p)) for p in runs]
     sys.stdout.write(("\n" if analyses else "") + "\n".join(sections))
     return 0
 
 
+def run_checks(paths, max_ratio=None):
+    """What the verdict takes besides the traces: the name checks and the READDIR ratio limit of
+    the readdir reproducer runs among the paths (a run is judged as its results.json is)."""
+    names, ratio = {}, None
+    for p in paths:
+        if os.path.isdir(p) and results.is_readdir_run(p):
+            n, ratio = results.run_checks(p)
+            names.update(n)
+    ratio = max_ratio if max_ratio is not None else ratio
+    return names, ratio if ratio is not None else verdict.MAX_RATIO
+
+
+def judge_paths(paths, max_restarts=0, max_ratio=None):
+    """The verdict on traces and results directories, as `check` gives it."""
+    names, ratio = run_checks(paths, max_ratio)
+    return verdict.judge(load_all(paths), max_restarts=max_restarts, max_ratio=ratio,
+                         names=names)
+
+
 def cmd_check(args):
     try:
-        analyses = load_all(args.traces)
+        v = judge_paths(args.traces, args.max_restarts, args.max_ratio)
     except (TraceError, AnalysisError, UsageError, OSError) as e:
-        print(f"skip: {e}")
+        print(f"cannot decide: {e}")
         return EXIT_SKIP
-    v = verdict(analyses, max_restarts=args.max_restarts, max_ratio=args.max_ratio)
     print(v.reason)
     return v.code
 
@@ -227,7 +293,8 @@ def cmd_compare(args):
         table = dcache.compare_table(dcache_results(args.before), dcache_results(args.after))
     else:
         from . import compare
-        table = compare.table(load_all([args.before]), load_all([args.after]))
+        table = compare.table(load_all([args.before]), load_all([args.after]),
+                              (args.before, args.after))
     if args.json:
         print(table.to_json(orient="index", indent=2))
     else:
@@ -259,8 +326,9 @@ def parser():
     s.add_argument("traces", nargs="+", metavar="TRACE")
     s.add_argument("--max-restarts", type=int, default=0, metavar="N",
                    help="restarts at cookie 0 allowed per listing (default 0)")
-    s.add_argument("--max-ratio", type=float, default=1.5, metavar="R",
-                   help="without cookies: modified/idle READDIR ratio allowed (default 1.5)")
+    s.add_argument("--max-ratio", type=float, default=None, metavar="R",
+                   help="without cookies: modified/idle READDIR ratio allowed (default: the "
+                        "run's own, else 1.5)")
     s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("export", help="canonical events as CSV or Parquet tables")
