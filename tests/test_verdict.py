@@ -226,3 +226,36 @@ def test_a_results_json_that_cannot_be_read_has_no_verdict(tmp_path):
     p = subprocess.run([sys.executable, "-m", "nfsreaddir.results", "--verdict", str(tmp_path)],
                        capture_output=True, text=True)
     assert p.returncode == 125 and p.stdout.startswith("UNDECIDED"), p.stdout
+
+
+# ------------------------------------------------------- evidence from what the trace recorded
+def test_a_cookie_kprobe_is_read_under_any_group_name(tmp_path, trace_cmd):
+    """A user's own kprobe group: the same trace with its group renamed (v6, where the group
+    name is stored once, as text) gives the same restarts."""
+    v6 = tmp_path / "v6.dat"
+    subprocess.run([trace_cmd, "convert", "--file-version", "6", "-i",
+                    os.path.join(BAD, "modified.dat"), "-o", str(v6)], check=True,
+                   capture_output=True, timeout=300)
+    data = v6.read_bytes()
+    assert data.count(b"nfsprobe") == 1
+    mine = tmp_path / "myprobes.dat"
+    mine.write_bytes(data.replace(b"nfsprobe", b"myprobes"))
+    c = run_cli("check", mine, check=1)
+    assert "restarted 5 times" in c.stdout and "myprobes:nfs4_proc_readdir" in c.stdout
+
+
+@pytest.mark.parametrize("name,has,lacks", [
+    ("6.1-v4.1", "nfs:nfs_readdir_*", "kprobe"),
+    ("5.10-v4.1", "p:nfsprobe/nfs4_proc_readdir", "nfs:nfs_readdir_*"),
+])
+def test_advice_names_only_events_the_traces_kernel_has(tmp_path, trace_cmd, name, has, lacks):
+    out = tmp_path / "rpc-only.txt"
+    with open(out, "w") as f:
+        subprocess.run([trace_cmd, "report", "-R", "-F", "sunrpc/rpc_request", "-F",
+                        "ftrace/print", os.path.join(FIXTURES, name, "modified.dat")],
+                       stdout=f, check=True, timeout=300)
+    c = run_cli("check", out)
+    assert c.returncode == 125 and "record with trace-cmd record" in c.stdout, c.stdout
+    assert has in c.stdout and lacks not in c.stdout, c.stdout
+    text = run_cli("analyze", out, check=0).stdout
+    assert has in text and lacks not in text

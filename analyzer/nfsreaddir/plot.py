@@ -1,7 +1,8 @@
 """`nfs-readdir plot`: how far each listing got over time, and the dcache beneath it.
 
 The y axis is how far into the directory each READDIR asked to start: its cookie over the largest
-cookie of the listing. ext4 cookies are hash positions spread evenly over their range, and xfs
+cookie of the listing, or for a listing that did not reach the end (dashed) over the largest
+cookie of a listing of the same directory that did. ext4 cookies are hash positions spread evenly over their range, and xfs
 and tmpfs cookies are offsets, so this is the share of the directory already read; a restart
 drops to 0. Invalidations are vertical lines, restarts red crosses.
 """
@@ -14,13 +15,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 from .analysis import NS  # noqa: E402
 
 
-def _progress(cookies):
-    top = float(max(cookies)) or 1.0
-    return [float(c) / top for c in cookies]
+def _ends(lsts):
+    """The largest cookie of each directory among listings that reached its end: the scale of a
+    listing of that directory that did not (its own largest cookie is only as far as it got)."""
+    out = {}
+    for _, lst in lsts:
+        if lst.complete and len(lst.rpcs):
+            key = (lst.dev, lst.fileid)
+            out[key] = max(out.get(key, 0), float(lst.rpcs["cookie"].max()))
+    return out
 
 
 def listings(analyses, output):
     lsts = [(a, lst) for a in analyses for lst in a.listings]
+    ends = _ends(lsts)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 1]})
     for a, lst in lsts:
@@ -28,13 +36,25 @@ def listings(analyses, output):
         if len(analyses) > 1:
             label = f"{a.run.get('kernel', a.info.get('path'))} {label}"
         t = (lst.rpcs["ts"] - lst.start) / NS
+        style = "-"
         if a.cookies_known:
-            y = _progress(lst.rpcs["cookie"].tolist())
+            cookies = lst.rpcs["cookie"].astype(float)
+            scale = float(cookies.max()) if len(cookies) else 0.0
+            if not lst.complete:
+                style = "--"
+                ref = ends.get((lst.dev, lst.fileid))
+                if ref:
+                    scale = max(scale, ref)
+                    label += f" ({lst.ending})"
+                else:
+                    label += f" ({lst.ending}; 1.0 = its own furthest cookie)"
+            y = (cookies / (scale or 1.0)).tolist()
             ylabel = "how far into the directory (cookie / largest cookie)"
         else:
             y = range(1, len(t) + 1)
             ylabel = "READDIRs so far (cookies not traced)"
-        line, = top.plot(t, y, drawstyle="steps-post", label=f"{label}: {len(t)} READDIRs")
+        line, = top.plot(t, y, style, drawstyle="steps-post",
+                         label=f"{label}: {len(t)} READDIRs")
         for inv in lst.invalidations:
             top.axvline((inv.ts - lst.start) / NS, color=line.get_color(), alpha=0.25, lw=0.8)
         if lst.restarts:
