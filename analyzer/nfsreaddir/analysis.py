@@ -84,6 +84,7 @@ class Listing:
     getdents: int | None = None     # None: the trace has no getdents event
     rewinds: list | None = None     # ts of each seek back to 0; None: not observable
     began_before_trace: bool = False
+    rpc_rows: list = field(default_factory=list)    # its rows of the canonical rpc table
     damage: list = field(default_factory=list)      # damaged or lost events during it
     dentries: dict = field(default_factory=dict)
     cookies_known: bool = True
@@ -157,10 +158,12 @@ class Analysis:
     cookies_known: bool
     info: dict
     recorded: dict = field(default_factory=dict)    # table -> events recorded (fired or not)
+    tables: dict = field(default_factory=dict, repr=False)  # the canonical tables it read
 
     @property
     def kernel(self):
-        return self.run.get("kernel") or self.info.get("uname")
+        """The kernel release the trace was recorded on, where it says."""
+        return events.release(self.run.get("kernel") or self.info.get("uname"))
 
     def to_dict(self):
         return {"trace": self.info, "run": self.run, "evidence": self.evidence,
@@ -612,7 +615,7 @@ def analyze(trace):
         comm = str(rows["comm"].iloc[0]) if len(rows) else o.comm
         lst = Listing(int(o.pid), comm, dev, fileid, int(o.start), int(o.end),
                       delimited_by=o.delimited_by, rpcs=rows, cookies_known=cookies_known,
-                      began_before_trace=o.began_before_trace)
+                      began_before_trace=o.began_before_trace, rpc_rows=list(o.rows))
         if o.delimited_by in ("opens", "syscalls"):
             lst.getdents = o.getdents
         if o.delimited_by == "opens" or "sys_lseek" in kinds:
@@ -663,7 +666,7 @@ def analyze(trace):
     out.sort(key=lambda x: (x.start, x.pid))
     evidence = {name: list(src or []) for name, src in sources.items()}
     return Analysis(out, marks.run, marks.samples, evidence, cookies_known, trace.info,
-                    recorded=tables["recorded"])
+                    recorded=tables["recorded"], tables=tables)
 
 
 def _label_phases(listings, phases):

@@ -19,6 +19,7 @@ import sys
 
 from . import __version__, dcache, events, results, slab, verdict
 from .analysis import NS, AnalysisError, analyze
+from .export import ExportError
 from .trace import OnePass, TraceError, open_trace
 
 EXIT_INPUT = 2
@@ -34,7 +35,9 @@ def expand(paths):
     """Trace files named by the arguments; a results directory stands for its traces."""
     out = []
     for p in paths:
-        if os.path.isdir(p):
+        if p == "-":                    # standard input: a trace or report text, read once
+            out.append(p)
+        elif os.path.isdir(p):
             found = sorted(glob.glob(os.path.join(p, "*.dat")))
             if not found:
                 raise UsageError(f"{p} is a directory with no *.dat trace in it")
@@ -95,7 +98,7 @@ def listing_table(analyses):
                 "phase": s["phase"] or "-",
                 "dir": s["dir_fileid"] if s["dir_fileid"] is not None else "?",
                 "process": f"{s['comm']}[{s['pid']}]",
-                "seconds": f"{s['seconds']:.2f}",
+                "time (s)": f"{s['seconds']:.2f}",
                 "ended": s["ending"] + ("" if not s["began_before_trace"] else " (began before)"),
                 "entries": s["entries"] if s["entries"] is not None else "-",
                 "READDIRs": s["readdirs"],
@@ -195,6 +198,12 @@ def dcache_results(path):
 
 
 def cmd_analyze(args):
+    if args.explain:
+        from . import glossary
+        sys.stdout.write(glossary.explain())
+        return 0
+    if not args.traces:
+        raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     runs, traces = split_dcache(args.traces)
     loaded = load_all(traces, with_slab=True) if traces else []
     analyses = [a for _, a, _ in loaded if a is not None]
@@ -260,16 +269,29 @@ def cmd_check(args):
 
 def cmd_export(args):
     from . import export
-    n = 0
     for path in expand(args.traces):
-        written = export.write(open_trace(path), path, args.output, args.format)
+        t = open_trace(path)
+        try:
+            a = analyze(t)
+        except AnalysisError as e:
+            raise AnalysisError(f"{path}: nothing to export: {e} (slab figures are in "
+                                "`analyze --json`)") from None
+        a.info = dict(a.info, path=path)
+        findings = {id(lst): verdict.judge_listing(lst) for lst in a.listings}
+        written, kept = export.write(a, t.path, args.output, args.format, findings)
         for w in written:
             print(w)
-        n += len(written)
-    return 0 if n else EXIT_INPUT
+        for k in kept:
+            print(f"{k}: the same trace was exported before; left as it was")
+    return 0
 
 
 def cmd_plot(args):
+    from . import plot
+    try:
+        plot.output_format(args.output)     # refused before any trace is read
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     runs, traces = split_dcache(args.traces)
     if runs and traces:
         raise UsageError("plot readdir traces and dcache runs separately (one kind per "
@@ -278,7 +300,6 @@ def cmd_plot(args):
         dcache.plot_runs([p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p))
                           for p in runs], args.output)
     else:
-        from . import plot
         plot.listings(load_all(traces), args.output)
     print(args.output)
     return 0
@@ -313,8 +334,10 @@ def parser():
     s = sub.add_parser("analyze", help="per listing: entries, time, READDIRs, restarts, "
                                        "invalidations, dentries added; per dcache run: "
                                        "phase deltas, rates, negative share, slowdown")
-    s.add_argument("traces", nargs="+", metavar="TRACE")
+    s.add_argument("traces", nargs="*", metavar="TRACE")
     s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("--explain", action="store_true",
+                   help="what every column of the table and of the exports means, and exit")
     s.add_argument("--details", type=int, default=10, metavar="N",
                    help="restarts and invalidations shown per listing (default 10)")
     s.add_argument("--top", type=int, default=10, metavar="N",
@@ -341,7 +364,7 @@ def parser():
                                     "dentries over time; dcache runs: dentries and negative "
                                     "dentries over time, one panel per run (PNG or SVG)")
     s.add_argument("traces", nargs="+", metavar="TRACE")
-    s.add_argument("-o", "--output", required=True, metavar="FILE.png|FILE.svg")
+    s.add_argument("-o", "--output", required=True, metavar="FILE.png|FILE.svg|FILE.pdf")
     s.set_defaults(func=cmd_plot)
 
     s = sub.add_parser("compare", help="two traces or results directories side by side (e.g. "
@@ -354,17 +377,22 @@ def parser():
 
 
 def main(argv=None):
+    # File names are bytes: one that is not UTF-8 is written back as the bytes it was.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (TraceError, AnalysisError, UsageError, dcache.DcacheError) as e:
+    except (TraceError, AnalysisError, UsageError, dcache.DcacheError, ExportError) as e:
         print(f"nfs-readdir: {e}", file=sys.stderr)
         return EXIT_INPUT
     except BrokenPipeError:     # the reader of our output went away (| head): not an error
         sys.stderr.close()
         return 0
     except OSError as e:
-        print(f"nfs-readdir: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        where = e.filename or getattr(args, "output", None) or ""
+        print(f"nfs-readdir: {where}: {e.strerror or e}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("nfs-readdir: interrupted", file=sys.stderr)

@@ -164,16 +164,25 @@ TABLE_COLUMNS = {
 }
 
 
-def kernel_generation(release):
-    """'5.10' -> (5, 10); None when the release string says nothing."""
-    m = re.match(r"^(\d+)\.(\d+)", str(release or ""))
+def release(text):
+    """The kernel release in a release string or a trace's uname line, or None."""
+    words = str(text or "").split()
+    if len(words) >= 3 and words[0] == "Linux":
+        return words[2]
+    return words[0] if words else None
+
+
+def kernel_generation(kernel):
+    """(5, 10) from a release ('5.10.0-46-amd64') or a trace's uname line ('Linux HOST 5.10.0-46
+    -amd64 x86_64'); None when it says nothing."""
+    m = re.match(r"^(\d+)\.(\d+)", release(kernel) or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def record_advice(release, missing):
+def record_advice(kernel, missing):
     """What to record for the missing tables ("rpc", "invalidations", "calls"), naming only
     events the trace's kernel has (by its release; unknown: the events of every kernel)."""
-    gen = kernel_generation(release)
+    gen = kernel_generation(kernel)
     out = []
     if "rpc" in missing or "calls" in missing:
         if gen is None or gen >= (5, 18):
