@@ -53,7 +53,11 @@ def load_all(paths, with_slab=False):
     """The readdir analysis of each trace; with_slab: (path, analysis, slab summary) triples,
     where a trace with kmem allocation events but no READDIR has no analysis (None)."""
     res = []
-    for path in expand(paths):
+    paths = expand(paths)
+    big = sum(os.path.getsize(p) for p in paths if p != "-" and os.path.isfile(p)) > PROGRESS_BYTES
+    for n, path in enumerate(paths, 1):
+        if len(paths) > 1 or big:
+            progress(f"reading {n}/{len(paths)}: {path}")
         t = open_trace(path)
         kmem = slab.read_request(t) if with_slab else {}
         readdir = events.has_readdir_source(t)
@@ -72,7 +76,21 @@ def load_all(paths, with_slab=False):
                 if summary is None:
                     raise AnalysisError(f"{path}: {e}") from None
         res.append((path, a, summary) if with_slab else a)
+    progress(None)
     return res
+
+
+# Above this many bytes of traces, or for several traces, say what is being read.
+PROGRESS_BYTES = 1 << 30
+
+
+def progress(what):
+    """A progress line rewritten in place on a terminal (never in a pipe or in JSON);
+    None clears it."""
+    if not sys.stderr.isatty():
+        return
+    sys.stderr.write("\r\033[K" + (f"nfs-readdir: {what}" if what else ""))
+    sys.stderr.flush()
 
 
 def _fmt_dentries(d):
@@ -85,16 +103,35 @@ def _q(v):
     return "?" if v is None else v
 
 
+# A process with more quiet listings than this (a tree walk, a poller) gets one row for them.
+QUIET_ROWS = 3
+
+
+def _quiet(lst):
+    """A listing with nothing to tell: it reached the end with no restart, no change of its
+    directory, and nothing unknown."""
+    return (lst.complete and not lst.restarts and not lst.invalidations
+            and not lst.ambiguous_rows and not lst.damage and lst.cookies_known)
+
+
 def listing_table(analyses):
     import pandas as pd
     rows = []
     for a in analyses:
+        trace = os.path.basename(a.info.get("path", ""))
+        quiet = {}
         for lst in a.listings:
+            if _quiet(lst):
+                quiet.setdefault((lst.pid, lst.comm), []).append(lst)
+        folded = {id(x) for group in quiet.values() if len(group) > QUIET_ROWS for x in group}
+        for lst in a.listings:
+            if id(lst) in folded:
+                continue
             s = lst.summary()
             inv = s["invalidations"]
             followed = s["invalidations_followed_by_restart"]
             rows.append({
-                "trace": os.path.basename(a.info.get("path", "")),
+                "trace": trace,
                 "phase": s["phase"] or "-",
                 "dir": s["dir_fileid"] if s["dir_fileid"] is not None else "?",
                 "process": f"{s['comm']}[{s['pid']}]",
@@ -108,6 +145,17 @@ def listing_table(analyses):
                                   else inv),
                 "dentries": _fmt_dentries(s["dentries"]),
             })
+        for (pid, comm), group in quiet.items():
+            if len(group) <= QUIET_ROWS:
+                continue
+            rows.append({
+                "trace": trace, "phase": "-",
+                "dir": f"{len({x.fileid for x in group})} dirs",
+                "process": f"{comm}[{pid}]",
+                "time (s)": f"{sum(x.end - x.start for x in group) / NS:.2f}",
+                "ended": f"eof x{len(group)}", "entries": "-",
+                "READDIRs": sum(len(x.rpcs) for x in group), "restarts": 0, "refetched": 0,
+                "invalidations": 0, "dentries": "-"})
     return pd.DataFrame(rows)
 
 
