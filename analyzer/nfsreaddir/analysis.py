@@ -198,6 +198,7 @@ class _Open:
         self.error = None
         self.dev = self.fileid = None
         self.began_before_trace = False
+        self.phase = None           # the reproducer's phase, where one delimits the listing
 
     def position(self, ts, pos):
         """The reader enters the file system at position pos (None: not known)."""
@@ -207,7 +208,7 @@ class _Open:
             return
         if pos == 0:
             if self.progressed:
-                self.rewinds.append(ts)
+                self.rewind(ts)
             self.at_start = True
         else:
             if not self.progressed and not self.rows and self.getdents == 1:
@@ -216,9 +217,11 @@ class _Open:
             self.progressed = True
 
     def rewind(self, ts):
+        """The reader went back to the start: what it reads next is a new pass."""
         if self.progressed or self.rows:
             self.rewinds.append(ts)
         self.at_start = True
+        self.ending = None
 
     def readdir(self, row, ts, cookie, rewinds_visible=True):
         """A READDIR of this open; cookie None: not known."""
@@ -629,8 +632,7 @@ def analyze(trace):
         errs = rows["error"].dropna()
         if lst.ending != EOF and len(errs) and int(errs.iloc[-1]) in events.KILLED_ERRORS:
             lst.ending, lst.error = KILLED, int(errs.iloc[-1])
-        phase = getattr(o, "phase", None)
-        listings.append((lst, restart_idx, phase))
+        listings.append((lst, restart_idx, o.phase))
     _label_phases(listings, marks.phases)
     out = []
     for lst, restart_idx, phase in listings:
