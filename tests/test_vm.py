@@ -98,6 +98,16 @@ def test_a_reproducers_255_is_not_a_lost_vm(tmp_path):
     assert (tmp_path / ".vm-status").read_text().strip() == "255"
 
 
+def test_sigint_to_readdir_multi_leaves_nothing_behind(tmp_path):
+    """While all five readers run (ls and find under their perl wrappers) and the writer adds."""
+    p = vm_run("debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "interrupt-check"),
+               "--after", "readers: poller", "readdir-multi", "--files", "3000")
+    assert "reproducer exit 130" in p.stdout, p.stdout + p.stderr
+    assert "LEFTOVER" not in p.stdout, p.stdout
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert os.path.getsize(tmp_path / "readdir-multi" / "multi.dat") > 0
+
+
 def test_bad_arguments_are_named(tmp_path):
     """Checked before anything is set up (on the host, no VM needed)."""
     lb = os.path.join(TOP, "reproducers", "readdir-loopback")
@@ -112,6 +122,12 @@ def test_bad_arguments_are_named(tmp_path):
                         (["--warmup", "x"], "--warmup must be"),
                         (["--repeat", "0"], "--repeat must be")):
         p = subprocess.run([ovh] + args, capture_output=True, text=True)
+        assert p.returncode == 125 and words in p.stderr, (args, p.stderr)
+    multi = os.path.join(TOP, "reproducers", "readdir-multi")
+    for args, words in ((["--slow-chunk", "0"], "--slow-chunk must be"),
+                        (["--poll-every", "x"], "'x' is not a number"),
+                        (["--nfs", "5"], "--nfs must be"), (["--frob"], "unknown option")):
+        p = subprocess.run([multi] + args, capture_output=True, text=True)
         assert p.returncode == 125 and words in p.stderr, (args, p.stderr)
     p = subprocess.run([VM_RUN, "--kernel", "debian:4.19", "--results", str(tmp_path)],
                        capture_output=True, text=True)

@@ -217,7 +217,8 @@ lb_events_have() { grep -qx "$1" "$TRACEFS/available_events"; }
 
 # lb_readdir_events SET: EVENTS=(...) to record. SET is readdir (what this kernel has of the
 # readdir set; nfsreaddir/events.py says what each kernel calls them, and kernels without a
-# cookie-carrying event get the cookie kprobe), broad, or a comma-separated list.
+# cookie-carrying event get the cookie kprobe), broad, or a comma-separated list. readdir and
+# broad also get the listing events (lb_listing_events).
 lb_readdir_events() {
 	local e
 	case $1 in
@@ -235,6 +236,46 @@ lb_readdir_events() {
 	if ! grep -q '^nfs:nfs_readdir_' "$TRACEFS/available_events"; then
 		lb_cookie_kprobe
 	fi
+	# A list given by hand is recorded as given: readdir-overhead's --events new measures
+	# the cost of exactly the series' events.
+	case $1 in readdir | broad) lb_listing_events ;; esac
+}
+
+# What tells a new listing from a restart when a READDIR asks for cookie 0: where each open
+# starts and ends, and the reader's position at each getdents. The series has nfs:nfs_opendir
+# and nfs:nfs_closedir; other kernels get kprobes on the same functions, and nfs_readdir's
+# ctx->pos (0 on a fresh or rewound open). Every kernel gets the getdents64 syscalls: the
+# exit's ret is 0 at the end of the directory and negative on an error.
+lb_listing_events() {
+	local probe f e
+	if ! lb_events_have nfs:nfs_opendir; then
+		if [ "$(uname -m)" != x86_64 ]; then
+			lb_log "no listing kprobes on $(uname -m): their register names are x86-64's"
+		else
+			# nfs_opendir/nfs_closedir(struct inode *, struct file *) and
+			# nfs_readdir(struct file *, struct dir_context *ctx), ctx->pos at offset 8
+			# (after filldir_t actor), in 5.10 and 6.1 alike.
+			for probe in 'nfs_opendir file=%si:x64' 'nfs_closedir file=%si:x64' \
+				'nfs_readdir file=%di:x64 pos=+8(%si):s64'; do
+				f=${probe%% *}
+				if ! grep -q " $f\b" /proc/kallsyms; then
+					lb_log "no $f in /proc/kallsyms: not probed"
+					continue
+				fi
+				echo "p:nfsprobe/$f $probe" >>"$TRACEFS/kprobe_events" ||
+					lb_die "cannot add the $f kprobe"
+				lb_on_exit "echo '-:nfsprobe/$f' >>'$TRACEFS/kprobe_events'"
+				EVENTS+=("nfsprobe:$f")
+			done
+		fi
+	fi
+	for e in syscalls:sys_enter_getdents64 syscalls:sys_exit_getdents64; do
+		if lb_events_have "$e"; then
+			EVENTS+=("$e")
+		else
+			lb_log "no $e on $(uname -r) (CONFIG_FTRACE_SYSCALLS): not recorded"
+		fi
+	done
 }
 
 # 5.0-5.10 pass the READDIR cookie as the third argument of nfs{3,4}_proc_readdir(dentry, cred,
