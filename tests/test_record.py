@@ -249,11 +249,39 @@ def test_stock_5_10_record_check_watch(tmp_path):
 
 
 @pytest.mark.vm
-@pytest.mark.parametrize("kernel", ["6.1", "6.12"])
+@pytest.mark.parametrize("kernel", ["6.1", "6.12", "7.3"])
 def test_stock_record_check_good(tmp_path, kernel):
-    p = vm_run(f"debian:{kernel}", tmp_path)
+    """Kernels that continue at the reader's cookie: good. On the newest (7.3) watch runs over
+    the listing too and must agree."""
+    newest = kernel == "7.3"
+    p = vm_run(f"debian:{kernel}", tmp_path, *(["--watch"] if newest else []))
     assert p.returncode == 0, p.stdout + p.stderr
     rec = (tmp_path / "record.txt").read_text()
     assert "record exit 0" in rec and "nfs:nfs_readdir_cache_fill" in rec, rec
+    assert "kprobe: echo 'p:nfsprobe/nfs_readdir nfs_readdir file=" in rec, rec
+    c = check(tmp_path)
+    assert c.returncode == 0 and c.stdout.startswith("good:"), c.stdout + c.stderr
+    if newest:
+        text = (tmp_path / "watch.txt").read_text()
+        assert "watch exit 0" in text and "verdict: good:" in text, text
+
+
+SERIES_IMAGE = "/work/build/images/bzImage-series-v1"
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(os.environ.get("NFSRT_TEST_KERNEL") != "1",
+                    reason="needs a kernel built with the series: run `make test-kernel`")
+def test_series_kernel_record_check_good(tmp_path):
+    """5.10 with the series: record takes its tracepoints (no kprobe needed) and check says
+    good. Boots the image the kernel build leaves at SERIES_IMAGE (or NFSRT_SERIES_IMAGE)."""
+    image = os.environ.get("NFSRT_SERIES_IMAGE", SERIES_IMAGE)
+    if not os.path.exists(image):
+        pytest.fail(f"no kernel image with the series at {image}: build one "
+                    "(reproducers/build-kernel) and set NFSRT_SERIES_IMAGE")
+    p = vm_run(image, tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rec = (tmp_path / "record.txt").read_text()
+    assert "nfs4:nfs4_readdir" in rec and "kprobe: echo 'p:nfsprobe/nfs4_proc" not in rec, rec
     c = check(tmp_path)
     assert c.returncode == 0 and c.stdout.startswith("good:"), c.stdout + c.stderr

@@ -218,6 +218,19 @@ MARKER_SOURCE = Source("ftrace:print", {"text": "buf"})
 # NFS_INO_INVALID_DATA in nfs_inode cache_validity (include/linux/nfs_fs.h, 5.10 to 6.12).
 NFS_INO_INVALID_DATA = 1 << 1
 
+# The slab analysis (slab.py): allocations and frees, and per event the fields it reads.
+SLAB_ALLOC = ("kmem:kmem_cache_alloc", "kmem:kmem_cache_alloc_node", "kmem:kmalloc",
+              "kmem:kmalloc_node")
+SLAB_FREE = ("kmem:kmem_cache_free", "kmem:kfree")
+SLAB_EVENTS = {
+    "kmem:kmem_cache_alloc": ["ptr", "bytes_alloc", "name"],
+    "kmem:kmem_cache_alloc_node": ["ptr", "bytes_alloc", "name"],
+    "kmem:kmalloc": ["ptr", "bytes_alloc"],
+    "kmem:kmalloc_node": ["ptr", "bytes_alloc"],
+    "kmem:kmem_cache_free": ["ptr", "name"],
+    "kmem:kfree": ["ptr"],
+}
+
 TABLE_COLUMNS = {
     "rpc": ["dev", "fileid", "cookie", "dtsize", "plus", "version", "error"],
     "invalidations": ["dev", "fileid", "reason"],
@@ -234,7 +247,7 @@ def kernel_generation(release):
 
 
 def record_advice(release, missing):
-    """What to record for the missing tables ("rpc", "invalidations", "calls"): `nfs-readdir
+    """What to record for the missing tables ("rpc", "invalidations", "calls", "slab"): `nfs-readdir
     record`, which asks the running kernel, then the trace-cmd equivalent naming only events the
     trace's kernel has (by its release; unknown: the events of every kernel)."""
     gen = kernel_generation(release)
@@ -255,8 +268,13 @@ def record_advice(release, missing):
         out.append("-e syscalls:sys_enter_getdents64 -e syscalls:sys_exit_getdents64")
     if "invalidations" in missing:
         out.append("-e nfs:nfs_invalidate_mapping_enter -e 'nfs:nfs_revalidate_inode_*'")
-    return ("nfs-readdir record -o trace.dat -- COMMAND (it picks the events and kprobes of the "
-            "running kernel), or trace-cmd record " + " ".join(out))
+    if "slab" in missing:
+        out.append(" ".join(f"-e {ev}" for ev in ("kmem:kmem_cache_alloc", "kmem:kmem_cache_free",
+                                                  "kmem:kmalloc", "kmem:kfree")))
+    only_slab = missing == {"slab"}
+    return (f"nfs-readdir record{' --slab' if 'slab' in missing else ''} -o trace.dat -- "
+            "COMMAND" + ("" if only_slab else " (it picks the events and kprobes of the "
+                         "running kernel)") + ", or trace-cmd record " + " ".join(out))
 
 
 def symbols(fmt, field_name):
@@ -656,7 +674,6 @@ def plan(tracefs, kallsyms="/proc/kallsyms", release=None, machine=None, dcache=
         if ev in have:
             add(ev)
     if slab:
-        from .slab import EVENTS as SLAB_EVENTS
         kmem = [ev for ev in SLAB_EVENTS if ev in have]
         if not kmem:
             raise KernelLacks("--slab: this kernel has none of the kmem events "
@@ -664,3 +681,31 @@ def plan(tracefs, kallsyms="/proc/kallsyms", release=None, machine=None, dcache=
         for ev in kmem:
             add(ev)
     return Plan(release, machine, events, kprobes, sources, warnings)
+
+
+def main(argv=None):
+    """`python3 -m nfsreaddir.events plan`: the plan for the running kernel, for the reproducers'
+    shell: `event SYSTEM:NAME` and `kprobe EVENT<TAB>DEFINITION<TAB>...` (best form first) lines,
+    `warning TEXT` lines; exit 2 with the reason when the kernel lacks a READDIR source."""
+    import argparse
+    import sys
+    p = argparse.ArgumentParser(prog="python3 -m nfsreaddir.events")
+    p.add_argument("what", choices=["plan"])
+    p.add_argument("--dcache", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        pl = plan(find_tracefs(), dcache=args.dcache)
+    except KernelLacks as e:
+        print(e, file=sys.stderr)
+        return 2
+    for k in pl.kprobes:
+        print("\t".join(["kprobe", k.event, *k.definitions]))
+    for ev in pl.events:
+        print("event", ev)
+    for w in pl.warnings:
+        print("warning", w)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -66,7 +66,9 @@ def run(output, command=None, duration=None, dcache=False, slab=False, out=sys.s
             out.write(f"  kprobe: echo '{d}' >> {tfs}/kprobe_events\n")
         out.write(f"  running: {shlex.join(cmd)}\n")
         out.flush()
-        proc = subprocess.Popen(cmd)
+        # A process group of its own, which every stop signals as a terminal's Ctrl-C would:
+        # trace-cmd, its per-CPU recorders and COMMAND (trace-cmd waits for COMMAND to end).
+        proc = subprocess.Popen(cmd, process_group=0)
         if dcache:
             threading.Thread(target=_sampler, args=(tfs, stop), daemon=True).start()
         rc = proc.wait()
@@ -80,12 +82,13 @@ def run(output, command=None, duration=None, dcache=False, slab=False, out=sys.s
         tracing.shield()
         stop.set()
         if proc is not None and proc.poll() is None:
-            # A terminal's Ctrl-C reached trace-cmd already; a kill of this process did not.
             try:
-                proc.send_signal(signal.SIGINT)
+                os.killpg(proc.pid, signal.SIGINT)
                 proc.wait(STOP_SECONDS)
+            except ProcessLookupError:
+                pass
             except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         failed = session.close()
         for f in failed:

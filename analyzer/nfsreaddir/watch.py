@@ -187,10 +187,12 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
     live = None
     try:
         session.add_kprobes(plan.kprobes)
-        clock = "mono" if "mono" in open(os.path.join(session.root, "trace_clock")).read() \
-            else None
+        with open(os.path.join(session.root, "trace_clock")) as f:
+            clock = "mono" if "mono" in f.read().replace("[", " ").replace("]", " ").split() \
+                else None
         live = LiveTrace(tfs, plan)
         reader = _Reader(session.root, tfs)
+        live.info["cpus"] = len(reader.fds)
         session.enable(plan.events, BUFFER_KB, clock)
         start = _now_ns()
         out.write(f"nfs-readdir watch: kernel {plan.release}; READDIRs from "
