@@ -470,11 +470,14 @@ def load(trace):
 
 # ------------------------------------------------------------------------- the running kernel
 # Recorded beside the tables' events, read by no table: they end the steps the tables start
-# (a READDIR's reply, the end of an invalidation or a GETATTR), for a person reading
-# `trace-cmd report`, and they are what the reproducers have always recorded.
+# (a READDIR's reply, the end of an invalidation or a GETATTR) or show the steps between (the
+# series' page-cache search and buffer fill), for a person reading `trace-cmd report`; they are
+# what the reproducers have always recorded.
 CONTEXT_EVENTS = ("nfs:nfs_readdir_cache_fill_done", "nfs:nfs_readdir_uncached_done",
-                  "nfs:nfs_readdir_force_readdirplus", "nfs:nfs_invalidate_mapping_exit",
-                  "nfs:nfs_getattr_exit", "nfs:nfs_fsync_dir", "nfs4:nfs4_getattr")
+                  "nfs:nfs_readdir_force_readdirplus", "nfs:nfs_readdir_search_cookie",
+                  "nfs:nfs_readdir_search_pos", "nfs:nfs_readdir_filldir",
+                  "nfs:nfs_invalidate_mapping_exit", "nfs:nfs_getattr_exit",
+                  "nfs:nfs_fsync_dir", "nfs4:nfs4_getattr")
 # --dcache: the names 5.18+ puts into the dcache from READDIR replies (one event per name: only
 # on request, a big listing logs one per entry).
 DCACHE_EVENTS = ("nfs:nfs_readdir_lookup", "nfs:nfs_readdir_lookup_revalidate",
@@ -684,9 +687,10 @@ def plan(tracefs, kallsyms="/proc/kallsyms", release=None, machine=None, dcache=
 
 
 def main(argv=None):
-    """`python3 -m nfsreaddir.events plan`: the plan for the running kernel, for the reproducers'
-    shell: `event SYSTEM:NAME` and `kprobe EVENT<TAB>DEFINITION<TAB>...` (best form first) lines,
-    `warning TEXT` lines; exit 2 with the reason when the kernel lacks a READDIR source."""
+    """`python3 -m nfsreaddir.events plan`: the plan for the running kernel, for the
+    reproducers' shell, one item a line: `event SYSTEM:NAME`, `warning TEXT`, and
+    `kprobe<TAB>TABLE<TAB>EVENT<TAB>DEFINITION...` (TABLE: rpc or calls, what it fills; the
+    definitions best form first). Exit 2, saying why, when the kernel has no READDIR source."""
     import argparse
     import sys
     p = argparse.ArgumentParser(prog="python3 -m nfsreaddir.events")
@@ -699,7 +703,8 @@ def main(argv=None):
         print(e, file=sys.stderr)
         return 2
     for k in pl.kprobes:
-        print("\t".join(["kprobe", k.event, *k.definitions]))
+        role = "rpc" if k.spec.function in COOKIE_KPROBES else "calls"
+        print("\t".join(["kprobe", role, k.event, *k.definitions]))
     for ev in pl.events:
         print("event", ev)
     for w in pl.warnings:

@@ -195,14 +195,16 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
         live.info["cpus"] = len(reader.fds)
         session.enable(plan.events, BUFFER_KB, clock)
         start = _now_ns()
-        out.write(f"nfs-readdir watch: kernel {plan.release}; READDIRs from "
+        # With --json, stdout is the summary alone; what runs and the lines go to stderr.
+        say = sys.stderr if as_json else out
+        say.write(f"nfs-readdir watch: kernel {plan.release}; READDIRs from "
                   f"{plan.sources['rpc']}; listings from {plan.sources['calls']}"
                   + (f"; directory {directory} (fileid {dir_fileid})" if directory else "")
                   + "; Ctrl-C for the summary\n")
         for w in plan.warnings:
-            out.write(f"  warning: {w}\n")
-        out.flush()
-        printer = _Printer(out, dir_fileid, start)
+            say.write(f"  warning: {w}\n")
+        say.flush()
+        printer = _Printer(say, dir_fileid, start)
         inval = {s.event for g in events.INVALIDATION_SOURCES for s in g}
         rpc = {s.event for g in events.RPC_SOURCES for s in g} | {k.event for k in plan.kprobes}
         trigger = []
@@ -232,7 +234,7 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
                 reader.close()
         failed = session.close()
         for f in failed:
-            out.write(f"nfs-readdir watch: cleanup failed: {f}\n")
+            print(f"nfs-readdir watch: cleanup failed: {f}", file=sys.stderr)
     return _summary(live, dir_fileid, as_json, out, interrupted)
 
 
