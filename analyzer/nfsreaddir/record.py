@@ -54,7 +54,6 @@ def run(output, command=None, duration=None, dcache=False, slab=False, out=sys.s
         raise Refused("trace-cmd not found: install it (apt-get install trace-cmd)")
     tfs, plan = prepare(dcache, slab)
     argv = list(command) if command else ["sleep", str(duration)]
-    cmd = plan.trace_cmd(output, argv, BUFFER_KB)
     describe(plan, out)
     tracing.trap_sigterm()
     session = tracing.Session(tfs)
@@ -62,8 +61,13 @@ def run(output, command=None, duration=None, dcache=False, slab=False, out=sys.s
     stop = threading.Event()
     code = 0
     try:
-        for d in session.add_kprobes(plan.kprobes):
+        used, refused = session.add_kprobes(plan.kprobes)
+        for d in used:
             out.write(f"  kprobe: echo '{d}' >> {tfs}/kprobe_events\n")
+        for ev, why in refused.items():
+            out.write(f"  warning: recording without {ev}: the kernel refused it: {why}\n")
+        plan.events = [e for e in plan.events if e not in refused]
+        cmd = plan.trace_cmd(output, argv, BUFFER_KB)
         out.write(f"  running: {shlex.join(cmd)}\n")
         out.flush()
         # A process group of its own, which every stop signals as a terminal's Ctrl-C would:

@@ -9,6 +9,7 @@ here knows an event name: the plan (events.plan) says what to add.
 
 import os
 import signal
+import subprocess
 
 from .events import KernelLacks
 
@@ -31,6 +32,20 @@ def _write(path, text, append=False):
 def _read(path):
     with open(path) as f:
         return f.read()
+
+
+def _kernel_says(tracefs, function):
+    """Why the kernel refused a probe: tracefs error_log, or its log lines naming the function
+    (a refusal after parsing, e.g. a function that cannot be probed, goes only there)."""
+    path = os.path.join(tracefs, "error_log")
+    lines = _read(path).strip().splitlines()[-3:] if os.path.exists(path) else []
+    if not lines:
+        try:
+            log = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout
+            lines = [x for x in log.splitlines() if function in x][-2:]
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return f" (kernel: {' | '.join(x.strip() for x in lines)})" if lines else ""
 
 
 class Terminated(Exception):
@@ -88,13 +103,14 @@ class Session:
 
     # -------------------------------------------------------------------------- kprobes
     def add_kprobes(self, kprobes):
-        """Add each kprobe in the first form the kernel takes; returns the definitions used.
+        """Add each kprobe in the first form the kernel takes. Returns (the definitions used,
+        {event: why the kernel refused it}) for the caller to record without the refused ones.
         A kprobe of the same name already there (a run that was killed with SIGKILL) is
         refused, never reused or removed: it is not ours."""
         path = os.path.join(self.tracefs, "kprobe_events")
         existing = {line.split()[0].split(":", 1)[1].replace("/", ":")
                     for line in _read(path).splitlines() if line.strip()} if kprobes else set()
-        used = []
+        used, refused = [], {}
         for k in kprobes:
             if k.event in existing:
                 raise Refused(f"a kprobe {k.event} exists already; if no other nfs-readdir or "
@@ -111,12 +127,9 @@ class Session:
                 used.append(d)
                 break
             else:
-                err = _read(os.path.join(self.tracefs, "error_log")).strip().splitlines()[-3:] \
-                    if os.path.exists(os.path.join(self.tracefs, "error_log")) else []
-                raise KernelLacks(f"the kernel refused every form of the {k.event} kprobe: "
-                                  + "; ".join(errors) + (" (error_log: " + " | ".join(err) + ")"
-                                                         if err else ""))
-        return used
+                refused[k.event] = "; ".join(errors) + _kernel_says(self.tracefs,
+                                                                   k.spec.function)
+        return used, refused
 
     # -------------------------------------------------------------------------- instance
     def enable(self, events, buffer_kb, clock=None):

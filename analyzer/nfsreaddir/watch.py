@@ -186,7 +186,8 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
     interrupted = False
     live = None
     try:
-        session.add_kprobes(plan.kprobes)
+        _, refused = session.add_kprobes(plan.kprobes)
+        plan.events = [e for e in plan.events if e not in refused]
         with open(os.path.join(session.root, "trace_clock")) as f:
             clock = "mono" if "mono" in f.read().replace("[", " ").replace("]", " ").split() \
                 else None
@@ -201,7 +202,8 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
                   f"{plan.sources['rpc']}; listings from {plan.sources['calls']}"
                   + (f"; directory {directory} (fileid {dir_fileid})" if directory else "")
                   + "; Ctrl-C for the summary\n")
-        for w in plan.warnings:
+        for w in plan.warnings + [f"watching without {ev}: the kernel refused it: {why}"
+                                  for ev, why in refused.items()]:
             say.write(f"  warning: {w}\n")
         say.flush()
         printer = _Printer(say, dir_fileid, start)
