@@ -25,8 +25,13 @@ def check_root():
 
 
 def _write(path, text, append=False):
-    with open(path, "a" if append else "w") as f:
-        f.write(text)
+    # os.open, not open(path, "a"): Python seeks to the end of a file opened for appending, and
+    # kprobe_events refuses SEEK_END (EINVAL); O_TRUNC would delete every kprobe.
+    fd = os.open(path, os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC))
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 def _read(path):
