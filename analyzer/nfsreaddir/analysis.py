@@ -84,6 +84,7 @@ class Listing:
     getdents: int | None = None     # None: the trace has no getdents event
     rewinds: list | None = None     # ts of each seek back to 0; None: not observable
     began_before_trace: bool = False
+    rpc_rows: list = field(default_factory=list)    # its rows of the canonical rpc table
     damage: list = field(default_factory=list)      # damaged or lost events during it
     dentries: dict = field(default_factory=dict)
     cookies_known: bool = True
@@ -157,10 +158,12 @@ class Analysis:
     cookies_known: bool
     info: dict
     recorded: dict = field(default_factory=dict)    # table -> events recorded (fired or not)
+    tables: dict = field(default_factory=dict, repr=False)  # the canonical tables it read
 
     @property
     def kernel(self):
-        return self.run.get("kernel") or self.info.get("uname")
+        """The kernel release the trace was recorded on, where it says."""
+        return events.release(self.run.get("kernel") or self.info.get("uname"))
 
     def to_dict(self):
         return {"trace": self.info, "run": self.run, "evidence": self.evidence,
@@ -195,6 +198,7 @@ class _Open:
         self.error = None
         self.dev = self.fileid = None
         self.began_before_trace = False
+        self.phase = None           # the reproducer's phase, where one delimits the listing
 
     def position(self, ts, pos):
         """The reader enters the file system at position pos (None: not known)."""
@@ -204,7 +208,7 @@ class _Open:
             return
         if pos == 0:
             if self.progressed:
-                self.rewinds.append(ts)
+                self.rewind(ts)
             self.at_start = True
         else:
             if not self.progressed and not self.rows and self.getdents == 1:
@@ -213,9 +217,11 @@ class _Open:
             self.progressed = True
 
     def rewind(self, ts):
+        """The reader went back to the start: what it reads next is a new pass."""
         if self.progressed or self.rows:
             self.rewinds.append(ts)
         self.at_start = True
+        self.ending = None
 
     def readdir(self, row, ts, cookie, rewinds_visible=True):
         """A READDIR of this open; cookie None: not known."""
@@ -566,6 +572,11 @@ def damage_windows(info):
                             f" events lost on CPU {cpu}"})
         if ts is not None:
             prev[cpu] = ts
+    if not lost and info.get("lost_total"):
+        # The ring buffer's own counters say events were lost, but not where: anywhere.
+        out.append({"from": -1, "to": 1 << 62,
+                    "what": f"{info['lost_total']} events lost (the trace's CPU stats), where is "
+                            "not known"})
     for d in info.get("damaged_events") or []:
         out.append({"from": d.get("from", d.get("ts")), "to": d.get("to", d.get("ts")),
                     "pid": d.get("pid"), "what": d["what"]})
@@ -612,7 +623,7 @@ def analyze(trace):
         comm = str(rows["comm"].iloc[0]) if len(rows) else o.comm
         lst = Listing(int(o.pid), comm, dev, fileid, int(o.start), int(o.end),
                       delimited_by=o.delimited_by, rpcs=rows, cookies_known=cookies_known,
-                      began_before_trace=o.began_before_trace)
+                      began_before_trace=o.began_before_trace, rpc_rows=list(o.rows))
         if o.delimited_by in ("opens", "syscalls"):
             lst.getdents = o.getdents
         if o.delimited_by == "opens" or "sys_lseek" in kinds:
@@ -626,8 +637,7 @@ def analyze(trace):
         errs = rows["error"].dropna()
         if lst.ending != EOF and len(errs) and int(errs.iloc[-1]) in events.KILLED_ERRORS:
             lst.ending, lst.error = KILLED, int(errs.iloc[-1])
-        phase = getattr(o, "phase", None)
-        listings.append((lst, restart_idx, phase))
+        listings.append((lst, restart_idx, o.phase))
     _label_phases(listings, marks.phases)
     out = []
     for lst, restart_idx, phase in listings:
@@ -663,7 +673,7 @@ def analyze(trace):
     out.sort(key=lambda x: (x.start, x.pid))
     evidence = {name: list(src or []) for name, src in sources.items()}
     return Analysis(out, marks.run, marks.samples, evidence, cookies_known, trace.info,
-                    recorded=tables["recorded"])
+                    recorded=tables["recorded"], tables=tables)
 
 
 def _label_phases(listings, phases):

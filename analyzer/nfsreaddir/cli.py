@@ -19,6 +19,7 @@ import sys
 
 from . import __version__, dcache, events, results, slab, verdict
 from .analysis import NS, AnalysisError, analyze
+from .export import ExportError
 from .trace import OnePass, TraceError, open_trace
 from .tracing import Refused
 
@@ -35,7 +36,9 @@ def expand(paths):
     """Trace files named by the arguments; a results directory stands for its traces."""
     out = []
     for p in paths:
-        if os.path.isdir(p):
+        if p == "-":                    # standard input: a trace or report text, read once
+            out.append(p)
+        elif os.path.isdir(p):
             found = sorted(glob.glob(os.path.join(p, "*.dat")))
             if not found:
                 raise UsageError(f"{p} is a directory with no *.dat trace in it")
@@ -51,7 +54,11 @@ def load_all(paths, with_slab=False):
     """The readdir analysis of each trace; with_slab: (path, analysis, slab summary) triples,
     where a trace with kmem allocation events but no READDIR has no analysis (None)."""
     res = []
-    for path in expand(paths):
+    paths = expand(paths)
+    big = sum(os.path.getsize(p) for p in paths if p != "-" and os.path.isfile(p)) > PROGRESS_BYTES
+    for n, path in enumerate(paths, 1):
+        if len(paths) > 1 or big:
+            progress(f"reading {n}/{len(paths)}: {path}")
         t = open_trace(path)
         kmem = slab.read_request(t) if with_slab else {}
         readdir = events.has_readdir_source(t)
@@ -70,7 +77,21 @@ def load_all(paths, with_slab=False):
                 if summary is None:
                     raise AnalysisError(f"{path}: {e}") from None
         res.append((path, a, summary) if with_slab else a)
+    progress(None)
     return res
+
+
+# Above this many bytes of traces, or for several traces, say what is being read.
+PROGRESS_BYTES = 1 << 30
+
+
+def progress(what):
+    """A progress line rewritten in place on a terminal (never in a pipe or in JSON);
+    None clears it."""
+    if not sys.stderr.isatty():
+        return
+    sys.stderr.write("\r\033[K" + (f"nfs-readdir: {what}" if what else ""))
+    sys.stderr.flush()
 
 
 def _fmt_dentries(d):
@@ -83,20 +104,39 @@ def _q(v):
     return "?" if v is None else v
 
 
+# A process with more quiet listings than this (a tree walk, a poller) gets one row for them.
+QUIET_ROWS = 3
+
+
+def _quiet(lst):
+    """A listing with nothing to tell: it reached the end with no restart, no change of its
+    directory, and nothing unknown."""
+    return (lst.complete and not lst.restarts and not lst.invalidations
+            and not lst.ambiguous_rows and not lst.damage and lst.cookies_known)
+
+
 def listing_table(analyses):
     import pandas as pd
     rows = []
     for a in analyses:
+        trace = os.path.basename(a.info.get("path", ""))
+        quiet = {}
         for lst in a.listings:
+            if _quiet(lst):
+                quiet.setdefault((lst.pid, lst.comm), []).append(lst)
+        folded = {id(x) for group in quiet.values() if len(group) > QUIET_ROWS for x in group}
+        for lst in a.listings:
+            if id(lst) in folded:
+                continue
             s = lst.summary()
             inv = s["invalidations"]
             followed = s["invalidations_followed_by_restart"]
             rows.append({
-                "trace": os.path.basename(a.info.get("path", "")),
+                "trace": trace,
                 "phase": s["phase"] or "-",
                 "dir": s["dir_fileid"] if s["dir_fileid"] is not None else "?",
                 "process": f"{s['comm']}[{s['pid']}]",
-                "seconds": f"{s['seconds']:.2f}",
+                "time (s)": f"{s['seconds']:.2f}",
                 "ended": s["ending"] + ("" if not s["began_before_trace"] else " (began before)"),
                 "entries": s["entries"] if s["entries"] is not None else "-",
                 "READDIRs": s["readdirs"],
@@ -106,15 +146,27 @@ def listing_table(analyses):
                                   else inv),
                 "dentries": _fmt_dentries(s["dentries"]),
             })
+        for (pid, comm), group in quiet.items():
+            if len(group) <= QUIET_ROWS:
+                continue
+            rows.append({
+                "trace": trace, "phase": "-",
+                "dir": f"{len({x.fileid for x in group})} dirs",
+                "process": f"{comm}[{pid}]",
+                "time (s)": f"{sum(x.end - x.start for x in group) / NS:.2f}",
+                "ended": f"eof x{len(group)}", "entries": "-",
+                "READDIRs": sum(len(x.rpcs) for x in group), "restarts": 0, "refetched": 0,
+                "invalidations": 0, "dentries": "-"})
     return pd.DataFrame(rows)
 
 
 def lost_text(info):
     """The events a trace lost, in words: the count where the trace stores it."""
     lost = info.get("lost_events") or []
-    if not lost:
-        return None
     total = info.get("lost_total")
+    if not lost:
+        return f"{total:,} events lost (the trace's CPU stats; where is not known)" if total \
+            else None
     if total is None and all(x.get("count") is not None for x in lost):
         total = sum(x["count"] for x in lost)
     cpus = sorted({x.get("cpu") for x in lost if x.get("cpu") is not None})
@@ -196,6 +248,12 @@ def dcache_results(path):
 
 
 def cmd_analyze(args):
+    if args.explain:
+        from . import glossary
+        sys.stdout.write(glossary.explain())
+        return 0
+    if not args.traces:
+        raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     runs, traces = split_dcache(args.traces)
     loaded = load_all(traces, with_slab=True) if traces else []
     analyses = [a for _, a, _ in loaded if a is not None]
@@ -261,16 +319,29 @@ def cmd_check(args):
 
 def cmd_export(args):
     from . import export
-    n = 0
     for path in expand(args.traces):
-        written = export.write(open_trace(path), path, args.output, args.format)
+        t = open_trace(path)
+        try:
+            a = analyze(t)
+        except AnalysisError as e:
+            raise AnalysisError(f"{path}: nothing to export: {e} (slab figures are in "
+                                "`analyze --json`)") from None
+        a.info = dict(a.info, path=path)
+        findings = {id(lst): verdict.judge_listing(lst) for lst in a.listings}
+        written, kept = export.write(a, t.path, args.output, args.format, findings)
         for w in written:
             print(w)
-        n += len(written)
-    return 0 if n else EXIT_INPUT
+        for k in kept:
+            print(f"{k}: the same trace was exported before; left as it was")
+    return 0
 
 
 def cmd_plot(args):
+    from . import plot
+    try:
+        plot.output_format(args.output)     # refused before any trace is read
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     runs, traces = split_dcache(args.traces)
     if runs and traces:
         raise UsageError("plot readdir traces and dcache runs separately (one kind per "
@@ -279,7 +350,6 @@ def cmd_plot(args):
         dcache.plot_runs([p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p))
                           for p in runs], args.output)
     else:
-        from . import plot
         plot.listings(load_all(traces), args.output)
     print(args.output)
     return 0
@@ -336,8 +406,10 @@ def parser():
     s = sub.add_parser("analyze", help="per listing: entries, time, READDIRs, restarts, "
                                        "invalidations, dentries added; per dcache run: "
                                        "phase deltas, rates, negative share, slowdown")
-    s.add_argument("traces", nargs="+", metavar="TRACE")
+    s.add_argument("traces", nargs="*", metavar="TRACE")
     s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("--explain", action="store_true",
+                   help="what every column of the table and of the exports means, and exit")
     s.add_argument("--details", type=int, default=10, metavar="N",
                    help="restarts and invalidations shown per listing (default 10)")
     s.add_argument("--top", type=int, default=10, metavar="N",
@@ -364,7 +436,7 @@ def parser():
                                     "dentries over time; dcache runs: dentries and negative "
                                     "dentries over time, one panel per run (PNG or SVG)")
     s.add_argument("traces", nargs="+", metavar="TRACE")
-    s.add_argument("-o", "--output", required=True, metavar="FILE.png|FILE.svg")
+    s.add_argument("-o", "--output", required=True, metavar="FILE.png|FILE.svg|FILE.pdf")
     s.set_defaults(func=cmd_plot)
 
     s = sub.add_parser("compare", help="two traces or results directories side by side (e.g. "
@@ -398,18 +470,23 @@ def parser():
 
 
 def main(argv=None):
+    # File names are bytes: one that is not UTF-8 is written back as the bytes it was.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (TraceError, AnalysisError, UsageError, dcache.DcacheError, events.KernelLacks,
-            Refused) as e:
+    except (TraceError, AnalysisError, UsageError, dcache.DcacheError, ExportError,
+            events.KernelLacks, Refused) as e:
         print(f"nfs-readdir: {e}", file=sys.stderr)
         return EXIT_INPUT
     except BrokenPipeError:     # the reader of our output went away (| head): not an error
         sys.stderr.close()
         return 0
     except OSError as e:
-        print(f"nfs-readdir: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        where = e.filename or getattr(args, "output", None) or ""
+        print(f"nfs-readdir: {where}: {e.strerror or e}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("nfs-readdir: interrupted", file=sys.stderr)

@@ -437,7 +437,8 @@ def plot_runs(directories, output):
         plot(ax, m.samples, m.phases)
         ax.set_title(f"{m.run.get('reproducer', '?')} on {m.run.get('kernel', '?')}")
     fig.tight_layout()
-    fig.savefig(output)
+    from .plot import save
+    save(fig, output)
     plt.close(fig)
     return output
 
