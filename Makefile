@@ -25,7 +25,7 @@ test: setup-build
 
 # Opt-in: build a whole patched 5.10 kernel, boot it and run the reproducer (long).
 test-kernel: setup-build
-	NFSRT_TEST_KERNEL=1 $(PYTEST) -ra -m kernel tests/test_kernel_series.py
+	NFSRT_TEST_KERNEL=1 $(PYTEST) -ra -m kernel tests/test_kernel_series.py tests/test_record.py
 
 test-bisect: setup-build
 	NFSRT_TEST_BISECT=1 $(PYTEST) -ra -s tests/test_bisect.py::test_bisect_names_the_cookie_resume_fix

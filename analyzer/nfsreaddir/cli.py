@@ -21,6 +21,7 @@ from . import __version__, dcache, events, results, slab, verdict
 from .analysis import NS, AnalysisError, analyze
 from .export import ExportError
 from .trace import OnePass, TraceError, open_trace
+from .tracing import Refused
 
 EXIT_INPUT = 2
 EXIT_BUG = 3
@@ -373,6 +374,28 @@ def cmd_compare(args):
     return 0
 
 
+def cmd_record(args):
+    from . import record
+    if bool(args.command) == (args.duration is not None):
+        raise UsageError("record needs either -- COMMAND or --duration SECONDS (one of them)")
+    return record.run(args.output, args.command, args.duration, args.dcache, args.slab)
+
+
+def cmd_watch(args):
+    from . import watch
+    return watch.run(args.duration, args.dir, args.json)
+
+
+def _seconds(v):
+    try:
+        x = float(v)
+    except ValueError:
+        x = -1
+    if x <= 0:
+        raise argparse.ArgumentTypeError(f"'{v}' is not a positive number of seconds")
+    return x
+
+
 def parser():
     p = argparse.ArgumentParser(prog="nfs-readdir", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 1)[1],
@@ -422,6 +445,27 @@ def parser():
     s.add_argument("after", metavar="B")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_compare)
+
+    s = sub.add_parser("record", help="record a trace on this machine with the events and "
+                                      "kprobes its kernel has (root; tracefs is put back as "
+                                      "it was)")
+    s.add_argument("-o", "--output", default="trace.dat", metavar="FILE",
+                   help="trace file (default trace.dat)")
+    s.add_argument("--dcache", action="store_true",
+                   help="also dcache samples every second and the dentries READDIR adds")
+    s.add_argument("--slab", action="store_true", help="also the kmem allocation events")
+    s.add_argument("--duration", type=_seconds, metavar="S",
+                   help="record for S seconds (instead of a command)")
+    s.add_argument("command", nargs="*", metavar="-- COMMAND",
+                   help="record while COMMAND runs")
+    s.set_defaults(func=cmd_record)
+
+    s = sub.add_parser("watch", help="print invalidations and restarts as they happen; the "
+                                     "summary and exit status of check at Ctrl-C or the end")
+    s.add_argument("--duration", type=_seconds, metavar="S", help="stop after S seconds")
+    s.add_argument("--dir", metavar="PATH", help="only listings of this directory")
+    s.add_argument("--json", action="store_true", help="the summary as analyze --json gives it")
+    s.set_defaults(func=cmd_watch)
     return p
 
 
@@ -433,7 +477,8 @@ def main(argv=None):
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (TraceError, AnalysisError, UsageError, dcache.DcacheError, ExportError) as e:
+    except (TraceError, AnalysisError, UsageError, dcache.DcacheError, ExportError,
+            events.KernelLacks, Refused) as e:
         print(f"nfs-readdir: {e}", file=sys.stderr)
         return EXIT_INPUT
     except BrokenPipeError:     # the reader of our output went away (| head): not an error
@@ -449,7 +494,7 @@ def main(argv=None):
     except Exception as e:  # a bug: say so in one line; check must not give a false verdict
         print(f"nfs-readdir: internal error: {type(e).__name__}: {e} (please report it with "
               "the trace and the command)", file=sys.stderr)
-        return EXIT_SKIP if args.cmd == "check" else EXIT_BUG
+        return EXIT_SKIP if args.cmd in ("check", "watch") else EXIT_BUG
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ recognised by its function name under any group name (`*:nfs4_proc_readdir`), si
 their own kprobe groups.
 """
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -41,19 +42,81 @@ class Source:
 # The group the reproducers and `nfs-readdir record` give their kprobes; any other is read too.
 KPROBE_SYSTEM = "nfsprobe"
 
-# The READDIR cookie kprobes of 5.0-5.10 (x86-64: nfs{4,3}_proc_readdir(dentry, cred, cookie,
-# pages, count, plus) -> cookie in %dx, count in %r8, plus in %r9).
-COOKIE_KPROBES = {
-    "nfs4_proc_readdir": "cookie=%dx:u64 count=%r8:u32 plus=%r9:u8",
-    "nfs3_proc_readdir": "cookie=%dx:u64 count=%r8:u32 plus=%r9:u8",
-}
-# What the reader did, on kernels without the series' events: the open file and its position
-# (nfs_opendir/nfs_closedir(inode, file), nfs_readdir(file, ctx) with ctx->pos after the actor).
+@dataclass(frozen=True)
+class Arg:
+    """One value a kprobe fetches: the function's argument `argno` (1-based, C order), or the
+    `type` value at `offset` bytes into what that argument points to; `btf` is the same by the
+    parameter's name, for kernels whose probes read BTF (`ctx->pos`)."""
+    name: str
+    argno: int
+    type: str
+    offset: int | None = None
+    btf: str = ""
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """A function to probe where no tracepoint carries what a table needs, and the kernels
+    whose signature the arguments were read from (inclusive; None: open-ended)."""
+    function: str
+    args: tuple
+    since: tuple | None = None
+    until: tuple | None = None
+
+    def fits(self, gen):
+        """Whether the signature holds for kernel generation gen (None: not known)."""
+        if gen is None:
+            return self.since is None and self.until is None
+        return ((self.since is None or gen >= self.since)
+                and (self.until is None or gen <= self.until))
+
+
+# The READDIR cookie of stock 5.0-5.10: nfs{4,3}_proc_readdir(struct dentry *dentry,
+# const struct cred *cred, u64 cookie, struct page **pages, unsigned int count, bool plus).
+# 5.11 passes a struct nfs_readdir_arg instead, and 5.18 adds tracepoints with the cookie.
+_PROC_READDIR_ARGS = (Arg("cookie", 3, "u64"), Arg("count", 5, "u32"), Arg("plus", 6, "u8"))
+COOKIE_KPROBES = {fn: ProbeSpec(fn, _PROC_READDIR_ARGS, since=(5, 0), until=(5, 10))
+                  for fn in ("nfs4_proc_readdir", "nfs3_proc_readdir")}
+# What the reader did, on kernels without the series' events: the open file and its position.
+# nfs_opendir/nfs_closedir(struct inode *inode, struct file *filp) and nfs_readdir(struct file
+# *file, struct dir_context *ctx), whose ctx->pos follows the actor pointer (offset 8 on 64-bit)
+# from 3.11 to 7.3.
 OPEN_KPROBES = {
-    "nfs_opendir": "file=%si:x64",
-    "nfs_closedir": "file=%si:x64",
-    "nfs_readdir": "file=%di:x64 pos=+8(%si):s64",
+    "nfs_opendir": ProbeSpec("nfs_opendir", (Arg("file", 2, "x64", btf="filp"),)),
+    "nfs_closedir": ProbeSpec("nfs_closedir", (Arg("file", 2, "x64", btf="filp"),)),
+    "nfs_readdir": ProbeSpec("nfs_readdir", (Arg("file", 1, "x64", btf="file"),
+                                             Arg("pos", 2, "s64", offset=8, btf="ctx->pos"))),
 }
+# The kernel's calling convention: the registers of the first arguments, per `uname -m`.
+ARG_REGISTERS = {
+    "x86_64": ("di", "si", "dx", "cx", "r8", "r9"),
+    "aarch64": ("x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7"),
+}
+# How a kprobe names an argument, best first: by BTF name (tracefs README shows
+# "<argname>", 6.5+ with CONFIG_PROBE_EVENTS_BTF_ARGS), as $argN (README shows "$arg<N>":
+# CONFIG_HAVE_FUNCTION_ARG_ACCESS_API, x86-64 since 4.20, arm64 since 5.0), or by register.
+ARG_FORMS = ("btf", "argn", "register")
+
+
+def fetch_arg(arg, form, machine):
+    """The kprobe fetch text of one Arg in one form, e.g. "pos=+8(%si):s64"."""
+    if form == "btf":
+        return f"{arg.name}={arg.btf}:{arg.type}"
+    if form == "argn":
+        base = f"$arg{arg.argno}"
+    else:
+        regs = ARG_REGISTERS.get(machine)
+        if regs is None or arg.argno > len(regs):
+            raise KeyError(machine)
+        base = f"%{regs[arg.argno - 1]}"
+    return f"{arg.name}={f'+{arg.offset}({base})' if arg.offset is not None else base}:{arg.type}"
+
+
+def kprobe_definition(spec, form, machine, group=None):
+    """The kprobe_events line of a ProbeSpec, e.g. "p:nfsprobe/nfs_readdir nfs_readdir ..."."""
+    args = " ".join(fetch_arg(a, form, machine) for a in spec.args)
+    return f"p:{group or KPROBE_SYSTEM}/{spec.function} {spec.function} {args}"
+
 
 RPC_SOURCES = [
     # This project's 5.10 series: one event per READDIR reply with the cookie asked for.
@@ -155,6 +218,19 @@ MARKER_SOURCE = Source("ftrace:print", {"text": "buf"})
 # NFS_INO_INVALID_DATA in nfs_inode cache_validity (include/linux/nfs_fs.h, 5.10 to 6.12).
 NFS_INO_INVALID_DATA = 1 << 1
 
+# The slab analysis (slab.py): allocations and frees, and per event the fields it reads.
+SLAB_ALLOC = ("kmem:kmem_cache_alloc", "kmem:kmem_cache_alloc_node", "kmem:kmalloc",
+              "kmem:kmalloc_node")
+SLAB_FREE = ("kmem:kmem_cache_free", "kmem:kfree")
+SLAB_EVENTS = {
+    "kmem:kmem_cache_alloc": ["ptr", "bytes_alloc", "name"],
+    "kmem:kmem_cache_alloc_node": ["ptr", "bytes_alloc", "name"],
+    "kmem:kmalloc": ["ptr", "bytes_alloc"],
+    "kmem:kmalloc_node": ["ptr", "bytes_alloc"],
+    "kmem:kmem_cache_free": ["ptr", "name"],
+    "kmem:kfree": ["ptr"],
+}
+
 TABLE_COLUMNS = {
     "rpc": ["dev", "fileid", "cookie", "dtsize", "plus", "version", "error"],
     "invalidations": ["dev", "fileid", "reason"],
@@ -180,22 +256,34 @@ def kernel_generation(kernel):
 
 
 def record_advice(kernel, missing):
-    """What to record for the missing tables ("rpc", "invalidations", "calls"), naming only
-    events the trace's kernel has (by its release; unknown: the events of every kernel)."""
+    """What to record for the missing tables ("rpc", "invalidations", "calls", "slab"):
+    `nfs-readdir record`, which asks the running kernel, then the trace-cmd equivalent naming
+    only events the trace's kernel has (by its release; unknown: the events of every kernel)."""
     gen = kernel_generation(kernel)
     out = []
     if "rpc" in missing or "calls" in missing:
         if gen is None or gen >= (5, 18):
             out.append("-e 'nfs:nfs_readdir_*'")
-        if gen is None or gen < (5, 18):
-            probes = "; ".join(f"p:{KPROBE_SYSTEM}/{fn} {fn} {args}"
-                               for fn, args in {**COOKIE_KPROBES, **OPEN_KPROBES}.items())
-            out.append(f"kprobes ({probes}) with -e '{KPROBE_SYSTEM}:*'"
-                       + (" (x86-64 registers; 5.0-5.10)" if gen is None else ""))
+        # Before 5.18 the kprobes give the cookie and the reader's position; on later kernels
+        # the tracepoints have the cookie, and the open kprobes only delimit listings.
+        old = gen is None or gen < (5, 18)
+        probes = ([s for s in COOKIE_KPROBES.values() if old]
+                  + [s for s in OPEN_KPROBES.values() if old or "calls" in missing])
+        if probes:
+            defs = "; ".join(kprobe_definition(s, "register", "x86_64") for s in probes)
+            out.append(f"kprobes ({defs}) with -e '{KPROBE_SYSTEM}:*'"
+                       + (" (x86-64 registers; the cookie probes fit 5.0-5.10)"
+                          if gen is None else " (x86-64 registers)"))
         out.append("-e syscalls:sys_enter_getdents64 -e syscalls:sys_exit_getdents64")
     if "invalidations" in missing:
         out.append("-e nfs:nfs_invalidate_mapping_enter -e 'nfs:nfs_revalidate_inode_*'")
-    return "trace-cmd record " + " ".join(out)
+    if "slab" in missing:
+        out.append(" ".join(f"-e {ev}" for ev in ("kmem:kmem_cache_alloc", "kmem:kmem_cache_free",
+                                                  "kmem:kmalloc", "kmem:kfree")))
+    only_slab = missing == {"slab"}
+    return (f"nfs-readdir record{' --slab' if 'slab' in missing else ''} -o trace.dat -- "
+            "COMMAND" + ("" if only_slab else " (it picks the events and kprobes of the "
+                         "running kernel)") + ", or trace-cmd record " + " ".join(out))
 
 
 def symbols(fmt, field_name):
@@ -387,3 +475,250 @@ def load(trace):
         u.name in used["rpc"] and u.src.event.startswith("nfs:nfs_readdir_")
         and "index" in trace.event_format(u.name).user_fields() for u in uses)
     return tables
+
+
+# ------------------------------------------------------------------------- the running kernel
+# Recorded beside the tables' events, read by no table: they end the steps the tables start
+# (a READDIR's reply, the end of an invalidation or a GETATTR) or show the steps between (the
+# series' page-cache search and buffer fill), for a person reading `trace-cmd report`; they are
+# what the reproducers have always recorded.
+CONTEXT_EVENTS = ("nfs:nfs_readdir_cache_fill_done", "nfs:nfs_readdir_uncached_done",
+                  "nfs:nfs_readdir_force_readdirplus", "nfs:nfs_readdir_search_cookie",
+                  "nfs:nfs_readdir_search_pos", "nfs:nfs_readdir_filldir",
+                  "nfs:nfs_invalidate_mapping_exit", "nfs:nfs_getattr_exit",
+                  "nfs:nfs_fsync_dir", "nfs4:nfs4_getattr")
+# --dcache: the names 5.18+ puts into the dcache from READDIR replies (one event per name: only
+# on request, a big listing logs one per entry).
+DCACHE_EVENTS = ("nfs:nfs_readdir_lookup", "nfs:nfs_readdir_lookup_revalidate",
+                 "nfs:nfs_readdir_lookup_revalidate_failed")
+TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+
+
+class KernelLacks(Exception):
+    """The running kernel cannot give what is asked; the message says what it lacks."""
+
+
+@dataclass(frozen=True)
+class Kprobe:
+    """One kprobe to add: its event (group:function) and its definitions, best form first
+    (a kernel that refuses one is given the next)."""
+    event: str
+    spec: ProbeSpec
+    definitions: tuple
+
+
+@dataclass
+class Plan:
+    """What to record on the running kernel, and why."""
+    release: str
+    machine: str
+    events: list                # system:event to enable, kprobe events included
+    kprobes: list               # Kprobe
+    sources: dict               # table -> text: where it comes from on this kernel
+    warnings: list              # what the trace will lack
+
+    def trace_cmd(self, output, command, buffer_kb=20000):
+        """The `trace-cmd record` command line for this plan."""
+        cmd = ["trace-cmd", "record", "-q", "-b", str(buffer_kb), "-o", output]
+        for e in self.events:
+            cmd += ["-e", e]
+        return cmd + ["--"] + list(command)
+
+
+def find_tracefs():
+    """The mounted tracefs directory, or KernelLacks saying how to mount it."""
+    for d in TRACEFS_DIRS:
+        if os.path.exists(os.path.join(d, "available_events")):
+            return d
+    raise KernelLacks("no tracefs: neither /sys/kernel/tracing nor /sys/kernel/debug/tracing "
+                      "is mounted (mount -t tracefs nodev /sys/kernel/tracing; the kernel needs "
+                      "CONFIG_FTRACE)")
+
+
+def _read(path, default=""):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return default
+
+
+def tracefs_format(tracefs, event):
+    """The format of an event of the running kernel (tracedat.EventFormat), or None."""
+    from .tracedat import parse_format
+    system, name = event.split(":", 1)
+    text = _read(os.path.join(tracefs, "events", system, name, "format"))
+    return parse_format(text, system) if text else None
+
+
+def kallsyms_functions(path, wanted):
+    """Which of the wanted function names /proc/kallsyms lists as code (module symbols
+    included). One search of the whole text per name: a line-by-line parse of 100,000+ symbols
+    takes minutes in an emulated guest."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError:
+        return set()
+    return {fn for fn in wanted
+            if re.search(rb" [tTwW] " + re.escape(fn.encode()) + rb"(?:\t|\n|$)", text)}
+
+
+def _has_fields(tracefs, event, fields):
+    fmt = tracefs_format(tracefs, event)
+    return fmt is not None and set(fields) <= set(fmt.user_fields())
+
+
+def _arg_forms(readme, machine):
+    forms = []
+    if "<argname>" in readme:
+        forms.append("btf")
+    if "$arg<N>" in readme:
+        forms.append("argn")
+    if machine in ARG_REGISTERS:
+        forms.append("register")
+    return forms
+
+
+def plan(tracefs, kallsyms="/proc/kallsyms", release=None, machine=None, dcache=False,
+         slab=False, group=KPROBE_SYSTEM):
+    """The events and kprobes that fill the tables on the running kernel, from its tracefs
+    (available_events, the formats, kprobe_events and its README) and kallsyms. Raises
+    KernelLacks when the kernel has no source of READDIRs at all."""
+    release = release or os.uname().release
+    machine = machine or os.uname().machine
+    gen = kernel_generation(release)
+    have = set(_read(os.path.join(tracefs, "available_events")).split())
+    kprobes_ok = os.path.exists(os.path.join(tracefs, "kprobe_events"))
+    forms = _arg_forms(_read(os.path.join(tracefs, "README")), machine) if kprobes_ok else []
+    functions = kallsyms_functions(kallsyms, set(COOKIE_KPROBES) | set(OPEN_KPROBES))
+    events, kprobes, sources, warnings = [], [], {}, []
+
+    def add(ev):
+        if ev not in events:
+            events.append(ev)
+
+    def probe(spec):
+        defs = []
+        for form in forms:
+            try:
+                defs.append(kprobe_definition(spec, form, machine, group))
+            except KeyError:
+                continue
+        kprobes.append(Kprobe(f"{group}:{spec.function}", spec, tuple(defs)))
+        add(f"{group}:{spec.function}")
+
+    def usable(spec):
+        return kprobes_ok and forms and spec.function in functions and spec.fits(gen)
+
+    # READDIRs: every tracepoint that carries the cookie; else the cookie kprobes (with the
+    # event that names their directory); and the RPC itself, counted on any kernel.
+    cookie_events = [s.event for g in RPC_SOURCES for s in g if not s.event.startswith("*:")
+                     and "cookie" in s.fields and s.event in have
+                     and _has_fields(tracefs, s.event, s.fields.values())]
+    for ev in cookie_events:
+        add(ev)
+    if cookie_events:
+        sources["rpc"] = ", ".join(cookie_events)
+    else:
+        probes = [s for s in COOKIE_KPROBES.values() if usable(s)]
+        for s in probes:
+            probe(s)
+        if probes:
+            sources["rpc"] = "kprobes on " + ", ".join(s.function for s in probes)
+            if PAIRED_DIRECTORY.event in have:
+                add(PAIRED_DIRECTORY.event)
+        else:
+            why = ("kprobe_events is missing (CONFIG_KPROBE_EVENTS)" if not kprobes_ok else
+                   "no kprobe argument form known for " + machine if not forms else
+                   f"the READDIR cookie kprobes fit 5.0-5.10 and this is {release}"
+                   if not any(s.fits(gen) for s in COOKIE_KPROBES.values()) else
+                   "nfs{3,4}_proc_readdir are not in kallsyms (is the nfs module loaded?)")
+            warnings.append(f"no READDIR cookies on this kernel ({why}): a restart cannot be "
+                            "seen, only READDIR counts")
+    for s in RPC_SOURCES[-1]:
+        if s.event in have:
+            add(s.event)
+            sources.setdefault("rpc", s.event + " (counts, no cookies)")
+    if "rpc" not in sources:
+        nfs_loaded = any(e.startswith(("nfs:", "nfs4:")) for e in have)
+        raise KernelLacks(
+            "this kernel has no source of READDIRs: none of the events "
+            + ", ".join(s.event for g in RPC_SOURCES for s in g if not s.event.startswith("*:"))
+            + ", and no kprobe on nfs{3,4}_proc_readdir"
+            + ("" if nfs_loaded else "; no nfs or nfs4 trace events at all: load the NFS "
+               "client (modprobe nfs nfsv3 nfsv4) or mount an NFS share first")
+            + ("" if have & {"sunrpc:rpc_request"} or not nfs_loaded else
+               "; sunrpc:rpc_request is missing too"))
+    for s in [s for g in INVALIDATION_SOURCES for s in g] + [RANGE_INVALIDATION]:
+        if s.event in have:
+            add(s.event)
+    sources["invalidations"] = ", ".join(
+        s.event for g in INVALIDATION_SOURCES for s in g if s.event in have) or "-"
+    if sources["invalidations"] == "-":
+        warnings.append("no invalidation event: restarts are counted but not explained")
+    for s in REVALIDATION_SOURCES:
+        if s.event in have:
+            add(s.event)
+    # Listings: the series' own events, else the open/position kprobes; the getdents64 system
+    # calls on any kernel with syscall events.
+    series = [s.event for s in CALL_SOURCES[0] if s.event in have]
+    if series:
+        for ev in series:
+            add(ev)
+        sources["calls"] = ", ".join(series)
+    else:
+        opens = [s for s in OPEN_KPROBES.values() if usable(s)]
+        for s in opens:
+            probe(s)
+        sources["calls"] = ("kprobes on " + ", ".join(s.function for s in opens)) if opens \
+            else ""
+    sys_events = [s.event for s in SYSCALL_SOURCES if s.event in have]
+    for ev in sys_events:
+        add(ev)
+    sources["calls"] = ", ".join(x for x in (sources["calls"], ", ".join(sys_events)) if x) \
+        or "-"
+    if sources["calls"] == "-":
+        warnings.append("nothing tells listings apart (no open kprobes, no syscall events): "
+                        "a cookie-0 READDIR after the start cannot be told from a new open")
+    for ev in CONTEXT_EVENTS + (DCACHE_EVENTS if dcache else ()):
+        if ev in have:
+            add(ev)
+    if slab:
+        kmem = [ev for ev in SLAB_EVENTS if ev in have]
+        if not kmem:
+            raise KernelLacks("--slab: this kernel has none of the kmem events "
+                              + ", ".join(SLAB_EVENTS))
+        for ev in kmem:
+            add(ev)
+    return Plan(release, machine, events, kprobes, sources, warnings)
+
+
+def main(argv=None):
+    """`python3 -m nfsreaddir.events plan`: the plan for the running kernel, for the
+    reproducers' shell, one item a line: `event SYSTEM:NAME`, `warning TEXT`, and
+    `kprobe<TAB>TABLE<TAB>EVENT<TAB>DEFINITION...` (TABLE: rpc or calls, what it fills; the
+    definitions best form first). Exit 2, saying why, when the kernel has no READDIR source."""
+    import argparse
+    import sys
+    p = argparse.ArgumentParser(prog="python3 -m nfsreaddir.events")
+    p.add_argument("what", choices=["plan"])
+    p.add_argument("--dcache", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        pl = plan(find_tracefs(), dcache=args.dcache)
+    except KernelLacks as e:
+        print(e, file=sys.stderr)
+        return 2
+    for k in pl.kprobes:
+        role = "rpc" if k.spec.function in COOKIE_KPROBES else "calls"
+        print("\t".join(["kprobe", role, k.event, *k.definitions]))
+    for ev in pl.events:
+        print("event", ev)
+    for w in pl.warnings:
+        print("warning", w)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

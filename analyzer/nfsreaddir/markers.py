@@ -93,3 +93,22 @@ def parse(markers_df):
         m.samples = pd.DataFrame(rows, columns=["ts"] + SAMPLE_COLUMNS).astype(
             {c: "Int64" for c in SAMPLE_COLUMNS})
     return m
+
+
+def sample_text():
+    """One `sample` marker of the dcache now (the keys lb_sample writes, without the mounts'
+    READDIR counts): /proc/sys/fs/dentry-state and the dentry line of /proc/slabinfo."""
+    with open("/proc/sys/fs/dentry-state") as f:
+        d = f.read().split()
+    words = [f"nr_dentry={d[0]}", f"nr_unused={d[1]}", f"nr_negative={d[4]}"]
+    try:
+        with open("/proc/slabinfo") as f:
+            for line in f:
+                p = line.split()
+                if p and p[0] == "dentry":
+                    words += [f"slab_active={p[1]}", f"slab_total={p[2]}",
+                              f"slab_objsize={p[3]}"]
+                    break
+    except OSError:
+        pass
+    return PREFIX + "sample " + " ".join(words) + "\n"

@@ -39,25 +39,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["EVENTS", "summarize", "format_text", "read_request", "DENTRY_OBJECT_SIZE", "RECORD_HINT"]
+from . import events
 
-ALLOC_EVENTS = ("kmem:kmem_cache_alloc", "kmem:kmem_cache_alloc_node",
-                "kmem:kmalloc", "kmem:kmalloc_node")
-FREE_EVENTS = ("kmem:kmem_cache_free", "kmem:kfree")
+__all__ = ["EVENTS", "summarize", "format_text", "read_request", "DENTRY_OBJECT_SIZE"]
 
-# event -> fields it needs (``name`` only where the kernel records it; ``ptr`` and, for
-# allocations, ``bytes_alloc`` are required)
-EVENTS = {
-    "kmem:kmem_cache_alloc": ["ptr", "bytes_alloc", "name"],
-    "kmem:kmem_cache_alloc_node": ["ptr", "bytes_alloc", "name"],
-    "kmem:kmalloc": ["ptr", "bytes_alloc"],
-    "kmem:kmalloc_node": ["ptr", "bytes_alloc"],
-    "kmem:kmem_cache_free": ["ptr", "name"],
-    "kmem:kfree": ["ptr"],
-}
+# The events and fields are the kernel knowledge's (events.py): alloc and free events, and per
+# event the fields it needs (``name`` only where the kernel records it; ``ptr`` and, for
+# allocations, ``bytes_alloc`` are required).
+ALLOC_EVENTS, FREE_EVENTS, EVENTS = events.SLAB_ALLOC, events.SLAB_FREE, events.SLAB_EVENTS
 _REQUIRED = {"ptr", "bytes_alloc"}
-
-RECORD_HINT = "-e kmem:kmem_cache_alloc -e kmem:kmem_cache_free -e kmem:kmalloc -e kmem:kfree"
 
 # sizeof(struct dentry) rounded to the cache's alignment on x86_64 (5.10 to 6.18): the
 # dentry cache's object size, which identifies it where events carry no cache name.
@@ -376,7 +366,7 @@ def _summarize(trace, request, frames):
     if not any(counts.get(ev) for ev in ("kmem:kmem_cache_alloc", "kmem:kmem_cache_alloc_node")):
         notes.append("no kmem_cache_alloc events: only kmalloc is traced, so the dentry "
                      "cache (and other named caches) cannot be seen; record with "
-                     f"`trace-cmd record {RECORD_HINT}`")
+                     + events.record_advice(None, {"slab"}))
     if not any(counts.get(ev) for ev in FREE_EVENTS):
         notes.append("no free events: every allocation counts as growth; record "
                      "kmem:kmem_cache_free and kmem:kfree too")
@@ -480,7 +470,7 @@ def main(argv=None):
         return 2
     if s is None:
         print(f"slab: {args.trace}: no kmem allocation/free events; record with "
-              f"`trace-cmd record {RECORD_HINT}`", file=sys.stderr)
+              + events.record_advice(None, {"slab"}), file=sys.stderr)
         return 2
     if args.json:
         json.dump(s, sys.stdout, indent=2)

@@ -215,85 +215,54 @@ lb_trace_stop() {
 # lb_events_have EVENT: the running kernel has that event (system:name).
 lb_events_have() { grep -qx "$1" "$TRACEFS/available_events"; }
 
-# lb_readdir_events SET: EVENTS=(...) to record. SET is readdir (what this kernel has of the
-# readdir set; nfsreaddir/events.py says what each kernel calls them, and kernels without a
-# cookie-carrying event get the cookie kprobe), broad, or a comma-separated list. readdir and
-# broad also get the listing events (lb_listing_events).
+# lb_readdir_events SET: EVENTS=(...) to record, with the kprobes they need added (and removed by
+# the cleanup). The events and kprobes are the ones `nfs-readdir record` uses on this kernel
+# (nfsreaddir/events.py plans them from tracefs and kallsyms). SET is readdir (that plan),
+# broad (every nfs and nfs4 event and sunrpc:rpc_request, with the plan's kprobes), or a
+# comma-separated list of system:event, recorded as given plus the READDIR cookie kprobes where
+# the kernel needs them (readdir-overhead's --events new measures exactly the series' events).
 lb_readdir_events() {
-	local e
+	local plan line f
+	plan=$(python3 -m nfsreaddir.events plan 2>&1) || lb_die "$plan"
+	EVENTS=()
+	while IFS= read -r line; do
+		case $line in
+		kprobe*)
+			IFS=$'\t' read -r -a f <<<"$line"
+			# f: kprobe TABLE EVENT DEFINITION...
+			case $1 in readdir | broad) ;; *) [ "${f[1]}" = rpc ] || continue ;; esac
+			lb_kprobe "${f[@]:2}"
+			;;
+		event\ *)	# (a kprobe's event is in EVENTS once added)
+			[ "$1" = readdir ] && [[ " ${EVENTS[*]} " != *" ${line#event } "* ]] &&
+				EVENTS+=("${line#event }")
+			;;
+		warning\ *) lb_log "${line#warning }" ;;
+		esac
+	done <<<"$plan"
 	case $1 in
-	readdir)
-		EVENTS=()
-		for e in $(grep -E '^(nfs:nfs_readdir_|nfs:nfs_(opendir|closedir|llseek_dir|fsync_dir)$|nfs:nfs_invalidate_mapping_|nfs:nfs_revalidate_inode_|nfs:nfs_getattr_|nfs:nfs_set_cache_invalid|nfs4:nfs4_readdir$|nfs4:nfs4_getattr$|sunrpc:rpc_request$)' \
-			"$TRACEFS/available_events" | grep -v 'readdir_lookup'); do
-			EVENTS+=("$e")
-		done
-		;;
-	broad) EVENTS=(nfs nfs4 sunrpc:rpc_request) ;;
-	*) IFS=, read -r -a EVENTS <<<"$1" ;;
+	readdir) ;;
+	broad) EVENTS+=(nfs nfs4 sunrpc:rpc_request syscalls:sys_enter_getdents64
+		syscalls:sys_exit_getdents64) ;;
+	*) IFS=, read -r -a f <<<"$1"; EVENTS+=("${f[@]}") ;;
 	esac
 	[ ${#EVENTS[@]} -gt 0 ] || lb_die "this kernel has none of the NFS readdir trace events"
-	if ! grep -q '^nfs:nfs_readdir_' "$TRACEFS/available_events"; then
-		lb_cookie_kprobe
-	fi
-	# A list given by hand is recorded as given: readdir-overhead's --events new measures
-	# the cost of exactly the series' events.
-	case $1 in readdir | broad) lb_listing_events ;; esac
 }
 
-# What tells a new listing from a restart when a READDIR asks for cookie 0: where each open
-# starts and ends, and the reader's position at each getdents. The series has nfs:nfs_opendir
-# and nfs:nfs_closedir; other kernels get kprobes on the same functions, and nfs_readdir's
-# ctx->pos (0 on a fresh or rewound open). Every kernel gets the getdents64 syscalls: the
-# exit's ret is 0 at the end of the directory and negative on an error.
-lb_listing_events() {
-	local probe f e
-	if ! lb_events_have nfs:nfs_opendir; then
-		if [ "$(uname -m)" != x86_64 ]; then
-			lb_log "no listing kprobes on $(uname -m): their register names are x86-64's"
-		else
-			# nfs_opendir/nfs_closedir(struct inode *, struct file *) and
-			# nfs_readdir(struct file *, struct dir_context *ctx), ctx->pos at offset 8
-			# (after filldir_t actor), in 5.10 and 6.1 alike.
-			for probe in 'nfs_opendir file=%si:x64' 'nfs_closedir file=%si:x64' \
-				'nfs_readdir file=%di:x64 pos=+8(%si):s64'; do
-				f=${probe%% *}
-				if ! grep -q " $f\b" /proc/kallsyms; then
-					lb_log "no $f in /proc/kallsyms: not probed"
-					continue
-				fi
-				echo "p:nfsprobe/$f $probe" >>"$TRACEFS/kprobe_events" ||
-					lb_die "cannot add the $f kprobe"
-				lb_on_exit "echo '-:nfsprobe/$f' >>'$TRACEFS/kprobe_events'"
-				EVENTS+=("nfsprobe:$f")
-			done
-		fi
-	fi
-	for e in syscalls:sys_enter_getdents64 syscalls:sys_exit_getdents64; do
-		if lb_events_have "$e"; then
-			EVENTS+=("$e")
-		else
-			lb_log "no $e on $(uname -r) (CONFIG_FTRACE_SYSCALLS): not recorded"
+# lb_kprobe EVENT DEFINITION...: add the kprobe in the first form the kernel takes (BTF names,
+# $argN, registers: events.py says which this kernel reads), remove it again on exit.
+lb_kprobe() {
+	local ev=$1 d
+	shift
+	for d in "$@"; do
+		if echo "$d" >>"$TRACEFS/kprobe_events" 2>>"$RESULTS/log"; then
+			lb_on_exit "echo '-:${ev/://}' >>'$TRACEFS/kprobe_events'"
+			EVENTS+=("$ev")
+			lb_log "kprobe: $d"
+			return 0
 		fi
 	done
-}
-
-# 5.0-5.10 pass the READDIR cookie as the third argument of nfs{3,4}_proc_readdir(dentry, cred,
-# cookie, pages, count, plus); 5.11 changed the signature, so probe only where it holds.
-lb_cookie_kprobe() {
-	local maj min f
-	IFS=. read -r maj min _ <<<"$(uname -r)"
-	if [ "$maj" != 5 ] || [ "$min" -gt 10 ]; then
-		lb_log "no readdir cookie event on $(uname -r) and no known kprobe signature: cookies unknown"
-		return
-	fi
-	for f in nfs4_proc_readdir nfs3_proc_readdir; do
-		grep -q " $f\b" /proc/kallsyms || continue
-		echo "p:nfsprobe/$f $f cookie=%dx:u64 count=%r8:u32 plus=%r9:u8" \
-			>>"$TRACEFS/kprobe_events" || lb_die "cannot add the $f kprobe"
-		lb_on_exit "echo '-:nfsprobe/$f' >>'$TRACEFS/kprobe_events'"
-		EVENTS+=("nfsprobe:$f")
-	done
+	lb_die "the kernel refused every form of the $ev kprobe: $*"
 }
 
 

@@ -1,0 +1,265 @@
+"""`nfs-readdir watch`: invalidations and restarts as they happen, from the ring buffer.
+
+The events and kprobes are record's (events.plan), enabled in a tracefs instance of the watch's
+own (its buffer, with the CLOCK_MONOTONIC clock, so that how late a line comes can be measured),
+read page by page from per_cpu/cpuN/trace_pipe_raw. The events read so far are a trace like any
+other (LiveTrace): when an invalidation or a READDIR at cookie 0 comes in, the analyzer's own
+listing model (analysis.analyze) runs over them and each new restart or invalidation it finds
+is printed; at the end, its verdict (verdict.judge) is the summary and the exit status. So
+`watch` answers exactly what `record` + `analyze` would of the same events.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import pandas as pd
+
+from . import analysis, events, ringbuf, tracing, verdict
+from .analysis import NS
+from .trace import BASE_COLUMNS, field_column
+
+BUFFER_KB = 4096        # per CPU; read every POLL_SECONDS, a listing's events fit many times
+POLL_SECONDS = 0.2
+
+
+class LiveTrace:
+    """The events read from the ring buffer so far, with the interface of a trace file."""
+
+    def __init__(self, tracefs, plan):
+        self.info = {"format": "live ring buffer", "path": "watch", "uname": plan.release,
+                     "lost_events": [], "cpus": None}
+        self._formats = {}
+        for ev in plan.events:
+            fmt = events.tracefs_format(tracefs, ev)
+            if fmt is not None:
+                self._formats[ev] = fmt
+        self._by_id = {f.id: f for f in self._formats.values()}
+        self.rows = {ev: [] for ev in self._formats}      # (ts, cpu, pid, fields)
+        self._comms = {}
+        self.wanted = {self._formats[ev].id: sorted(cols)
+                       for ev, cols in events.wanted(self).items() if ev in self._formats}
+
+    def event_names(self):
+        return set(self._formats)
+
+    def event_format(self, name):
+        return self._formats.get(name)
+
+    def id_of(self, name):
+        return self._formats[name].id
+
+    def comm(self, pid):
+        """The process name, looked up when first seen (it may have exited by the end)."""
+        c = self._comms.get(pid)
+        if c is None:
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    c = f.read().strip()
+            except OSError:
+                c = f"<{pid}>"
+            self._comms[pid] = c
+        return c
+
+    def add(self, cpu, ts, eid, pid, fields):
+        fmt = self._by_id[eid]
+        self.comm(pid)
+        self.rows[fmt.full_name].append((ts, cpu, pid, fields))
+
+    def read(self, req, base=BASE_COLUMNS):
+        out = {}
+        for ev, cols in req.items():
+            rows = sorted(self.rows.get(ev, []), key=lambda r: (r[0], r[1]))
+            d = {"ts": [r[0] for r in rows], "cpu": [r[1] for r in rows],
+                 "pid": [r[2] for r in rows], "comm": [self._comms.get(r[2], "") for r in rows]}
+            for c in cols or []:
+                d[field_column(c)] = [r[3].get(c) for r in rows]
+            df = pd.DataFrame(d)
+            if not len(df):
+                df = df.astype({"ts": "int64", "cpu": "int64", "pid": "int64"})
+            out[ev] = df
+        return out
+
+
+class _Reader:
+    """trace_pipe_raw of every CPU of the instance, read without blocking."""
+
+    def __init__(self, root, tracefs):
+        sub = os.path.join(root, "buffer_subbuf_size_kb")
+        self.page = (int(open(sub).read()) * 1024 if os.path.exists(sub)
+                     else os.sysconf("SC_PAGE_SIZE"))
+        from .tracedat import _parse_header_page
+        with open(os.path.join(tracefs, "events", "header_page")) as f:
+            self.header = _parse_header_page(f.read(), 8)
+        cpus = sorted(int(d[3:]) for d in os.listdir(os.path.join(root, "per_cpu"))
+                      if d.startswith("cpu"))
+        self.fds = {c: os.open(os.path.join(root, "per_cpu", f"cpu{c}", "trace_pipe_raw"),
+                               os.O_RDONLY | os.O_NONBLOCK) for c in cpus}
+
+    def drain(self, live, on_event):
+        """Read every page there is; on_event(name, fields) for each event taken."""
+        for cpu, fd in self.fds.items():
+            while True:
+                try:
+                    page = os.read(fd, self.page)
+                except BlockingIOError:
+                    break
+                if not page:
+                    break
+                for item in ringbuf.decode_page(page, self.header, live._by_id, live.wanted):
+                    if item[0] == "lost":
+                        live.info["lost_events"].append({"cpu": cpu, "ts": None,
+                                                         "count": item[1]})
+                        continue
+                    ts, eid, pid, fields = item
+                    live.add(cpu, ts, eid, pid, fields)
+                    on_event(live._by_id[eid].full_name, fields)
+
+    def close(self):
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds = {}
+
+
+def _now_ns():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+class _Printer:
+    """One line per restart and per invalidation the analysis finds, each once."""
+
+    def __init__(self, out, dir_fileid, start_ns):
+        self.out, self.dir, self.start = out, dir_fileid, start_ns
+        self.seen = set()
+
+    def listings(self, a):
+        return [lst for lst in a.listings if self.dir is None or lst.fileid in (None, self.dir)]
+
+    def show(self, a):
+        now = _now_ns()
+        for lst in self.listings(a):
+            who = f"{lst.comm}[{lst.pid}] dir {lst.fileid if lst.fileid is not None else '?'}"
+            items = sorted([(r.ts, 1, r) for r in lst.restarts]
+                           + [(i.ts, 0, i) for i in lst.invalidations], key=lambda x: x[:2])
+            for ts, kind, x in items:
+                key = (lst.pid, lst.start, kind, ts)
+                if key in self.seen:
+                    continue
+                self.seen.add(key)
+                when = f"[{(ts - self.start) / NS:+9.3f}s]"
+                late = f"(seen {(now - ts) / NS:.2f}s after)"
+                if kind:
+                    done = [r for r in lst.restarts if r.ts <= ts]
+                    n_rpc = int((lst.rpcs["ts"] <= ts).sum())
+                    self.out.write(
+                        f"{when} restart      {who}: READDIR #{x.rpc_index + 1} at cookie 0; "
+                        f"so far {len(done)} restart{'s' * (len(done) != 1)}, {n_rpc} READDIRs, "
+                        f"{sum(r.refetched for r in done)} re-read in "
+                        f"{sum(r.cost_ns for r in done) / NS:.3f}s {late}\n")
+                else:
+                    n = sum(1 for i in lst.invalidations if i.ts <= ts)
+                    chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
+                    self.out.write(
+                        f"{when} invalidation {who}: {chain}; so far {n}, "
+                        f"{(ts - lst.start) / NS:.3f}s into the listing {late}\n")
+        self.out.flush()
+
+
+def run(duration=None, directory=None, as_json=False, out=sys.stdout):
+    """Watch until Ctrl-C, SIGTERM or the end of the duration; returns check's exit status
+    (0 good, 1 bad, 125 cannot decide)."""
+    dir_fileid = None
+    if directory is not None:
+        try:
+            dir_fileid = os.stat(directory).st_ino
+        except OSError as e:
+            raise tracing.Refused(f"--dir {directory}: {e.strerror}") from None
+    tracing.check_root()
+    tfs = events.find_tracefs()
+    group = f"{events.KPROBE_SYSTEM}_w{os.getpid()}"
+    plan = events.plan(tfs, group=group)
+    tracing.trap_sigterm()
+    session = tracing.Session(tfs, instance=f"nfs-readdir-watch-{os.getpid()}")
+    reader = None
+    interrupted = False
+    live = None
+    try:
+        _, refused = session.add_kprobes(plan.kprobes)
+        plan.events = [e for e in plan.events if e not in refused]
+        with open(os.path.join(session.root, "trace_clock")) as f:
+            clock = "mono" if "mono" in f.read().replace("[", " ").replace("]", " ").split() \
+                else None
+        live = LiveTrace(tfs, plan)
+        reader = _Reader(session.root, tfs)
+        live.info["cpus"] = len(reader.fds)
+        session.enable(plan.events, BUFFER_KB, clock)
+        start = _now_ns()
+        # With --json, stdout is the summary alone; what runs and the lines go to stderr.
+        say = sys.stderr if as_json else out
+        say.write(f"nfs-readdir watch: kernel {plan.release}; READDIRs from "
+                  f"{plan.sources['rpc']}; listings from {plan.sources['calls']}"
+                  + (f"; directory {directory} (fileid {dir_fileid})" if directory else "")
+                  + "; Ctrl-C for the summary\n")
+        for w in plan.warnings + [f"watching without {ev}: the kernel refused it: {why}"
+                                  for ev, why in refused.items()]:
+            say.write(f"  warning: {w}\n")
+        say.flush()
+        printer = _Printer(say, dir_fileid, start)
+        inval = {s.event for g in events.INVALIDATION_SOURCES for s in g}
+        rpc = {s.event for g in events.RPC_SOURCES for s in g} | {k.event for k in plan.kprobes}
+        trigger = []
+
+        def on_event(name, fields):
+            if name in inval or (name in rpc and fields.get("cookie") == 0):
+                trigger.append(name)
+
+        deadline = start + int(duration * NS) if duration else None
+        while deadline is None or _now_ns() < deadline:
+            reader.drain(live, on_event)
+            if trigger:
+                trigger.clear()
+                try:
+                    printer.show(analysis.analyze(live))
+                except analysis.AnalysisError:
+                    pass
+            time.sleep(POLL_SECONDS)
+    except (KeyboardInterrupt, tracing.Terminated):
+        interrupted = True
+    finally:
+        tracing.shield()
+        if reader is not None:
+            try:
+                reader.drain(live, lambda *a: None)
+            finally:
+                reader.close()
+        failed = session.close()
+        for f in failed:
+            print(f"nfs-readdir watch: cleanup failed: {f}", file=sys.stderr)
+    return _summary(live, dir_fileid, as_json, out, interrupted)
+
+
+def _summary(live, dir_fileid, as_json, out, interrupted):
+    from .cli import print_analysis
+    try:
+        a = analysis.analyze(live)
+    except analysis.AnalysisError:
+        a = None
+    if a is not None and dir_fileid is not None:
+        a = dataclasses.replace(a, listings=[lst for lst in a.listings
+                                             if lst.fileid in (None, dir_fileid)])
+    v = verdict.judge([a] if a is not None else [])
+    if as_json:
+        d = a.to_dict() if a is not None else {"listings": []}
+        d["verdict"] = {"code": v.code, "word": v.word, "reason": v.reason}
+        json.dump(d, out, indent=2, default=str)
+        out.write("\n")
+    else:
+        out.write("\nnfs-readdir watch: " + ("interrupted; " if interrupted else "")
+                  + "summary\n")
+        if a is not None and a.listings:
+            print_analysis([a], out=out)
+        out.write(f"\nverdict: {v.reason}\n")
+    out.flush()
+    return v.code

@@ -1,0 +1,287 @@
+"""`nfs-readdir record` and `watch`: refusals and tracefs restoration on the host (real
+tracefs, no NFS), the ring-buffer decoder on real host pages, and end to end in VMs on stock
+kernels (record + check while a writer changes the directory; watch against analyze)."""
+
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from conftest import NFS_READDIR, TOP, run_cli
+from nfsreaddir import events, ringbuf, tracing
+from nfsreaddir.tracedat import _parse_header_page
+
+TRACEFS = "/sys/kernel/tracing"
+VM_RUN = os.path.join(TOP, "reproducers", "vm-run")
+host_tracefs = pytest.mark.skipif(not os.path.exists(os.path.join(TRACEFS, "available_events"))
+                                  or os.geteuid() != 0, reason="needs root and tracefs")
+
+
+def snapshot(tracefs):
+    """What must be as it was: kprobes, enabled events, buffer size, tracing_on, clock, and
+    the instances."""
+    out = {}
+    for name in ("kprobe_events", "set_event", "buffer_size_kb", "tracing_on", "trace_clock",
+                 "instances"):
+        p = os.path.join(tracefs, name)
+        out[name] = (None if not os.path.exists(p) else sorted(os.listdir(p))
+                     if os.path.isdir(p) else open(p).read())
+    return out
+
+
+def assert_refused(p, *words):
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr
+    for w in words:
+        assert w in p.stderr, (w, p.stderr)
+
+
+@host_tracefs
+def test_refusals_name_the_problem_and_touch_nothing(tmp_path):
+    # (The host's top-level tracefs is shared with other users: only what is ours is checked.)
+    kprobes = snapshot(TRACEFS)["kprobe_events"]
+    # This host has no NFS client: no READDIR source at all.
+    assert_refused(run_cli("record", "-o", tmp_path / "t.dat", "--", "true"),
+                   "no source of READDIRs", "modprobe nfs")
+    assert_refused(run_cli("watch", "--duration", "1"), "no source of READDIRs")
+    assert_refused(run_cli("record"), "-- COMMAND or --duration")
+    assert_refused(run_cli("watch", "--dir", tmp_path / "nope"), "--dir", "No such file")
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+                       + NFS_READDIR + ["record", "--duration", "1"],
+                       capture_output=True, text=True, env=dict(os.environ, HOME="/tmp"))
+    assert_refused(p, "must run as root")
+    # No tracefs mounted (a private mount namespace hides it under an empty tmpfs).
+    p = subprocess.run(["unshare", "-m", "sh", "-c",
+                        "mount -t tmpfs none /sys/kernel/tracing && "
+                        "mount -t tmpfs none /sys/kernel/debug 2>/dev/null; exec \"$@\"", "sh"]
+                       + NFS_READDIR + ["record", "--duration", "1"], capture_output=True,
+                       text=True)
+    assert_refused(p, "no tracefs", "mount -t tracefs")
+    after = snapshot(TRACEFS)
+    assert after["kprobe_events"] == kprobes
+    assert not [i for i in after["instances"] if i.startswith("nfs-readdir")]
+    assert not (tmp_path / "t.dat").exists()
+
+
+@pytest.fixture
+def private_tracefs():
+    """A tracefs instance standing for the top level, which other users of this host change
+    while the tests run: it has the same files (set_event, buffer_size_kb, tracing_on, ...)."""
+    d = os.path.join(TRACEFS, "instances", f"nfsrt-test-{os.getpid()}")
+    os.mkdir(d)
+    yield d
+    os.rmdir(d)
+
+
+@host_tracefs
+def test_session_puts_back_what_a_recorder_changed(private_tracefs):
+    """What trace-cmd record changes (events on, buffer size, per-CPU sizes, clock,
+    tracing_on) is undone by the session `record` wraps it in."""
+    t = private_tracefs
+
+    def put(name, value):
+        with open(os.path.join(t, name), "w") as f:
+            f.write(value)
+    put("events/sched/sched_switch/enable", "1")    # on before: must stay on
+    put("per_cpu/cpu0/buffer_size_kb", "1000")      # sizes differ: "X"
+    before = snapshot(t)
+    per_cpu = open(os.path.join(t, "per_cpu/cpu0/buffer_size_kb")).read()
+    s = tracing.Session(t)
+    put("events/sched/sched_wakeup/enable", "1")
+    put("events/syscalls/sys_enter_getdents64/enable", "1")
+    put("buffer_size_kb", "3000")
+    put("trace_clock", "mono")
+    put("tracing_on", "0")
+    assert snapshot(t) != before
+    assert s.close() == []
+    assert snapshot(t) == before
+    assert open(os.path.join(t, "per_cpu/cpu0/buffer_size_kb")).read() == per_cpu
+    assert "sched:sched_switch" in before["set_event"]
+    put("events/sched/sched_switch/enable", "0")
+
+
+@host_tracefs
+def test_ring_buffer_pages_decode_real_events(tmp_path):
+    """A watch-style instance on the host: getdents64 system calls of a child `ls` come out of
+    trace_pipe_raw with the child's pid and a plausible fd, and the instance goes away."""
+    before = snapshot(TRACEFS)
+    ev = "syscalls:sys_enter_getdents64"
+    fmt = events.tracefs_format(TRACEFS, ev)
+    s = tracing.Session(TRACEFS, instance=f"nfs-readdir-test-{os.getpid()}")
+    try:
+        s.enable([ev], 1024, "mono")
+        p = subprocess.run(["ls", "-f", TOP], capture_output=True)
+        with open(os.path.join(TRACEFS, "events/header_page")) as f:
+            header = _parse_header_page(f.read(), 8)
+        seen, times = [], []
+        for cpu in os.listdir(os.path.join(s.root, "per_cpu")):
+            fd = os.open(os.path.join(s.root, "per_cpu", cpu, "trace_pipe_raw"),
+                         os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                while True:
+                    try:
+                        page = os.read(fd, os.sysconf("SC_PAGE_SIZE"))
+                    except BlockingIOError:
+                        break
+                    if not page:
+                        break
+                    for item in ringbuf.decode_page(page, header, {fmt.id: fmt},
+                                                    {fmt.id: ["fd", "count"]}):
+                        assert item[0] != "lost"
+                        seen.append(item)
+                        times.append(item[0])
+            finally:
+                os.close(fd)
+    finally:
+        assert s.close() == []
+    assert snapshot(TRACEFS) == before
+    assert p.returncode == 0
+    now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    assert any(fields["fd"] >= 3 and fields["count"] > 0 for _, _, _, fields in seen), seen
+    # CLOCK_MONOTONIC time stamps, from the last few seconds.
+    assert times and all(0 < now - t < 60 * 10**9 for t in times), (now, times[:3])
+
+
+def test_plan_by_kernel_knowledge(tmp_path):
+    """The plan from a tracefs: a stock 5.10 (no readdir tracepoints) gets the cookie and open
+    kprobes in the best argument form its README offers; 6.1 gets the tracepoints and only the
+    open kprobes; arm64 gets its registers; 6.1's cookie comes from no kprobe."""
+    def fake_tracefs(name, evs, readme, fields=None):
+        d = tmp_path / name
+        (d / "events").mkdir(parents=True)
+        (d / "available_events").write_text("\n".join(evs) + "\n")
+        (d / "README").write_text(readme)
+        (d / "kprobe_events").write_text("")
+        for ev, flds in (fields or {}).items():
+            s, n = ev.split(":")
+            (d / "events" / s / n).mkdir(parents=True)
+            (d / "events" / s / n / "format").write_text(
+                f"name: {n}\nID: 1\nformat:\n" + "".join(
+                    f"\tfield:u64 {f};\toffset:{8 + 8 * i};\tsize:8;\tsigned:0;\n"
+                    for i, f in enumerate(flds)) + "\nprint fmt: \"\"\n")
+        return str(d)
+    syms = tmp_path / "kallsyms"
+    syms.write_text("".join(f"ffffffffc0000000 t {f}\t[nfs]\n" for f in
+                            ("nfs4_proc_readdir", "nfs3_proc_readdir", "nfs_opendir",
+                             "nfs_closedir", "nfs_readdir")))
+    base = ["nfs:nfs_invalidate_mapping_enter", "nfs4:nfs4_readdir", "sunrpc:rpc_request",
+            "syscalls:sys_enter_getdents64", "syscalls:sys_exit_getdents64"]
+    t510 = fake_tracefs("510", base, "$stack<index>, $stack, $retval, $comm, $arg<N>,\n",
+                        {"nfs4:nfs4_readdir": ["error", "dev", "fileid"]})
+    p = events.plan(t510, str(syms), release="5.10.0-46-amd64", machine="x86_64")
+    defs = [d for k in p.kprobes for d in k.definitions[:1]]
+    assert "p:nfsprobe/nfs4_proc_readdir nfs4_proc_readdir cookie=$arg3:u64 count=$arg5:u32 " \
+           "plus=$arg6:u8" in defs
+    assert "p:nfsprobe/nfs_readdir nfs_readdir file=$arg1:x64 pos=+8($arg2):s64" in defs
+    # The register form stays as the fallback.
+    k = next(k for k in p.kprobes if k.spec.function == "nfs_readdir")
+    assert k.definitions[-1].endswith("file=%di:x64 pos=+8(%si):s64")
+    assert {"nfsprobe:nfs4_proc_readdir", "nfs4:nfs4_readdir", "sunrpc:rpc_request",
+            "syscalls:sys_exit_getdents64"} <= set(p.events)
+    arm = events.plan(t510, str(syms), release="5.10.0-46-arm64", machine="aarch64")
+    k = next(k for k in arm.kprobes if k.spec.function == "nfs4_proc_readdir")
+    assert k.definitions[-1].endswith("cookie=%x2:u64 count=%x4:u32 plus=%x5:u8")
+    t61 = fake_tracefs("61", base + ["nfs:nfs_readdir_cache_fill", "nfs:nfs_readdir_uncached"],
+                       "$arg<N>,\n\t <argname>[->field[->field|.field...]],\n",
+                       {"nfs:nfs_readdir_cache_fill": ["dev", "fileid", "cookie", "dtsize"],
+                        "nfs:nfs_readdir_uncached": ["dev", "fileid", "cookie", "dtsize"]})
+    p = events.plan(t61, str(syms), release="6.1.0-50-amd64", machine="x86_64")
+    assert {k.spec.function for k in p.kprobes} == {"nfs_opendir", "nfs_closedir",
+                                                    "nfs_readdir"}
+    k = next(k for k in p.kprobes if k.spec.function == "nfs_readdir")
+    assert k.definitions[0].endswith("file=file:x64 pos=ctx->pos:s64")
+    assert p.sources["rpc"] == "nfs:nfs_readdir_cache_fill, nfs:nfs_readdir_uncached"
+    # 5.15 has neither the tracepoints nor the 5.10 signature: counts only, and it says so.
+    p = events.plan(t510, str(syms), release="5.15.0-1-amd64", machine="x86_64")
+    assert "nfs4_proc_readdir" not in {k.spec.function for k in p.kprobes}
+    assert any("fit 5.0-5.10" in w for w in p.warnings)
+    advice = events.record_advice("5.10.0-46-amd64", {"rpc"})
+    assert advice.startswith("nfs-readdir record ")
+    assert "nfs:nfs_readdir_" not in advice
+
+
+# ------------------------------------------------------------------------------------- VMs
+def vm_run(kernel, results, *args, timeout=900):
+    return subprocess.run([VM_RUN, "--kernel", kernel, "--results", str(results), "--timeout",
+                           str(timeout), "--", os.path.join(TOP, "tests", "vm", "record-watch")]
+                          + list(args), text=True, capture_output=True, timeout=timeout + 60)
+
+
+def check(d):
+    return run_cli("check", d / "t.dat")
+
+
+@pytest.mark.vm
+def test_stock_5_10_record_check_watch(tmp_path):
+    p = vm_run("debian:5.10", tmp_path, "--watch", "--signals")
+    assert p.returncode == 0, p.stdout + p.stderr
+    rec = (tmp_path / "record.txt").read_text()
+    assert "record exit 0" in rec and "running: trace-cmd record" in rec, rec
+    assert "kprobe: echo 'p:nfsprobe/nfs4_proc_readdir nfs4_proc_readdir cookie=" in rec, rec
+    c = check(tmp_path)
+    assert c.returncode == 1 and c.stdout.startswith("bad:"), c.stdout + c.stderr
+    # watch over the same listing: the same listing model, the same answer.
+    text = (tmp_path / "watch.txt").read_text()
+    assert "watch exit 1" in text and "verdict: bad:" in text, text
+    w = json.loads((tmp_path / "watch.json").read_text())
+    a = json.loads(run_cli("analyze", "--json", tmp_path / "t.dat", check=0).stdout)[0]
+    lister = [x for x in a["listings"] if x["comm"] == "paced-lister"]
+    wl = [x for x in w["listings"] if x["comm"] == "paced-lister"]
+    assert len(lister) == len(wl) == 1, (lister, wl)
+    for k in ("restarts", "readdirs", "invalidations", "cookie_zero_readdirs", "ending",
+              "invalidations_followed_by_restart", "refetched_readdirs"):
+        assert wl[0][k] == lister[0][k], (k, wl[0][k], lister[0][k])
+    assert w["verdict"]["code"] == 1
+    # Each restart line came within a second of its READDIR.
+    late = [float(x) for x in re.findall(r"restart .*\(seen ([0-9.]+)s after\)", text)]
+    assert len(late) == lister[0]["restarts"] and late[0] < 1.0, late
+    # tracefs as it was, after the listing and after SIGINT and SIGTERM in the middle.
+    before = (tmp_path / "tracefs-before").read_text()
+    for what in ("after-listing", "record-INT", "record-TERM", "watch-INT", "watch-TERM"):
+        assert (tmp_path / f"tracefs-{what}").read_text() == before, what
+    for what, code in (("record-INT", 130), ("record-TERM", 143), ("watch-INT", 125),
+                       ("watch-TERM", 125)):
+        out = (tmp_path / f"{what}.txt").read_text()
+        assert f"exit {code}" in out and "Traceback" not in out, (what, out)
+
+
+@pytest.mark.vm
+@pytest.mark.parametrize("kernel", ["6.1", "6.12", "7.3"])
+def test_stock_record_check_good(tmp_path, kernel):
+    """Kernels that continue at the reader's cookie: good. On the newest (7.3) watch runs over
+    the listing too and must agree."""
+    newest = kernel == "7.3"
+    p = vm_run(f"debian:{kernel}", tmp_path, *(["--watch"] if newest else []))
+    assert p.returncode == 0, p.stdout + p.stderr
+    rec = (tmp_path / "record.txt").read_text()
+    assert "record exit 0" in rec and "nfs:nfs_readdir_cache_fill" in rec, rec
+    assert "kprobe: echo 'p:nfsprobe/nfs_readdir nfs_readdir file=" in rec, rec
+    c = check(tmp_path)
+    assert c.returncode == 0 and c.stdout.startswith("good:"), c.stdout + c.stderr
+    if newest:
+        text = (tmp_path / "watch.txt").read_text()
+        assert "watch exit 0" in text and "verdict: good:" in text, text
+
+
+SERIES_IMAGE = "/work/build/images/bzImage-series-v1"
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(os.environ.get("NFSRT_TEST_KERNEL") != "1",
+                    reason="needs a kernel built with the series: run `make test-kernel`")
+def test_series_kernel_record_check_good(tmp_path):
+    """5.10 with the series: record takes its tracepoints (no kprobe needed) and check says
+    good. Boots the image the kernel build leaves at SERIES_IMAGE (or NFSRT_SERIES_IMAGE)."""
+    image = os.environ.get("NFSRT_SERIES_IMAGE", SERIES_IMAGE)
+    if not os.path.exists(image):
+        pytest.fail(f"no kernel image with the series at {image}: build one "
+                    "(reproducers/build-kernel) and set NFSRT_SERIES_IMAGE")
+    p = vm_run(image, tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rec = (tmp_path / "record.txt").read_text()
+    assert "nfs4:nfs4_readdir" in rec and "kprobe: echo 'p:nfsprobe/nfs4_proc" not in rec, rec
+    c = check(tmp_path)
+    assert c.returncode == 0 and c.stdout.startswith("good:"), c.stdout + c.stderr
