@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from nfsreaddir.analysis import analyze, verdict
+from nfsreaddir.analysis import analyze
+from nfsreaddir.verdict import judge
 from nfsreaddir import events
 from nfsreaddir.trace import open_trace
 
@@ -30,12 +31,15 @@ def test_restarts_are_the_cookie_zero_readdirs_after_the_first(fixture, phase):
 
 def test_only_5_10_nfsv4_modified_is_bad(fixture):
     """The bisect verdict: 5.10 over NFSv4 restarts after each invalidation; 6.1 continues
-    from the cookie it reached, and NFSv3 replies refresh the directory's attributes."""
+    from the cookie it reached; an idle listing, and 5.10 over NFSv3 (whose READDIR replies keep
+    the directory's attributes fresh, so its cache is never invalidated), never met the bug."""
     for phase in ("idle", "modified"):
         a, lst = listing(os.path.join(fixture["dir"], f"{phase}.dat"), phase)
-        v = verdict([a])
+        v = judge([a])
         bad = fixture["name"] == "5.10-v4.1" and phase == "modified"
-        assert v.code == (1 if bad else 0), (fixture["name"], phase, v.reason)
+        untested = phase == "idle" or fixture["name"] == "5.10-v3"
+        assert v.code == (1 if bad else 125 if untested else 0), (fixture["name"], phase,
+                                                                  v.reason)
         if bad:
             assert "restarted" in v.reason and "cookie 0" in v.reason
             assert len(lst.restarts) >= 2
@@ -50,6 +54,10 @@ def test_only_5_10_nfsv4_modified_is_bad(fixture):
             assert any(s.endswith("(INVALID_DATA)") for i in inv for s in i.chain)
         else:
             assert lst.restarts == []
+        if untested:
+            assert "never exercised" in v.reason and not lst.exercised
+        else:
+            assert lst.exercised and lst.complete and lst.ending == "eof"
 
 
 def test_analysis_matches_the_run(fixture):
@@ -87,6 +95,11 @@ def test_evidence_names_the_kernel_events(fixture):
     elif fixture["name"].startswith("5.10"):
         assert rpc and all(e.startswith(events.KPROBE_SYSTEM + ":") for e in rpc)
         assert a.listings[0].getdents is None
+        if fixture["name"] == "5.10-v4.1":
+            # NFSv4: the directory comes from the nfs4:nfs4_readdir event after each RPC.
+            assert a.evidence["rpc_directory"] == ["nfs4:nfs4_readdir"]
+            assert a.listings[0].fileid == int(fixture["results"]["phases"]["modified"][
+                "dir_fileid"])
     else:
         assert "nfs:nfs_readdir_cache_fill" in rpc
 

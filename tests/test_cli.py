@@ -32,8 +32,9 @@ def test_check_gives_git_bisect_run_its_answer():
     assert bad.stdout.startswith("bad: ") and bad.stdout.count("\n") == 1
     good = run_cli("check", GOOD, check=0)
     assert good.stdout.startswith("good: ")
-    # A stricter threshold is an option, and a looser one turns 5.10 good.
-    run_cli("check", "--max-restarts", "1000", BAD, check=0)
+    # A looser threshold turns 5.10 good, and says what it let through.
+    loose = run_cli("check", "--max-restarts", "1000", BAD, check=0)
+    assert "restarts at cookie 0, at most 1000 allowed" in loose.stdout
 
 
 # Debian 12's trace-cmd 3.1.6 writes no zlib: zlib files come from trixie's trace-cmd 3.3.
@@ -71,15 +72,17 @@ def test_report_text_gives_the_same_listings(tmp_path, trace_cmd, raw):
 def test_export_writes_the_canonical_tables(tmp_path):
     dat = os.path.join(BAD, "modified.dat")
     (lst,) = listings_json(dat)
-    run_cli("export", dat, "-o", tmp_path / "csv", check=0)
-    rpc = pd.read_csv(tmp_path / "csv" / "modified.rpc.csv")
-    assert len(rpc) == lst["readdirs"]
+    p = run_cli("export", dat, "-o", tmp_path / "csv", check=0)
+    (rpc_path,) = [w for w in p.stdout.split() if "/rpc/" in w]
+    rpc = pd.read_csv(rpc_path)
+    assert len(rpc) == lst["readdirs"] == (rpc["listing"] == 0).sum()
     assert (rpc["cookie"] == 0).sum() == lst["cookie_zero_readdirs"]
-    run_cli("export", dat, "-o", tmp_path / "pq", "--format", "parquet", check=0)
-    inv = pd.read_parquet(tmp_path / "pq" / "modified.invalidations.parquet")
-    assert len(inv) >= lst["invalidations"]
-    samples = pd.read_csv(tmp_path / "csv" / "modified.samples.csv")
-    assert samples["nr_dentry"].min() > 0
+    assert rpc["restart"].sum() == lst["restarts"]
+    p = run_cli("export", dat, "-o", tmp_path / "pq", "--format", "parquet", check=0)
+    (inv_path,) = [w for w in p.stdout.split() if "/invalidations/" in w]
+    assert len(pd.read_parquet(inv_path)) == lst["invalidations"]
+    (samples,) = [w for w in p.stdout.split() if "/samples/" in w]
+    assert pd.read_parquet(samples)["nr_dentry"].min() > 0
 
 
 @pytest.mark.parametrize("ext", ["png", "svg"])
@@ -97,7 +100,9 @@ def test_compare_puts_two_kernels_side_by_side():
     p = run_cli("compare", "--json", BAD, GOOD, check=0)
     table = json.loads(p.stdout)
     key = "('modified', 'restarts')"
-    assert table[key]["A"] > 0 and table[key]["B"] == 0
+    # Headed by the kernels compared, not A and B.
+    assert table[key]["5.10.0-46-amd64"] > 0 and table[key]["6.1.0-50-amd64"] == 0
+    assert table[key]["ratio (2nd/1st)"] == 0
 
 
 # Bad input: a clear message, a documented exit status, never a traceback.
@@ -150,8 +155,8 @@ def test_trace_without_nfs_events_names_what_to_record(tmp_path, trace_cmd):
         subprocess.run([trace_cmd, "report", "-F", "ftrace/print",
                         os.path.join(GOOD, "idle.dat")], stdout=f, check=True, timeout=300)
     p = run_cli("analyze", out)
-    assert_clean_error(p, 2, "no READDIR", "trace-cmd record -e sunrpc:rpc_request")
-    assert_clean_error(run_cli("check", out), 125, "skip:")
+    assert_clean_error(p, 2, "no READDIR", "trace-cmd record -e 'nfs:nfs_readdir_*'")
+    assert_clean_error(run_cli("check", out), 125, "cannot decide:")
 
 
 def test_kmem_trace_gets_the_slab_section_without_readdir():

@@ -394,11 +394,13 @@ def test_results_module_dispatches_to_dcache(tmp_path):
     os.unlink(d / "results.json")
     py = os.path.join(TOP, ".venv", "bin", "python")
     subprocess.run([py, "-m", "nfsreaddir.results", str(d)], check=True, timeout=300)
-    v = subprocess.run([py, "-m", "nfsreaddir.results", "--verdict", str(d)], text=True,
-                       capture_output=True, check=True).stdout
+    p = subprocess.run([py, "-m", "nfsreaddir.results", "--verdict", str(d)], text=True,
+                       capture_output=True)
     with open(d / "results.json") as f:
         r = json.load(f)
-    assert v.startswith(r["verdict"] + ": ") and r["name"] == facts(name)["run"]["name"]
+    assert p.stdout.startswith(r["verdict"] + ": ") and r["name"] == facts(name)["run"]["name"]
+    # The exit status is the verdict's, as the reproducers and vm-run read it.
+    assert p.returncode == {"PASS": 0, "FAIL": 1}[r["verdict"]]
 
 
 # ------------------------------------------------------------------ dcache-negative

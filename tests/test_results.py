@@ -19,14 +19,20 @@ def rebuild(src, tmp_path):
 
 
 def verdict_line(d):
-    return subprocess.run([sys.executable, "-m", "nfsreaddir.results", "--verdict", str(d)],
-                          capture_output=True, text=True, check=True).stdout
+    """The reproducer's last line, and its exit status: 0 PASS, 1 FAIL, 125 UNDECIDED."""
+    p = subprocess.run([sys.executable, "-m", "nfsreaddir.results", "--verdict", str(d)],
+                       capture_output=True, text=True)
+    word = p.stdout.split(":", 1)[0]
+    assert p.returncode == {"PASS": 0, "FAIL": 1, "UNDECIDED": 125}[word], p.stdout
+    return p.stdout
 
 
 def test_rebuilt_results_match_the_recorded_run(fixture, tmp_path):
     d, res = rebuild(fixture["dir"], tmp_path)
     bad = fixture["name"] == "5.10-v4.1"
-    assert res["verdict"] == ("FAIL" if bad else "PASS"), res["reasons"]
+    # 5.10 over NFSv3 never invalidates the directory's cache: nothing to judge.
+    expected = "FAIL" if bad else "UNDECIDED" if fixture["name"] == "5.10-v3" else "PASS"
+    assert res["verdict"] == expected, res["reasons"]
     assert verdict_line(d).startswith(res["verdict"] + ": ")
     for phase, p in res["phases"].items():
         rec = fixture["results"]["phases"][phase]
@@ -53,18 +59,6 @@ def test_a_repeated_or_lost_name_fails_the_run(tmp_path):
     mod = res["phases"]["modified"]
     assert mod["duplicates"] == 1 and mod["missing"] == 1
     assert mod["duplicate_examples"] == [names[10]]
-
-
-@pytest.mark.parametrize("idle,mod,cookies,verdict", [
-    (40, 157, False, "FAIL"),        # no cookies: the ratio decides
-    (3, 9, False, "PASS"),           # a ratio of small counts is not enough
-    (40, 157, True, "PASS"),         # cookies but no restart: continuing costs READDIRs
-])
-def test_judge_thresholds(idle, mod, cookies, verdict):
-    res = {"max_ratio": 1.5, "phases": {
-        "idle": {"readdir_rpcs": idle, "cookies_known": cookies, "restarts": 0},
-        "modified": {"readdir_rpcs": mod, "cookies_known": cookies, "restarts": 0}}}
-    assert results.judge(res)[0] == verdict
 
 
 def test_table_puts_kernels_side_by_side():

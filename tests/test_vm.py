@@ -88,6 +88,16 @@ def test_sigint_to_dcache_reproducers_leaves_nothing_behind(tmp_path):
             assert "interrupted: cleaning up" in f.read()
 
 
+def test_a_reproducers_255_is_not_a_lost_vm(tmp_path):
+    """The guest writes the reproducer's status itself, so vm-run can tell a reproducer's 255
+    from a VM that died; neither is a verdict."""
+    p = vm_run("debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "exit-255"))
+    assert p.returncode == 125, p.stdout + p.stderr
+    assert "reproducer exited 255" in p.stderr and "no agreed meaning" in p.stderr, p.stderr
+    assert "guest died" not in p.stderr
+    assert (tmp_path / ".vm-status").read_text().strip() == "255"
+
+
 def test_bad_arguments_are_named(tmp_path):
     """Checked before anything is set up (on the host, no VM needed)."""
     lb = os.path.join(TOP, "reproducers", "readdir-loopback")

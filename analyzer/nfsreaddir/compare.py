@@ -1,9 +1,16 @@
-"""`nfs-readdir compare`: two analyses side by side, listing by listing (matched by phase)."""
+"""`nfs-readdir compare`: two analyses side by side, listing by listing (matched by phase).
+
+A value the trace cannot know (restarts without cookies) is "cannot tell", never 0, and so is a
+ratio with an unknown or zero side.
+"""
+
+import os
 
 import pandas as pd
 
 METRICS = ["seconds", "entries", "readdirs", "restarts", "refetched_readdirs",
-           "invalidations", "invalidations_followed_by_restart", "timed_out"]
+           "invalidations", "invalidations_followed_by_restart", "ending"]
+UNKNOWN = "cannot tell"
 
 
 def _by_key(analyses):
@@ -15,21 +22,40 @@ def _by_key(analyses):
     return out
 
 
-def table(before, after):
-    """Rows phase/metric, columns A, B and B/A."""
+def _label(analyses, path):
+    kernels = sorted({a.kernel for a in analyses if a.kernel})
+    return ", ".join(kernels) if kernels else os.path.basename(os.path.normpath(path))
+
+
+def _value(s, m):
+    if m == "dentries_added":
+        return s.get("dentries", {}).get("nr_dentry", {}).get("added")
+    return s.get(m)
+
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def table(before, after, paths=("A", "B")):
+    """Rows listing/metric, one column per side headed by its kernel, and after/before."""
     a, b = _by_key(before), _by_key(after)
+    la, lb = _label(before, paths[0]), _label(after, paths[1])
+    if la == lb:
+        la, lb = f"{la} (A)", f"{lb} (B)"
     rows = {}
     for key in list(a) + [k for k in b if k not in a]:
         for m in METRICS + ["dentries_added"]:
-            va, vb = (x.get(key, {}) for x in (a, b))
-            if m == "dentries_added":
-                va = va.get("dentries", {}).get("nr_dentry", {}).get("added")
-                vb = vb.get("dentries", {}).get("nr_dentry", {}).get("added")
+            sa, sb = a.get(key), b.get(key)
+            va = _value(sa, m) if sa is not None else None
+            vb = _value(sb, m) if sb is not None else None
+            if _number(va) and _number(vb):
+                ratio = round(vb / va, 2) if va else "-"      # x/0 has no ratio
             else:
-                va, vb = va.get(m), vb.get(m)
-            ratio = (round(vb / va, 2) if isinstance(va, (int, float)) and not isinstance(
-                va, bool) and va and isinstance(vb, (int, float)) else None)
-            rows[(key, m)] = {"A": va, "B": vb, "B/A": ratio}
+                ratio = UNKNOWN if (va is None or vb is None) and m != "ending" else "-"
+            rows[(key, m)] = {la: UNKNOWN if sa is not None and va is None else va,
+                              lb: UNKNOWN if sb is not None and vb is None else vb,
+                              "ratio (2nd/1st)": ratio}
     df = pd.DataFrame.from_dict(rows, orient="index")
     df.index.names = ["listing", "metric"]
-    return df
+    return df.astype(object).where(df.notna(), "-")

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from . import __version__
+from . import __version__, verdict
 from .markers import lines as marker_lines
 
 NS = 1_000_000_000
@@ -437,7 +437,8 @@ def plot_runs(directories, output):
         plot(ax, m.samples, m.phases)
         ax.set_title(f"{m.run.get('reproducer', '?')} on {m.run.get('kernel', '?')}")
     fig.tight_layout()
-    fig.savefig(output)
+    from .plot import save
+    save(fig, output)
     plt.close(fig)
     return output
 
@@ -523,8 +524,7 @@ def build_results(directory):
         res["lookup"] = s["lookup"]
     figures, reasons_fail, reasons_ok = JUDGES[name](res, facts, markers, events)
     res["figures"] = _jsonable(figures)
-    res["verdict"] = "FAIL" if reasons_fail else "PASS"
-    res["reasons"] = reasons_fail or reasons_ok
+    res["verdict"], res["reasons"] = verdict.from_reasons(reasons_fail, reasons_ok)
     return _jsonable(res)
 
 

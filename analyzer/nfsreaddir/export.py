@@ -1,28 +1,178 @@
-"""`nfs-readdir export`: the canonical tables of a trace as CSV or Parquet files."""
+"""`nfs-readdir export`: a trace's listings and canonical events as tables made for many traces.
 
+The tables of any number of traces go into one dataset, one folder per table and one file per
+trace, named by the trace's content hash:
+
+    OUT/listings/<trace_id>.csv    one row per listing (the summary `analyze --json` gives)
+    OUT/rpc/<trace_id>.csv         one row per READDIR, with the listing it belongs to
+    OUT/restarts/, invalidations/  per listing, as the analysis found them
+    OUT/calls/, revalidations/, markers/, samples/   the other canonical events
+
+Every row carries trace_id, trace (the path given), kernel and nfs (the NFS version, where the
+trace says), and listing (the listing's number within its trace, null outside any listing), so
+`listing` joins every table to `listings` on (trace_id, listing). Every table has the same
+columns in the same order with the same types for every kernel; a value a trace does not have is
+null. The same trace exported again is left as it is; nothing is ever overwritten. An engine
+reads the whole dataset at once, e.g. DuckDB: `read_parquet('OUT/rpc/*.parquet')`.
+"""
+
+import hashlib
 import os
 
-from . import events, markers
+import pandas as pd
+
+TRACE_COLUMNS = [("trace_id", "string"), ("trace", "string"), ("kernel", "string"),
+                 ("nfs", "string"), ("listing", "Int64")]
+EVENT_COLUMNS = [("ts", "Int64"), ("cpu", "Int64"), ("pid", "Int64"), ("comm", "string"),
+                 ("source", "string")]
+SCHEMA = {
+    "listings": [("phase", "string"), ("pid", "Int64"), ("comm", "string"), ("dev", "Int64"),
+                 ("dir_fileid", "UInt64"), ("delimited_by", "string"), ("start_ns", "Int64"),
+                 ("end_ns", "Int64"), ("seconds", "Float64"), ("ending", "string"),
+                 ("complete", "boolean"), ("error", "Int64"), ("began_before_trace", "boolean"),
+                 ("entries", "Int64"), ("status", "Int64"), ("getdents", "Int64"),
+                 ("readdirs", "Int64"), ("cookie_zero_readdirs", "Int64"),
+                 ("restarts", "Int64"), ("ambiguous_cookie_zero_readdirs", "Int64"),
+                 ("rewinds", "Int64"), ("refetched_readdirs", "Int64"),
+                 ("restart_cost_seconds", "Float64"), ("invalidations", "Int64"),
+                 ("invalidations_followed_by_restart", "Int64"), ("version_changes", "Int64"),
+                 ("cache_range_trims", "Int64"), ("exercised", "boolean"),
+                 ("damaged_events", "Int64"), ("max_dtsize", "Int64"),
+                 ("dentries_added", "Int64"), ("finding", "string"), ("why", "string")],
+    "rpc": EVENT_COLUMNS + [("dev", "Int64"), ("fileid", "UInt64"), ("cookie", "UInt64"),
+                            ("dtsize", "Int64"), ("plus", "Int64"), ("version", "UInt64"),
+                            ("error", "Int64"), ("restart", "boolean")],
+    "restarts": [("ts", "Int64"), ("rpc_index", "Int64"), ("refetched", "Int64"),
+                 ("cost_ns", "Int64"), ("after_invalidation", "boolean")],
+    "invalidations": [("ts", "Int64"), ("reason", "string"), ("chain", "string"),
+                      ("followed_by_restart", "boolean")],
+    "calls": EVENT_COLUMNS + [("call", "string"), ("dev", "Int64"), ("fileid", "UInt64"),
+                              ("file", "UInt64"), ("fd", "Int64"), ("pos", "Int64"),
+                              ("cookie", "UInt64"), ("old_pos", "Int64"), ("ret", "Int64"),
+                              ("eof", "Int64"), ("error", "Int64")],
+    "revalidations": EVENT_COLUMNS + [("dev", "Int64"), ("fileid", "UInt64"), ("step", "string"),
+                                      ("cache_validity", "Int64"), ("version", "UInt64")],
+    "markers": EVENT_COLUMNS + [("text", "string")],
+    "samples": [("ts", "Int64"), ("nr_dentry", "Int64"), ("nr_unused", "Int64"),
+                ("nr_negative", "Int64"), ("slab_active", "Int64"), ("slab_total", "Int64"),
+                ("slab_objsize", "Int64"), ("readdir", "Int64"), ("readdirplus", "Int64")],
+}
+FORMATS = ("csv", "parquet")
 
 
-def write(trace, path, outdir, fmt):
-    """Write one file per non-empty canonical table; return the paths written."""
-    tables = events.load(trace)
-    marks = markers.parse(tables["markers"])
-    tables["samples"] = marks.samples
-    stem = os.path.splitext(os.path.basename(path))[0]
-    os.makedirs(outdir, exist_ok=True)
-    written = []
-    for name in ("rpc", "invalidations", "revalidations", "ranges", "markers", "samples"):
-        df = tables.get(name)
-        if df is None or df.empty:
-            continue
-        out = os.path.join(outdir, f"{stem}.{name}.{fmt}")
-        if fmt == "csv":
-            df.to_csv(out, index=False)
+class ExportError(Exception):
+    """The tables cannot be written; the message says why and what to do."""
+
+
+def trace_id(path):
+    """A short hash of the trace's bytes: the same trace has the same id wherever it lies."""
+    h = hashlib.blake2b(digest_size=8)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _typed(df, table):
+    """The table's columns in schema order and types; a missing column is all null."""
+    out = {}
+    n = len(df)
+    for col, dtype in TRACE_COLUMNS + SCHEMA[table]:
+        v = df[col] if col in df else pd.Series([None] * n, index=df.index, dtype="object")
+        if dtype in ("Int64", "UInt64"):
+            v = pd.to_numeric(v, errors="coerce")
+            v = v.astype("Float64").round().astype(dtype) if v.dtype.kind == "f" else v.astype(
+                dtype)
+        elif dtype == "Float64":
+            v = pd.to_numeric(v, errors="coerce").astype(dtype)
+        elif dtype == "boolean":
+            v = v.astype("boolean")
         else:
-            # Parquet has no unsigned-64 trouble, but object columns must be strings.
-            df.astype({c: str for c in df.columns if df[c].dtype == object}).to_parquet(
-                out, index=False)
+            v = v.astype("object").where(v.notna(), None).map(
+                lambda x: x if x is None else str(x)).astype("string")
+        out[col] = v.reset_index(drop=True)
+    return pd.DataFrame(out)
+
+
+def _in_listing(df, listings):
+    """The listing of each row of a per-process table: the first listing of the row's process
+    whose time span holds it."""
+    ids = pd.Series([pd.NA] * len(df), dtype="Int64", index=df.index)
+    for i, lst in enumerate(listings):
+        hit = ids.isna() & (df["pid"] == lst.pid) & (df["ts"] >= lst.start) & (df["ts"] <= lst.end)
+        ids[hit] = i
+    return ids
+
+
+def frames(analysis, findings=None):
+    """{table: DataFrame} of one analysed trace (findings: listing -> verdict.Finding)."""
+    t = analysis.tables
+    lsts = analysis.listings
+    out = {}
+    rows = []
+    for i, lst in enumerate(lsts):
+        s = lst.summary()
+        f = (findings or {}).get(id(lst))
+        rows.append(dict(s, listing=i, start_ns=lst.start, end_ns=lst.end,
+                         dentries_added=s["dentries"].get("nr_dentry", {}).get("added"),
+                         finding=f.word if f else None, why=f.why if f else None))
+    out["listings"] = pd.DataFrame(rows)
+    rpc = t["rpc"].copy()
+    rpc["listing"] = pd.Series([pd.NA] * len(rpc), dtype="Int64")
+    rpc["restart"] = False
+    for i, lst in enumerate(lsts):
+        rpc.loc[lst.rpc_rows, "listing"] = i
+        rpc.loc[[lst.rpc_rows[r.rpc_index] for r in lst.restarts], "restart"] = True
+    out["rpc"] = rpc
+    out["restarts"] = pd.DataFrame([dict(vars(r), listing=i) for i, lst in enumerate(lsts)
+                                    for r in lst.restarts])
+    out["invalidations"] = pd.DataFrame([dict(vars(v), chain=" -> ".join(v.chain), listing=i)
+                                         for i, lst in enumerate(lsts)
+                                         for v in lst.invalidations])
+    for name in ("calls", "revalidations", "markers"):
+        df = t.get(name)
+        if df is not None and len(df):
+            out[name] = df.assign(listing=_in_listing(df, lsts))
+    if analysis.samples is not None and len(analysis.samples):
+        out["samples"] = analysis.samples
+    return out
+
+
+def write(analysis, path, outdir, fmt, findings=None):
+    """Write one file per table into the dataset at outdir; return (written, kept): the paths
+    written and those left as they were (the same trace exported before)."""
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown format {fmt!r}: csv or parquet")
+    if fmt == "parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise ExportError("Parquet needs pyarrow: pip install 'nfs-readdir-trace[parquet]' "
+                              "(or export --format csv)") from None
+    tid = trace_id(path)
+    shown = os.fsencode(analysis.info.get("path", path)).decode("utf-8", "backslashreplace")
+    common = {"trace_id": tid, "trace": shown,
+              "kernel": analysis.kernel, "nfs": analysis.run.get("nfs")}
+    written, kept = [], []
+    for table, df in frames(analysis, findings).items():
+        if df is None or not len(df):
+            continue
+        df = _typed(df.assign(**common), table)
+        d = os.path.join(outdir, table)
+        os.makedirs(d, exist_ok=True)
+        out = os.path.join(d, f"{tid}.{fmt}")
+        if os.path.exists(out):
+            kept.append(out)
+            continue
+        tmp = os.path.join(d, f".{tid}.{fmt}.partial")
+        try:
+            if fmt == "csv":
+                df.to_csv(tmp, index=False)
+            else:
+                df.to_parquet(tmp, index=False)
+            os.rename(tmp, out)     # ours, in our own dataset folder: never a user's file
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
         written.append(out)
-    return written
+    return written, kept

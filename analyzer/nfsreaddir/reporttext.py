@@ -199,28 +199,47 @@ def _task(payload, out):
         pass
 
 
-def _column(values, name):
-    """Typed column from a list of str values (None = missing)."""
+def _int_of(v):
+    """The integer a report value stands for, or None."""
+    if _INT_RE.match(v):
+        return int(v)
+    if _HEX_RE.match(v):
+        return int(v, 0)
+    return None
+
+
+def _column(values, name, bad=None):
+    """Typed column from a list of str values (None = missing). A field is an integer field
+    when most of its values are integers; then a value that is not one, or does not fit in 64
+    bits, is damage: it becomes missing and its index goes to `bad` (a list), never turning
+    the whole column into text."""
     present = [v for v in values if v is not None]
-    if present and all(_INT_RE.match(v) or _HEX_RE.match(v) for v in present):
-        ints = [int(v, 0) if _HEX_RE.match(v) else int(v) for v in present]
-    elif present and all(_BAREHEX_RE.match(v) for v in present) and any(
+    ints = [_int_of(v) for v in present]
+    n_int = sum(i is not None for i in ints)
+    if present and n_int < len(present) and all(_BAREHEX_RE.match(v) for v in present) and any(
             re.search(r"[a-fA-F]", v) or (len(v) > 1 and v[0] == "0") for v in present):
-        ints = [int(v, 16) for v in present]
-    else:
+        ints = [int(v, 16) for v in present]           # -R prints %x fields as bare hex
+        n_int = len(ints)
+    if not present or n_int * 2 < len(present) or (n_int < len(present) and n_int < 2):
         return pd.array(values, dtype="str") if len(values) else pd.array([], dtype="str")
-    lo, hi = min(ints), max(ints)
-    if lo >= -(1 << 63) and hi < (1 << 63):
-        dt = np.int64
-    elif lo >= 0 and hi < (1 << 64):
-        dt = np.uint64
-    else:
-        return pd.array(values, dtype="str")
-    if len(present) == len(values):
-        return np.array(ints, dtype=dt)
+    ok = [i for i in ints if i is not None and -(1 << 63) <= i < (1 << 64)]
+    signed = not ok or min(ok) < 0 or max(ok) < (1 << 63)
+    lo, hi = (-(1 << 63), 1 << 63) if signed else (0, 1 << 64)
     it = iter(ints)
-    full = [next(it) if v is not None else None for v in values]
-    return pd.array(full, dtype="Int64" if dt is np.int64 else "UInt64")
+    full = []
+    for k, v in enumerate(values):
+        if v is None:
+            full.append(None)
+            continue
+        i = next(it)
+        if i is None or not lo <= i < hi:
+            if bad is not None:
+                bad.append(k)
+            i = None
+        full.append(i)
+    if all(x is not None for x in full):
+        return np.array(full, dtype=np.int64 if signed else np.uint64)
+    return pd.array(full, dtype="Int64" if signed else "UInt64")
 
 
 class ReportText:
@@ -356,8 +375,11 @@ class ReportText:
                 fields = [fields]
             bykey.setdefault(key.replace("/", ":").rsplit(":", 1)[-1], []).append(
                 (key, None if fields is None else list(fields)))
-        rows = {name: {"ts": [], "cpu": [], "pid": [], "comm": [], "f": []} for name in bykey}
+        rows = {name: {"ts": [], "cpu": [], "pid": [], "comm": [], "f": [], "line": []}
+                for name in bykey}
         lost = []
+        damaged = []
+        last_ts = None
         insts = set()
         nlines = nevents = 0
         # trace-cmd prints "<instance>: " and then, when events were dropped,
@@ -368,6 +390,22 @@ class ReportText:
             nlines += 1
             s = line.rstrip("\n")
             m = _EVENT_RE.match(s)
+            if m:
+                ts = _ts_ns(m.group("sec"), m.group("frac"))
+                if last_ts is not None and ts < last_ts:
+                    # trace-cmd report prints events in time order: an edited or mixed line.
+                    damaged.append({"line": nlines, "from": ts, "to": last_ts,
+                                    "pid": None, "what": f"line {nlines}: its time {ts / 1e9:.6f}"
+                                    f" is before the line above ({last_ts / 1e9:.6f})"})
+                if damaged and damaged[-1].get("to") is None:
+                    damaged[-1]["to"] = ts
+                last_ts = ts if last_ts is None else max(last_ts, ts)
+            elif nevents and s.strip() and not s.lstrip().startswith("=>") \
+                    and not _LOST_RE.match(s):
+                # After the first event every line is an event, a loss, or a stack line.
+                damaged.append({"line": nlines, "from": last_ts, "to": None, "pid": None,
+                                "what": f"line {nlines} is not an event line: {s[:60]!r}"})
+                continue
             if not m:
                 lm = _LOST_RE.match(s)
                 if lm:
@@ -387,7 +425,6 @@ class ReportText:
             insts.add(inst or "")
             if not self._inst_ok(inst):
                 continue
-            ts = _ts_ns(m.group("sec"), m.group("frac"))
             if lost and lost[-1]["ts"] is None:
                 lost[-1]["ts"] = ts
             name = m.group("event")
@@ -399,8 +436,14 @@ class ReportText:
             r["pid"].append(int(m.group("pid")))
             r["comm"].append(m.group("comm").strip())
             r["f"].append(self._fields(name, m.group("payload") or ""))
+            r["line"].append(nlines)
         if nevents == 0 and self.info["cpus"] is None:
             raise TraceError(f"{self.path}: no trace-cmd report event lines found")
+        for d in damaged:
+            if d["from"] is None:
+                d["from"] = d["to"] if d["to"] is not None else 0
+            if d["to"] is None:
+                d["to"] = 1 << 62
         self.info["lost_events"] = lost
         self.info["instances"] = sorted(insts)
         self.info["scanned"] = True
@@ -425,13 +468,23 @@ class ReportText:
                         "comm": pd.array(r["comm"], dtype="str")}
                 for f in flist:
                     vals = [d.get(f) for d in r["f"]]
-                    cols[field_column(f)] = (_column(vals, f) if typed
+                    bad = [k for k, v in enumerate(vals) if v is None]
+                    cols[field_column(f)] = (_column(vals, f, bad) if typed
                                              else pd.array(vals, dtype=object))
+                    for k in sorted(set(bad)):
+                        v = vals[k]
+                        damaged.append({
+                            "line": r["line"][k], "from": r["ts"][k], "to": r["ts"][k],
+                            "pid": r["pid"][k], "event": name, "field": f,
+                            "what": f"line {r['line'][k]}: {name} "
+                                    + (f"has no {f}=" if v is None else f"{f}={v!r} is not a "
+                                       "64-bit integer")})
                 df = pd.DataFrame(cols)
                 if len(df):
                     order = np.lexsort((df["cpu"].to_numpy(), df["ts"].to_numpy()))
                     df = df.iloc[order].reset_index(drop=True)
                 frames[key] = df[base + [field_column(f) for f in flist]]
+        self.info["damaged_events"] = sorted(damaged, key=lambda d: d["line"])
         return frames
 
     def _fields(self, name, payload):

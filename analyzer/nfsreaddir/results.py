@@ -46,7 +46,7 @@ def _num(v):
 
 def check_names(directory, phase, finished):
     """Duplicates and missing names of a listing against the files created before it; a
-    listing stopped by its timeout is only checked for duplicates."""
+    listing that did not finish is only checked for duplicates."""
     with open(os.path.join(directory, "names-expected.txt")) as f:
         expected = set(f.read().split())
     with open(os.path.join(directory, f"names-{phase}.txt")) as f:
@@ -58,29 +58,64 @@ def check_names(directory, phase, finished):
             "duplicate_examples": dups[:10], "missing_examples": missing[:10]}
 
 
-def phase_result(directory, phase, facts):
-    # Imported here: --verdict and --table need no pandas, which is slow to load in a guest.
-    from .analysis import AnalysisError, analyze
-    from .trace import TraceError, open_trace
+READDIR_RUNS = ("readdir-loopback", "readdir-multi")
+
+
+def is_readdir_run(path):
+    """True for a results directory of a readdir reproducer (its facts say so)."""
+    try:
+        with open(os.path.join(path, "facts")) as f:
+            return any(line.rstrip("\n") in {f"run.name={n}" for n in READDIR_RUNS}
+                       for line in f)
+    except OSError:
+        return False
+
+
+def run_checks(directory):
+    """What a readdir reproducer's run adds to its traces for the verdict, for results.json and
+    `check` alike: the name check of each phase's listing and the run's READDIR ratio limit."""
+    facts = read_facts(os.path.join(directory, "facts"))
+    run = facts.get("run", {})
+    names = {}
+    if run.get("fs") in NAMES_CHECKED_FS:
+        for phase in facts:
+            if os.path.exists(os.path.join(directory, f"names-{phase}.txt")):
+                names[phase] = check_names(directory, phase,
+                                           finished=facts[phase].get("status") == "0")
+    return names, float(run.get("max_ratio") or 1.5)
+
+
+def analyses_of(directory):
+    """The analysis of every trace of a results directory."""
+    import glob
+    from .analysis import analyze
+    from .trace import open_trace
+    out = []
+    for trace in sorted(glob.glob(os.path.join(directory, "*.dat"))):
+        a = analyze(open_trace(trace))
+        a.info = dict(a.info, path=trace)
+        out.append(a)
+    return out
+
+
+def phase_result(phase, facts, analyses):
     out = {k: _num(v) for k, v in facts.items()}
     out["readdir_rpcs"] = out.get("readdir", 0) + out.get("readdirplus", 0)
     out["timed_out"] = bool(out.get("timed_out"))
-    trace = os.path.join(directory, f"{phase}.dat")
-    out["trace"] = os.path.basename(trace)
-    try:
-        a = analyze(open_trace(trace))
-        lst = next((x for x in a.listings if x.phase == phase), None)
-        if lst is None:
-            raise AnalysisError(f"no {phase} listing in {trace}")
-        s = lst.summary()
-        out["trace_readdirs"] = s["readdirs"]
-        for k in ("restarts", "cookie_zero_readdirs", "refetched_readdirs", "invalidations",
-                  "invalidations_followed_by_restart", "cache_range_trims", "dentries"):
-            out[k] = s[k]
-        out["cookies_known"] = a.cookies_known
-        out["evidence"] = a.evidence
-    except (TraceError, AnalysisError) as e:
-        out["analysis_error"] = str(e)
+    found = [(a, x) for a in analyses for x in a.listings if x.phase == phase]
+    if not found:
+        out["analysis_error"] = f"no {phase} listing in the traces"
+        return out
+    a, lst = found[0]
+    s = lst.summary()
+    out["trace"] = os.path.basename(a.info.get("path", ""))
+    out["trace_readdirs"] = s["readdirs"]
+    for k in ("restarts", "cookie_zero_readdirs", "refetched_readdirs", "invalidations",
+              "invalidations_followed_by_restart", "cache_range_trims", "version_changes",
+              "ending", "complete", "exercised", "dentries"):
+        out[k] = s[k]
+    out["cookies_known"] = a.cookies_known
+    out["evidence"] = a.evidence
     return out
 
 
@@ -92,75 +127,50 @@ def build(directory):
         return dcache.build_results(directory)
     if name == "readdir-overhead":
         return overhead(facts)
+    from . import verdict
     run = {k: _num(v) for k, v in facts.pop("run", {}).items()}
     res = {"analyzer": __version__, **run, "phases": {}}
+    try:
+        analyses = analyses_of(directory)
+        names, max_ratio = run_checks(directory)
+    except Exception as e:      # noqa: BLE001 - any failure to read is "could not decide"
+        res["analysis_error"] = f"{type(e).__name__}: {e}"
+        res["verdict"], res["reasons"] = verdict.RESULT_WORDS[verdict.UNDECIDED], [
+            f"the traces could not be analysed: {e}"]
+        return res
     for phase, pf in facts.items():
-        res["phases"][phase] = phase_result(directory, phase, pf)
-        if run.get("fs") in NAMES_CHECKED_FS:
-            res["phases"][phase].update(check_names(
-                directory, phase, finished=not res["phases"][phase]["timed_out"]))
+        res["phases"][phase] = phase_result(phase, pf, analyses)
+        res["phases"][phase].update(names.get(phase, {}))
     res["names_checked"] = run.get("fs") in NAMES_CHECKED_FS
-    res["verdict"], res["reasons"] = judge(res)
+    res["listings"] = [dict(lst.summary(), trace=os.path.basename(a.info.get("path", "")))
+                       for a in analyses for lst in a.listings]
+    ph = res["phases"]
+    if "idle" in ph and "modified" in ph:
+        res["readdir_ratio"] = round(ph["modified"]["readdir_rpcs"]
+                                     / max(ph["idle"]["readdir_rpcs"], 1), 2)
+    v = verdict.judge(analyses, max_ratio=max_ratio, names=names)
+    res["verdict"], res["reasons"] = v.result, [v.reason]
+    res["exit"] = v.code
     return res
 
 
 def overhead(facts):
     """readdir-overhead: median listing time traced against untraced, from the same run."""
     import statistics
+    from . import verdict
     run = {k: _num(v) for k, v in facts.pop("run", {}).items()}
     res = {"analyzer": __version__, **run}
     for kind in ("untraced", "traced"):
         times = [float(v) for k, v in sorted(facts.get(kind, {}).items())]
         res[kind] = {"seconds": times,
                      "median": round(statistics.median(times), 3) if times else None}
-    u, t = res["untraced"]["median"], res["traced"]["median"]
-    if not (u and t):
-        res["verdict"], res["reasons"] = "FAIL", ["no listing of one kind was timed"]
-        return res
-    res["slowdown"] = round(t / u, 3)
-    limit = float(res.get("max_slowdown", 1.10))
-    what = (f"traced listing median {t:.3f}s against {u:.3f}s untraced "
-            f"({(res['slowdown'] - 1) * 100:+.1f}%, limit {(limit - 1) * 100:+.0f}%)")
-    res["verdict"], res["reasons"] = ("PASS" if res["slowdown"] <= limit else "FAIL"), [what]
+    code, text, slowdown = verdict.judge_overhead(res["untraced"]["median"],
+                                                  res["traced"]["median"],
+                                                  float(res.get("max_slowdown", 1.10)))
+    if slowdown is not None:
+        res["slowdown"] = slowdown
+    res["verdict"], res["reasons"] = verdict.RESULT_WORDS[code], [text]
     return res
-
-
-# Without cookies, a ratio of small counts means little: 6.1 spends one READDIR per
-# invalidation to continue a listing, 3 against 9 on a small directory. Ask for both.
-MIN_EXTRA_READDIRS = 10
-
-
-def judge(res):
-    """FAIL when the modified listing restarts at cookie 0 (or, where the trace has no cookies,
-    needs clearly more READDIRs than the idle one), does not finish, or (on a disk file
-    system) repeats or loses a name."""
-    ph = res["phases"]
-    reasons = []
-    ratio_max = float(res.get("max_ratio", 1.5))
-    for name, p in ph.items():
-        if p.get("timed_out"):
-            reasons.append(f"{name} listing did not finish within {res.get('timeout')}s")
-        if p.get("duplicates") or p.get("missing"):
-            reasons.append(f"{name} listing: {p['duplicates']} duplicate and "
-                           f"{p['missing'] or 0} missing names")
-        if p.get("restarts"):
-            reasons.append(f"{name} listing restarted {p['restarts']} times at cookie 0 "
-                           f"after {p.get('invalidations_followed_by_restart', 0)} "
-                           f"invalidations ({p['readdir_rpcs']} READDIRs)")
-    if "idle" in ph and "modified" in ph:
-        idle, mod = ph["idle"]["readdir_rpcs"], ph["modified"]["readdir_rpcs"]
-        res["readdir_ratio"] = round(mod / max(idle, 1), 2)
-        if (not ph["modified"].get("cookies_known") and res["readdir_ratio"] > ratio_max
-                and mod - idle >= MIN_EXTRA_READDIRS):
-            reasons.append(f"modified listing needed {mod} READDIRs against {idle} idle "
-                           f"({res['readdir_ratio']}x > {ratio_max}x)")
-    if reasons:
-        return "FAIL", reasons
-    ok = ["no restart at cookie 0" if any(p.get("cookies_known") for p in ph.values())
-          else "READDIR cookies not traced"]
-    if "readdir_ratio" in res:
-        ok.append(f"modified/idle READDIRs {res['readdir_ratio']}x")
-    return "PASS", ok
 
 
 TABLE_ROWS = [("time (s)", "seconds"), ("READDIR RPCs", "readdir_rpcs"),
@@ -205,14 +215,18 @@ def main(argv=None):
     args.dir = args.dir[0]
     path = os.path.join(args.dir, "results.json")
     if args.verdict:
+        # The exit status is the verdict's, for vm-run and the reproducers: 0 PASS, 1 FAIL,
+        # 125 when there is none to give (a results.json that cannot be read included).
         try:
             with open(path) as f:
                 res = json.load(f)
-        except (OSError, ValueError) as e:
-            print(f"NORESULT: cannot read {path}: {e}")
-            return 1
-        print(f"{res['verdict']}: " + "; ".join(res["reasons"]))
-        return 0
+            code = {"PASS": 0, "FAIL": 1}.get(res["verdict"], 125)
+            line = f"{res['verdict']}: " + "; ".join(res["reasons"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"UNDECIDED: cannot read the verdict in {path}: {e}")
+            return 125
+        print(line)
+        return code
     try:
         res = build(args.dir)
     except OSError as e:

@@ -25,7 +25,12 @@ as ``field_<name>`` (see :func:`field_column`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
+import sys
+import tempfile
+import time
 
 __all__ = ["open_trace", "TraceError", "BASE_COLUMNS", "field_column", "OnePass"]
 
@@ -52,25 +57,84 @@ class TraceError(Exception):
 
 TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
 
+# Spooled inputs stay open (and so readable through /proc/self/fd) for the life of the process.
+_SPOOLED = []
+
+
+def _progress(done, total=None, what="read"):
+    """One line of progress, rewritten in place, on a terminal only (never into a pipe)."""
+    if not sys.stderr.isatty():
+        return
+    mb = done / (1 << 20)
+    of = f" of {total / (1 << 20):,.0f}" if total else ""
+    sys.stderr.write(f"\rnfs-readdir: {what} {mb:,.0f}{of} MiB")
+    sys.stderr.flush()
+
+
+def _spool(path):
+    """Copy a stream (stdin as "-", a pipe, a FIFO, <(...)) once into an unlinked temporary
+    file: the readers need to read a trace more than once (the text reader scans it per pass,
+    trace.dat is mapped), and a stream can be read only once. The copy is reached through
+    /proc/self/fd, so nothing is left behind whatever ends the process."""
+    try:
+        src = sys.stdin.buffer if path == "-" else open(path, "rb")
+    except OSError as e:
+        raise TraceError(f"cannot open trace {path!r}: {e.strerror or e}") from None
+    tmp = tempfile.TemporaryFile(prefix="nfs-readdir-")
+    done, last = 0, time.monotonic()
+    with contextlib.nullcontext() if path == "-" else src:
+        while True:
+            chunk = src.read(1 << 20)
+            if not chunk:
+                break
+            tmp.write(chunk)
+            done += len(chunk)
+            if time.monotonic() - last > 1:
+                _progress(done, what=f"reading {'standard input' if path == '-' else path}:")
+                last = time.monotonic()
+    if done and sys.stderr.isatty():
+        sys.stderr.write("\n")
+    tmp.flush()
+    _SPOOLED.append(tmp)
+    return f"/proc/self/fd/{tmp.fileno()}"
+
+
+def _is_stream(path):
+    if path == "-":
+        return True
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
 
 def open_trace(path, instance=None):
-    """Open ``path`` and return a trace object (binary or text reader).
+    """Open ``path`` and return a trace object (binary or text reader). ``path`` may be "-"
+    (standard input), a pipe or a FIFO: a stream is read once, into a temporary copy.
 
     ``instance`` selects a trace-cmd buffer instance (``trace-cmd record -B``);
     the default ``None`` reads the top instance.
     """
-    path = os.fspath(path)
+    shown = path = os.fspath(path)
+    if _is_stream(path):
+        path = _spool(path)
+    t = _open(path, instance, shown)
+    t.info["path"] = shown
+    return t
+
+
+def _open(path, instance, shown):
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
     except OSError as e:
-        raise TraceError(f"cannot open trace {path!r}: {e.strerror or e}") from None
+        raise TraceError(f"cannot open trace {shown!r}: {e.strerror or e}") from None
     if not head:
-        raise TraceError(f"{path!r} is empty: expected a trace.dat file or "
+        raise TraceError(f"{shown!r} is empty: expected a trace.dat file or "
                          "the output of `trace-cmd report`")
     if head.startswith(TRACE_DAT_MAGIC[:3]):
         if not head.startswith(TRACE_DAT_MAGIC):
-            raise TraceError(f"{path!r} starts like a trace.dat file but the magic is "
+            raise TraceError(f"{shown!r} starts like a trace.dat file but the magic is "
                              "damaged; re-copy the file or re-record the trace")
         from .tracedat import TraceDat
         return TraceDat(path, instance=instance)
@@ -78,7 +142,7 @@ def open_trace(path, instance=None):
     if looks_like_report(head):
         return ReportText(path, instance=instance)
     raise TraceError(
-        f"{path!r} is neither a trace.dat file (no trace-cmd magic) nor "
+        f"{shown!r} is neither a trace.dat file (no trace-cmd magic) nor "
         "`trace-cmd report` text (no line like 'comm-pid [cpu] ts: event: ...'); "
         "record with `trace-cmd record`, or give the output of `trace-cmd report [-R]`")
 

@@ -257,8 +257,9 @@ lb_cookie_kprobe() {
 
 
 # lb_finish: results.json from the facts file and the traces (the analyzer reads them), then exit
-# with the verdict: 0 PASS, 1 FAIL. Under emulation the analyzer is slow, so vm-run sets
-# NFSRT_DEFER_RESULTS=1 and does this step on the host, from the same results directory.
+# with the verdict: 0 PASS, 1 FAIL, 125 UNDECIDED (nothing exercised the bug, or the traces cannot
+# tell). Under emulation the analyzer is slow, so vm-run sets NFSRT_DEFER_RESULTS=1 and does this
+# step on the host, from the same results directory.
 lb_finish() {
 	if [ "${NFSRT_DEFER_RESULTS:-0}" = 1 ]; then
 		lb_log "recorded; results.json is left to the caller (NFSRT_DEFER_RESULTS=1)"
@@ -266,11 +267,11 @@ lb_finish() {
 	fi
 	python3 -m nfsreaddir.results "$RESULTS" >>"$RESULTS/log" 2>&1 ||
 		lb_die "could not write results.json: see $RESULTS/log"
-	local verdict
-	verdict=$(python3 -m nfsreaddir.results --verdict "$RESULTS") || lb_die "no verdict"
+	local verdict rc=0
+	verdict=$(python3 -m nfsreaddir.results --verdict "$RESULTS") || rc=$?
 	lb_log "$verdict"
-	case $verdict in
-	PASS*) exit 0 ;;
-	*) exit 1 ;;
+	case $rc in
+	0 | 1) exit "$rc" ;;
+	*) exit 125 ;;
 	esac
 }

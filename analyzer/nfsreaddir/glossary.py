@@ -1,0 +1,79 @@
+"""What every column of `analyze`'s table and of `export`'s tables means, with its unit: printed
+by `nfs-readdir analyze --explain`, and the README's glossary is checked against it."""
+
+TEXT_TABLE = {
+    "trace": "the trace file the listing is in",
+    "phase": "the reproducer's phase (idle, modified) the listing ran in; - outside the reproducer",
+    "dir": "the directory's fileid (inode number on the server); ? where the trace does not name it",
+    "process": "the reading process, as comm[pid]",
+    "time (s)": "seconds from the listing's start (its open, first getdents or phase start) to its "
+                "end",
+    "ended": "how it ended: eof (reached the end of the directory), error, killed, closed (before "
+             "the end), cut_off (by the end of the trace), unknown (the trace has no end-of-listing "
+             "event); '(began before)' when it was opened before the trace started",
+    "entries": "names the reproducer's lister printed; - outside the reproducer",
+    "READDIRs": "READDIR and READDIRPLUS RPCs the listing sent",
+    "restarts": "READDIRs at cookie 0 while the reader's position was past the start; ? without "
+                "cookies",
+    "refetched": "READDIRs spent after restarts getting back to where the listing had been; ? "
+                 "without cookies",
+    "invalidations": "times the directory's page cache was dropped during the listing (and how "
+                     "many of them a restart followed)",
+    "dentries": "change of the dcache's nr_dentry over the listing (from the reproducer's samples)",
+}
+
+EXPORT_COLUMNS = {
+    "trace_id": "hash of the trace file's bytes: joins every table of one trace",
+    "trace": "the trace's path as given to export",
+    "kernel": "the kernel release the trace was recorded on",
+    "nfs": "the NFS version, where the trace says (the reproducer's run marker)",
+    "listing": "the listing's number within its trace (null outside any listing): with trace_id, "
+               "the key into the listings table",
+    "ts": "event time, ns (the trace's clock)",
+    "cpu, pid, comm, source": "where the event was logged, and the trace event it was read from",
+    "phase, pid, comm, dir_fileid, dev": "as in analyze's table; dev is the kernel's dev_t",
+    "delimited_by": "what told the listing apart: opens, syscalls, phases or readdirs",
+    "start_ns, end_ns, seconds": "the listing's span (ns, ns, s)",
+    "ending, complete, error, began_before_trace": "how the listing ended (see 'ended'); complete "
+                                                   "is ending = eof and opened in the trace; "
+                                                   "error is the errno that stopped it",
+    "entries, status": "the reproducer's lister: names printed and exit status",
+    "getdents": "getdents calls into NFS (null where the trace has no such event)",
+    "readdirs, cookie_zero_readdirs, restarts, ambiguous_cookie_zero_readdirs": "READDIRs, those "
+        "at cookie 0, the restarts among them, and those whose cause the trace cannot tell "
+        "(null without cookies)",
+    "rewinds": "seeks of the reader back to the start (null where not observable)",
+    "refetched_readdirs, restart_cost_seconds": "what the restarts cost: READDIRs and seconds",
+    "invalidations, invalidations_followed_by_restart, cache_range_trims, version_changes":
+        "changes of the directory during the listing: page cache drops, those a restart "
+        "followed, 5.18+ range trims, and moves of its change attribute (5.18+; null elsewhere)",
+    "exercised": "the directory changed under the listing, so a restart was possible",
+    "damaged_events": "damaged or lost stretches of the trace that overlap the listing",
+    "max_dtsize, dentries_added": "the largest READDIR size asked (bytes), dcache growth",
+    "finding, why": "the listing's verdict: bad, undecided, good or untested, and why",
+    "cookie, dtsize, plus, version, error, restart (rpc)": "the cookie asked for, the buffer "
+        "size (bytes), READDIRPLUS, the directory's change attribute, the RPC's errno, and "
+        "whether this READDIR is a restart",
+    "rpc_index, refetched, cost_ns, after_invalidation (restarts)": "which READDIR of the "
+        "listing restarted, READDIRs and ns until it got back, whether an invalidation "
+        "preceded it",
+    "reason, chain, followed_by_restart (invalidations)": "the kernel's reason, the steps "
+        "that led to it (revalidate -> GETATTR -> ...), whether a restart followed",
+    "call, file, fd, pos, old_pos, ret, eof (calls)": "what the reader did (opendir, "
+        "getdents, llseek, closedir, system calls), the open file, its position before and "
+        "after, and how a call returned",
+    "step, cache_validity (revalidations)": "the attribute check and the inode's "
+                                            "cache_validity flags",
+    "text (markers)": "the reproducer's trace_marker line",
+    "nr_dentry ... readdirplus (samples)": "/proc/sys/fs/dentry-state, the dentry slab and the "
+                                           "mounts' READDIR counts, sampled by the reproducer",
+}
+
+
+def explain():
+    """The glossary as text."""
+    out = ["Columns of `nfs-readdir analyze`'s table:"]
+    out += [f"  {k:14} {v}" for k, v in TEXT_TABLE.items()]
+    out += ["", "Columns of `nfs-readdir export`'s tables (see the README's glossary):"]
+    out += [f"  {k}\n      {v}" for k, v in EXPORT_COLUMNS.items()]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,209 @@
+"""Every rule that turns analyses into an answer: good, bad, or cannot decide.
+
+`git bisect run` acts on the exit status, and a false good or bad costs a user days, so an
+answer claims only what the trace shows. Each listing is judged on its own:
+
+    bad        it restarted at cookie 0 (more often than allowed)
+    undecided  the trace cannot rule a restart out: no READDIR cookies, cookie-0 READDIRs of
+               unknown cause, events damaged or lost during it, or it did not reach the end of
+               its directory
+    good       its directory changed under it (the cache was invalidated, or on 5.18+ its
+               change attribute moved), it reached the end, and it did not restart
+    untested   its directory did not change under it: no restart was possible
+
+A trace, or a run of several, is bad when any listing is bad; cannot decide when any listing is
+undecided; good when at least one listing is good; and cannot decide otherwise, since nothing
+exercised the bug. Without cookies, the READDIRs of a modified listing against an idle one of the
+same run decide instead, and a reproducer's run is also bad when a listing repeated or lost a
+name. `check`, results.json, vm-run and bisect-run all answer through judge().
+"""
+
+from dataclasses import dataclass, field
+
+from . import analysis, events
+
+GOOD, BAD, UNDECIDED = 0, 1, 125
+WORDS = {GOOD: "good", BAD: "bad", UNDECIDED: "cannot decide"}
+# results.json and the reproducers' last line.
+RESULT_WORDS = {GOOD: "PASS", BAD: "FAIL", UNDECIDED: "UNDECIDED"}
+CODE_OF_RESULT = {v: k for k, v in RESULT_WORDS.items()}
+
+# Without cookies, a ratio of small counts means little: 6.1 spends one READDIR per
+# invalidation to continue a listing, 3 against 9 on a small directory. Ask for both.
+MIN_EXTRA_READDIRS = 10
+MAX_RATIO = 1.5
+
+
+@dataclass
+class Finding:
+    listing: object         # analysis.Listing
+    word: str               # bad, undecided, good, untested
+    why: str
+
+
+@dataclass
+class Verdict:
+    code: int               # 0 good, 1 bad, 125 cannot decide (git bisect run's meaning)
+    reason: str             # one line: which listing and which evidence decided
+    findings: list = field(default_factory=list)
+
+    @property
+    def word(self):
+        return {GOOD: "good", BAD: "bad"}.get(self.code, "skip")
+
+    @property
+    def result(self):
+        return RESULT_WORDS[self.code]
+
+
+def _n(count, word):
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _change(lst):
+    """What changed under a listing, in words."""
+    parts = []
+    if lst.invalidations:
+        parts.append(_n(len(lst.invalidations), "invalidation"))
+    if lst.cache_range_trims:
+        parts.append(_n(lst.cache_range_trims, "cache trim"))
+    if lst.version_changes:
+        parts.append(_n(lst.version_changes, "change") + " of the directory's change attribute")
+    return " and ".join(parts) or "no change of its directory"
+
+
+def judge_listing(lst, max_restarts=0):
+    """The finding for one listing (see the module's text)."""
+    if lst.cookies_known and len(lst.restarts) > max_restarts:
+        inv = sum(bool(i.followed_by_restart) for i in lst.invalidations)
+        why = (f"restarted {len(lst.restarts)} times at cookie 0"
+               + (f" after {_n(inv, 'invalidation')}" if inv else "")
+               + f" ({len(lst.rpcs)} READDIRs)")
+        if lst.ending != analysis.EOF:
+            why += f", and did not reach the end of the directory ({analysis.ENDINGS[lst.ending]})"
+        return Finding(lst, "bad", why)
+    if lst.damage:
+        return Finding(lst, "undecided", f"events were damaged or lost during it ("
+                       + "; ".join(sorted({d['what'] for d in lst.damage}))[:300] + ")")
+    if not lst.cookies_known:
+        return Finding(lst, "undecided", "the trace has no READDIR cookies, so a restart "
+                                         "cannot be seen")
+    if lst.ambiguous_rows:
+        return Finding(lst, "undecided",
+                       f"{_n(len(lst.ambiguous_rows), 'cookie-0 READDIR')} after the start "
+                       "could be restarts, rewinds or new opens: the trace does not record "
+                       "where the reader was")
+    if not lst.complete:
+        why = ("began before the trace" if lst.began_before_trace
+               else analysis.ENDINGS[lst.ending])
+        return Finding(lst, "undecided", f"it did not reach the end of the directory in the "
+                                         f"trace ({why})")
+    allowed = (f"; {_n(len(lst.restarts), 'restart')} at cookie 0, at most {max_restarts} "
+               "allowed" if lst.restarts else "")
+    if not lst.exercised:
+        return Finding(lst, "untested", "its directory did not change during it, so no restart "
+                                        "was possible" + allowed)
+    return Finding(lst, "good", f"met {_change(lst)} and reached the end of the directory with "
+                                f"{'no restart at cookie 0' if not lst.restarts else ''}"
+                                f"{allowed.lstrip('; ')}")
+
+
+def _evidence(analyses):
+    srcs = sorted({e for a in analyses for e in a.evidence.get("rpc", [])})
+    what = "cookies" if any(a.cookies_known for a in analyses) else "READDIR counts"
+    delim = sorted({lst.delimited_by for a in analyses for lst in a.listings})
+    return f"{what} from {', '.join(srcs) or '-'}; listings by {', '.join(delim)}"
+
+
+def _ratio_rule(listings, max_ratio):
+    """Without cookies: the modified listing's READDIRs against the idle one's of the same run.
+    Returns (code, text) or None when the run has no such pair."""
+    by_phase = {lst.phase: lst for lst in listings if lst.phase}
+    if not ("idle" in by_phase and "modified" in by_phase):
+        return None
+    idle, mod = by_phase["idle"], by_phase["modified"]
+    ni, nm = len(idle.rpcs), len(mod.rpcs)
+    ratio = nm / max(ni, 1)
+    text = (f"the modified listing needed {nm} READDIRs against {ni} idle ({ratio:.2f}x; "
+            f"limit {max_ratio}x and at least {MIN_EXTRA_READDIRS} more)")
+    if ratio > max_ratio and nm - ni >= MIN_EXTRA_READDIRS:
+        return BAD, text
+    if ratio > max_ratio:
+        return UNDECIDED, text + ": too few READDIRs to tell"
+    f = judge_listing(mod)
+    if mod.damage or not mod.complete:
+        return UNDECIDED, text + f", but {f.why}"
+    if not mod.exercised:
+        return UNDECIDED, text + ", but its directory did not change during it"
+    return GOOD, text + f"; it met {_change(mod)} and reached the end"
+
+
+def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
+    """One answer from one or more analysed traces (analysis.Analysis) of one run. names: per
+    phase, {"duplicates": n, "missing": n or None} from a reproducer's name check."""
+    listings = [lst for a in analyses for lst in a.listings]
+    findings = [judge_listing(lst, max_restarts) for lst in listings]
+    evidence = _evidence(analyses)
+    if not listings:
+        return Verdict(UNDECIDED, "cannot decide: no listing found", findings)
+    bad = [f for f in findings if f.word == "bad"]
+    if bad:
+        worst = max(bad, key=lambda f: (len(f.listing.restarts), len(f.listing.rpcs)))
+        more = f"; {_n(len(bad) - 1, 'other listing')} too" if len(bad) > 1 else ""
+        return Verdict(BAD, f"bad: {worst.listing.label()} {worst.why}{more} "
+                            f"(evidence: {evidence})", findings)
+    for phase, nm in (names or {}).items():
+        if nm.get("duplicates") or nm.get("missing"):
+            return Verdict(BAD, f"bad: the {phase} listing returned {nm['duplicates']} duplicate "
+                                f"and {nm['missing'] or 0} missing names", findings)
+    if not any(a.cookies_known for a in analyses):
+        rule = _ratio_rule(listings, max_ratio)
+        if rule is not None:
+            code, text = rule
+            return Verdict(code, f"{WORDS[code]}: {text} (evidence: {evidence})", findings)
+    undecided = [f for f in findings if f.word == "undecided"]
+    if undecided:
+        f = undecided[0]
+        more = (f"; {_n(len(undecided) - 1, 'other listing')} undecided too"
+                if len(undecided) > 1 else "")
+        return Verdict(UNDECIDED, f"cannot decide: {f.listing.label()}: {f.why}{more}"
+                                  f"{_advice(analyses, f)} (evidence: {evidence})", findings)
+    good = [f for f in findings if f.word == "good"]
+    if good:
+        best = max(good, key=lambda f: (len(f.listing.invalidations), len(f.listing.rpcs)))
+        return Verdict(GOOD, f"good: {best.listing.label()} {best.why} "
+                             f"({_n(len(good), 'listing')} exercised, {len(listings)} in all; "
+                             f"evidence: {evidence})", findings)
+    return Verdict(UNDECIDED, f"cannot decide: the bug was never exercised: no directory changed "
+                              f"during any of the {_n(len(listings), 'listing')}, so none could "
+                              f"restart (evidence: {evidence})", findings)
+
+
+def _advice(analyses, finding):
+    """What to record so that the next trace can decide, for the trace's own kernel."""
+    a = next(a for a in analyses if finding.listing in a.listings)
+    lst = finding.listing
+    missing = set()
+    if not lst.cookies_known:
+        missing.add("rpc")
+    if lst.ambiguous_rows or (not lst.complete and lst.ending == analysis.UNKNOWN):
+        missing.add("calls")
+    if not missing:
+        return ""
+    return "; record with " + events.record_advice(a.kernel, missing)
+
+
+def judge_overhead(untraced_median, traced_median, limit):
+    """readdir-overhead: the traced listings' median against the untraced one of the same run.
+    Returns (code, text, slowdown)."""
+    if not (untraced_median and traced_median):
+        return UNDECIDED, "no listing of one kind was timed", None
+    slowdown = round(traced_median / untraced_median, 3)
+    text = (f"traced listing median {traced_median:.3f}s against {untraced_median:.3f}s "
+            f"untraced ({(slowdown - 1) * 100:+.1f}%, limit {(limit - 1) * 100:+.0f}%)")
+    return (GOOD if slowdown <= limit else BAD), text, slowdown
+
+
+def from_reasons(fail, ok):
+    """A reproducer judge's findings as (result word, reasons): any failure is FAIL."""
+    return (RESULT_WORDS[BAD], fail) if fail else (RESULT_WORDS[GOOD], ok)

@@ -1,0 +1,181 @@
+"""Inputs and outputs a user can rely on: pipes and FIFOs, one export dataset for many traces
+(queried with DuckDB), plots that write exactly their path, names that are not UTF-8, words."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES, NFS_READDIR, TOP, fixture_dirs, run_cli
+
+BAD = os.path.join(FIXTURES, "5.10-v4.1")
+GOOD = os.path.join(FIXTURES, "6.1-v4.1")
+DAT = os.path.join(BAD, "modified.dat")
+
+
+def listings(stdout):
+    return [{k: v for k, v in lst.items()} for a in json.loads(stdout) for lst in a["listings"]]
+
+
+def shell(cmd, **kw):
+    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300,
+                          cwd=TOP, env=dict(os.environ, PATH=os.path.dirname(sys.executable)
+                                            + os.pathsep + os.environ["PATH"]), **kw)
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return listings(run_cli("analyze", "--json", DAT, check=0).stdout)
+
+
+@pytest.mark.parametrize("how", [
+    "trace-cmd report {dat} 2>/dev/null | nfs-readdir analyze --json -",
+    "nfs-readdir analyze --json - < {dat}",
+    "cat {dat} | nfs-readdir analyze --json /dev/stdin",
+    "nfs-readdir analyze --json <(cat {dat})",
+    "rm -f {fifo}; mkfifo {fifo}; (cat {dat} > {fifo} &); nfs-readdir analyze --json {fifo}",
+], ids=["report-text-pipe", "stdin", "dev-stdin", "process-substitution", "fifo"])
+def test_a_trace_from_a_pipe_or_fifo(how, expected, tmp_path):
+    p = shell(how.format(dat=DAT, fifo=tmp_path / "fifo"))
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""               # no progress line into a pipe
+    got = listings(p.stdout)
+    assert [(x["readdirs"], x["restarts"], x["ending"]) for x in got] == \
+        [(x["readdirs"], x["restarts"], x["ending"]) for x in expected]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """The Parquet export of every readdir fixture into one folder, and what analyze says."""
+    out = tmp_path_factory.mktemp("export") / "tables"
+    printed, truth = [], {}
+    for name in fixture_dirs() + fixture_dirs("readdir-multi"):
+        d = os.path.join(FIXTURES, name)
+        p = run_cli("export", d, "-o", out, "--format", "parquet", check=0)
+        printed += p.stdout.split()
+        for a in json.loads(run_cli("analyze", "--json", d, check=0).stdout):
+            truth[a["trace"]["path"]] = a["listings"]
+    return out, printed, truth
+
+
+def test_exports_of_many_traces_never_overwrite(dataset, tmp_path):
+    out, printed, truth = dataset
+    files = [os.path.join(r, f) for r, _, fs in os.walk(out) for f in fs]
+    assert sorted(files) == sorted(printed) and len(set(printed)) == len(printed)
+    assert not [f for f in files if f.endswith(".partial")]
+    # The same trace again: nothing rewritten.
+    again = run_cli("export", BAD, "-o", out, "--format", "parquet", check=0)
+    assert "exported before" in again.stdout and ".parquet\n" not in again.stdout.replace(
+        "exported before; left as it was\n", "")
+
+
+def test_every_table_has_one_schema_for_every_kernel(dataset):
+    import pyarrow.parquet as pq
+    out, _, _ = dataset
+    for table in os.listdir(out):
+        schemas = {str(pq.read_schema(os.path.join(out, table, f)))
+                   for f in os.listdir(os.path.join(out, table))}
+        assert len(schemas) == 1, (table, schemas)
+        names = pq.read_schema(os.path.join(out, table, os.listdir(out / table)[0])).names
+        assert names[:5] == ["trace_id", "trace", "kernel", "nfs", "listing"], names
+
+
+def test_duckdb_answers_restarts_and_readdirs_per_listing(dataset):
+    """The README's query, over the export of every fixture at once, equals analyze --json."""
+    import duckdb
+    out, _, truth = dataset
+    rows = duckdb.sql(f"""
+        SELECT l.kernel, l.trace, l.listing, l.restarts, count(r.ts) AS readdirs
+        FROM read_parquet('{out}/listings/*.parquet') l
+        LEFT JOIN read_parquet('{out}/rpc/*.parquet') r USING (trace_id, listing)
+        GROUP BY ALL ORDER BY ALL""").fetchall()
+    got = {(t, i): (restarts, n) for _, t, i, restarts, n in rows}
+    want = {(t, i): (lst["restarts"], lst["readdirs"]) for t, lsts in truth.items()
+            for i, lst in enumerate(lsts)}
+    assert got == want
+    kernels = {k for k, *_ in rows}
+    assert any(k.startswith("5.10.") for k in kernels) and any(k.startswith("6.1.") for k in
+                                                                kernels)
+
+
+def test_export_of_a_trace_without_readdirs_says_so(tmp_path):
+    p = run_cli("export", os.path.join(FIXTURES, "kmem-host", "kmem.dat"), "-o", tmp_path / "x")
+    assert p.returncode == 2 and "nothing to export" in p.stderr and "no READDIR" in p.stderr
+    assert not os.path.exists(tmp_path / "x") or not os.listdir(tmp_path / "x")
+
+
+def test_parquet_without_pyarrow_names_the_extra(tmp_path):
+    code = ("import sys; sys.modules['pyarrow'] = None; from nfsreaddir.cli import main; "
+            f"sys.exit(main(['export', {DAT!r}, '-o', {str(tmp_path / 'x')!r}, "
+            "'--format', 'parquet']))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 2 and "nfs-readdir-trace[parquet]" in p.stderr, p.stderr
+
+
+# ------------------------------------------------------------------------------------ plot
+@pytest.mark.parametrize("name", ["noext", "x.txt"])
+def test_plot_refuses_what_it_cannot_write(tmp_path, name):
+    p = run_cli("plot", BAD, "-o", tmp_path / name)
+    assert p.returncode == 2 and ".png" in p.stderr and "internal error" not in p.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_plot_writes_exactly_the_path_it_prints(tmp_path):
+    out = tmp_path / "p.svg"
+    p = run_cli("plot", BAD, "-o", out, check=0)
+    assert p.stdout.strip() == str(out) and os.listdir(tmp_path) == ["p.svg"]
+    for dev in ("/dev/null", "/dev/full"):
+        p = run_cli("plot", BAD, "-o", dev)
+        assert p.returncode == (0 if dev == "/dev/null" else 2), p.stderr
+        assert stat.S_ISCHR(os.stat(dev).st_mode) and not os.path.exists(dev + ".png")
+
+
+def test_plot_puts_traces_without_cookies_on_their_own_axes(tmp_path, trace_cmd):
+    rpc_only = tmp_path / "rpc-only.txt"
+    with open(rpc_only, "w") as f:
+        subprocess.run([trace_cmd, "report", "-R", "-F", "sunrpc/rpc_request", "-F",
+                        "ftrace/print", os.path.join(GOOD, "modified.dat")], stdout=f,
+                       check=True, timeout=300)
+    out = tmp_path / "mixed.svg"
+    run_cli("plot", DAT, rpc_only, "-o", out, check=0)
+    svg = out.read_text()
+    assert "cookie / largest cookie" in svg and "no cookies traced" in svg
+    # Short labels: kernel and phase, not paths.
+    assert "5.10.0-46 modified" in svg and str(FIXTURES) not in svg
+
+
+# ----------------------------------------------------------------------- names and words
+def test_a_file_name_that_is_not_utf8(tmp_path):
+    d = os.path.join(os.fsencode(tmp_path), b"bad\xffname")
+    os.mkdir(d)
+    trace = os.path.join(d, b"t.dat")
+    with open(trace, "wb") as f, open(DAT, "rb") as src:
+        f.write(src.read())
+    for args in (["analyze"], ["analyze", "--json"], ["check"],
+                 ["export", "-o", os.fsencode(tmp_path / "out")]):
+        p = subprocess.run([os.fsencode(a) for a in NFS_READDIR] + [os.fsencode(a) for a in
+                                                                   args] + [trace],
+                           capture_output=True)
+        assert p.returncode in (0, 1) and b"internal error" not in p.stderr, (args, p.stderr)
+    assert b"bad\xffname" in subprocess.run(NFS_READDIR + ["analyze", trace],
+                                            capture_output=True).stdout
+
+
+def test_every_column_is_explained_in_the_readme_and_by_explain():
+    from nfsreaddir import glossary
+    text = run_cli("analyze", "--explain", check=0).stdout
+    with open(os.path.join(TOP, "README.md")) as f:
+        readme = f.read()
+    for k in list(glossary.TEXT_TABLE) + list(glossary.EXPORT_COLUMNS):
+        assert k in text and f"| {k} |" in readme, k
+    header = run_cli("analyze", DAT, check=0).stdout
+    for col in ("time (s)", "ended", "READDIRs", "restarts"):
+        assert col in header
+
+
+def test_compare_prints_no_nan():
+    p = run_cli("compare", BAD, GOOD, check=0)
+    assert "NaN" not in p.stdout and "5.10.0-46-amd64" in p.stdout

@@ -1,0 +1,261 @@
+"""The verdict on traces the project did not record as it records them: report text pasted into a
+bug report, traces without cookies, cut short, damaged or edited; one rule for check,
+results.json and analyze; exit statuses git bisect run can trust."""
+
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES, TOP, fixture_dirs, report_text, run_cli
+from nfsreaddir.cli import judge_paths
+
+BAD = os.path.join(FIXTURES, "5.10-v4.1")
+GOOD = os.path.join(FIXTURES, "6.1-v4.1")
+RESULT_CODES = {"PASS": 0, "FAIL": 1, "UNDECIDED": 125}
+
+
+def readdir_fixtures():
+    return fixture_dirs() + fixture_dirs("readdir-multi")
+
+
+def rebuild(src, dst):
+    shutil.copytree(src, dst)
+    os.unlink(os.path.join(dst, "results.json"))
+    subprocess.run([sys.executable, "-m", "nfsreaddir.results", str(dst)], check=True)
+    with open(os.path.join(dst, "results.json")) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("name", readdir_fixtures())
+def test_check_results_json_and_analyze_agree(name, tmp_path):
+    """One verdict: check's exit status and line, the run's results.json (stored and rebuilt),
+    the reproducer's --verdict exit, and analyze's closing line and JSON."""
+    d = os.path.join(FIXTURES, name)
+    c = run_cli("check", d)
+    res = rebuild(d, tmp_path / "run")
+    with open(os.path.join(d, "results.json")) as f:
+        stored = json.load(f)
+    assert RESULT_CODES[res["verdict"]] == RESULT_CODES[stored["verdict"]] == c.returncode, (
+        res["verdict"], stored["verdict"], c.stdout)
+    assert res["reasons"] == [c.stdout.strip()] == stored["reasons"]
+    v = subprocess.run([sys.executable, "-m", "nfsreaddir.results", "--verdict",
+                        str(tmp_path / "run")], capture_output=True, text=True)
+    assert v.returncode == c.returncode
+    text = run_cli("analyze", d, check=0).stdout
+    assert text.rstrip().splitlines()[-1] == "verdict: " + c.stdout.strip()
+    js = json.loads(run_cli("analyze", "--json", d, check=0).stdout)
+    assert {a["verdict"]["code"] for a in js} == {c.returncode}
+
+
+def report_lines(trace_cmd, tmp_path, dat=os.path.join(BAD, "modified.dat"), raw=False):
+    out = report_text(trace_cmd, dat, tmp_path / ("r.txt" if raw else "t.txt"), raw=raw)
+    with open(out) as f:
+        return f.read().splitlines(keepends=True)
+
+
+def write(tmp_path, lines, name="edited.txt"):
+    p = tmp_path / name
+    p.write_text("".join(lines))
+    return p
+
+
+def readdir_lines(lines):
+    """Indexes of the cookie kprobe's lines in a report of the 5.10 fixture."""
+    return [i for i, ln in enumerate(lines) if "nfs4_proc_readdir:" in ln and "cookie=" in ln]
+
+
+# -------------------------------------------------------------- finding 2: one rule for both
+def rpc_only_run(trace_cmd, src, dst):
+    """A copy of a run as a kernel without cookies would have recorded it: only
+    sunrpc:rpc_request and the reproducer's markers, as report text in place of the traces."""
+    shutil.copytree(src, dst)
+    for phase in ("idle", "modified"):
+        dat = os.path.join(dst, f"{phase}.dat")
+        with open(dat + ".txt", "w") as f:
+            subprocess.run([trace_cmd, "report", "-R", "-F", "sunrpc/rpc_request",
+                            "-F", "ftrace/print", dat], stdout=f, check=True, timeout=300)
+        os.replace(dat + ".txt", dat)
+    os.unlink(os.path.join(dst, "results.json"))
+    subprocess.run([sys.executable, "-m", "nfsreaddir.results", str(dst)], check=True)
+    with open(os.path.join(dst, "results.json")) as f:
+        return json.load(f)
+
+
+def test_without_cookies_check_and_results_json_use_one_rule(tmp_path, trace_cmd):
+    """6.1 over NFSv3 needs 9 READDIRs against 3 idle: a ratio of small counts says nothing, and
+    neither check nor results.json may call it bad or good."""
+    res = rpc_only_run(trace_cmd, os.path.join(FIXTURES, "6.1-v3"), tmp_path / "v3")
+    ph = res["phases"]
+    assert (ph["idle"]["trace_readdirs"], ph["modified"]["trace_readdirs"]) == (3, 9)
+    c = run_cli("check", tmp_path / "v3")
+    assert res["verdict"] == "UNDECIDED" and c.returncode == 125, (res["reasons"], c.stdout)
+    assert "too few READDIRs" in c.stdout and res["reasons"] == [c.stdout.strip()]
+    # With enough READDIRs the ratio decides, the same way for both.
+    res = rpc_only_run(trace_cmd, BAD, tmp_path / "bad")
+    c = run_cli("check", tmp_path / "bad")
+    assert res["verdict"] == "FAIL" and c.returncode == 1, (res["reasons"], c.stdout)
+    assert ph["modified"]["restarts"] is None       # unknown, not 0
+
+
+# ------------------------------------------------------- finding 3: one bad line, strict text
+@pytest.mark.parametrize("value", ["", "184467440737095516160"])
+def test_a_malformed_cookie_is_damage_not_good(tmp_path, trace_cmd, value):
+    lines = report_lines(trace_cmd, tmp_path)
+    i = readdir_lines(lines)[10]
+    lines[i] = re.sub(r"cookie=\S+", f"cookie={value}", lines[i])
+    p = write(tmp_path, lines)
+    c = run_cli("check", p)
+    assert c.returncode in (1, 125), c.stdout + c.stderr
+    text = run_cli("analyze", p, check=0).stdout
+    assert f"line {i + 1}" in text and "damaged" in text, text
+
+
+def test_a_line_cut_short_is_read(tmp_path, trace_cmd):
+    lines = [ln[:229] + "\n" for ln in report_lines(trace_cmd, tmp_path)]
+    c = run_cli("check", write(tmp_path, lines))
+    assert c.returncode == 1 and "internal error" not in c.stderr, c.stdout + c.stderr
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_no_single_line_edit_of_a_bad_report_is_good(tmp_path, trace_cmd, raw):
+    """A bounded fuzz: random single-line edits (a character changed, dropped or added, the line
+    cut, dropped or doubled) of the bad trace's report never give good or an internal error."""
+    lines = report_lines(trace_cmd, tmp_path, raw=raw)
+    rng = random.Random(11 + raw)
+    chars = "0123456789abcdefx:=- []()"
+    seen = set()
+    for _ in range(120):
+        i = rng.randrange(len(lines))
+        ln = lines[i]
+        j = rng.randrange(max(1, len(ln) - 1))
+        op = rng.choice(("sub", "del", "ins", "cut", "drop", "dup"))
+        new = {"sub": ln[:j] + rng.choice(chars) + ln[j + 1:], "del": ln[:j] + ln[j + 1:],
+               "ins": ln[:j] + rng.choice(chars) + ln[j:], "cut": ln[:j] + "\n", "drop": "",
+               "dup": ln + ln}[op]
+        p = write(tmp_path, lines[:i] + [new] + lines[i + 1:])
+        v = judge_paths([str(p)])
+        seen.add(v.code)
+        assert v.code != 0, (op, i, ln, new, v.reason)
+    assert 1 in seen
+
+
+# ------------------------------------------------ finding 4: unfinished listings are unfinished
+def test_a_listing_cut_off_by_the_end_of_the_trace_is_not_good(tmp_path, trace_cmd):
+    lines = report_lines(trace_cmd, tmp_path, dat=os.path.join(GOOD, "modified.dat"))
+    end = next(i for i, ln in enumerate(lines) if "event=end" in ln)
+    p = write(tmp_path, lines[:end - 3])
+    c = run_cli("check", p)
+    assert c.returncode == 125 and "cut off by the end of the trace" in c.stdout, c.stdout
+    (lst,) = json.loads(run_cli("analyze", "--json", p, check=0).stdout)[0]["listings"]
+    assert lst["ending"] == "cut_off" and lst["complete"] is False
+
+
+def test_a_killed_listing_is_not_complete(tmp_path, trace_cmd):
+    """The lister stopped by its timeout (status 124 in the reproducer's end marker)."""
+    lines = report_lines(trace_cmd, tmp_path, dat=os.path.join(GOOD, "modified.dat"))
+    end = next(i for i, ln in enumerate(lines) if "event=end" in ln)
+    lines[end] = lines[end].replace("status=0", "status=124")
+    p = write(tmp_path, lines)
+    (lst,) = json.loads(run_cli("analyze", "--json", p, check=0).stdout)[0]["listings"]
+    assert lst["ending"] == "killed" and not lst["complete"] and lst["timed_out"]
+    c = run_cli("check", p)
+    assert c.returncode == 125 and "killed" in c.stdout, c.stdout
+
+
+# ------------------------------------------------------- finding 5: unknown is never zero
+def test_unknowns_are_null_question_marks_and_cannot_tell(tmp_path, trace_cmd):
+    out = tmp_path / "rpc-only.txt"
+    with open(out, "w") as f:
+        subprocess.run([trace_cmd, "report", "-R", "-F", "sunrpc/rpc_request", "-F",
+                        "nfs/nfs_invalidate_mapping_enter", os.path.join(BAD, "modified.dat")],
+                       stdout=f, check=True, timeout=300)
+    js = json.loads(run_cli("analyze", "--json", out, check=0).stdout)[0]
+    for lst in js["listings"]:
+        for k in ("restarts", "refetched_readdirs", "restart_cost_seconds",
+                  "invalidations_followed_by_restart", "cookie_zero_readdirs"):
+            assert lst[k] is None, (k, lst[k])
+    assert js["restarts"] == [None] * len(js["listings"])
+    text = run_cli("analyze", out, check=0).stdout
+    assert "(no restart)" not in text and " ? " in text
+    cmp = run_cli("compare", "--json", out, os.path.join(BAD, "modified.dat"), check=0)
+    rows = json.loads(cmp.stdout)
+    restarts = next(v for k, v in rows.items() if "restarts" in k and "refetched" not in k)
+    assert "cannot tell" in restarts.values(), restarts
+
+
+def test_an_idle_trace_that_recorded_invalidations_is_not_told_to_record_them():
+    text = run_cli("analyze", os.path.join(BAD, "idle.dat"), check=0).stdout
+    assert "not recorded" not in text and "record with" not in text, text
+
+
+# --------------------------------------- finding 6: a threshold cannot hide a restart's message
+def test_max_restarts_does_not_hide_the_restarts():
+    c = run_cli("check", "--max-restarts", "100", BAD, check=0)
+    assert "5 restarts at cookie 0, at most 100 allowed" in c.stdout, c.stdout
+    assert "no restart" not in c.stdout
+
+
+# --------------------------------------------- finding 7: a trace that never met the bug
+@pytest.mark.parametrize("name", ["5.10-v4.1", "6.1-v4.1", "5.10-series-v4.1"])
+def test_an_idle_listing_cannot_be_good(name):
+    c = run_cli("check", os.path.join(FIXTURES, name, "idle.dat"))
+    assert c.returncode == 125 and "never exercised" in c.stdout, c.stdout
+
+
+def test_nfsv3_on_5_10_never_invalidates_so_it_cannot_decide():
+    c = run_cli("check", os.path.join(FIXTURES, "5.10-v3"))
+    assert c.returncode == 125 and "never exercised" in c.stdout, c.stdout
+
+
+# ------------------------------------------------------------------- finding 8: exit statuses
+def test_bisect_run_usage_errors_stop_the_bisect(tmp_path):
+    br = os.path.join(TOP, "reproducers", "bisect-run")
+    for args in (["--log-dir"], ["--timeout", "soon"], ["--frob"]):
+        p = subprocess.run([br] + args, capture_output=True, text=True, cwd=tmp_path)
+        assert p.returncode == 128 and "bisect-run:" in p.stderr, (args, p.returncode, p.stderr)
+
+
+def test_a_results_json_that_cannot_be_read_has_no_verdict(tmp_path):
+    (tmp_path / "results.json").write_text('{"verdict": ')
+    p = subprocess.run([sys.executable, "-m", "nfsreaddir.results", "--verdict", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert p.returncode == 125 and p.stdout.startswith("UNDECIDED"), p.stdout
+
+
+# ------------------------------------------------------- evidence from what the trace recorded
+def test_a_cookie_kprobe_is_read_under_any_group_name(tmp_path, trace_cmd):
+    """A user's own kprobe group: the same trace with its group renamed (v6, where the group
+    name is stored once, as text) gives the same restarts."""
+    v6 = tmp_path / "v6.dat"
+    subprocess.run([trace_cmd, "convert", "--file-version", "6", "-i",
+                    os.path.join(BAD, "modified.dat"), "-o", str(v6)], check=True,
+                   capture_output=True, timeout=300)
+    data = v6.read_bytes()
+    assert data.count(b"nfsprobe") == 1
+    mine = tmp_path / "myprobes.dat"
+    mine.write_bytes(data.replace(b"nfsprobe", b"myprobes"))
+    c = run_cli("check", mine, check=1)
+    assert "restarted 5 times" in c.stdout and "myprobes:nfs4_proc_readdir" in c.stdout
+
+
+@pytest.mark.parametrize("name,has,lacks", [
+    ("6.1-v4.1", "nfs:nfs_readdir_*", "kprobe"),
+    ("5.10-v4.1", "p:nfsprobe/nfs4_proc_readdir", "nfs:nfs_readdir_*"),
+])
+def test_advice_names_only_events_the_traces_kernel_has(tmp_path, trace_cmd, name, has, lacks):
+    out = tmp_path / "rpc-only.txt"
+    with open(out, "w") as f:
+        subprocess.run([trace_cmd, "report", "-R", "-F", "sunrpc/rpc_request", "-F",
+                        "ftrace/print", os.path.join(FIXTURES, name, "modified.dat")],
+                       stdout=f, check=True, timeout=300)
+    c = run_cli("check", out)
+    assert c.returncode == 125 and "record with trace-cmd record" in c.stdout, c.stdout
+    assert has in c.stdout and lacks not in c.stdout, c.stdout
+    text = run_cli("analyze", out, check=0).stdout
+    assert has in text and lacks not in text
