@@ -228,7 +228,10 @@ lb_capture_start() {
 	CAPTURER=$!
 	lb_on_exit "lb_capture_stop"
 	for i in $(seq 300); do
-		grep -q 'listening on' "$CAPTURE_ERR" 2>/dev/null && return 0
+		if grep -q 'listening on' "$CAPTURE_ERR" 2>/dev/null; then
+			lb_log "capturing the NFS traffic on lo into $out"
+			return 0
+		fi
 		kill -0 "$CAPTURER" 2>/dev/null ||
 			lb_die "tcpdump failed: $(tr '\n' ' ' <"$CAPTURE_ERR")"
 		sleep 0.1
