@@ -179,3 +179,14 @@ def test_every_column_is_explained_in_the_readme_and_by_explain():
 def test_compare_prints_no_nan():
     p = run_cli("compare", BAD, GOOD, check=0)
     assert "NaN" not in p.stdout and "5.10.0-46-amd64" in p.stdout
+
+
+def test_csv_columns_are_in_one_order_for_every_kernel(tmp_path):
+    for d in (BAD, GOOD, os.path.join(FIXTURES, "5.10-series-v4.1")):
+        run_cli("export", os.path.join(d, "modified.dat"), "-o", tmp_path, check=0)
+    for table in os.listdir(tmp_path):
+        heads = set()
+        for f in os.listdir(tmp_path / table):
+            with open(tmp_path / table / f) as fh:
+                heads.add(fh.readline())
+        assert len(heads) == 1, (table, heads)
