@@ -160,6 +160,12 @@ def _flag(v):
     return None
 
 
+def _ns(epoch):
+    """frame.time_epoch ("1795425767.268122880") in integer nanoseconds, exactly."""
+    sec, _, frac = epoch.partition(".")
+    return int(sec) * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
 def _endpoint(addr, port):
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
@@ -271,7 +277,7 @@ class _Reader:
             return
         types = _split(v[COL["msgtyp"]])
         progs = _split(v[COL["prog"]])
-        ts = float(v[COL["ts"]])
+        ts = _ns(v[COL["ts"]])
         src = v[COL["src"]] or v[COL["src6"]]
         dst = v[COL["dst"]] or v[COL["dst6"]]
         sport = v[COL["sport"]] or v[COL["usport"]]
@@ -420,18 +426,18 @@ class _Reader:
         cols = ["ts", "client", "fh", "xid", "vers", "plus", "cookie", "verifier", "dircount",
                 "maxcount", "reply_ts", "status", "entries", "last_cookie", "eof", "cookies",
                 "fileid"]
-        rows = [{c: r.get(c) for c in cols} for r in self.rows]
-        df = pd.DataFrame(rows, columns=cols)
-        for c in ("ts", "reply_ts"):
-            df[c] = (pd.to_numeric(df[c]) * 1e9).round().astype("Int64")
-        for c in ("cookie", "dircount", "maxcount", "status", "entries", "last_cookie",
-                  "fileid"):
-            df[c] = pd.array([None if x is None else int(x) for x in df[c]], dtype="UInt64"
-                             if c in ("cookie", "last_cookie") else "Int64")
+        # Column by column from the rows, so that no 64-bit cookie goes through a float.
+        typed = {"cookie": "UInt64", "last_cookie": "UInt64", "ts": "Int64", "reply_ts": "Int64",
+                 "dircount": "Int64", "maxcount": "Int64", "status": "Int64", "entries": "Int64",
+                 "fileid": "Int64", "xid": "Int64"}
+        df = pd.DataFrame({c: pd.array([r.get(c) for r in self.rows], dtype=typed[c])
+                           if c in typed else pd.Series([r.get(c) for r in self.rows],
+                                                        dtype="object")
+                           for c in cols})
         df = df.sort_values("ts", kind="stable").reset_index(drop=True)
         attrs = pd.DataFrame(self.attrs, columns=["ts", "client", "fh", "version", "fileid",
                                                   "source"])
-        attrs["ts"] = (pd.to_numeric(attrs["ts"]) * 1e9).round().astype("Int64")
+        attrs["ts"] = pd.array(attrs["ts"].tolist(), dtype="Int64")
         cap.readdirs, cap.attrs = df, attrs.sort_values("ts", kind="stable").reset_index(
             drop=True)
         return cap

@@ -117,7 +117,9 @@ def listings(cap):
         # The columns the analysis and the verdict read from a listing's READDIRs.
         lst.rpcs = pd.DataFrame({
             "ts": rows["ts"].astype("int64"), "pid": 0, "comm": lst.client,
-            "cookie": rows["cookie"].astype("float64"),
+            # Cookies are 64-bit (ext4 gives hashes near 2**63): never through a float.
+            "cookie": (rows["cookie"].to_numpy("uint64") if rows["cookie"].notna().all()
+                       else rows["cookie"].astype("object")),
             "dtsize": rows["maxcount"].astype("float64"),
             "entries": rows["entries"].astype("float64"),
             "eof": rows["eof"], "xid": rows["xid"], "error": np.nan})
