@@ -26,6 +26,7 @@ import os
 import shutil
 import struct
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -228,17 +229,23 @@ def read(path, tshark=None):
         raise CaptureError("tshark is not installed: captures are decoded with Wireshark's "
                            "dissector (apt-get install tshark, or reproducers/setup-host)")
     reader = _Reader(path, kind)
+    # stderr into a file: a pipe nobody reads while stdout streams could fill and stall tshark.
+    errfile = tempfile.TemporaryFile("w+", errors="replace")
     proc = subprocess.Popen(tshark_command(path, tshark), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            stderr=errfile, stdin=subprocess.DEVNULL, text=True,
                             errors="replace", bufsize=1 << 20)
     try:
         for line in proc.stdout:
             reader.frame(line.rstrip("\n").split("\t"))
-    finally:
-        if proc.poll() is None and reader.stopped:
-            proc.kill()
-        err = proc.stderr.read()
+    except BaseException:
+        # Ctrl-C or a bug: tshark would block on a full pipe nobody reads; never leave it.
+        proc.kill()
         proc.wait()
+        raise
+    proc.wait()
+    errfile.seek(0)
+    err = errfile.read()
+    errfile.close()
     err = "\n".join(x for x in err.splitlines() if "Running as user" not in x
                     and "could be dangerous" not in x).strip()
     if proc.returncode != 0 and not reader.messages:
@@ -258,7 +265,6 @@ class _Reader:
         self.rows = []          # READDIR rows in call order
         self.attrs = []
         self.messages = 0
-        self.stopped = False
 
     # -- one frame -------------------------------------------------------------------------
     def frame(self, v):
