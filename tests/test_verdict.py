@@ -259,3 +259,21 @@ def test_advice_names_only_events_the_traces_kernel_has(tmp_path, trace_cmd, nam
     assert has in c.stdout and lacks not in c.stdout, c.stdout
     text = run_cli("analyze", out, check=0).stdout
     assert has in text and lacks not in text
+
+
+def test_lost_events_are_counted_where_known_and_undecide_the_listings_they_hit(tmp_path,
+                                                                              trace_cmd):
+    """trace-cmd report prints 'CPU:N [LOST n EVENTS]' where a CPU lost events: the count is
+    reported, and a good listing that the loss overlaps can no longer be called good."""
+    lines = report_lines(trace_cmd, tmp_path, dat=os.path.join(GOOD, "modified.dat"))
+    mid = [i for i, ln in enumerate(lines) if "nfs_readdir_cache_fill:" in ln][3]
+    cpu = re.search(r"\[(\d+)\]", lines[mid]).group(1)
+    lost = lines[:mid] + [f"CPU:{int(cpu)} [LOST 3995446 EVENTS]\n"] + lines[mid:]
+    p = write(tmp_path, lost)
+    text = run_cli("analyze", p, check=0).stdout
+    assert "3,995,446 events lost" in text and "overlap the loss: listing of dir 12" in text
+    c = run_cli("check", p)
+    assert c.returncode == 125 and "lost" in c.stdout, c.stdout
+    # Without a count: "an unknown number", never 0.
+    p = write(tmp_path, [ln.replace("[LOST 3995446 EVENTS]", "[LOST EVENTS]") for ln in lost])
+    assert "an unknown number of events lost" in run_cli("analyze", p, check=0).stdout

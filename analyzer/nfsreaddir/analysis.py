@@ -572,6 +572,11 @@ def damage_windows(info):
                             f" events lost on CPU {cpu}"})
         if ts is not None:
             prev[cpu] = ts
+    if not lost and info.get("lost_total"):
+        # The ring buffer's own counters say events were lost, but not where: anywhere.
+        out.append({"from": -1, "to": 1 << 62,
+                    "what": f"{info['lost_total']} events lost (the trace's CPU stats), where is "
+                            "not known"})
     for d in info.get("damaged_events") or []:
         out.append({"from": d.get("from", d.get("ts")), "to": d.get("to", d.get("ts")),
                     "pid": d.get("pid"), "what": d["what"]})

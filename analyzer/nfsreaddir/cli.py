@@ -168,9 +168,10 @@ def listing_table(analyses):
 def lost_text(info):
     """The events a trace lost, in words: the count where the trace stores it."""
     lost = info.get("lost_events") or []
-    if not lost:
-        return None
     total = info.get("lost_total")
+    if not lost:
+        return f"{total:,} events lost (the trace's CPU stats; where is not known)" if total \
+            else None
     if total is None and all(x.get("count") is not None for x in lost):
         total = sum(x["count"] for x in lost)
     cpus = sorted({x.get("cpu") for x in lost if x.get("cpu") is not None})
