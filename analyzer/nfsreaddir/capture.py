@@ -22,6 +22,7 @@ Field names are those of Debian 12's tshark 4.0 (`tshark -G fields`).
 from __future__ import annotations
 
 import gzip
+from array import array
 import os
 import shutil
 import struct
@@ -406,7 +407,8 @@ class _Reader:
             else:
                 cookies = _split(v[COL["cookie4"]])
                 eof = _flag(v[COL["eof4"]].split(",")[0])
-            cookies = [_int(c) for c in cookies]
+            # 8 bytes a cookie, not a Python int's 32: a big capture has millions of entries.
+            cookies = array("Q", (c for c in map(_int, cookies) if c is not None))
             call["entries"] = len(cookies)
             call["last_cookie"] = cookies[-1] if cookies else None
             call["eof"] = eof
