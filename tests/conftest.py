@@ -12,9 +12,12 @@ NFS_READDIR = [sys.executable, "-m", "nfsreaddir.cli"]
 
 
 def fixture_dirs(reproducer="readdir-loopback"):
-    """The fixture directories recorded by one reproducer (run.name in their facts)."""
+    """The fixture directories recorded by one reproducer (run.name in their facts). Runs
+    recorded with captures (*-cap) are judged by test_capture.py, against their own traces."""
     out = []
     for d in sorted(os.listdir(FIXTURES)):
+        if d.endswith("-cap"):
+            continue
         facts = os.path.join(FIXTURES, d, "facts")
         if os.path.exists(os.path.join(FIXTURES, d, "COMMAND")) and os.path.exists(facts):
             with open(facts) as f:

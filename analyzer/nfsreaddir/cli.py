@@ -1,6 +1,7 @@
 """nfs-readdir: find NFS readdir cookie restarts, cache invalidations and dcache growth in traces.
 
-Each TRACE is a trace.dat file, the text of `trace-cmd report` (default or -R), or a results
+Each TRACE is a trace.dat file, the text of `trace-cmd report` (default or -R), a packet capture
+of the NFS traffic (pcap or pcapng, also gzip'd; decoded with tshark), or a results
 directory of the project's reproducers: readdir-loopback (every *.dat in it) or a dcache-*
 reproducer (its dcache section: per-phase dentry deltas, growth rates, negative share, lookup
 slowdown and the reproducer's figures). A trace with kmem allocation events also gets a slab
@@ -17,7 +18,7 @@ import json
 import os
 import sys
 
-from . import __version__, dcache, events, results, slab, verdict
+from . import __version__, capture, dcache, events, results, slab, verdict, wire
 from .analysis import NS, AnalysisError, analyze
 from .export import ExportError
 from .trace import OnePass, TraceError, open_trace
@@ -59,6 +60,10 @@ def load_all(paths, with_slab=False):
     for n, path in enumerate(paths, 1):
         if len(paths) > 1 or big:
             progress(f"reading {n}/{len(paths)}: {path}")
+        if capture.is_capture(path):    # a packet capture: its own reader, the same listings
+            a = wire.analyze(path)
+            res.append((path, a, None) if with_slab else a)
+            continue
         t = open_trace(path)
         kmem = slab.read_request(t) if with_slab else {}
         readdir = events.has_readdir_source(t)
@@ -135,7 +140,8 @@ def listing_table(analyses):
                 "trace": trace,
                 "phase": s["phase"] or "-",
                 "dir": s["dir_fileid"] if s["dir_fileid"] is not None else "?",
-                "process": f"{s['comm']}[{s['pid']}]",
+                # A capture's listing has a client, not a process.
+                "process": s.get("who") or f"{s['comm']}[{s['pid']}]",
                 "time (s)": f"{s['seconds']:.2f}",
                 "ended": s["ending"] + ("" if not s["began_before_trace"] else " (began before)"),
                 "entries": s["entries"] if s["entries"] is not None else "-",
@@ -195,6 +201,8 @@ def print_analysis(analyses, out=sys.stdout, details=10):
             missing.add("invalidations")
         if missing:
             out.write(f"  record with: {events.record_advice(a.kernel, missing)}\n")
+        for note in i.get("notes") or []:       # what a capture says about its own limits
+            out.write(f"  {note}\n")
         lost = lost_text(i)
         if lost:
             hit = [x.label() for x in a.listings if any("lost" in d["what"] for d in x.damage)]
@@ -213,7 +221,8 @@ def print_analysis(analyses, out=sys.stdout, details=10):
             if not (lst.restarts or lst.invalidations or lst.ambiguous_rows):
                 continue
             out.write(f"\n{os.path.basename(a.info['path'])} {lst.phase or ''} "
-                      f"{lst.comm}[{lst.pid}] dir {_q(lst.fileid)}:\n")
+                      f"{lst.summary().get('who') or f'{lst.comm}[{lst.pid}]'} "
+                      f"dir {_q(lst.fileid)}:\n")
             # An invalidation before the restart it caused, even at the same timestamp.
             events_ = sorted([(r.ts, "restart", r) for r in lst.restarts] +
                              [(v.ts, "invalidation", v) for v in lst.invalidations],
@@ -320,15 +329,16 @@ def cmd_check(args):
 def cmd_export(args):
     from . import export
     for path in expand(args.traces):
-        t = open_trace(path)
+        t = None if capture.is_capture(path) else open_trace(path)
         try:
-            a = analyze(t)
+            a = wire.analyze(path) if t is None else analyze(t)
         except AnalysisError as e:
             raise AnalysisError(f"{path}: nothing to export: {e} (slab figures are in "
                                 "`analyze --json`)") from None
         a.info = dict(a.info, path=path)
         findings = {id(lst): verdict.judge_listing(lst) for lst in a.listings}
-        written, kept = export.write(a, t.path, args.output, args.format, findings)
+        written, kept = export.write(a, path if t is None else t.path, args.output, args.format,
+                                     findings)
         for w in written:
             print(w)
         for k in kept:

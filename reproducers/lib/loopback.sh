@@ -212,6 +212,45 @@ lb_trace_stop() {
 	TRACER=
 }
 
+# lb_capture_start OUT: tcpdump of the NFS traffic on the loopback into OUT (pcap: libpcap
+# writes no pcapng), returning once it captures. The analyzer reads the same answers from it as
+# from the trace (nfsreaddir/capture.py). A plain pcap file does not keep the kernel's drop
+# count, so lb_capture_stop reads it from tcpdump's summary into CAPTURE_STATS.
+lb_capture_start() {
+	local out=$1 i
+	command -v tcpdump >/dev/null ||
+		lb_die "tcpdump not found: install it on the host (reproducers/setup-host), or --capture off"
+	CAPTURE_ERR=$WORK/tcpdump.$(basename "$out").err
+	CAPTURE_STATS=
+	# -Z root: Debian's tcpdump otherwise drops to its own user, who cannot write RESULTS.
+	# -B: a 32 MiB kernel buffer; under emulation a busy listing outruns tcpdump's reads.
+	tcpdump -i lo -s 0 -B 32768 -Z root -w "$out" port 2049 2>"$CAPTURE_ERR" &
+	CAPTURER=$!
+	lb_on_exit "lb_capture_stop"
+	for i in $(seq 300); do
+		if grep -q 'listening on' "$CAPTURE_ERR" 2>/dev/null; then
+			lb_log "capturing the NFS traffic on lo into $out"
+			return 0
+		fi
+		kill -0 "$CAPTURER" 2>/dev/null ||
+			lb_die "tcpdump failed: $(tr '\n' ' ' <"$CAPTURE_ERR")"
+		sleep 0.1
+	done
+	lb_die "tcpdump did not start within 30 s"
+}
+
+# lb_capture_stop: stop tcpdump; CAPTURE_STATS="captured=N received=N dropped=N" from its
+# summary (dropped: by the kernel, for want of buffer space).
+lb_capture_stop() {
+	[ -n "${CAPTURER:-}" ] || return 0
+	kill -INT "$CAPTURER" 2>/dev/null && wait "$CAPTURER" 2>/dev/null || true
+	CAPTURER=
+	CAPTURE_STATS=$(awk '/packets captured$/ { c = $1 } /packets received by filter$/ { r = $1 }
+		/packets dropped by kernel$/ { d = $1 }
+		END { printf "captured=%s received=%s dropped=%s", c, r, d }' "$CAPTURE_ERR")
+	cat "$CAPTURE_ERR" >>"$RESULTS/log"
+}
+
 # lb_events_have EVENT: the running kernel has that event (system:name).
 lb_events_have() { grep -qx "$1" "$TRACEFS/available_events"; }
 

@@ -1,0 +1,293 @@
+"""Listings from the wire: what a packet capture says about READDIR restarts.
+
+A capture sees READDIR calls and replies, not processes and not open directories, so a listing
+here is one client's (address:port) pass over one directory (filehandle): from a READDIR at
+cookie 0 to a reply with eof. A restart is a READDIR at cookie 0 while such a pass is under way
+and has not reached eof: the client went back to the start of the directory. Evidence that the
+directory changed under the listing is its version moving between READDIRs (the NFSv4 change
+attribute in GETATTR replies; NFSv3 mtime/ctime in post-op attributes).
+
+What a capture cannot tell, and says:
+- two readers of one directory on one client are one stream of READDIRs. A client continues a
+  pass from the last cookie of its previous reply; a READDIR that continues from an older reply
+  means two passes interleave, and the listing is marked so (ambiguous rows: cannot decide);
+- a dropped packet or a frame cut by the snaplen hides READDIRs: missing replies, frames cut
+  short and the drop count tcpdump reported (a reproducer's facts) are damage.
+
+The listings are analysis.Listing objects, so the one verdict module judges them as it judges
+a trace's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pandas as pd
+
+from . import analysis, capture as capture_mod
+from .analysis import Analysis, Listing
+
+DELIMITED_BY = "wire"
+
+
+class WireListing(Listing):
+    """A listing seen on the wire: a client and a directory filehandle, no process."""
+
+    def label(self):
+        d = self.fileid if self.fileid is not None else "?"
+        return (f"listing of dir {d} (fh {self.fh}) by client {self.client}"
+                + (f" ({self.phase})" if self.phase else ""))
+
+    def summary(self):
+        s = super().summary()
+        s.update(who=f"client {self.client}", client=self.client, fh=self.fh,
+                 refetched_entries=self.refetched_entries, missing_replies=self.missing_replies)
+        return s
+
+
+def _new_listing(client, fh, ts, began_before):
+    lst = WireListing(pid=0, comm=client, dev=None, fileid=None, start=int(ts), end=int(ts),
+                      delimited_by=DELIMITED_BY, began_before_trace=began_before,
+                      ending=analysis.CUT_OFF)
+    lst.client, lst.fh = client, fh
+    lst.refetched_entries = 0
+    lst.missing_replies = 0
+    lst._rows = []
+    lst._restart_idx = []
+    return lst
+
+
+def listings(cap):
+    """The listings of a Capture, in time order."""
+    out = []
+    rd = cap.readdirs
+    for (client, fh), rows in rd.groupby(["client", "fh"], sort=False):
+        lst = None
+        seen = set()            # entry cookies this pass has been given
+        last_reply_cookie = None
+        older = set()           # last cookies of earlier replies of this pass
+        for i, ts, c, reply_ts, status, cookies, eof in zip(
+                rows.index, rows["ts"], rows["cookie"], rows["reply_ts"], rows["status"],
+                rows["cookies"], rows["eof"]):
+            cookie = None if pd.isna(c) else int(c)
+            if cookie == 0 and lst is not None and lst.ending != analysis.EOF:
+                lst._restart_idx.append(len(lst._rows))     # a restart
+                seen_before = set(seen)
+            elif lst is None or lst.ending == analysis.EOF or cookie == 0:
+                if lst is not None:
+                    out.append(lst)
+                lst = _new_listing(client, fh, ts, began_before=cookie != 0)
+                seen, last_reply_cookie, older = set(), None, set()
+                seen_before = set()
+            else:
+                seen_before = seen
+                # A client continues from the last cookie of its previous reply; from an older
+                # one, a second pass over the same directory interleaves with this one.
+                if (last_reply_cookie is not None and cookie != last_reply_cookie
+                        and cookie in older):
+                    lst.ambiguous_rows.append(len(lst._rows))
+            lst._rows.append(i)
+            lst.end = int(ts if pd.isna(reply_ts) else reply_ts)
+            if pd.isna(reply_ts):
+                lst.missing_replies += 1
+                continue
+            if status != 0:
+                lst.ending, lst.error = analysis.ERROR, int(status)
+                continue
+            cookies = cookies or []
+            lst.refetched_entries += sum(1 for c in cookies if c in seen_before)
+            seen.update(cookies)
+            if last_reply_cookie is not None:
+                older.add(last_reply_cookie)
+            if cookies:
+                last_reply_cookie = cookies[-1]
+            if eof:
+                lst.ending = analysis.EOF
+        if lst is not None:
+            out.append(lst)
+    for lst in out:
+        if lst.ambiguous_rows:
+            # Two passes interleave: a cookie-0 READDIR may be the other reader's start as
+            # well as a restart, so none of them is counted as either.
+            lst.ambiguous_rows = sorted(set(lst.ambiguous_rows) | set(lst._restart_idx))
+            lst._restart_idx = []
+        rows = rd.loc[lst._rows].reset_index(drop=True)
+        # The columns the analysis and the verdict read from a listing's READDIRs.
+        lst.rpcs = pd.DataFrame({
+            "ts": rows["ts"].astype("int64"), "pid": 0, "comm": lst.client,
+            # Cookies are 64-bit (ext4 gives hashes near 2**63): never through a float.
+            "cookie": (rows["cookie"].to_numpy("uint64") if rows["cookie"].notna().all()
+                       else rows["cookie"].astype("object")),
+            "dtsize": rows["maxcount"].astype("float64"),
+            "entries": rows["entries"].astype("float64"),
+            "eof": rows["eof"], "xid": rows["xid"], "error": np.nan})
+        lst.rpc_rows = list(lst._rows)
+        fileids = rows["fileid"].dropna()
+        if len(fileids):
+            lst.fileid = int(fileids.iloc[0])
+    return sorted(out, key=lambda x: (x.start, x.client))
+
+
+def _versions(lst, attrs):
+    """How often the directory's version moved during the listing: changes that a later
+    READDIR of the listing met."""
+    a = attrs[(attrs["client"] == lst.client) & (attrs["fh"] == lst.fh)
+              & (attrs["ts"] <= lst.end)]
+    # From the last version seen before the listing began: a change since then counts.
+    before = np.flatnonzero(a["ts"].to_numpy() < lst.start)
+    a = a.iloc[before[-1]:] if len(before) else a
+    vals = a["version"].tolist()
+    ts = a["ts"].astype("int64").to_numpy()
+    if not vals:
+        return None, []
+    changes = [int(ts[k]) for k in range(1, len(vals)) if vals[k] != vals[k - 1]]
+    last = int(lst.rpcs["ts"].max())
+    return sum(1 for t in changes if t <= last), changes
+
+
+def _phase_facts(path):
+    """The reproducer's facts beside a capture named PHASE.pcap[ng][.gz]: the phase, its
+    lister's status and entries, the kernel, and tcpdump's drop count."""
+    d = os.path.dirname(os.path.abspath(path))
+    base = os.path.basename(path)
+    phase = re.sub(r"\.(pcapng|pcap)(\.gz)?$", "", base)
+    facts = {}
+    try:
+        with open(os.path.join(d, "facts")) as f:
+            for line in f:
+                k, _, v = line.rstrip("\n").partition("=")
+                facts[k] = v
+    except OSError:
+        return None, {}
+    if f"{phase}.seconds" not in facts:
+        return None, facts
+    return phase, facts
+
+
+def analyze(path, tshark=None):
+    """Analysis of a capture file: listings, restarts and what limits them."""
+    cap = capture_mod.read(path, tshark=tshark)
+    if cap.truncated_frames and not len(cap.readdirs):
+        raise analysis.AnalysisError(
+            f"{path}: {cap.truncated_frames} frames were cut to {cap.snaplen} bytes by the "
+            "capture's snaplen, too short to decode NFS; capture again with `tcpdump -s 0`")
+    if not cap.messages:
+        raise analysis.AnalysisError(
+            f"{path}: no ONC RPC (NFS) message in this capture; capture the NFS traffic with "
+            "`tcpdump -s 0 -w FILE port 2049` on the client")
+    if not len(cap.readdirs):
+        raise analysis.AnalysisError(
+            f"{path}: no READDIR or READDIRPLUS call in this capture ({cap.messages} RPC "
+            "messages); capture while the directory is listed")
+    phase, facts = _phase_facts(path)
+    damage = []
+    if cap.truncated_frames:
+        damage.append({"from": -1, "to": 1 << 62, "what": f"{cap.truncated_frames} frames cut "
+                       f"to {cap.snaplen} bytes by the snaplen"})
+    # A plain pcap does not keep the drop count: the reproducer's facts have tcpdump's.
+    dropped = _int(facts.get(f"{phase}.capture_dropped")) if phase else None
+    if dropped is None and "pcapng" in cap.kind:
+        dropped = capture_mod.pcapng_drops(path)
+    if dropped:
+        damage.append({"from": -1, "to": 1 << 62, "what": f"{dropped} packets dropped by the "
+                       "kernel while capturing"})
+    for w in cap.warnings:
+        damage.append({"from": -1, "to": 1 << 62, "what": w})
+    if cap.unsplit_frames:
+        damage.append({"from": -1, "to": 1 << 62, "what": f"{cap.unsplit_frames} frames carried "
+                       "several RPC messages whose READDIR fields could not be told apart"})
+    out = listings(cap)
+    # The directory's inode number, where an attribute reply gave it for its filehandle.
+    fileids = cap.attrs.dropna(subset=["fileid"]).groupby("fh")["fileid"].first()
+    for lst in out:
+        if lst.fileid is None and lst.fh in fileids.index:
+            lst.fileid = int(fileids[lst.fh])
+        n, _ = _versions(lst, cap.attrs)
+        lst.version_changes = n
+        if lst._restart_idx:
+            inv_ts = np.array([], dtype=np.int64)
+            lst.restarts = analysis._restarts(lst.rpcs, lst._restart_idx, inv_ts)
+            # after_invalidation: on the wire, the directory's version moved since the
+            # READDIR before the restart.
+            _, changes = _versions(lst, cap.attrs)
+            ch = np.array(changes, dtype=np.int64)
+            ts = lst.rpcs["ts"].to_numpy()
+            for r in lst.restarts:
+                prev = ts[r.rpc_index - 1] if r.rpc_index else ts[r.rpc_index]
+                r.after_invalidation = bool(((ch > prev) & (ch <= r.ts)).any())
+        lst.damage = list(damage)
+        if lst.missing_replies:
+            lst.damage.append({"from": lst.start, "to": lst.end, "what":
+                               f"{lst.missing_replies} READDIR replies missing from the capture"})
+    if phase:
+        # The reproducer's lister made one pass: the longest listing is its phase.
+        main = max(out, key=lambda x: len(x.rpcs), default=None)
+        if main is not None:
+            main.phase = phase
+            main.status = _int(facts.get(f"{phase}.status"))
+            main.entries = _int(facts.get(f"{phase}.entries"))
+            if main.fileid is None:
+                main.fileid = _int(facts.get(f"{phase}.dir_fileid"))
+    run = {"kernel": facts.get("run.kernel")} if facts.get("run.kernel") else {}
+    info = {"path": path, "format": f"{cap.kind} capture (NFSv{'/'.join(sorted(cap.versions))}"
+            f", tshark)", "cpus": "-", "frames": cap.frames, "rpc_messages": cap.messages,
+            "readdirs": int(len(cap.readdirs)), "missing_replies": cap.missing_replies,
+            "retransmitted_calls": cap.retransmitted_calls,
+            "truncated_frames": cap.truncated_frames, "snaplen": cap.snaplen,
+            "unsplit_frames": cap.unsplit_frames, "dropped": dropped,
+            "warnings": cap.warnings}
+    v4 = any(v.startswith("4") for v in cap.versions)
+    version = ("the change attribute in GETATTR replies" if v4
+               else "mtime/ctime in post-op attributes")
+    # On the wire an invalidation is not seen, only its cause: the directory's version moved.
+    evidence = {"rpc": ["the capture's READDIR calls and replies"], "invalidations": [],
+                "version": [version]}
+    info["notes"] = _notes(cap, dropped)
+    a = Analysis(out, run, None, evidence, True, info,
+                 recorded={"invalidations": [f"(capture) {version}"]},
+                 tables={"rpc": _rpc_table(cap.readdirs, out), "readdirs": cap.readdirs,
+                         "attrs": cap.attrs})
+    a.capture = cap
+    return a
+
+
+def _rpc_table(rd, out):
+    """The capture's READDIRs in the columns of a trace's canonical rpc table (export writes
+    those): the client stands where a trace has the process name."""
+    fileid = pd.Series([pd.NA] * len(rd), dtype="Int64")
+    for lst in out:
+        if lst.fileid is not None:
+            fileid.loc[lst.rpc_rows] = lst.fileid
+    return pd.DataFrame({"ts": rd["ts"], "pid": pd.NA, "cpu": pd.NA, "comm": rd["client"],
+                         "source": "capture", "fileid": fileid, "cookie": rd["cookie"],
+                         "dtsize": rd["maxcount"], "plus": rd["plus"].astype(int),
+                         "error": rd["status"].where(rd["status"] != 0)})
+
+
+def _notes(cap, dropped):
+    """What the capture says about its own completeness, for the report's header."""
+    out = [f"{cap.frames:,} NFS frames, {cap.messages:,} RPC messages, "
+           f"{len(cap.readdirs):,} READDIR calls ({cap.missing_replies} without a reply, "
+           f"{cap.retransmitted_calls} retransmitted), {len(cap.attrs):,} directory "
+           "attribute replies; no process is on the wire: listings are per client and "
+           "directory"]
+    if dropped is not None:
+        out.append(f"{'WARNING: ' if dropped else ''}{dropped} packets dropped by the kernel "
+                   "while capturing (tcpdump's count, or the pcapng interface statistics)")
+    if cap.truncated_frames:
+        out.append(f"WARNING: {cap.truncated_frames} frames cut to {cap.snaplen} bytes by the "
+                   "snaplen: capture with `tcpdump -s 0`")
+    if cap.unsplit_frames:
+        out.append(f"WARNING: {cap.unsplit_frames} frames carried several RPC messages whose "
+                   "READDIR fields could not be told apart")
+    out += [f"WARNING: {w}" for w in cap.warnings]
+    return out
+
+
+def _int(v):
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
