@@ -226,3 +226,22 @@ def test_module_command():
     assert p.returncode == 0 and json.loads(p.stdout)["by"] == "name"
     p = subprocess.run(cmd + [str(NFS)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "kmem:kmem_cache_alloc" in p.stderr
+
+
+def test_lost_events_noted_with_the_stored_count():
+    """Lost events are counted from the trace's stored CPU stats, never as 0: 8,999
+    overwritten on CPU 0 of the overwrite-mode fixture, whose marker carries no count."""
+    s = slab.summarize(open_trace(FIXTURES / "kmem-lost" / "kmem.dat"))
+    assert s["lost_events"] == 1 and s["lost_total"] == 8999
+    assert "8999 events lost in 1 place:" in " ".join(s["notes"])
+
+    class Uncounted:          # a marker without a count and no stored stats
+        info = {"lost_events": [{"cpu": 0, "ts": 1, "count": None}], "lost_total": None}
+    note = " ".join(slab._summarize(Uncounted(), *_reread(HOST))["notes"])
+    assert "an unknown number of events lost in 1 place" in note and " 0 events" not in note
+
+
+def _reread(path):
+    t = open_trace(path)
+    request = slab.read_request(t)
+    return request, t.read(request, base=("ts",))

@@ -330,8 +330,77 @@ def test_host_trace_instance_and_lost_events(host_trace, tmp_path):
     ti, _, total = compare_with_report(host_trace, tmp_path, instance=HOST_INSTANCE)
     assert total > 0
     assert ti.info["lost_events"], "the 8 KB instance buffer should have dropped events"
+    # the instance's own stored stats, not the top buffer's: its tiny buffer overwrote
+    assert ti.info["cpu_stats"] and sum(st["overrun"] for st in ti.info["cpu_stats"].values())
+    assert ti.info["lost_total"] == sum(st["overrun"] + st["dropped_events"] + st["commit_overrun"]
+                                        for st in ti.info["cpu_stats"].values())
     with pytest.raises(TraceError, match="no_such_instance"):
         open_trace(host_trace, instance="no_such_instance")
+
+
+def report_stats(dat):
+    """{cpu: {name: int}} of the stored ring-buffer stats as `trace-cmd report --stat`
+    prints them (the oracle of info["cpu_stats"])."""
+    r = subprocess.run([TRACE_CMD, "report", "--stat", str(dat)], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, check=True, timeout=300, text=True)
+    out, cpu = {}, None
+    for line in r.stdout.splitlines():
+        m = re.match(r"CPU: (\d+)$", line)
+        if m:
+            cpu = out.setdefault(int(m.group(1)), {})
+            continue
+        m = re.match(r"([a-z ]+): (\d+)$", line)
+        if m and cpu is not None:
+            cpu[m.group(1).replace(" ", "_")] = int(m.group(2))
+    return out
+
+
+@needs_trace_cmd
+def test_lost_events_unknown_count_and_cpu_stats():
+    """A real overwrite-mode trace whose CPU 0 overwrote its oldest events: the ring buffer
+    marks the loss without a count (report: "CPU:0 [EVENTS DROPPED]"), the stored CPU stats
+    have the overrun. The count stays unknown (None, never 0), and the total comes from the
+    stats."""
+    dat = FIXTURES / "kmem-lost" / "kmem.dat"
+    t = open_trace(dat)
+    stats = report_stats(dat)
+    assert stats[0]["overrun"] > 0 and stats[1]["overrun"] == 0, stats
+    for cpu, st in stats.items():
+        for k, v in st.items():
+            assert t.info["cpu_stats"][cpu][k] == v, (cpu, k)
+    total = sum(st["overrun"] + st["dropped_events"] + st["commit_overrun"]
+                for st in stats.values())
+    assert t.info["lost_total"] == total          # known from the stats before any read
+    t.read({"sched:sched_switch": ["prev_pid"]})
+    assert [(d["cpu"], d["count"]) for d in t.info["lost_events"]] == [(0, None)]
+    assert t.info["lost_total"] == total
+    text = subprocess.run([TRACE_CMD, "report", str(dat)], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, check=True, text=True).stdout
+    assert re.findall(r"CPU:(\d+) \[(\d*) ?EVENTS DROPPED\]", text) == [("0", "")]
+
+
+@needs_trace_cmd
+def test_dropped_events_counted_from_cpu_stats():
+    """A trace recorded in non-overwrite mode until the buffers were full: no marker in the
+    pages, but the stored stats count the dropped events."""
+    dat = FIXTURES / "kmem-host" / "kmem.dat"
+    t = open_trace(dat)
+    t.event_counts()
+    dropped = {cpu: st["dropped_events"] for cpu, st in report_stats(dat).items()}
+    assert t.info["lost_events"] == [] and all(dropped.values())
+    assert {c: st["dropped_events"] for c, st in t.info["cpu_stats"].items()} == dropped
+    assert t.info["lost_total"] == sum(dropped.values())
+
+
+def test_parse_cpu_stats_by_name_and_instance():
+    from nfsreaddir.tracedat import parse_cpu_stats
+    texts = ["CPU: 0\nentries: 3\noverrun: 5\nnow ts: 12.5\nnew counter: 7",
+             "CPU: 1\noverrun: 0\ndropped events: 2",
+             "\nBuffer: inst\n\n", "CPU: 0\noverrun: 9\nodd: x y"]
+    assert parse_cpu_stats(texts) == {
+        "": {0: {"entries": 3, "overrun": 5, "now_ts": 12.5, "new_counter": 7},
+             1: {"overrun": 0, "dropped_events": 2}},
+        "inst": {0: {"overrun": 9, "odd": "x y"}}}
 
 
 def test_instances_of_fixtures(dat_files, tmp_path):

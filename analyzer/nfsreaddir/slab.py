@@ -392,9 +392,13 @@ def _summarize(trace, request, frames):
         notes.append(f"{name_mismatch} frees name another cache than their allocation")
     info = getattr(trace, "info", {}) or {}
     lost = info.get("lost_events") or []
-    if lost:
-        notes.append(f"{sum(x.get('count') or 0 for x in lost)} events lost in {len(lost)} "
-                     "places: counts are lower bounds, and objects may look live")
+    lost_total = info.get("lost_total")
+    if lost or lost_total:
+        # an uncounted marker is an unknown number, never 0
+        how_many = "an unknown number of" if lost_total is None else str(lost_total)
+        where = f" in {len(lost)} place{'s' if len(lost) > 1 else ''}" if lost else ""
+        notes.append(f"{how_many} events lost{where}: counts are lower bounds, and objects "
+                     "may look live")
     return {
         "events": counts,
         "by": "name" if named else "bytes_alloc",
@@ -407,6 +411,7 @@ def _summarize(trace, request, frames):
         "reallocated_without_free": n_unpaired,
         "free_name_mismatches": name_mismatch,
         "lost_events": len(lost),
+        "lost_total": lost_total,
         "partial": bool(info.get("partial")),
         "notes": notes,
     }

@@ -12,7 +12,8 @@ Both give the same interface::
 
     t = open_trace(path)
     t.event_names()                 # {"nfs:nfs_readdir_cache_fill", ...}
-    t.info                          # format, cpus, clock, lost_events, partial, ...
+    t.info                          # format, cpus, clock, lost_events, lost_total,
+                                    # cpu_stats, partial, ...
     frames = t.read({"nfs:nfs_invalidate_mapping_enter": ["dev", "fileid"],
                      "ftrace:print": ["buf"]})
 
@@ -21,6 +22,18 @@ Every frame has the columns ``ts`` (int64 ns), ``cpu``, ``pid`` (common_pid),
 cpu, then by order within the cpu).  A requested field whose name is one of
 those base columns (``sched_wakeup`` has ``pid`` and ``comm`` fields) comes out
 as ``field_<name>`` (see :func:`field_column`).
+
+Lost events, in ``info`` of a trace.dat (an unknown number is ``None``, never 0):
+
+* ``lost_events``: the ring buffer's lost-events markers met by the last ``read()`` or
+  ``event_counts()``, ``{"cpu", "ts", "count"}``; ``count`` is ``None`` where the page did
+  not store how many (``trace-cmd report``: "[EVENTS DROPPED]" without a number);
+* ``cpu_stats``: ``{cpu: {name: value}}``, the ring-buffer stats trace-cmd stored at the
+  end of the recording for the instance read (``overrun``, ``commit_overrun``,
+  ``dropped_events``, ``entries``, ``read_events``, ..., by name); ``{}`` when none;
+* ``lost_total``: the events lost, when the trace says: the sum of ``overrun``,
+  ``dropped_events`` and ``commit_overrun`` over the CPUs when the stats have them (known
+  at open), else the sum of the markers' counts after a read; ``None`` otherwise.
 """
 
 from __future__ import annotations

@@ -203,6 +203,45 @@ def _parse_header_page(text, long_size):
     return hp
 
 
+def parse_cpu_stats(texts):
+    """The ring-buffer statistics trace-cmd stores (one CPUSTAT option per CPU, the text of
+    ``per_cpu/cpuN/stats`` after a ``CPU: N`` line; the stats of a buffer instance follow a
+    ``Buffer: NAME`` option).  Returns {instance: {cpu: {name: value}}}, names as in the
+    file with spaces as underscores (``overrun``, ``commit_overrun``, ``dropped_events``,
+    ``entries``, ``bytes``, ``read_events``, ``oldest_event_ts``, ...), values int, or
+    float for the time stamps in seconds; a value that is neither stays a string."""
+    out = {}
+    instance = ""
+    for text in texts:
+        cpu = None
+        for line in text.splitlines():
+            key, sep, value = line.partition(":")
+            key, value = key.strip().lower().replace(" ", "_"), value.strip()
+            if not sep or not key:
+                continue
+            if key == "buffer":
+                instance = value
+            elif key == "cpu":
+                cpu = int(value) if value.isdigit() else None
+                if cpu is not None:
+                    out.setdefault(instance, {})[cpu] = {}
+            elif cpu is not None:
+                try:
+                    v = int(value)
+                except ValueError:
+                    try:
+                        v = float(value)
+                    except ValueError:
+                        v = value
+                out[instance][cpu][key] = v
+    return out
+
+
+# counters of ``per_cpu/cpuN/stats`` that count events the ring buffer lost: overwritten
+# (overwrite mode), dropped (buffer full, no overwrite), lost to nested writes
+_LOST_STATS = ("overrun", "dropped_events", "commit_overrun")
+
+
 # --------------------------------------------------------------------------
 # byte cursors
 
@@ -743,6 +782,7 @@ class TraceDat:
                      "trace_cmd_version": None, "uname": None, "lost_events": [],
                      "partial": False, "damage": [], "instance": instance or "",
                      "instances": [], "scanned": False}
+        self._cpustat_texts = []
         try:
             self._parse_meta()
         except _Damage as d:
@@ -778,6 +818,8 @@ class TraceDat:
                         f"instance {bname!r} cpu {cpu}: data runs past the end of the file "
                         f"(truncated)")
                     break
+        self.info["cpu_stats"] = parse_cpu_stats(self._cpustat_texts).get(name, {})
+        self.info["lost_total"] = self._lost_total()
         self.info["clock"] = self._buf.clock or self.info.get("clock")
         self.info["instances"] = list(self.buffers)
         if self.info["cpus"] is None:
@@ -1114,7 +1156,7 @@ class TraceDat:
         elif oid == OPT_CPUCOUNT and len(data) >= 4:
             self.info["cpus"] = int.from_bytes(data[:4], e)
         elif oid == OPT_CPUSTAT:
-            self.info.setdefault("cpustats", []).append(s())
+            self._cpustat_texts.append(s())
         elif oid == OPT_TSC2NSEC and len(data) >= 16:
             self._time["tsc2nsec"] = (int.from_bytes(data[0:4], e), int.from_bytes(data[4:8], e),
                                       int.from_bytes(data[8:16], e))
@@ -1218,6 +1260,21 @@ class TraceDat:
         lost.sort(key=lambda ev: (ev["ts"], ev["cpu"]))
         self.info["lost_events"] = lost
         self.info["scanned"] = True
+        self.info["lost_total"] = self._lost_total()
+
+    def _lost_total(self):
+        """Events lost by the ring buffer, when the trace says: the lost counters of the
+        stored CPU stats (every CPU with data must have them), else, once the data was
+        scanned, the counts of the lost-events markers (None if one has no count)."""
+        stats = self.info["cpu_stats"]
+        cpus = [cpu for cpu, _, size in self._buf.cpus if size]
+        if cpus and all(any(k in stats.get(cpu, {}) for k in _LOST_STATS) for cpu in cpus):
+            return sum(int(v) for st in stats.values() for k, v in st.items()
+                       if k in _LOST_STATS and isinstance(v, int))
+        if not self.info["scanned"]:
+            return None
+        counts = [ev["count"] for ev in self.info["lost_events"]]
+        return sum(counts) if None not in counts else None
 
     def read(self, events, on_damage="raise", base=BASE_COLUMNS):
         """Decode the requested events.
