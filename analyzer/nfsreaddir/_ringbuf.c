@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define COMMIT_MASK ((1u << 27) - 1)
@@ -277,8 +278,213 @@ out:
 	return res;
 }
 
+PyDoc_STRVAR(ints_doc,
+"ints(block, pos, dlen, offset, size, signed, big_endian, out)\n"
+"\n"
+"The integer field at ``offset`` (``size`` bytes) of the records whose data start at\n"
+"``pos`` (int32) and are ``dlen`` (int32) long, into ``out`` (8-byte or 4-byte items):\n"
+"sign-extended if ``signed``, 0 where the record is too short to hold it.");
+
+static PyObject *ints(PyObject *self, PyObject *args)
+{
+	Py_buffer blk, vpos = {0}, vdlen = {0}, vout = {0};
+	PyObject *pos_obj, *dlen_obj, *out_obj, *res = NULL;
+	Py_ssize_t off, size, i, n;
+	int sgn, big;
+
+	if (!PyArg_ParseTuple(args, "y*OOnnppO", &blk, &pos_obj, &dlen_obj, &off, &size, &sgn,
+			      &big, &out_obj))
+		return NULL;
+	if (PyObject_GetBuffer(pos_obj, &vpos, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
+	    PyObject_GetBuffer(dlen_obj, &vdlen, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
+	    PyObject_GetBuffer(out_obj, &vout, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+		goto out;
+	n = vpos.len / 4;
+	if (vpos.itemsize != 4 || vdlen.itemsize != 4 || vdlen.len / 4 != n ||
+	    (vout.itemsize != 8 && vout.itemsize != 4) || vout.len / vout.itemsize != n ||
+	    size < 1 || size > 8 || off < 0) {
+		PyErr_SetString(PyExc_ValueError, "ints: bad arguments");
+		goto out;
+	}
+	{
+		struct layout l = { blk.buf, blk.len, big };
+		const int32_t *pos = vpos.buf, *dlen = vdlen.buf;
+		int shift = 64 - 8 * (int)size;
+
+		Py_BEGIN_ALLOW_THREADS
+		for (i = 0; i < n; i++) {
+			uint64_t v = 0;
+
+			if (dlen[i] >= off + size)
+				v = rd(&l, (int64_t)pos[i] + off, (int)size);
+			if (sgn && shift)
+				v = (uint64_t)((int64_t)(v << shift) >> shift);
+			if (vout.itemsize == 8)
+				((uint64_t *)vout.buf)[i] = v;
+			else
+				((uint32_t *)vout.buf)[i] = (uint32_t)v;
+		}
+		Py_END_ALLOW_THREADS
+	}
+	res = Py_None;
+	Py_INCREF(res);
+out:
+	PyBuffer_Release(&blk);
+	if (vpos.obj) PyBuffer_Release(&vpos);
+	if (vdlen.obj) PyBuffer_Release(&vdlen);
+	if (vout.obj) PyBuffer_Release(&vout);
+	return res;
+}
+
+struct slot {
+	uint64_t hash;
+	int64_t at;             /* offset of the string in the block; -1: empty slot */
+	int32_t len;
+	int32_t code;
+};
+
+static inline uint64_t hash_bytes(const uint8_t *p, int32_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull;     /* FNV-1a */
+	int32_t i;
+
+	for (i = 0; i < n; i++)
+		h = (h ^ p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+PyDoc_STRVAR(strings_doc,
+"strings(block, pos, dlen, offset, rel, big_endian, codes) -> values\n"
+"\n"
+"The __data_loc (``rel``: __rel_loc) string field whose location word is at ``offset``\n"
+"of the records at ``pos`` (int32, data lengths ``dlen``): ``codes`` (int32) gets the\n"
+"number of each record's string, ``values`` lists the strings (utf-8, bad bytes\n"
+"replaced) in order of first appearance.  A string ends at its first NUL, at its\n"
+"location's length or at the end of the record; a record too short for the word has \"\".");
+
+static PyObject *strings(PyObject *self, PyObject *args)
+{
+	Py_buffer blk, vpos = {0}, vdlen = {0}, vcodes = {0};
+	PyObject *pos_obj, *dlen_obj, *codes_obj, *values = NULL, *res = NULL;
+	Py_ssize_t off, i, n;
+	int rel, big;
+	struct slot *tab = NULL;
+	int64_t cap = 256, used = 0;
+
+	if (!PyArg_ParseTuple(args, "y*OOnppO", &blk, &pos_obj, &dlen_obj, &off, &rel, &big,
+			      &codes_obj))
+		return NULL;
+	if (PyObject_GetBuffer(pos_obj, &vpos, PyBUF_C_CONTIGUOUS) < 0 ||
+	    PyObject_GetBuffer(dlen_obj, &vdlen, PyBUF_C_CONTIGUOUS) < 0 ||
+	    PyObject_GetBuffer(codes_obj, &vcodes, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+		goto out;
+	n = vpos.len / 4;
+	if (vpos.itemsize != 4 || vdlen.itemsize != 4 || vdlen.len / 4 != n ||
+	    vcodes.itemsize != 4 || vcodes.len / 4 != n || off < 0) {
+		PyErr_SetString(PyExc_ValueError, "strings: bad arguments");
+		goto out;
+	}
+	values = PyList_New(0);
+	tab = malloc(cap * sizeof(*tab));
+	if (!values || !tab) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (i = 0; i < cap; i++)
+		tab[i].at = -1;
+	{
+		struct layout l = { blk.buf, blk.len, big };
+		const int32_t *pos = vpos.buf, *dlen = vdlen.buf;
+		int32_t *codes = vcodes.buf;
+
+		for (i = 0; i < n; i++) {
+			int64_t start = 0, len = 0, at, j;
+			const uint8_t *sp, *nul;
+			uint64_t h;
+
+			if (dlen[i] >= off + 4) {
+				uint32_t w = (uint32_t)rd(&l, (int64_t)pos[i] + off, 4);
+
+				start = w & 0xFFFF;
+				if (rel)
+					start += off + 4;
+				len = (w >> 16) & 0xFFFF;
+				if (len > dlen[i] - start)
+					len = dlen[i] - start;
+				if (len < 0)
+					len = 0;
+			}
+			at = (int64_t)pos[i] + start;
+			if (len == 0 || at < 0 || at + len > blk.len) {
+				at = 0;
+				len = 0;
+			}
+			sp = (const uint8_t *)blk.buf + at;
+			nul = len ? memchr(sp, 0, len) : NULL;
+			if (nul)
+				len = nul - sp;
+			h = hash_bytes(sp, (int32_t)len);
+			for (j = h & (cap - 1); tab[j].at >= 0; j = (j + 1) & (cap - 1))
+				if (tab[j].hash == h && tab[j].len == len &&
+				    !memcmp((const uint8_t *)blk.buf + tab[j].at, sp, len))
+					break;
+			if (tab[j].at < 0) {
+				PyObject *v = PyUnicode_DecodeUTF8((const char *)sp, len, "replace");
+
+				if (!v || PyList_Append(values, v) < 0) {
+					Py_XDECREF(v);
+					goto out;
+				}
+				Py_DECREF(v);
+				tab[j].hash = h;
+				tab[j].at = at;
+				tab[j].len = (int32_t)len;
+				tab[j].code = (int32_t)used++;
+				if (used * 2 > cap) {   /* grow: rehash */
+					struct slot *old = tab;
+					int64_t ocap = cap, k, m;
+
+					cap *= 2;
+					tab = malloc(cap * sizeof(*tab));
+					if (!tab) {
+						tab = old;
+						PyErr_NoMemory();
+						goto out;
+					}
+					for (k = 0; k < cap; k++)
+						tab[k].at = -1;
+					for (k = 0; k < ocap; k++) {
+						if (old[k].at < 0)
+							continue;
+						for (m = old[k].hash & (cap - 1); tab[m].at >= 0;
+						     m = (m + 1) & (cap - 1))
+							;
+						tab[m] = old[k];
+					}
+					free(old);
+					codes[i] = (int32_t)(used - 1);
+					continue;
+				}
+			}
+			codes[i] = tab[j].code;
+		}
+	}
+	res = values;
+	values = NULL;
+out:
+	free(tab);
+	Py_XDECREF(values);
+	PyBuffer_Release(&blk);
+	if (vpos.obj) PyBuffer_Release(&vpos);
+	if (vdlen.obj) PyBuffer_Release(&vdlen);
+	if (vcodes.obj) PyBuffer_Release(&vcodes);
+	return res;
+}
+
 static PyMethodDef methods[] = {
 	{"walk", walk, METH_VARARGS, walk_doc},
+	{"ints", ints, METH_VARARGS, ints_doc},
+	{"strings", strings, METH_VARARGS, strings_doc},
 	{NULL, NULL, 0, NULL},
 };
 

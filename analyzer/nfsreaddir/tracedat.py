@@ -1807,6 +1807,9 @@ class TraceDat:
                 "asked": {id(f) for f in fields}}
 
     def _decode(self, block, pos, ts, dlen, cpu, plan, out):
+        if (_compiled_wanted() and isinstance(out["ts"], _Pieces)
+                and pos.dtype == np.int32 and dlen.dtype == np.int32):
+            return self._decode_compiled(block, pos, ts, dlen, cpu, plan, out)
         e = self._e
         n = len(pos)
         pf = plan["pf"]
@@ -1866,6 +1869,35 @@ class TraceDat:
             out["pid"].append(pid)
         for k, v in cols.items():
             out[k].append(v)
+
+    def _decode_compiled(self, block, pos, ts, dlen, cpu, plan, out):
+        """:meth:`_decode` by the compiled loops: integers straight into the pieces kept,
+        __data_loc strings keyed in one pass (others as :meth:`_decode_field` does)."""
+        n = len(pos)
+        big = self._e == ">"
+        pf = plan["pf"]
+        if self._want_pid:
+            pid = out["pid"].reserve(n, np.int32)
+            # as in _decode: records too short for the pid (damage) make all of them -1
+            if pf is not None and int(dlen.min()) >= pf.offset + pf.size:
+                _ringbuf.ints(block, pos, dlen, pf.offset, pf.size, pf.signed, big, pid)
+            else:
+                pid[...] = -1
+        for f in plan["fields"]:
+            pieces = out["f:" + f.name]
+            if f.loc is None and f.kind == "int":
+                _ringbuf.ints(block, pos, dlen, f.offset, f.size, f.signed, big,
+                              pieces.reserve(n, f.dtype))
+            elif f.loc in ("data", "rel") and f.kind == "str":
+                codes = pieces.reserve(n, np.int32)
+                values = _ringbuf.strings(block, pos, dlen, f.offset, f.loc == "rel", big,
+                                          codes)
+                pieces[-1] = _Strs(codes, values)
+            else:
+                pieces.append(self._decode_field(block, pos, dlen, f))
+        # the time piece last: it marks the record set as finished (see _whole_records)
+        out["ts"].append(ts)
+        out["cpu"].append((cpu, n))
 
     def _decode_field(self, block, pos, dlen, f, word=None):
         e = self._e
