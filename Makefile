@@ -31,11 +31,13 @@ test-bisect: setup-build
 	NFSRT_TEST_BISECT=1 $(PYTEST) -ra -s tests/test_bisect.py::test_bisect_names_the_cookie_resume_fix
 
 # Time the trace.dat reader and `nfs-readdir analyze` (its slab analysis) against `trace-cmd
-# report` and `report -R` on real host traces of 6, 12 and 25 M kmem/sched events (recorded
-# once through tracefs into ~/.cache/nfs-readdir-trace/bench, then reused): medians of 3 runs
-# at 1x and 1 run at 2x and 4x, tools interleaved (20-35 minutes on 2 busy cores). Table, data
-# and plot (time vs size) in $(RESULTS)/bench. Options, e.g.:
+# report` and `report -R`, and against the floor (decompressing the same pages, nothing
+# decoded), on real host traces of about 8.4, 17 and 50 M kmem/sched events (recorded once
+# through tracefs into ~/.cache/nfs-readdir-trace/bench, then reused): medians of 3 runs at 1x
+# and 1 run at 2x and 6x, tools interleaved (an hour or more on 2 busy cores: report alone
+# takes minutes at 50 M). Table, data and plot (time vs size) in $(RESULTS)/bench. E.g.:
 #   make bench BENCH_ARGS="--repeat 5 --repeat-large 2 --modes 'need slab all'"
+#   BENCH_SCALES=1 make bench BENCH_ARGS="--repeat 1 --skip 'report -R'"
 bench: setup
 	analyzer/bench/make-trace
 	$(PY) analyzer/bench/run --out $(RESULTS)/bench $(BENCH_ARGS)

@@ -708,3 +708,90 @@ def recompress_v7(src, dst, algo="zlib"):
     opt_off = put_section(0, 1, 0, body)
     out[opt_ptr_at:opt_ptr_at + 8] = u(opt_off, 8)
     Path(dst).write_bytes(bytes(out))
+
+
+# ------------------------------------------- the compiled walk against the numpy walk
+
+needs_compiled = pytest.mark.skipif(
+    __import__("nfsreaddir.tracedat", fromlist=["_ringbuf"])._ringbuf is None,
+    reason="the compiled walk (nfsreaddir._ringbuf) is not built")
+
+
+@pytest.fixture
+def numpy_walk(monkeypatch):
+    """A function that runs a reader call with the numpy walk (the oracle)."""
+    from nfsreaddir import tracedat
+
+    def run(fn):
+        with monkeypatch.context() as m:
+            m.setattr(tracedat, "_compiled_wanted", lambda: False)
+            return fn()
+    return run
+
+
+@needs_compiled
+def test_compiled_reader_equals_numpy_reader(dat_files, numpy_walk):
+    """Every event and field of every fixture, the lost-events markers and the counts are
+    the same from both walks."""
+    for dat in dat_files:
+        events = present_events(dat)
+        t, fr = read_all(dat, events=events)
+        t2, fr2 = numpy_walk(lambda: read_all(dat, events=events))
+        frames_equal(fr, fr2, f"{dat} compiled vs numpy")
+        assert t.info["lost_events"] == t2.info["lost_events"]
+        assert t.info["lost_total"] == t2.info["lost_total"]
+        assert t.event_counts() == numpy_walk(open_trace(dat).event_counts)
+
+
+@needs_compiled
+def test_compiled_walk_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
+    """Seeded random bytes in the ring-buffer pages: both walks list the same records, the
+    same lost-events markers and the same damage (message included)."""
+    rnd = random.Random(20261123)
+    for dat in dat_files[::2]:
+        t = open_trace(dat)
+        b = t._buf
+        for cpu, off, size in b.cpus:
+            for block0 in t._cpu_blocks(cpu, off, size, b.compressed, b.page_size):
+                for _ in range(20):
+                    block = block0.copy()
+                    for _ in range(rnd.randint(1, 20)):
+                        block[rnd.randrange(len(block))] = rnd.randrange(256)
+                    got, want = [], []
+                    for out, run in ((got, lambda f: f()), (want, numpy_walk)):
+                        lost = []
+                        parts = run(lambda: list(t._walks(block, b.page_size, None, cpu, lost)))
+                        ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
+                        # the largest id marks "no event" in the numpy walk: a record whose
+                        # id was damaged into it counts as none in either
+                        keep = ids != (1 << 8 * t._id_field.size) - 1
+                        cols = [np.concatenate([np.asarray(p[0][i], np.int64 if i != 1
+                                                           else np.uint64) for p in parts])[keep]
+                                for i in range(3)]
+                        out += [cols, ids[keep], lost, parts[-1][1]]
+                    for g, w in zip(got[0], want[0]):
+                        assert np.array_equal(g, w), dat
+                    assert np.array_equal(got[1], want[1]) and got[2:] == want[2:], dat
+
+
+def test_without_the_compiled_walk_one_notice(dat_files):
+    """Where the extension could not be built, the numpy walk reads the same events and says
+    so once on stderr."""
+    import json as _json
+    import sys as _sys
+    code = ("import sys; sys.modules['nfsreaddir._ringbuf'] = None\n"
+            "from nfsreaddir.trace import open_trace\n"
+            "import json\n"
+            "for p in sys.argv[1:]:\n"
+            "    t = open_trace(p)\n"
+            "    print(json.dumps({k: len(v) for k, v in t.read(list(t.event_counts())).items()}))\n")
+    paths = [str(p) for p in dat_files[:2]]
+    r = subprocess.run([_sys.executable, "-c", code, *paths], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    notice = r.stderr.splitlines()
+    assert len(notice) == 1 and "compiled trace reader is not built" in notice[0], r.stderr
+    for p, line in zip(paths, r.stdout.splitlines()):
+        t = open_trace(p)
+        assert _json.loads(line) == {k: len(v) for k, v in
+                                     t.read(list(t.event_counts())).items()}

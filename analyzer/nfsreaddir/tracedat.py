@@ -15,6 +15,11 @@ final, time-sorted columns one by one, so memory follows the selected columns
 (about their size) rather than the file.  CPUs are independent streams and are
 read by parallel threads when there are several cores.
 
+The walk over the records (their chain in each page, type, time and event id) is done by
+the compiled :mod:`nfsreaddir._ringbuf` where it is built (``pip install -e .``, as
+``reproducers/setup-host`` runs it); the numpy walk is the fallback, with a one-line notice
+on stderr, and the tests' oracle for it (``NFSRT_READER=numpy`` selects it).
+
 Layout notes (trace-cmd 3.x files; they differ from the published v7 text):
 the v7 section header's size field is 8 bytes, the BUFFER option carries a
 4-byte page size after the clock string, the per-CPU size of compressed data
@@ -30,12 +35,19 @@ import mmap
 import os
 import re
 import struct
+import sys
+import threading
 import zlib
 
 import numpy as np
 import pandas as pd
 
 from .trace import BASE_COLUMNS, TraceError, field_column
+
+try:
+    from . import _ringbuf        # the compiled ring-buffer walk (setup.py builds it)
+except ImportError:
+    _ringbuf = None
 
 # ring buffer constants
 _COMMIT_MASK = (1 << 27) - 1
@@ -557,6 +569,33 @@ def _restore_hugepages(state):
     if state is not None:
         f, prev = state
         f(prev)
+
+
+_WALK_ROWS = 1 << 18        # records listed per call of the compiled walk
+_walk_local = threading.local()
+
+
+def _walk_arrays():
+    """This thread's output arrays of the compiled walk (pos, ts, dlen, ids)."""
+    out = getattr(_walk_local, "out", None)
+    if out is None:
+        out = _walk_local.out = (np.empty(_WALK_ROWS, np.int32), np.empty(_WALK_ROWS, np.uint64),
+                                 np.empty(_WALK_ROWS, np.int32), np.empty(_WALK_ROWS, np.uint32))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_wanted():
+    """Whether to use the compiled walk: yes when it is built, unless
+    NFSRT_READER=numpy asks for the numpy walk; without it, one notice on stderr."""
+    if os.environ.get("NFSRT_READER", "") == "numpy":
+        return False
+    if _ringbuf is None:
+        sys.stderr.write("nfs-readdir: the compiled trace reader is not built (no C compiler "
+                         "at install?); using the slower numpy reader (reproducers/setup-host "
+                         "builds it)\n")
+        return False
+    return True
 
 
 def _reader_threads():
@@ -1229,11 +1268,11 @@ class TraceDat:
             try:
                 for block in self._cpu_blocks(cpu, off, size, self._buf.compressed,
                                               self._buf.page_size):
-                    res, dmg = self._walk(block, self._buf.page_size, None, cpu, lost)
-                    if res is not None and len(res[0]):
-                        ids = res[3].astype(np.int64)
-                        counts += np.bincount(np.minimum(ids, len(counts) - 1),
-                                              minlength=len(counts))[:len(counts)]
+                    for res, dmg in self._walks(block, self._buf.page_size, None, cpu, lost):
+                        if res is not None and len(res[0]):
+                            ids = res[3].astype(np.int64)
+                            counts += np.bincount(np.minimum(ids, len(counts) - 1),
+                                                  minlength=len(counts))[:len(counts)]
                     if dmg:
                         damage.append(dmg)
                         break
@@ -1485,6 +1524,40 @@ class TraceDat:
             except (OSError, ValueError):
                 pass
 
+    def _walks(self, block, P, lut, cpu, lost):
+        """The records of ``block`` as :meth:`_walk` gives them, in one or more parts
+        ((pos, ts, dlen, ids), damage or None); the damage, if any, comes with the last.
+
+        The compiled walk (:mod:`nfsreaddir._ringbuf`) lists the records of whole pages
+        into arrays of a fixed size, reused from part to part (so its memory does not
+        grow with the block); each part is used before the next is made."""
+        if not _compiled_wanted():
+            yield self._walk(block, P, lut, cpu, lost)
+            return
+        if len(block) >= (1 << 31):
+            raise _Damage(f"cpu {cpu}: a data block of {len(block)} bytes is too large")
+        hp = self._hp
+        idf = self._id_field
+        out = _walk_arrays()
+        page = 0
+        npages = len(block) // P
+        while True:
+            n, marks, page, bad, why, detail = _ringbuf.walk(
+                block, page, P, hp["commit_off"], hp["commit_size"], hp["data_off"],
+                self._e == ">", self.long_size, idf.offset, idf.size, lut, *out)
+            for _, page_ts, count in marks:
+                lost.append({"cpu": cpu, "ts": page_ts, "count": count})
+            damage = None
+            if why == "size":
+                damage = (f"cpu {cpu}: page {bad} of a block has a garbage header (commit "
+                          f"size {detail} > {P - hp['data_off']})")
+            elif why == "chain":
+                damage = (f"cpu {cpu}: the record chain in page {bad} of a block is broken "
+                          "(record runs past the page's data)")
+            yield tuple(a[:n] for a in out), damage
+            if page >= npages:
+                return
+
     def _walk(self, block, P, lut, cpu, lost):
         """Walk all pages of ``block``: the record chains of all pages at once (one
         lane per page, see :func:`_chain`), then every record in file order.
@@ -1656,16 +1729,17 @@ class TraceDat:
         lost, damage = [], []
         try:
             for block in self._cpu_blocks(cpu, off, size, self._buf.compressed, P):
-                res, dmg = self._walk(block, P, lut, cpu, lost)
-                if res is not None and len(res[0]):
-                    pos, ts, dlen, ids = res
-                    for eid in want:
-                        sel = np.flatnonzero(ids == eid)
-                        if len(sel) == len(ids):
-                            self._decode(block, pos, ts, dlen, cpu, plans[eid], part[eid])
-                        elif len(sel):
-                            self._decode(block, pos[sel], ts[sel], dlen[sel], cpu,
-                                         plans[eid], part[eid])
+                for res, dmg in self._walks(block, P, lut, cpu, lost):
+                    if res is not None and len(res[0]):
+                        pos, ts, dlen, ids = res
+                        for eid in want:
+                            sel = np.flatnonzero(ids == eid)
+                            if len(sel) == len(ids):
+                                self._decode(block, pos, ts, dlen, cpu, plans[eid],
+                                             part[eid])
+                            elif len(sel):
+                                self._decode(block, pos[sel], ts[sel], dlen[sel], cpu,
+                                             plans[eid], part[eid])
                 if dmg:
                     damage.append(dmg)
                     break
@@ -1733,6 +1807,9 @@ class TraceDat:
                 "asked": {id(f) for f in fields}}
 
     def _decode(self, block, pos, ts, dlen, cpu, plan, out):
+        if (_compiled_wanted() and isinstance(out["ts"], _Pieces)
+                and pos.dtype == np.int32 and dlen.dtype == np.int32):
+            return self._decode_compiled(block, pos, ts, dlen, cpu, plan, out)
         e = self._e
         n = len(pos)
         pf = plan["pf"]
@@ -1792,6 +1869,35 @@ class TraceDat:
             out["pid"].append(pid)
         for k, v in cols.items():
             out[k].append(v)
+
+    def _decode_compiled(self, block, pos, ts, dlen, cpu, plan, out):
+        """:meth:`_decode` by the compiled loops: integers straight into the pieces kept,
+        __data_loc strings keyed in one pass (others as :meth:`_decode_field` does)."""
+        n = len(pos)
+        big = self._e == ">"
+        pf = plan["pf"]
+        if self._want_pid:
+            pid = out["pid"].reserve(n, np.int32)
+            # as in _decode: records too short for the pid (damage) make all of them -1
+            if pf is not None and int(dlen.min()) >= pf.offset + pf.size:
+                _ringbuf.ints(block, pos, dlen, pf.offset, pf.size, pf.signed, big, pid)
+            else:
+                pid[...] = -1
+        for f in plan["fields"]:
+            pieces = out["f:" + f.name]
+            if f.loc is None and f.kind == "int":
+                _ringbuf.ints(block, pos, dlen, f.offset, f.size, f.signed, big,
+                              pieces.reserve(n, f.dtype))
+            elif f.loc in ("data", "rel") and f.kind == "str":
+                codes = pieces.reserve(n, np.int32)
+                values = _ringbuf.strings(block, pos, dlen, f.offset, f.loc == "rel", big,
+                                          codes)
+                pieces[-1] = _Strs(codes, values)
+            else:
+                pieces.append(self._decode_field(block, pos, dlen, f))
+        # the time piece last: it marks the record set as finished (see _whole_records)
+        out["ts"].append(ts)
+        out["cpu"].append((cpu, n))
 
     def _decode_field(self, block, pos, dlen, f, word=None):
         e = self._e
