@@ -628,3 +628,72 @@ def test_fit_recovers_known_coefficients():
     assert fit["max_rel_error"] < 1e-6
     assert fit["coef"] == pytest.approx({"K": 300, "KC": 80, "P": 150, "M": 20}, rel=1e-6)
     assert listlru.fit(rows[:3]) is None
+
+
+def test_memcg_grid_6_1_fits_a_cost_per_used_pair(built):
+    """Nine cells, each memcg on 2 of the K mounts (--touch-mounts 2): on 6.1 the lookups
+    allocate per used (superblock, memcg) pair, so the fit puts the bytes on P, not on K x C
+    (5.10's law) or K x M."""
+    if not have("memcg-grid-6.1"):
+        pytest.skip("no dcache-memcg-grid-6.1 fixture: tests/fixtures/record-dcache memcg-grid-6.1")
+    r = res(built, "memcg-grid-6.1")
+    f, c = r["figures"], cells(r)
+    assert r["lru_count"] == "hist" and r["touch_mounts"] == 2
+    assert len(c) == 9 and f["model_cells"] == 9
+    for name, x in c.items():
+        assert x["pairs"] == x["memcgs"] * min(2, x["mounts"]), name
+        assert x["lru_bytes_mkdir"] == 0, name          # making memcgs costs nothing
+        assert x["lru_allocs_mount"] == 2 * x["mounts"], name   # two list heads a superblock
+        # At least the dentry and inode lists of every used pair.
+        assert x["lru_allocs_touch"] >= 2 * x["pairs"], name
+    assert f["eager"] is False and f["growth_bytes"] == 0
+    assert f["model_bytes_per_P"] >= 2 * 64          # two kmalloc-64 lists per pair, or more
+    assert abs(f["model_bytes_per_KC"]) < 1
+    assert f["model_max_rel_error"] < 0.25
+    # The same pairs over more superblocks cost the same: k2 and k4 with M memcgs use 2M pairs.
+    for m in (8, 32):
+        a, b = c[f"k2-m{m}"]["lru_bytes_touch"], c[f"k4-m{m}"]["lru_bytes_touch"]
+        assert abs(b / a - 1) < 0.25, (m, a, b)
+
+
+def test_memcg_grid_5_10_follows_the_code_law(built):
+    if not have("memcg-grid-5.10"):
+        pytest.skip("no dcache-memcg-grid-5.10 fixture: tests/fixtures/record-dcache memcg-grid-5.10")
+    r = res(built, "memcg-grid-5.10")
+    f = r["figures"]
+    assert f["eager"] is True and f["law_max_rel_error"] < 0.01
+    assert f["capacity_cells_matching_code"] == f["law_cells"]
+    assert abs(f["model_bytes_per_P"]) < 1
+    assert 0.5 < f["report_law_ratio"] < 2
+
+
+@pytest.mark.parametrize("kernel", ["5.10", "6.1"])
+def test_memcg_touch_counts_pairs_and_splits_the_setup(built, kernel):
+    """--touch-mounts 1 on two mounts: each memcg uses one superblock, so a cell has M used
+    pairs, not K x M; the mount and mkdir steps are sampled apart; the list_lru allocations
+    are counted in the kernel (hist trigger) and carried by the samples."""
+    if not have(f"memcg-touch-{kernel}"):
+        pytest.skip(f"no dcache-memcg-touch-{kernel} fixture: "
+                    f"tests/fixtures/record-dcache memcg-touch-{kernel}")
+    r = res(built, f"memcg-touch-{kernel}")
+    c, f = cells(r), r["figures"]
+    assert r["lru_count"] == "hist" and str(r["touch_mounts"]) == "1"
+    assert set(c) == {"k1-m1", "k1-m8", "k2-m1", "k2-m8"}
+    for name, x in c.items():
+        assert x["pairs"] == x["memcgs"], name
+        assert x["lru_bytes_setup"] == x["lru_bytes_mount"] + x["lru_bytes_mkdir"], name
+        assert x["lru_bytes_total"] == x["lru_bytes_setup"] + x["lru_bytes_touch"], name
+    if kernel == "5.10":
+        # Eager: nothing at the lookups, the mounts cost the law's bytes at the capacity of
+        # the time, and the first 8 memcgs grew the capacity for every list_lru.
+        assert f["eager"] is True and f["law_max_rel_error"] == 0
+        assert f["capacity_cells_matching_code"] == 4
+        assert all(x["lru_allocs_touch"] == 0 for x in c.values())
+        assert c["k1-m8"]["lru_bytes_mkdir"] > 0 and c["k2-m8"]["lru_bytes_mkdir"] == 0
+    else:
+        # Lazy: two list heads per superblock, nothing for making memcgs, and the lookups
+        # of k2-m8 (8 pairs) cost what k1-m8's (8 pairs) did, not twice as much.
+        assert f["eager"] is False and f["growth_bytes"] == 0
+        assert all(x["lru_allocs_mount"] == 2 * x["mounts"] for x in c.values())
+        a, b = c["k1-m8"]["lru_bytes_touch"], c["k2-m8"]["lru_bytes_touch"]
+        assert a > 0 and abs(b / a - 1) < 0.25, (a, b)

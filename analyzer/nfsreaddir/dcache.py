@@ -450,7 +450,7 @@ def _plot_memcg_grid(ax, runs):
             ys = [(c.get("lru_bytes_mount") or 0) + (c.get("lru_bytes_touch") or 0) for c in row]
             ax.plot(ks, ys, markers[i % 4] + "-", color=f"C{j}",
                     label=f"{r.get('kernel')} M={m}")
-            if all("model_bytes" in c for c in row):
+            if all("model_bytes" in c for c in row):       # the fit (a grid of cells)
                 ax.plot(ks, [c["model_bytes"] for c in row], ":", color=f"C{j}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -864,68 +864,75 @@ def _judge_memcg(res, facts, markers, events):
 
 
 def _memcg_model(res, grid):
-    """Figures of the list_lru model (listlru.py) fitted to the cells: its coefficients and
-    error, the 5.10 capacity seen against the code's, and the prediction for the 2021
-    report's host. Only for runs that split mount from mkdir and have cells to spare over the
-    model's four coefficients."""
+    """Figures of the list_lru model (listlru.py): on an eager kernel (5.10) the code's law
+    against every cell's mount step, with the capacity it implies against the one seen; on
+    any kernel, with cells to spare over the fit's four coefficients, the fit and its error;
+    and the prediction for the 2021 report's host. Only for runs that sample the mount step
+    apart from the mkdir step."""
     from . import listlru
     order = [(n, c) for n, c in grid.items() if c.get("lru_bytes_mount") is not None]
-    if len(order) < len(listlru.FEATURES) + 2:
+    if not order:
         return {}
     before = int(res.get("memcgs_before") or 0)
     caps = listlru.cell_capacities(order, before)
-    rows = [{"cell": n, "K": c["mounts"], "M": c["memcgs"], "P": c["pairs"], "C": caps[n],
-             "bytes": (c.get("lru_bytes_mount") or 0) + (c.get("lru_bytes_touch") or 0)}
-            for n, c in order]
-    fit = listlru.fit(rows)
-    if fit is None:
-        return {}
-    f = {"model_cells": len(fit["cells"]),
-         **{f"model_bytes_per_{k}": v for k, v in fit["coef"].items()},
-         "model_max_rel_error": fit["max_rel_error"],
-         "model_rms_rel_error": fit["rms_rel_error"]}
-    for row in fit["cells"]:
-        grid[row["cell"]]["model_bytes"] = row["predicted"]
-        res["phases"][row["cell"]]["memcg"].update(
-            capacity=row["C"], model_bytes=row["predicted"], model_rel_error=row["rel_error"])
+    f = {}
     # Growth of the id space: what making memcgs cost (5.10 only), and the cells where it
     # happened.
     grew = {n: c.get("lru_bytes_mkdir") for n, c in order if c.get("lru_bytes_mkdir")}
     f["growth_cells"] = ",".join(grew) or None
     f["growth_bytes"] = sum(grew.values()) if grew else 0
-    # Eager (5.10): each list_lru made at a mount allocates C lists and two heads; the C seen
-    # per cell against the code's rule.
+    # Eager (5.10): nothing at the lookups; each list_lru made at a mount allocates C lists
+    # and two heads, C set by the most memcgs alive before.
     eager = all(not c.get("lru_allocs_touch") for _, c in order)
     f["eager"] = eager
     if eager:
-        seen = {n: round(c["lru_allocs_mount"] / (2 * c["mounts"])) - 2 for n, c in order
-                if c.get("lru_allocs_mount")}
-        for n, v in seen.items():
-            res["phases"][n]["memcg"]["capacity_seen"] = v
-        f["capacity_cells_matching_code"] = sum(v == caps[n] for n, v in seen.items())
-        f["capacity_largest"] = max(seen.values()) if seen else None
-    rep = listlru.REPORT
-    mib = 1 << 20
-    nodes = rep["nodes"]
-    k, m = rep["superblocks"], rep["memcgs"]
+        errors = []
+        for n, c in order:
+            law = 2 * c["mounts"] * listlru.lru_bytes_510(caps[n])
+            seen = round(c["lru_allocs_mount"] / (2 * c["mounts"])) - 2
+            res["phases"][n]["memcg"].update(capacity=caps[n], capacity_seen=seen,
+                                             law_bytes_mount=law)
+            errors.append(abs(c["lru_bytes_mount"] / law - 1))
+        f["law_cells"] = len(order)
+        f["law_max_rel_error"] = round(max(errors), 4)
+        f["capacity_cells_matching_code"] = sum(
+            res["phases"][n]["memcg"]["capacity_seen"] == caps[n] for n, _ in order)
+        f["capacity_largest"] = max(caps.values())
+    rows = [{"cell": n, "K": c["mounts"], "M": c["memcgs"], "P": c["pairs"], "C": caps[n],
+             "bytes": (c.get("lru_bytes_mount") or 0) + (c.get("lru_bytes_touch") or 0)}
+            for n, c in order]
+    fit = listlru.fit(rows) if len(rows) >= len(listlru.FEATURES) + 2 else None
+    if fit is not None:
+        f.update({"model_cells": len(fit["cells"]),
+                  **{f"model_bytes_per_{k}": v for k, v in fit["coef"].items()},
+                  "model_max_rel_error": fit["max_rel_error"],
+                  "model_rms_rel_error": fit["rms_rel_error"]})
+        for row in fit["cells"]:
+            res["phases"][row["cell"]]["memcg"].update(
+                capacity=row["C"], model_bytes=row["predicted"], model_rel_error=row["rel_error"])
+    # The report's host: 10,000 superblocks x 10,000 memcgs on 2 nodes.
+    rep, mib = listlru.REPORT, 1 << 20
+    k, m, nodes = rep["superblocks"], rep["memcgs"], rep["nodes"]
     f["report_mb"] = rep["mb_before"]
     f["report_mb_after"] = ",".join(str(x) for x in rep["mb_after"])
-    f["report_capacity"] = listlru.capacity(m)
     if eager:
+        f["report_capacity"] = listlru.capacity(m)
+        f["report_law_mb"] = round(listlru.code_bytes_510(k, m, nodes) / mib)
+        f["report_law_ratio"] = _ratio(f["report_law_mb"], rep["mb_before"])
+    if fit is not None and eager:
         f["report_model_mb"] = round(listlru.predict(fit["coef"], k, m, 0, nodes) / mib)
-        f["report_code_mb"] = round(listlru.code_bytes_510(k, m, nodes) / mib)
         f["report_model_ratio"] = _ratio(f["report_model_mb"], rep["mb_before"])
-    else:
-        # Lazy: the pairs the report's host used are not in the report; every pair, one
+    elif fit is not None:
+        # Lazy: the report does not say how many pairs its host used: every pair, one
         # superblock per memcg, and the pairs its figure after the patches implies.
         f["report_model_mb_all_pairs"] = round(
             listlru.predict(fit["coef"], k, m, k * m, nodes) / mib)
         f["report_model_mb_one_pair_per_memcg"] = round(
             listlru.predict(fit["coef"], k, m, m, nodes) / mib)
-        per_pair = fit["coef"]["P"]
         base = listlru.predict(fit["coef"], k, m, 0, nodes)
-        if per_pair > 0:
-            f["report_pairs_implied"] = round((rep["mb_after"][0] * mib - base) / per_pair)
+        if fit["coef"]["P"] > 0:
+            f["report_pairs_implied"] = round((rep["mb_after"][0] * mib - base)
+                                              / fit["coef"]["P"])
     return f
 
 

@@ -64,9 +64,9 @@ def kmalloc_size(n):
 
 def lru_bytes_510(capacity_, nodes=1):
     """5.10: the bytes one memcg-aware list_lru allocates when made, at a capacity: the node
-    array (kcalloc of nodes x 48), and per node the pointer array (16 + 8 C, kvmalloc) and C
-    lists of 32 bytes."""
-    return (kmalloc_size(48 * nodes) +
+    array (kcalloc of nodes x 64: struct list_lru_node is cache-line aligned), and per node
+    the pointer array (16 + 8 C, kvmalloc) and C lists of 32 bytes."""
+    return (kmalloc_size(64 * nodes) +
             nodes * (kmalloc_size(16 + 8 * capacity_) + 32 * capacity_))
 
 
