@@ -205,6 +205,10 @@ def test_help_and_bad_options(name):
     ("dcache-negative", ["--reps", "0"], "--reps must be an integer >= 1"),
     ("dcache-negative", ["--local", "xfs"], "--local must be ext4 or tmpfs"),
     ("dcache-negative", ["--max-slowdown", "x"], "--max-slowdown must be a number"),
+    ("dcache-negative", ["--exec-loop", "x"], "--exec-loop must be an integer >= 0"),
+    ("dcache-negative", ["--miss-by", "open"], "--miss-by must be stat or cat"),
+    ("dcache-unlink-storm", ["--via", "smb"], "--via must be nfs or local"),
+    ("dcache-memcg", ["--nfs", "3"], "--nfs must be 4.0, 4.1 or 4.2"),
     ("dcache-unlink-storm", ["--files", "2", "--workers", "3"], "must not exceed --files"),
     ("dcache-unlink-storm", ["--restat", "2"], "--restat must be 0 or 1"),
     ("dcache-readdirplus", ["--sizes", "10,10"], "a size twice"),
@@ -697,3 +701,34 @@ def test_memcg_touch_counts_pairs_and_splits_the_setup(built, kernel):
         assert all(x["lru_allocs_mount"] == 2 * x["mounts"] for x in c.values())
         a, b = c["k1-m8"]["lru_bytes_touch"], c["k2-m8"]["lru_bytes_touch"]
         assert a > 0 and abs(b / a - 1) < 0.25, (a, b)
+
+
+def _dcache_sh(script, **env):
+    lib = os.path.join(REPRODUCERS, "lib", "dcache.sh")
+    return subprocess.run(["bash", "-c", f". {lib}; {script}"], text=True, capture_output=True,
+                          timeout=60, env={**os.environ, **env})
+
+
+def test_exec_driver_counts_runs_failures_and_child_time():
+    """The driver behind --exec-loop and --miss-by cat: every %d becomes the run's index."""
+    p = _dcache_sh('perl -e "$DC_PERL" run 3 7 test -e /nonexistent-nfsrt-%d')
+    kv = dict(w.split("=") for w in p.stdout.split())
+    assert p.returncode == 0 and kv["runs"] == "4" and kv["failed"] == "4", p.stderr
+    assert float(kv["wall_s"]) > 0 and float(kv["sys_s"]) >= 0
+    p = _dcache_sh('perl -e "$DC_PERL" run 0 2 true')
+    assert "runs=2 failed=0 " in p.stdout
+
+
+def test_hist_counts_are_summed_over_call_sites(tmp_path):
+    """dc_hist_read: the hits and bytes of every call site of a hist trigger (the format of
+    5.10 and 6.1's events/*/hist)."""
+    d = tmp_path / "events" / "kmem" / "kmalloc"
+    d.mkdir(parents=True)
+    (d / "hist").write_text(
+        "# event histogram\n#\n# trigger info: hist:keys=call_site:vals=hitcount,bytes_alloc"
+        ":sort=hitcount:size=256 if call_site >= 0x1 [active]\n#\n\n"
+        "{ call_site: 18446744071583000000 } hitcount:          4  bytes_alloc:        128\n"
+        "{ call_site: 18446744071583000064 } hitcount:       1852  bytes_alloc:      79360\n"
+        "\nTotals:\n    Hits: 1856\n    Entries: 2\n    Dropped: 0\n")
+    p = _dcache_sh("TRACEFS=$T; dc_hist_read kmem:kmalloc", T=str(tmp_path))
+    assert p.stdout.split() == ["1856", "79488"], p.stderr
