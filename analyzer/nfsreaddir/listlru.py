@@ -22,6 +22,12 @@ by the most memcgs ever alive at once, not by the memcgs of today. Hence:
 two list heads; an unused pair costs nothing; a used one about 2 x 64 bytes (kmalloc-64 for one
 or two nodes), plus a transient table.
 
+What the runs count: kmalloc calls whose call site is in the list_lru functions. On Debian's
+5.10 the pointer arrays up to 8 KiB (C up to 1,021) show there, to the byte of the law above;
+a larger array is a kmalloc_large made inside kvmalloc_node and would not be counted, so a
+cell measured above that capacity is expected to fall short of the law by the arrays (not yet
+measured).
+
 The fit: bytes of a cell (mount and lookup steps; the growth of C is a separate, one-time cost)
   bytes = a K + b K C + c P + d M
 K superblocks, C the 5.10 capacity when they were mounted, P used (superblock, memcg) pairs,
