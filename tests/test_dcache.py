@@ -205,13 +205,19 @@ def test_help_and_bad_options(name):
     ("dcache-negative", ["--reps", "0"], "--reps must be an integer >= 1"),
     ("dcache-negative", ["--local", "xfs"], "--local must be ext4 or tmpfs"),
     ("dcache-negative", ["--max-slowdown", "x"], "--max-slowdown must be a number"),
+    ("dcache-negative", ["--exec-loop", "x"], "--exec-loop must be an integer >= 0"),
+    ("dcache-negative", ["--miss-by", "open"], "--miss-by must be stat or cat"),
+    ("dcache-unlink-storm", ["--via", "smb"], "--via must be nfs or local"),
+    ("dcache-memcg", ["--nfs", "3"], "--nfs must be 4.0, 4.1 or 4.2"),
     ("dcache-unlink-storm", ["--files", "2", "--workers", "3"], "must not exceed --files"),
     ("dcache-unlink-storm", ["--restat", "2"], "--restat must be 0 or 1"),
     ("dcache-readdirplus", ["--sizes", "10,10"], "a size twice"),
     ("dcache-readdirplus", ["--sizes", "10,,20"], "comma-separated integers"),
     ("dcache-readdirplus", ["--mount-opts", "a b"], "--mount-opts"),
     ("dcache-memcg", ["--mounts", "1,0"], "--mounts must be an integer >= 1"),
-    ("dcache-memcg", ["--memcgs", "1,1000"], "at most 512"),
+    ("dcache-memcg", ["--memcgs", "1,5000"], "at most 4096"),
+    ("dcache-memcg", ["--mounts", "1,2000"], "at most 1024"),
+    ("dcache-memcg", ["--touch-mounts", "0"], "--touch-mounts must be an integer >= 1"),
 ])
 def test_option_values_are_checked_before_anything_runs(name, args, message):
     p = run_script(name, *args)
@@ -320,7 +326,9 @@ def test_cli_analyze_prints_the_phase_deltas_and_figures(built):
     storm = r["phases"]["storm"]
     assert rows["storm"][2:4] == [str(storm["delta"]["nr_dentry"]),
                                   str(storm["delta"]["nr_negative"])]
-    assert f"storm_negative_delta         {r['figures']['storm_negative_delta']}" in out
+    figures = {line.split()[0]: line.split()[1:] for line in out.split("figures:")[1].splitlines()
+               if line.strip()}
+    assert figures["storm_negative_delta"] == [str(r["figures"]["storm_negative_delta"])]
 
 
 def test_cli_analyze_shows_the_lookup_slowdown(built):
@@ -589,3 +597,138 @@ def test_memcg_pair_figure_is_the_interaction_of_the_corners(built):
         c, f = cells(r), r["figures"]
         v = [c[x]["lru_bytes_total"] for x in ("k8-m16", "k8-m1", "k1-m16", "k1-m1")]
         assert f["pair_lru_bytes"] == round((v[0] - v[1] - v[2] + v[3]) / (7 * 15))
+
+
+# ------------------------------------------------------------------ the list_lru model
+def test_capacity_follows_the_5_10_rule():
+    from nfsreaddir import listlru
+    # 4 at first; the id that overflows C makes it 2 x (id + 1).
+    assert [listlru.capacity(n) for n in (1, 4, 5, 10, 11, 22, 23)] == [4, 4, 10, 10, 22, 22, 46]
+    assert listlru.capacity(1024) == 1534 and listlru.capacity(10_000) == 12_286
+
+
+def test_5_10_code_law_gives_the_recorded_bytes_exactly(built):
+    """The 2x2 fixture recorded before the law was written down: a new superblock's two
+    list_lrus at the capacity of the time, and the capacity's growth paid by every
+    memcg-aware list_lru in the system (the k8 anomaly: k1-m16 grew it, the k8 cells reuse
+    the ids and pay only for their own superblocks)."""
+    from nfsreaddir import listlru
+    c = cells(res(built, "memcg-5.10"))
+    assert c["k1-m1"]["lru_bytes_setup"] == 2 * listlru.lru_bytes_510(4) == 512
+    for name in ("k8-m1", "k8-m16"):
+        assert c[name]["lru_bytes_setup"] == 8 * 2 * listlru.lru_bytes_510(22) == 15_360
+    growth = c["k1-m16"]["lru_bytes_setup"] - 512
+    per_lru = listlru.growth_bytes_510(4, 10) + listlru.growth_bytes_510(10, 22)
+    assert growth % per_lru == 0 and 40 < growth // per_lru < 200   # list_lrus in the guest
+
+
+def test_fit_recovers_known_coefficients():
+    from nfsreaddir import listlru
+    rows = [{"K": k, "M": m, "P": m * min(k, 2), "C": listlru.capacity(m + 5)}
+            for k in (1, 2, 4) for m in (1, 8, 32)]
+    for r in rows:
+        r["bytes"] = 300 * r["K"] + 80 * r["K"] * r["C"] + 150 * r["P"] + 20 * r["M"]
+    fit = listlru.fit(rows)
+    assert fit["max_rel_error"] < 1e-6
+    assert fit["coef"] == pytest.approx({"K": 300, "KC": 80, "P": 150, "M": 20}, rel=1e-6)
+    assert listlru.fit(rows[:3]) is None
+
+
+def test_memcg_grid_6_1_fits_a_cost_per_used_pair(built):
+    """Nine cells, each memcg on 2 of the K mounts (--touch-mounts 2): on 6.1 the lookups
+    allocate per used (superblock, memcg) pair, so the fit puts the bytes on P, not on K x C
+    (5.10's law) or K x M."""
+    if not have("memcg-grid-6.1"):
+        pytest.skip("no dcache-memcg-grid-6.1 fixture: tests/fixtures/record-dcache memcg-grid-6.1")
+    r = res(built, "memcg-grid-6.1")
+    f, c = r["figures"], cells(r)
+    assert r["lru_count"] == "hist" and r["touch_mounts"] == 2
+    assert len(c) == 9 and f["model_cells"] == 9
+    for name, x in c.items():
+        assert x["pairs"] == x["memcgs"] * min(2, x["mounts"]), name
+        assert x["lru_bytes_mkdir"] == 0, name          # making memcgs costs nothing
+        assert x["lru_allocs_mount"] == 2 * x["mounts"], name   # two list heads a superblock
+        # At least the dentry and inode lists of every used pair.
+        assert x["lru_allocs_touch"] >= 2 * x["pairs"], name
+    assert f["eager"] is False and f["growth_bytes"] == 0
+    assert f["model_bytes_per_P"] >= 2 * 64          # two kmalloc-64 lists per pair, or more
+    assert abs(f["model_bytes_per_KC"]) < 1
+    assert f["model_max_rel_error"] < 0.25
+    # The same pairs over more superblocks cost the same: k2 and k4 with M memcgs use 2M pairs.
+    for m in (8, 32):
+        a, b = c[f"k2-m{m}"]["lru_bytes_touch"], c[f"k4-m{m}"]["lru_bytes_touch"]
+        assert abs(b / a - 1) < 0.25, (m, a, b)
+
+
+def test_memcg_grid_5_10_follows_the_code_law(built):
+    if not have("memcg-grid-5.10"):
+        pytest.skip("no dcache-memcg-grid-5.10 fixture: tests/fixtures/record-dcache memcg-grid-5.10")
+    r = res(built, "memcg-grid-5.10")
+    f = r["figures"]
+    assert f["eager"] is True and f["law_max_rel_error"] < 0.01
+    assert f["capacity_cells_matching_code"] == f["law_cells"]
+    assert abs(f["model_bytes_per_P"]) < 1
+    assert 0.5 < f["report_law_ratio"] < 2
+
+
+@pytest.mark.parametrize("kernel", ["5.10", "6.1"])
+def test_memcg_touch_counts_pairs_and_splits_the_setup(built, kernel):
+    """--touch-mounts 1 on two mounts: each memcg uses one superblock, so a cell has M used
+    pairs, not K x M; the mount and mkdir steps are sampled apart; the list_lru allocations
+    are counted in the kernel (hist trigger) and carried by the samples."""
+    if not have(f"memcg-touch-{kernel}"):
+        pytest.skip(f"no dcache-memcg-touch-{kernel} fixture: "
+                    f"tests/fixtures/record-dcache memcg-touch-{kernel}")
+    r = res(built, f"memcg-touch-{kernel}")
+    c, f = cells(r), r["figures"]
+    assert r["lru_count"] == "hist" and str(r["touch_mounts"]) == "1"
+    assert set(c) == {"k1-m1", "k1-m8", "k2-m1", "k2-m8"}
+    for name, x in c.items():
+        assert x["pairs"] == x["memcgs"], name
+        assert x["lru_bytes_setup"] == x["lru_bytes_mount"] + x["lru_bytes_mkdir"], name
+        assert x["lru_bytes_total"] == x["lru_bytes_setup"] + x["lru_bytes_touch"], name
+    if kernel == "5.10":
+        # Eager: nothing at the lookups, the mounts cost the law's bytes at the capacity of
+        # the time, and the first 8 memcgs grew the capacity for every list_lru.
+        assert f["eager"] is True and f["law_max_rel_error"] == 0
+        assert f["capacity_cells_matching_code"] == 4
+        assert all(x["lru_allocs_touch"] == 0 for x in c.values())
+        assert c["k1-m8"]["lru_bytes_mkdir"] > 0 and c["k2-m8"]["lru_bytes_mkdir"] == 0
+    else:
+        # Lazy: two list heads per superblock, nothing for making memcgs, and the lookups
+        # of k2-m8 (8 pairs) cost what k1-m8's (8 pairs) did, not twice as much.
+        assert f["eager"] is False and f["growth_bytes"] == 0
+        assert all(x["lru_allocs_mount"] == 2 * x["mounts"] for x in c.values())
+        a, b = c["k1-m8"]["lru_bytes_touch"], c["k2-m8"]["lru_bytes_touch"]
+        assert a > 0 and abs(b / a - 1) < 0.25, (a, b)
+
+
+def _dcache_sh(script, **env):
+    lib = os.path.join(REPRODUCERS, "lib", "dcache.sh")
+    return subprocess.run(["bash", "-c", f". {lib}; {script}"], text=True, capture_output=True,
+                          timeout=60, env={**os.environ, **env})
+
+
+def test_exec_driver_counts_runs_failures_and_child_time():
+    """The driver behind --exec-loop and --miss-by cat: every %d becomes the run's index."""
+    p = _dcache_sh('perl -e "$DC_PERL" run 3 7 test -e /nonexistent-nfsrt-%d')
+    kv = dict(w.split("=") for w in p.stdout.split())
+    assert p.returncode == 0 and kv["runs"] == "4" and kv["failed"] == "4", p.stderr
+    assert float(kv["wall_s"]) > 0 and float(kv["sys_s"]) >= 0
+    p = _dcache_sh('perl -e "$DC_PERL" run 0 2 true')
+    assert "runs=2 failed=0 " in p.stdout
+
+
+def test_hist_counts_are_summed_over_call_sites(tmp_path):
+    """dc_hist_read: the hits and bytes of every call site of a hist trigger (the format of
+    5.10 and 6.1's events/*/hist)."""
+    d = tmp_path / "events" / "kmem" / "kmalloc"
+    d.mkdir(parents=True)
+    (d / "hist").write_text(
+        "# event histogram\n#\n# trigger info: hist:keys=call_site:vals=hitcount,bytes_alloc"
+        ":sort=hitcount:size=256 if call_site >= 0x1 [active]\n#\n\n"
+        "{ call_site: 18446744071583000000 } hitcount:          4  bytes_alloc:        128\n"
+        "{ call_site: 18446744071583000064 } hitcount:       1852  bytes_alloc:      79360\n"
+        "\nTotals:\n    Hits: 1856\n    Entries: 2\n    Dropped: 0\n")
+    p = _dcache_sh("TRACEFS=$T; dc_hist_read kmem:kmalloc", T=str(tmp_path))
+    assert p.stdout.split() == ["1856", "79488"], p.stderr

@@ -71,6 +71,8 @@ class DcacheMarkers:
     samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["ts", "label"]))
     timings: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
         columns=["ts", "loop", "target", "n", "ns", "ref_ns"]))
+    # `nfsrt: exec loop=... target=... n=... sys_s=...`: the 2020 thread's exec-of-cat loops
+    execs: list = field(default_factory=list)
 
 
 def _value(v):
@@ -117,6 +119,8 @@ def parse_markers(markers_df):
             kv["ts"] = ts
             kv.setdefault("label", None)
             samples.append(kv)
+        elif words[0] == "exec":
+            m.execs.append({"ts": ts, **_pairs(words[1:])})
         elif words[0] == "timing":
             kv = _pairs(words[1:])
             for k in ("ns", "ref_ns"):
@@ -333,6 +337,19 @@ def summary(markers_or_samples, phases=None, timings=None, events=None):
                        phases[-1].end if phases[-1].end is not None else None)
         out["overall"] = phase_summary(samples, whole, events)
     lk = lookup_summary(timings)
+    execs = m.execs if isinstance(markers_or_samples, DcacheMarkers) else []
+    for e in execs:
+        t = lk.setdefault(str(e.get("target")), {})
+        t.setdefault("exec", {})[str(e.get("loop"))] = {
+            k: e.get(k) for k in ("n", "runs", "failed", "wall_s", "user_s", "sys_s")}
+    for t in lk.values():
+        x = t.get("exec", {})
+        before = (x.get("before") or {}).get("sys_s")
+        # The thread's figure: system time of the same loop after the misses over before.
+        t["exec_sys_slowdown"] = _ratio((x.get("after") or {}).get("sys_s"), before)
+        t["control_exec_sys_slowdown"] = _ratio((x.get("dropped") or {}).get("sys_s"), before)
+        t["exec_wall_slowdown"] = _ratio((x.get("after") or {}).get("wall_s"),
+                                         (x.get("before") or {}).get("wall_s"))
     if lk:
         out["lookup"] = lk
     return _jsonable(out)
@@ -398,6 +415,9 @@ def _plot_figures(ax, runs):
         ax.set_xlabel("names in the directory (N)")
         ax.set_ylabel("client dentries after ls -f")
         ax.set_title("dentries a listing adds on the client")
+    elif len({c["memcg"]["mounts"] for c in runs[0]["phases"].values() if "memcg" in c}) > 2:
+        _plot_memcg_grid(ax, runs)
+        return
     else:
         cells = [c for c in runs[0].get("phase_order", []) if "memcg" in runs[0]["phases"].get(
             c, {})]
@@ -416,6 +436,28 @@ def _plot_figures(ax, runs):
         ax.set_ylabel("list_lru bytes allocated")
         ax.set_title("list_lru memory per cell")
     ax.legend(loc="upper left", fontsize="small")
+
+
+def _plot_memcg_grid(ax, runs):
+    """A grid of cells: list_lru bytes of the mounts and lookups against K, one line per M
+    (colour) and kernel (marker), measured (solid) and the model fitted to them (dotted)."""
+    markers = "os^v"
+    for i, r in enumerate(runs):
+        cells = [v["memcg"] for v in r["phases"].values() if "memcg" in v]
+        for j, m in enumerate(sorted({c["memcgs"] for c in cells})):
+            row = sorted((c for c in cells if c["memcgs"] == m), key=lambda c: c["mounts"])
+            ks = [c["mounts"] for c in row]
+            ys = [(c.get("lru_bytes_mount") or 0) + (c.get("lru_bytes_touch") or 0) for c in row]
+            ax.plot(ks, ys, markers[i % 4] + "-", color=f"C{j}",
+                    label=f"{r.get('kernel')} M={m}")
+            if all("model_bytes" in c for c in row):       # the fit (a grid of cells)
+                ax.plot(ks, [c["model_bytes"] for c in row], ":", color=f"C{j}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("K superblocks (NFS mounts)")
+    ax.set_ylabel("list_lru bytes: mounts + lookups")
+    ax.set_title("list_lru memory per cell (dotted: the model fitted to each kernel)")
+    ax.legend(loc="upper left", fontsize="x-small", ncol=2)
 
 
 def plot_runs(directories, output):
@@ -559,6 +601,13 @@ def _judge_negative(res, facts, markers, events):
         for k in ("slowdown", "walk_slowdown", "ref_slowdown", "control_slowdown",
                   "control_walk_slowdown"):
             f[f"{target}_{k}"] = t.get(k)
+        if t.get("exec"):
+            for loop in ("before", "after", "dropped"):
+                e = t["exec"].get(loop) or {}
+                f[f"{target}_exec_{loop}_sys_us"] = (round(e["sys_s"] * 1e6 / e["runs"])
+                                                      if e.get("runs") else None)
+            for k in ("exec_sys_slowdown", "control_exec_sys_slowdown", "exec_wall_slowdown"):
+                f[f"{target}_{k}"] = t.get(k)
     limit = float(res.get("max_slowdown", 1.5))
     for target, t in res.get("lookup", {}).items():
         w, raw, ctl = t.get("walk_slowdown"), t.get("slowdown"), t.get("control_walk_slowdown")
@@ -595,6 +644,11 @@ def _judge_unlink_storm(res, facts, markers, events):
     f["storm_negative_delta"] = _delta(res, "storm", "nr_negative")
     f["storm_negative_per_s"] = storm.get("rate_per_s", {}).get("nr_negative")
     f["storm_peak_dentry"] = storm.get("peak", {}).get("nr_dentry")
+    f["storm_negative_per_file"] = _ratio(f["storm_negative_delta"], files)
+    # The rate over time: negative dentries per second in the storm's first and last
+    # quarters (a steady state has the two alike; a slowing one does not).
+    for q, name in ((0, "first"), (3, "last")):
+        f[f"storm_negative_per_s_{name}_quarter"] = _quarter_rate(markers, "storm", q)
     f["nfs_unlinks_traced"] = _ev(res, "storm", "nfs_unlink_exit")
     f["nfs_lookups_traced"] = _ev(res, "storm", "nfs_lookup_exit")
     if "restat" in res["phases"]:
@@ -620,20 +674,37 @@ def _judge_unlink_storm(res, facts, markers, events):
     f["drop_negative_delta"] = _delta(res, "drop", "nr_negative")
     share = float(res.get("max_negative_share", 0.5))
     mine = f["client_negative_from_unlink"]
+    where = ("on the NFS client" if res.get("via", "nfs") == "nfs"
+             else f"on the local {res.get('fs')}")
     if mine is None:
         fail.append("no samples around the storm, settle and unmount phases")
     elif mine > share * files:
-        fail.append(f"the unlinks left {mine} negative dentries on the NFS client for {files} "
+        fail.append(f"the unlinks left {mine} negative dentries {where} for {files} "
                     f"removed files (> {share} per file; {left} left in all, server side "
                     f"{f['server_negative']})")
     else:
-        ok.append(f"the unlinks left {mine} negative dentries on the NFS client for {files} "
+        ok.append(f"the unlinks left {mine} negative dentries {where} for {files} "
                   f"removed files (<= {share} per file; {left} left in all, server side "
                   f"{f['server_negative']}, re-lookups {restat})")
     removed = facts.get("storm", {}).get("removed")
     if removed is not None and removed != files:
         fail.append(f"only {removed} of {files} files were removed")
     return f, fail, ok
+
+
+def _quarter_rate(markers, phase, q):
+    """nr_negative per second over quarter q (0-3) of a phase, from the samples nearest its
+    edges; None without two distinct samples in it."""
+    p = next((x for x in markers.phases if x.name == phase and x.end is not None), None)
+    s = markers.samples
+    if p is None or not len(s) or "nr_negative" not in s:
+        return None
+    span = p.end - p.start
+    a, b = _row_after(s, p.start + span * q // 4), _row_before(s, p.start + span * (q + 1) // 4)
+    dt = (b["ts"] - a["ts"]) / NS
+    if dt <= 0:
+        return None
+    return round((b["nr_negative"] - a["nr_negative"]) / dt, 1)
 
 
 def _judge_readdirplus(res, facts, markers, events):
@@ -694,16 +765,20 @@ def _memcg_cells(res, markers):
         end = p.end if p.end is not None else int(s["ts"].iloc[-1])
         inside = s[(s["ts"] >= p.start) & (s["ts"] <= end) & s["label"].notna()]
         by = {lab: row for lab, row in zip(inside["label"], inside.to_dict("records"))}
-        cells[p.name] = {"mounts": _num(p.attrs.get("mounts")),
-                         "memcgs": _num(p.attrs.get("memcgs")), "samples": by}
+        k, m = _num(p.attrs.get("mounts")), _num(p.attrs.get("memcgs"))
+        # Used (superblock, memcg) pairs: every pair unless the run said fewer.
+        pairs = _num(p.attrs.get("pairs")) or (k * m if k is not None and m is not None else None)
+        cells[p.name] = {"mounts": k, "memcgs": m, "pairs": pairs, "samples": by}
     return cells
 
 
-MEMCG_KEYS = ["kmalloc_bytes", "kmalloc32_active", "kmalloc64_active", "kmalloc_cg32_active",
+MEMCG_KEYS = ["lru_allocs", "lru_bytes", "kmalloc_bytes", "kmalloc32_active", "kmalloc64_active", "kmalloc_cg32_active",
               "kmalloc_cg64_active", "radix_tree_node_active", "slab_active", "nfs_inode_active",
               "slab_kb", "sunreclaim_kb", "percpu_kb"]
-# label pairs: (figure suffix, later sample, earlier sample)
-MEMCG_STEPS = [("setup", "setup", "base"), ("touch", "touched", "setup"),
+# label pairs: (figure suffix, later sample, earlier sample); mount and mkdir split setup
+# (runs before the `mounted` sample have only setup).
+MEMCG_STEPS = [("setup", "setup", "base"), ("mount", "mounted", "base"),
+               ("mkdir", "setup", "mounted"), ("touch", "touched", "setup"),
                ("total", "touched", "base"), ("left", "dropped", "base")]
 
 
@@ -713,7 +788,7 @@ def _judge_memcg(res, facts, markers, events):
     grid = {}
     for name, c in cells.items():
         smp = c["samples"]
-        out = {"mounts": c["mounts"], "memcgs": c["memcgs"]}
+        out = {"mounts": c["mounts"], "memcgs": c["memcgs"], "pairs": c["pairs"]}
         for suffix, later, earlier in MEMCG_STEPS:
             if later not in smp or earlier not in smp:
                 continue
@@ -726,10 +801,12 @@ def _judge_memcg(res, facts, markers, events):
         # allocation, kmalloc_bytes for the kmalloc-* part that holds the list_lru arrays.
         out["slab_bytes_total"] = (out["slab_kb_total"] * 1024 if "slab_kb_total" in out
                                    else None)
-        # The list_lru allocations of each step, exactly: kmalloc events from list_lru code.
+        # The list_lru allocations of each step, exactly: kmalloc events from list_lru code,
+        # counted in the kernel (the samples' lru_allocs/lru_bytes, taken above) or recorded.
         lru = events[events["event"].str.startswith("kmem:kmalloc")] if len(events) else events
         for suffix, later, earlier in MEMCG_STEPS:
-            if later not in smp or earlier not in smp or not len(lru):
+            if (later not in smp or earlier not in smp or not len(lru)
+                    or f"lru_bytes_{suffix}" in out):
                 continue
             win = lru[(lru["ts"] >= smp[earlier]["ts"]) & (lru["ts"] <= smp[later]["ts"])]
             out[f"lru_allocs_{suffix}"] = int(len(win))
@@ -761,7 +838,9 @@ def _judge_memcg(res, facts, markers, events):
         f["largest_kmalloc_bytes_total"] = big.get("kmalloc_bytes_total")
         f["largest_slab_bytes_total"] = big.get("slab_bytes_total")
         f["largest_lru_bytes_total"] = big.get("lru_bytes_total")
-        f["largest_lru_bytes_per_pair"] = _ratio(big.get("lru_bytes_total"), k2 * m2, 1)
+        f["largest_lru_bytes_per_pair"] = _ratio(big.get("lru_bytes_total"),
+                                                 big.get("pairs") or k2 * m2, 1)
+    f.update(_memcg_model(res, grid))
     if not str(res.get("lru_filter") or "").strip():
         raise DcacheError("the run could not trace the list_lru allocations (no run.lru_filter)")
     limit = int(res.get("max_setup_bytes", 4096))
@@ -782,6 +861,79 @@ def _judge_memcg(res, facts, markers, events):
                   f"{f.get('largest_cell')}, {f.get('largest_lru_bytes_per_pair')} per "
                   "(superblock, memcg) pair")
     return f, fail, ok
+
+
+def _memcg_model(res, grid):
+    """Figures of the list_lru model (listlru.py): on an eager kernel (5.10) the code's law
+    against every cell's mount step, with the capacity it implies against the one seen; on
+    any kernel, with cells to spare over the fit's four coefficients, the fit and its error;
+    and the prediction for the 2021 report's host. Only for runs that sample the mount step
+    apart from the mkdir step."""
+    from . import listlru
+    order = [(n, c) for n, c in grid.items() if c.get("lru_bytes_mount") is not None]
+    if not order:
+        return {}
+    before = int(res.get("memcgs_before") or 0)
+    caps = listlru.cell_capacities(order, before)
+    f = {}
+    # Growth of the id space: what making memcgs cost (5.10 only), and the cells where it
+    # happened.
+    grew = {n: c.get("lru_bytes_mkdir") for n, c in order if c.get("lru_bytes_mkdir")}
+    f["growth_cells"] = ",".join(grew) or None
+    f["growth_bytes"] = sum(grew.values()) if grew else 0
+    # Eager (5.10): nothing at the lookups; each list_lru made at a mount allocates C lists
+    # and two heads, C set by the most memcgs alive before.
+    eager = all(not c.get("lru_allocs_touch") for _, c in order)
+    f["eager"] = eager
+    if eager:
+        errors = []
+        for n, c in order:
+            law = 2 * c["mounts"] * listlru.lru_bytes_510(caps[n])
+            seen = round(c["lru_allocs_mount"] / (2 * c["mounts"])) - 2
+            res["phases"][n]["memcg"].update(capacity=caps[n], capacity_seen=seen,
+                                             law_bytes_mount=law)
+            errors.append(abs(c["lru_bytes_mount"] / law - 1))
+        f["law_cells"] = len(order)
+        f["law_max_rel_error"] = round(max(errors), 4)
+        f["capacity_cells_matching_code"] = sum(
+            res["phases"][n]["memcg"]["capacity_seen"] == caps[n] for n, _ in order)
+        f["capacity_largest"] = max(caps.values())
+    rows = [{"cell": n, "K": c["mounts"], "M": c["memcgs"], "P": c["pairs"], "C": caps[n],
+             "bytes": (c.get("lru_bytes_mount") or 0) + (c.get("lru_bytes_touch") or 0)}
+            for n, c in order]
+    fit = listlru.fit(rows) if len(rows) >= len(listlru.FEATURES) + 2 else None
+    if fit is not None:
+        f.update({"model_cells": len(fit["cells"]),
+                  **{f"model_bytes_per_{k}": v for k, v in fit["coef"].items()},
+                  "model_max_rel_error": fit["max_rel_error"],
+                  "model_rms_rel_error": fit["rms_rel_error"]})
+        for row in fit["cells"]:
+            res["phases"][row["cell"]]["memcg"].update(
+                capacity=row["C"], model_bytes=row["predicted"], model_rel_error=row["rel_error"])
+    # The report's host: 10,000 superblocks x 10,000 memcgs on 2 nodes.
+    rep, mib = listlru.REPORT, 1 << 20
+    k, m, nodes = rep["superblocks"], rep["memcgs"], rep["nodes"]
+    f["report_mb"] = rep["mb_before"]
+    f["report_mb_after"] = ",".join(str(x) for x in rep["mb_after"])
+    if eager:
+        f["report_capacity"] = listlru.capacity(m)
+        f["report_law_mb"] = round(listlru.code_bytes_510(k, m, nodes) / mib)
+        f["report_law_ratio"] = _ratio(f["report_law_mb"], rep["mb_before"])
+    if fit is not None and eager:
+        f["report_model_mb"] = round(listlru.predict(fit["coef"], k, m, 0, nodes) / mib)
+        f["report_model_ratio"] = _ratio(f["report_model_mb"], rep["mb_before"])
+    elif fit is not None:
+        # Lazy: the report does not say how many pairs its host used: every pair, one
+        # superblock per memcg, and the pairs its figure after the patches implies.
+        f["report_model_mb_all_pairs"] = round(
+            listlru.predict(fit["coef"], k, m, k * m, nodes) / mib)
+        f["report_model_mb_one_pair_per_memcg"] = round(
+            listlru.predict(fit["coef"], k, m, m, nodes) / mib)
+        base = listlru.predict(fit["coef"], k, m, 0, nodes)
+        if fit["coef"]["P"] > 0:
+            f["report_pairs_implied"] = round((rep["mb_after"][0] * mib - base)
+                                              / fit["coef"]["P"])
+    return f
 
 
 JUDGES = {"dcache-negative": _judge_negative, "dcache-unlink-storm": _judge_unlink_storm,

@@ -84,8 +84,11 @@ dc_sample() {
 		mountpoint -q "$mnt" && mounted+=("$mnt")
 	done
 	words=$(dc_stats)
+	[ -z "${DC_SAMPLE_MORE:-}" ] || words+=" $($DC_SAMPLE_MORE)"
 	lb_mark "sample $words$(lb_mount_ops "${mounted[@]}")$label"
 }
+
+# A reproducer may name a function in DC_SAMPLE_MORE whose key=value words every sample adds.
 
 # dc_sampler SECONDS [MOUNT...]: dc_sample every SECONDS in the background until
 # lb_stop_bg $SAMPLER.
@@ -134,6 +137,23 @@ dc_drop_caches() { sync; echo 2 >/proc/sys/vm/drop_caches; }
 #                                 "found=F missing=M other=O"
 #   create PREFIX FROM TO DIR...  create empty files DIR/PREFIX<i>: "created=C"
 #   unlink PREFIX FROM TO DIR...  unlink DIR/PREFIX<i>: "removed=R missing=M other=O"
+#   run FROM TO CMD ARG...         fork and exec CMD FROM <= i < TO times, waiting for each, with
+#                                 every "%d" in an ARG replaced by i (e.g. cat DIR/nx%d):
+#                                 "runs=N failed=F wall_s=W user_s=U sys_s=S" (user and system
+#                                 time of the children, from times(2))
+#   mount TYPE SOURCE OPTIONS DIR...
+#                                 make each DIR and mount SOURCE there with mount(2) (OPTIONS
+#                                 as the kernel takes them, e.g. vers=4.1,addr=...): "mounted=N"
+#   umount-under DIR              unmount every mount point below DIR (lazily if busy)
+#                                 Both without a mount(8) per mount point: hundreds of
+#                                 fork+exec take many minutes on a loaded emulated guest.
+#   cgstat PREFIX FILES TOUCH CG... -- DIR...
+#                                 for the i-th memory cgroup CG (from 0): move this process
+#                                 into it, then on TOUCH of the DIRs (from the i-th on, round
+#                                 the list) stat DIR/PREFIX<j> for i*FILES <= j < (i+1)*FILES.
+#                                 One process for every memcg: spawning one per memcg takes
+#                                 minutes for a thousand of them under emulation.
+#                                 "found=F missing=M other=O pairs=P"
 # Exit 2 on a usage error, 3 when `time` cannot open a path.
 DC_PERL='
 use strict; use warnings;
@@ -173,6 +193,83 @@ if ($mode eq "time") {
 	}
 	exit 0;
 }
+if ($mode eq "run") {
+	my ($from, $to, @cmd) = @ARGV;
+	@cmd or exit 2;
+	my ($runs, $failed) = (0, 0);
+	my @t0 = times;
+	my $w0 = clock_gettime(CLOCK_MONOTONIC);
+	for (my $i = $from; $i < $to; $i++) {
+		my @argv = map { (my $a = $_) =~ s/%d/$i/g; $a } @cmd;
+		my $pid = fork() // die "fork: $!\n";
+		if (!$pid) {
+			open(STDOUT, ">", "/dev/null"); open(STDERR, ">", "/dev/null");
+			exec { $argv[0] } @argv or exit 127;
+		}
+		waitpid($pid, 0);
+		$runs++;
+		$failed++ if $?;
+	}
+	my $w = clock_gettime(CLOCK_MONOTONIC) - $w0;
+	my @t1 = times;
+	printf "runs=%d failed=%d wall_s=%.3f user_s=%.2f sys_s=%.2f\n", $runs, $failed, $w,
+		$t1[2] - $t0[2], $t1[3] - $t0[3];
+	exit 0;
+}
+# x86-64 system call numbers (the guests are x86-64).
+my ($SYS_mount, $SYS_umount2, $MNT_DETACH) = (165, 166, 2);
+if ($mode eq "mount") {
+	my ($type, $src, $opts, @dirs) = @ARGV;
+	@dirs or exit 2;
+	my $n = 0;
+	for my $d (@dirs) {
+		mkdir($d) or $!{EEXIST} or die "mkdir $d: $!\n";
+		syscall($SYS_mount, $src, $d, $type, 0, $opts) == 0 or die "mount $src on $d: $!\n";
+		$n++;
+	}
+	print "mounted=$n\n";
+	exit 0;
+}
+if ($mode eq "umount-under") {
+	my ($top) = @ARGV;
+	defined $top or exit 2;
+	open(my $fh, "<", "/proc/self/mounts") or die "/proc/self/mounts: $!\n";
+	my @at = grep { index($_, "$top/") == 0 } map { (split)[1] } <$fh>;
+	my $n = 0;
+	for my $d (reverse @at) {	# the last mounted first
+		syscall($SYS_umount2, $d, 0) == 0 or syscall($SYS_umount2, $d, $MNT_DETACH) == 0 or
+			die "umount $d: $!\n";
+		$n++;
+	}
+	print "unmounted=$n\n";
+	exit 0;
+}
+if ($mode eq "cgstat") {
+	my ($prefix, $files, $touch, @rest) = @ARGV;
+	my ($at) = grep { $rest[$_] eq "--" } 0 .. $#rest;
+	defined $at or exit 2;
+	my @cgs = @rest[0 .. $at - 1];
+	my @dirs = @rest[$at + 1 .. $#rest];
+	(@cgs and @dirs) or exit 2;
+	$touch = @dirs if $touch > @dirs;
+	my ($ok, $missing, $other, $pairs) = (0, 0, 0, 0);
+	for my $i (0 .. $#cgs) {
+		open(my $fh, ">", "$cgs[$i]/cgroup.procs") or die "cannot open $cgs[$i]/cgroup.procs: $!\n";
+		# "0" is the writing process itself; the write moves it (its later allocations
+		# are charged to that memcg).
+		syswrite($fh, "0\n") or die "cannot move into $cgs[$i]: $!\n";
+		close($fh);
+		for my $j (0 .. $touch - 1) {
+			my $d = $dirs[($i + $j) % @dirs];
+			$pairs++;
+			for (my $n = $i * $files; $n < ($i + 1) * $files; $n++) {
+				if (stat("$d/$prefix$n")) { $ok++ } elsif ($! == ENOENT) { $missing++ } else { $other++ }
+			}
+		}
+	}
+	print "found=$ok missing=$missing other=$other pairs=$pairs\n";
+	exit 0;
+}
 my ($prefix, $from, $to, @dirs) = @ARGV;
 @dirs or exit 2;
 my ($ok, $missing, $other) = (0, 0, 0);
@@ -202,21 +299,28 @@ dc_median() {
 dc_word() { sed -n "s/.*\\b$1=\\([0-9]*\\).*/\\1/p" <<<"$2"; }
 
 # ---------------------------------------------------------------- scratch file systems
-# dc_local_fs FS DIR SIZE_MB: a fresh local file system (ext4 on a loop file, or tmpfs) at DIR.
+# dc_local_fs FS DIR SIZE_MB [INODES]: a fresh local file system (ext4 or xfs on a loop file,
+# or tmpfs) at DIR; ext4 gets at least INODES inodes (its default ratio gives one per 16 KiB).
 dc_local_fs() {
-	local fs=$1 dir=$2 size=$3
+	local fs=$1 dir=$2 size=$3 inodes=${4:-0} opts=()
 	mkdir -p "$dir"
 	case $fs in
 	tmpfs) mount -t tmpfs -o "size=${size}m" nfsrt-local "$dir" || lb_die "cannot mount tmpfs at $dir" ;;
-	ext4)
-		command -v mkfs.ext4 >/dev/null || lb_die "mkfs.ext4 not found (e2fsprogs)"
+	ext4 | xfs)
+		command -v "mkfs.$fs" >/dev/null || lb_die "mkfs.$fs not found (e2fsprogs/xfsprogs)"
 		truncate -s "${size}M" "$dir.img"
-		mkfs.ext4 -q -F "$dir.img" >>"$RESULTS/log" 2>&1 || lb_die "mkfs.ext4 failed"
-		mount -o loop "$dir.img" "$dir" || lb_die "cannot loop-mount the ext4 image at $dir"
+		if [ "$fs" = ext4 ]; then
+			[ "$inodes" -gt 0 ] && opts=(-N $((inodes + 1000)))
+			mkfs.ext4 -q -F "${opts[@]}" "$dir.img"
+		else
+			mkfs.xfs -q -f "$dir.img"
+		fi >>"$RESULTS/log" 2>&1 || lb_die "mkfs.$fs failed"
+		mount -o loop "$dir.img" "$dir" || lb_die "cannot loop-mount the $fs image at $dir"
 		;;
-	*) lb_die "unknown local file system '$fs' (ext4, tmpfs)" ;;
+	*) lb_die "unknown local file system '$fs' (ext4, xfs, tmpfs)" ;;
 	esac
-	lb_on_exit "umount '$dir'"
+	# A run may unmount it itself (to see what the unmount frees).
+	lb_on_exit "! mountpoint -q '$dir' || umount '$dir'"
 }
 
 # ---------------------------------------------------------------- tracing
@@ -234,6 +338,22 @@ dc_callsite_filter() {
 		END { for (i = 1; i <= n; i++)
 			printf "%s(call_site >= 0x%s && call_site < 0x%s)", (i > 1 ? " || " : ""), lo[i], hi[i]
 		      print "" }'
+}
+
+# dc_hist_count EVENT FILTER: count EVENT's hits and sum its bytes_alloc inside the kernel
+# (a hist trigger), for allocations too many to record one by one (a 5.10 guest with 256
+# superblocks and a thousand memcgs makes millions). Returns 1 when the kernel has no hist
+# triggers. The trigger is removed on exit; dc_hist_read EVENT prints "HITS BYTES" so far.
+dc_hist_count() {
+	local trig="$TRACEFS/events/${1/://}/trigger" spec="hist:keys=call_site:vals=bytes_alloc:size=256"
+	[ -e "$TRACEFS/events/${1/://}/hist" ] || return 1
+	[ -z "$2" ] || spec+=" if $2"
+	echo "$spec" >"$trig" || lb_die "cannot set a hist trigger on $1"
+	lb_on_exit "echo '!$spec' >'$trig'"
+}
+dc_hist_read() {
+	awk '$1 == "{" { for (i = 1; i < NF; i++) { if ($i == "hitcount:") h += $(i + 1); if ($i == "bytes_alloc:") b += $(i + 1) } }
+		END { printf "%d %d\n", h, b }' "$TRACEFS/events/${1/://}/hist"
 }
 
 # ---------------------------------------------------------------- memory cgroups (v2)
