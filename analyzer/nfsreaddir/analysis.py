@@ -14,6 +14,16 @@ A restart is a READDIR at cookie 0 while the reader's position is past the start
 went back to the start of the directory although the reader did not ask it to. A cookie-0 READDIR
 whose cause the trace cannot tell (a restart, a rewind, or a new open of the same directory) is
 counted as ambiguous, never as a restart or as a new listing.
+
+Where the trace gives the reader's position as a cookie at each getdents (the open kprobes, the
+series), a READDIR of that getdents below the position is a restart too on kernels that look for
+the position from the first page of the directory's page cache
+(events.searches_from_first_page): when another reader of the same directory has filled the
+first pages again after an invalidation, the search reads them from the cache and asks the server
+only from where they end, never at cookie 0. Cookies are compared by value, as the file systems
+that export them hand them out in increasing order along a listing (ext4's hashes, xfs and tmpfs
+offsets); in a listing whose positions went backwards without a rewind that order does not hold,
+and such a READDIR is ambiguous, as it is when the trace does not name its kernel.
 """
 
 from dataclasses import dataclass, field
@@ -46,7 +56,8 @@ class AnalysisError(Exception):
 @dataclass
 class Restart:
     ts: int
-    rpc_index: int              # index of the cookie-0 READDIR within the listing
+    rpc_index: int              # index of the READDIR that restarted within the listing
+    cookie: int                 # what it asked for: 0, or a cookie below the reader's position
     refetched: int              # READDIRs until the listing reached a cookie not read before
     cost_ns: int                # time from the restart until then
     after_invalidation: bool
@@ -184,12 +195,16 @@ def _opt_int(v):
 class _Open:
     """One open being read: its READDIRs and whether the reader is at the start."""
 
-    def __init__(self, pid, comm, start, delimited_by, key=None):
+    def __init__(self, pid, comm, start, delimited_by, key=None, below_restarts=False):
         self.pid, self.comm, self.start, self.end = pid, comm, start, start
+        # A READDIR below the reader's position: True a restart, None ambiguous, False nothing
+        # (events.searches_from_first_page).
+        self.below_restarts = below_restarts
         self.key = key
         self.delimited_by = delimited_by
         self.rows = []              # rpc table row numbers
         self.restart_rows, self.ambiguous_rows = [], []
+        self.targets = {}           # restart row -> the reader's position it had to get back to
         self.at_start = True
         self.progressed = False     # the reader has been past the start
         self.getdents = 0
@@ -199,11 +214,17 @@ class _Open:
         self.dev = self.fileid = None
         self.began_before_trace = False
         self.phase = None           # the reproducer's phase, where one delimits the listing
+        self.pos = None             # the reader's position (a cookie) at this getdents
+        self.last_pos = 0           # ... at the previous one, since the start or a rewind
+        self.ordered = True         # positions grew: cookies can be compared by value
+        self.searched = False       # this getdents already restarted
 
     def position(self, ts, pos):
         """The reader enters the file system at position pos (None: not known)."""
         self.getdents += 1
         self.end = max(self.end, ts)
+        self.searched = False
+        self.pos = None
         if pos is None:
             return
         if pos == 0:
@@ -211,6 +232,11 @@ class _Open:
                 self.rewind(ts)
             self.at_start = True
         else:
+            # The kprobe reads loff_t, signed; cookies are unsigned 64-bit.
+            self.pos = pos & 0xFFFF_FFFF_FFFF_FFFF
+            if self.pos < self.last_pos:
+                self.ordered = False
+            self.last_pos = self.pos
             if not self.progressed and not self.rows and self.getdents == 1:
                 self.began_before_trace = True
             self.at_start = False
@@ -222,6 +248,7 @@ class _Open:
             self.rewinds.append(ts)
         self.at_start = True
         self.ending = None
+        self.pos, self.last_pos = None, 0
 
     def readdir(self, row, ts, cookie, rewinds_visible=True):
         """A READDIR of this open; cookie None: not known."""
@@ -234,10 +261,19 @@ class _Open:
                 self.at_start = False
             elif rewinds_visible:
                 self.restart_rows.append(row)
+                self.searched = True
             else:
                 self.ambiguous_rows.append(row)
         else:
             self.at_start = False
+            if (self.pos is not None and cookie < self.pos and not self.searched
+                    and self.below_restarts is not False):
+                # Below where the reader is: a search from the start that the cache served
+                # up to here (see the module's text).
+                sure = self.ordered and self.below_restarts
+                (self.restart_rows if sure else self.ambiguous_rows).append(row)
+                self.targets[row] = self.pos
+                self.searched = True
         self.progressed = True
 
 
@@ -245,7 +281,7 @@ def _cookie(v):
     return None if v is None or pd.isna(v) else int(v)
 
 
-def _by_opens(rpc, calls, cookies_known, keyed_by_file):
+def _by_opens(rpc, calls, cookies_known, keyed_by_file, below_restarts):
     """Listings from opendir/closedir and the reader's position (mode "opens")."""
     rows = _merged(rpc, calls)
     done, live, current = [], {}, {}     # live: key -> _Open; current: pid -> key
@@ -269,14 +305,14 @@ def _by_opens(rpc, calls, cookies_known, keyed_by_file):
         if call == "opendir":
             if key in live:
                 done.append(_close(live.pop(key), None))
-            o = _Open(pid, r["comm"], ts, "opens", key=key)
+            o = _Open(pid, r["comm"], ts, "opens", key=key, below_restarts=below_restarts)
             live[key] = o
         elif call in ("getdents", "llseek", "closedir", "getdents_done"):
             o = live.get(key)
             if o is None:
                 if call in ("closedir", "getdents_done"):
                     continue
-                o = _Open(pid, r["comm"], ts, "opens", key=key)
+                o = _Open(pid, r["comm"], ts, "opens", key=key, below_restarts=below_restarts)
                 o.began_before_trace = call == "llseek"
                 live[key] = o
             if call == "getdents":
@@ -336,12 +372,17 @@ def _merged(rpc, calls):
     a = pd.DataFrame({"ts": rpc["ts"].to_numpy(), "pid": rpc["pid"].to_numpy(),
                       "comm": rpc["comm"].to_numpy(), "kind": "rpc", "order": 1,
                       "row": np.arange(len(rpc)), "cookie": rpc["cookie"].to_numpy()})
-    # At one timestamp (a coarse emulated clock): entries first, then the READDIRs they make,
-    # then the returns.
+    # The tables hold each event's rows apart, so at one timestamp (a coarse emulated clock
+    # gives several events one) the trace's own order is gone and the causal one is used: a
+    # system call's entry, then what the file system does in it, the READDIRs it makes, and
+    # the returns, and a close (its own system call) last. _causal() puts back what that order gets wrong: the end of a system call or
+    # an open that shares its timestamp with the next one's start.
     b = calls.assign(kind="call", row=-1,
-                     order=calls["call"].isin(_RETURNS).astype(int) * 2)
+                     order=calls["call"].isin(_RETURNS).astype(int) * 2
+                     - (calls["call"] == "sys_getdents").astype(int)
+                     + (calls["call"] == "closedir").astype(int))
     df = pd.concat([b, a], ignore_index=True).sort_values(["ts", "order"], kind="stable")
-    out = df.to_dict("records")
+    out = _causal(df.to_dict("records"))
     # A getdents64 whose return we attribute: one during which the task entered NFS.
     entered = {}
     for r in out:
@@ -353,6 +394,46 @@ def _merged(rpc, calls):
         elif r["kind"] == "call" and r["call"] == "sys_getdents_ret":
             r["in_fs"] = entered.pop(r["pid"], False)
     return out
+
+
+def _causal(rows):
+    """Move the return of a process's getdents64, or the close of a directory, ahead of the
+    same process's next getdents64 or open at the same timestamp: a task is in one system call
+    at a time, and an open file is closed before its slot is opened again."""
+    out, in_call, open_files, moved = [], set(), set(), set()
+    for i, r in enumerate(rows):
+        if i in moved:
+            continue
+        if r["kind"] == "call":
+            pid, call = r["pid"], r["call"]
+            ahead = ("sys_getdents_ret" if call == "sys_getdents" and pid in in_call else
+                     "closedir" if call == "opendir" and (pid, r.get("file")) in open_files
+                     else None)
+            j = i + 1
+            while ahead and j < len(rows) and rows[j]["ts"] == r["ts"]:
+                r2 = rows[j]
+                if (r2["kind"] == "call" and r2["pid"] == pid and r2["call"] == ahead
+                        and (ahead != "closedir" or r2.get("file") == r.get("file"))):
+                    out.append(r2)
+                    _track(r2, in_call, open_files)
+                    moved.add(j)
+                    break
+                j += 1
+            _track(r, in_call, open_files)
+        out.append(r)
+    return out
+
+
+def _track(r, in_call, open_files):
+    call, pid = r["call"], r["pid"]
+    if call == "sys_getdents":
+        in_call.add(pid)
+    elif call == "sys_getdents_ret":
+        in_call.discard(pid)
+    elif call == "opendir":
+        open_files.add((pid, r.get("file")))
+    elif call == "closedir":
+        open_files.discard((pid, r.get("file")))
 
 
 def _by_syscalls(rpc, calls, cookies_known):
@@ -448,24 +529,25 @@ def _by_readdirs(rpc, cookies_known, cookie_is_position):
 
 
 # ------------------------------------------------------------------------------ per listing
-def _restarts(rpcs, restart_idx, invalidation_ts):
+def _restarts(rpcs, restart_idx, invalidation_ts, targets=None):
     """What each restart cost: READDIRs and time until the listing asks for a cookie above every
-    cookie asked before the restart. Cookies are compared by value: ext4 (hash order), xfs and
+    cookie asked before the restart, and above the reader's position where that is known
+    (targets: per restart, 0 where it is not). Cookies are compared by value: ext4 (hash order), xfs and
     tmpfs (offsets) hand out cookies that grow along a listing, while the page boundaries of a
     re-read move whenever the directory changed, so the same cookies are not asked for again."""
     cookies = rpcs["cookie"].to_numpy()
     ts = rpcs["ts"].to_numpy()
     out = []
-    for i in restart_idx:
-        reached = max(cookies[:i]) if i else 0
+    for i, target in zip(restart_idx, targets or [0] * len(restart_idx)):
+        reached = max(int(max(cookies[:i])) if i else 0, target)
         j = i
         while j < len(cookies) and cookies[j] <= reached:
             j += 1
         end_ts = ts[j] if j < len(cookies) else ts[-1]
         inv_before = invalidation_ts[invalidation_ts <= ts[i]]
         prev = ts[i - 1] if i else ts[i]
-        out.append(Restart(int(ts[i]), int(i), int(j - i), int(end_ts - ts[i]),
-                           bool(len(inv_before) and inv_before[-1] >= prev)))
+        out.append(Restart(int(ts[i]), int(i), int(cookies[i]), int(j - i),
+                           int(end_ts - ts[i]), bool(len(inv_before) and inv_before[-1] >= prev)))
     return out
 
 
@@ -603,7 +685,9 @@ def analyze(trace):
     if {"opendir", "getdents"} <= kinds or ("getdents" in kinds and sources["calls"]
                                             and not sources["calls"][0].startswith("syscalls:")):
         keyed_by_file = calls["file"].notna().any()
-        opens = _by_opens(rpc, calls, cookies_known, keyed_by_file)
+        kernel = marks.run.get("kernel") or trace.info.get("uname")
+        opens = _by_opens(rpc, calls, cookies_known, keyed_by_file,
+                          events.searches_from_first_page(kernel))
         opens = [o for o in opens if o.rows or o.getdents]
     elif "sys_getdents" in kinds:
         opens = _by_syscalls(rpc, calls, cookies_known)
@@ -630,6 +714,7 @@ def analyze(trace):
             lst.rewinds = [int(t) for t in o.rewinds]
         pos = {r: k for k, r in enumerate(o.rows)}
         restart_idx = [pos[r] for r in o.restart_rows]
+        targets = [o.targets.get(r, 0) for r in o.restart_rows]
         lst.ambiguous_rows = [pos[r] for r in o.ambiguous_rows]
         lst.ending = o.ending or (CUT_OFF if ends_visible else UNKNOWN)
         lst.error = o.error
@@ -637,10 +722,10 @@ def analyze(trace):
         errs = rows["error"].dropna()
         if lst.ending != EOF and len(errs) and int(errs.iloc[-1]) in events.KILLED_ERRORS:
             lst.ending, lst.error = KILLED, int(errs.iloc[-1])
-        listings.append((lst, restart_idx, o.phase))
+        listings.append((lst, (restart_idx, targets), o.phase))
     _label_phases(listings, marks.phases)
     out = []
-    for lst, restart_idx, phase in listings:
+    for lst, found, phase in listings:
         if phase is not None:
             lst.phase, lst.status, lst.entries = phase.name, phase.status, phase.entries
             if lst.fileid is None:
@@ -651,7 +736,7 @@ def analyze(trace):
         my_invals = _select(invals, lst)
         inv_ts = my_invals["ts"].to_numpy()
         if cookies_known:
-            lst.restarts = _restarts(lst.rpcs, restart_idx, inv_ts)
+            lst.restarts = _restarts(lst.rpcs, found[0], inv_ts, found[1])
         restart_ts = np.array([r.ts for r in lst.restarts], dtype=np.int64)
         my_revals = _select(revals, lst) if len(revals) else revals
         prev = lst.start

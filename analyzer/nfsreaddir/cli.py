@@ -155,9 +155,13 @@ def listing_table(analyses):
         for (pid, comm), group in quiet.items():
             if len(group) <= QUIET_ROWS:
                 continue
+            # A listing the page cache served whole sent no READDIR to name its directory.
+            known = {x.fileid for x in group if x.fileid is not None}
+            dirs = (f"{len(known)} dirs" if len(known) == len({x.fileid for x in group})
+                    else f"{len(known)}+ dirs" if known else "?")
             rows.append({
                 "trace": trace, "phase": "-",
-                "dir": f"{len({x.fileid for x in group})} dirs",
+                "dir": dirs,
                 "process": f"{comm}[{pid}]",
                 "time (s)": f"{sum(x.end - x.start for x in group) / NS:.2f}",
                 "ended": f"eof x{len(group)}", "entries": "-",
@@ -230,7 +234,9 @@ def print_analysis(analyses, out=sys.stdout, details=10):
             for ts, kind, x in events_[:details]:
                 t = (ts - lst.start) / NS
                 if kind == "restart":
-                    out.write(f"  {t:9.3f}s  restart at cookie 0 (READDIR #{x.rpc_index + 1}): "
+                    at = ("at cookie 0" if not x.cookie else
+                          f"at cookie {x.cookie}, below the reader's position")
+                    out.write(f"  {t:9.3f}s  restart {at} (READDIR #{x.rpc_index + 1}): "
                               f"{x.refetched} READDIRs and {x.cost_ns / NS:.3f}s to get back\n")
                 else:
                     chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason

@@ -255,6 +255,18 @@ def kernel_generation(kernel):
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def searches_from_first_page(kernel):
+    """Whether the kernel looks for the reader's cookie from the first page of the directory's
+    page cache: True before 5.18 (728dd0ab3742 ended it), False from 5.18 on, None when the
+    trace does not say which kernel. Where it does, and another reader of the directory has
+    filled the first pages again after an invalidation, the search reads them and asks the
+    server from where they end: a READDIR below the reader's position, a restart with no
+    cookie-0 READDIR. From 5.18 the cache is indexed by cookie and a fill starts at the page
+    that holds the position, whose first cookie lies below it by design."""
+    gen = kernel_generation(kernel)
+    return None if gen is None else gen < (5, 18)
+
+
 def record_advice(kernel, missing):
     """What to record for the missing tables ("rpc", "invalidations", "calls", "slab"):
     `nfs-readdir record`, which asks the running kernel, then the trace-cmd equivalent naming
@@ -388,10 +400,17 @@ def wanted(trace):
     return _request(_uses(trace, _all_sources()))
 
 
-def _concat(parts):
+def _concat(parts, exact=False):
+    """One table from per-event frames, in time order. exact: integer fields stay integers
+    where another event lacks them (pandas' nullable types): a struct file pointer or a 64-bit
+    cookie in a float64 column loses its low bits, and two open files become one."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return None
+    if exact:
+        parts = [p.astype({c: "UInt64" if p[c].dtype.kind == "u" else "Int64"
+                           for c in p.columns if c not in ("ts", "cpu", "pid")
+                           and p[c].dtype.kind in "iu"}) for p in parts]
     return pd.concat(parts, ignore_index=True).sort_values("ts", kind="stable")
 
 
@@ -434,7 +453,7 @@ def load(trace):
         tables[name], used[name] = None, []
         for group in groups:
             gu = frames_of(group)
-            df = _concat([_frame(trace, u, frames) for u in gu])
+            df = _concat([_frame(trace, u, frames) for u in gu], exact=name == "calls")
             if df is not None or (gu and name == "calls"):
                 tables[name], used[name] = df, [u.name for u in gu]
                 break
@@ -447,7 +466,7 @@ def load(trace):
     if syscalls:
         tables["calls"] = _concat([tables["calls"] if tables["calls"] is not None
                                    else pd.DataFrame()]
-                                  + [_frame(trace, u, frames) for u in syscalls])
+                                  + [_frame(trace, u, frames) for u in syscalls], exact=True)
         used["calls"] = used["calls"] + [u.name for u in syscalls]
         recorded["calls"] = recorded["calls"] + [u.name for u in syscalls]
     revals = frames_of(REVALIDATION_SOURCES)

@@ -13,8 +13,8 @@ TEXT_TABLE = {
              "event); '(began before)' when it was opened before the trace started",
     "entries": "names the reproducer's lister printed; - outside the reproducer",
     "READDIRs": "READDIR and READDIRPLUS RPCs the listing sent",
-    "restarts": "READDIRs at cookie 0 while the reader's position was past the start; ? without "
-                "cookies",
+    "restarts": "READDIRs at cookie 0 while the reader's position was past the start, or below "
+                "that position (the kernel searched for it from the start); ? without cookies",
     "refetched": "READDIRs spent after restarts getting back to where the listing had been; ? "
                  "without cookies",
     "invalidations": "times the directory's page cache was dropped during the listing (and how "
@@ -50,13 +50,13 @@ EXPORT_COLUMNS = {
     "exercised": "the directory changed under the listing, so a restart was possible",
     "damaged_events": "damaged or lost stretches of the trace that overlap the listing",
     "max_dtsize, dentries_added": "the largest READDIR size asked (bytes), dcache growth",
-    "finding, why": "the listing's verdict: bad, undecided, good or untested, and why",
+    "finding, why": "the listing's verdict: bad, undecided, unfinished, good or untested, and why",
     "cookie, dtsize, plus, version, error, restart (rpc)": "the cookie asked for, the buffer "
         "size (bytes), READDIRPLUS, the directory's change attribute, the RPC's errno, and "
         "whether this READDIR is a restart",
-    "rpc_index, refetched, cost_ns, after_invalidation (restarts)": "which READDIR of the "
-        "listing restarted, READDIRs and ns until it got back, whether an invalidation "
-        "preceded it",
+    "rpc_index, cookie, refetched, cost_ns, after_invalidation (restarts)": "which READDIR of "
+        "the listing restarted and the cookie it asked (0, or below the reader's position), "
+        "READDIRs and ns until it got back, whether an invalidation preceded it",
     "reason, chain, followed_by_restart (invalidations)": "the kernel's reason, the steps "
         "that led to it (revalidate -> GETATTR -> ...), whether a restart followed",
     "call, file, fd, pos, old_pos, ret, eof (calls)": "what the reader did (opendir, "

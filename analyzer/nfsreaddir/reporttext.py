@@ -120,6 +120,17 @@ def _split_kv(payload):
     return out
 
 
+def _syscall_fields(name, payload):
+    """trace-cmd prints a system call's arguments as 'fd: 0x00000006, count: 0x00008000' and its
+    return bare, as the unsigned hex of a signed long ('0xfffffffffffffffc' is -4)."""
+    if name.startswith("sys_exit_"):
+        v = _int_of(payload)
+        if v is None:
+            return {}
+        return {"ret": str(v - (1 << 64) if v >= 1 << 63 else v)}
+    return dict(kv.split(": ", 1) for kv in payload.split(", ") if ": " in kv)
+
+
 def _dev(major, minor):
     """The kernel's dev_t (MAJ << 20 | MIN) from the hex MAJ:MIN trace-cmd prints."""
     return str((int(major, 16) << 20) | int(minor, 16))
@@ -498,6 +509,8 @@ class ReportText:
             if sep:
                 return {"ip": ip, "buf": rest}
             return {"buf": payload}
+        if "=" not in payload and name.startswith(("sys_enter_", "sys_exit_")):
+            return _syscall_fields(name, payload)
         # the compound forms never occur in -R output, so normalise in both modes
         # (the mode guess from the first lines can be wrong for key=value formats)
         out = _normalise(_split_kv(payload))

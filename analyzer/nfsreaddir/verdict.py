@@ -3,17 +3,21 @@
 `git bisect run` acts on the exit status, and a false good or bad costs a user days, so an
 answer claims only what the trace shows. Each listing is judged on its own:
 
-    bad        it restarted at cookie 0 (more often than allowed)
-    undecided  the trace cannot rule a restart out: no READDIR cookies, cookie-0 READDIRs of
-               unknown cause, events damaged or lost during it, or it did not reach the end of
-               its directory
+    bad        it restarted (more often than allowed): at cookie 0, or below the reader's
+               position (see analysis)
+    undecided  the trace cannot rule out a restart in it: no READDIR cookies, READDIRs that went
+               back for a cause the trace cannot tell, or events damaged or lost during it
+    unfinished it did not reach the end of its directory (closed, killed, cut off by the trace),
+               and restarted nowhere in what the trace shows: no evidence either way
     good       its directory changed under it (the cache was invalidated, or on 5.18+ its
                change attribute moved), it reached the end, and it did not restart
     untested   its directory did not change under it: no restart was possible
 
 A trace, or a run of several, is bad when any listing is bad; cannot decide when any listing is
-undecided; good when at least one listing is good; and cannot decide otherwise, since nothing
-exercised the bug. Without cookies, the READDIRs of a modified listing against an idle one of the
+undecided, as a restart may hide there; good when at least one listing is good; and cannot
+decide otherwise, since nothing exercised the bug to its end. An unfinished listing does not
+stop the others from deciding: a directory poller stopped mid-listing when the trace ends says
+nothing against the listings that finished. Without cookies, the READDIRs of a modified listing against an idle one of the
 same run decide instead, and a reproducer's run is also bad when a listing repeated or lost a
 name. `check`, results.json, vm-run and bisect-run all answer through judge().
 """
@@ -37,7 +41,7 @@ MAX_RATIO = 1.5
 @dataclass
 class Finding:
     listing: object         # analysis.Listing
-    word: str               # bad, undecided, good, untested
+    word: str               # bad, undecided, unfinished, good, untested
     why: str
 
 
@@ -76,7 +80,13 @@ def judge_listing(lst, max_restarts=0):
     """The finding for one listing (see the module's text)."""
     if lst.cookies_known and len(lst.restarts) > max_restarts:
         inv = sum(bool(i.followed_by_restart) for i in lst.invalidations)
-        why = (f"restarted {len(lst.restarts)} times at cookie 0"
+        below = sum(1 for r in lst.restarts if r.cookie)
+        where = ("at cookie 0" if not below else
+                 "below the reader's position (searches from the start of the directory that "
+                 "the page cache served partly)" if below == len(lst.restarts) else
+                 f"({len(lst.restarts) - below} at cookie 0, {below} below the reader's "
+                 "position)")
+        why = (f"restarted {len(lst.restarts)} times {where}"
                + (f" after {_n(inv, 'invalidation')}" if inv else "")
                + f" ({len(lst.rpcs)} READDIRs)")
         if lst.ending != analysis.EOF:
@@ -90,14 +100,15 @@ def judge_listing(lst, max_restarts=0):
                                          "cannot be seen")
     if lst.ambiguous_rows:
         return Finding(lst, "undecided",
-                       f"{_n(len(lst.ambiguous_rows), 'cookie-0 READDIR')} after the start "
-                       "could be restarts, rewinds or new opens: the trace does not record "
-                       "where the reader was")
+                       f"{_n(len(lst.ambiguous_rows), 'READDIR')} after the start went back (to "
+                       "cookie 0, or below the reader's position in a directory whose cookies "
+                       "did not grow) and could be restarts, rewinds or new opens: the trace "
+                       "does not tell")
     if not lst.complete:
         why = ("began before the trace" if lst.began_before_trace
                else analysis.ENDINGS[lst.ending])
-        return Finding(lst, "undecided", f"it did not reach the end of the directory in the "
-                                         f"trace ({why})")
+        return Finding(lst, "unfinished", f"it did not reach the end of the directory in the "
+                                          f"trace ({why})")
     allowed = (f"; {_n(len(lst.restarts), 'restart')} at cookie 0, at most {max_restarts} "
                "allowed" if lst.restarts else "")
     if not lst.exercised:
@@ -169,11 +180,20 @@ def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
         return Verdict(UNDECIDED, f"cannot decide: {f.listing.label()}: {f.why}{more}"
                                   f"{_advice(analyses, f)} (evidence: {evidence})", findings)
     good = [f for f in findings if f.word == "good"]
+    unfinished = [f for f in findings if f.word == "unfinished"]
     if good:
         best = max(good, key=lambda f: (len(f.listing.invalidations), len(f.listing.rpcs)))
+        more = f", {len(unfinished)} unfinished" if unfinished else ""
         return Verdict(GOOD, f"good: {best.listing.label()} {best.why} "
-                             f"({_n(len(good), 'listing')} exercised, {len(listings)} in all; "
-                             f"evidence: {evidence})", findings)
+                             f"({_n(len(good), 'listing')} exercised, {len(listings)} in all"
+                             f"{more}; evidence: {evidence})", findings)
+    if unfinished:
+        f = unfinished[0]
+        more = (f"; {_n(len(unfinished) - 1, 'other listing')} unfinished too"
+                if len(unfinished) > 1 else "")
+        return Verdict(UNDECIDED, f"cannot decide: {f.listing.label()}: {f.why}{more}, and no "
+                                  f"listing that met a change of its directory reached the end"
+                                  f"{_advice(analyses, f)} (evidence: {evidence})", findings)
     return Verdict(UNDECIDED, f"cannot decide: the bug was never exercised: no directory changed "
                               f"during any of the {_n(len(listings), 'listing')}, so none could "
                               f"restart (evidence: {evidence})", findings)

@@ -1,0 +1,82 @@
+"""Several readers of one client at once (readdir-multi: a poller, a rewinder, a slow ls, small
+ls's and two finds while a writer adds files). The ground truth is what each reader wrote about
+itself (truth.json): its pid, how many listings it made and whether each reached the end. The
+analyzer must find those listings, in the trace.dat and in the report text a user would paste,
+and judge the kernel by the listings that met a change, never by a poller's fresh opens."""
+
+import json
+import os
+
+import pytest
+
+from conftest import FIXTURES, report_text, run_cli
+
+KERNELS = {"multi-5.10": 1, "multi-6.1": 0}     # stock 5.10 has the bug, 6.1 does not
+
+
+def truth(name):
+    with open(os.path.join(FIXTURES, name, "truth.json")) as f:
+        return json.load(f)
+
+
+def listings_of(path):
+    (a,) = json.loads(run_cli("analyze", "--json", path, check=0).stdout)
+    return a["listings"]
+
+
+def expected(reader):
+    """The listings a reader made, each True when the workload saw it reach the end."""
+    if "listings" in reader:
+        return [bool(lst["eof"]) for lst in reader["listings"]]
+    # find and ls exit 0 only after reading every directory they opened to its end
+    return [reader["exit"] == 0] * len(reader["dirs"])
+
+
+@pytest.mark.parametrize("form", ["dat", "report", "report -R"])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_every_reader_has_its_own_listings(name, form, trace_cmd, tmp_path):
+    """One listing per open, per reader, ending as the reader saw it end: a listing that ends at
+    the same instant as the next begins (a coarse emulated clock) is still one listing that
+    reached the end."""
+    dat = os.path.join(FIXTURES, name, "multi.dat")
+    path = dat if form == "dat" else report_text(trace_cmd, dat, tmp_path / "multi.txt",
+                                                   raw=form.endswith("-R"))
+    found = listings_of(path)
+    for reader in truth(name)["readers"]:
+        mine = [lst for lst in found if lst["pid"] == reader["pid"]]
+        want = expected(reader)
+        assert len(mine) == len(want), (reader["kind"], reader["pid"], len(mine), len(want))
+        got = sorted(lst["ending"] == "eof" for lst in mine)
+        assert got == sorted(want), (reader["kind"], [lst["ending"] for lst in mine])
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_the_kernel_is_judged_by_the_reader_that_met_the_changes(name):
+    """Stock 5.10: the slow ls restarts (below its own position: the poller had refilled the
+    first pages of the directory's cache, so the ls never asks for cookie 0 itself), and no
+    poller, rewinder or find listing is a restart. 6.1: nothing restarts."""
+    readers = truth(name)["readers"]
+    slow = next(r["pid"] for r in readers if r["kind"] == "slow-ls")
+    c = run_cli("check", os.path.join(FIXTURES, name))
+    assert c.returncode == KERNELS[name], c.stdout + c.stderr
+    restarted = {lst["pid"] for lst in listings_of(os.path.join(FIXTURES, name))
+                 if lst["restarts"]}
+    if KERNELS[name]:
+        assert restarted == {slow}, restarted
+        assert f"ls[{slow}] restarted" in c.stdout, c.stdout
+    else:
+        assert not restarted and c.stdout.startswith("good:"), c.stdout
+
+
+def test_a_read_below_the_position_needs_the_kernel(trace_cmd, tmp_path):
+    """Whether a READDIR below the reader's position is a restart depends on the kernel's page
+    cache search (before 5.18 it starts at the first page): a report whose kernel is not
+    known cannot decide, and says why."""
+    dat = os.path.join(FIXTURES, "multi-5.10", "multi.dat")
+    lines = open(report_text(trace_cmd, dat, tmp_path / "r.txt")).readlines()
+    kept = [ln for ln in lines if "nfsrt: run kernel=" not in ln]
+    assert len(kept) == len(lines) - 1
+    p = tmp_path / "no-kernel.txt"
+    p.write_text("".join(kept))
+    c = run_cli("check", p)
+    assert c.returncode == 125 and "went back" in c.stdout, c.stdout
