@@ -732,3 +732,20 @@ def test_hist_counts_are_summed_over_call_sites(tmp_path):
         "\nTotals:\n    Hits: 1856\n    Entries: 2\n    Dropped: 0\n")
     p = _dcache_sh("TRACEFS=$T; dc_hist_read kmem:kmalloc", T=str(tmp_path))
     assert p.stdout.split() == ["1856", "79488"], p.stderr
+
+
+def test_memcg_6_1_bytes_follow_the_used_pairs_not_the_superblocks(built):
+    """Four cells, each memcg on one of the K mounts (--touch-mounts 1): a superblock costs its
+    two list heads, making memcgs costs nothing, and the lookups cost the same for the same
+    pairs on 1 or 2 superblocks."""
+    r = res(built, "memcg-touch-6.1")
+    c = cells(r)
+    assert r["touch_mounts"] == 1 and sorted(c) == ["k1-m1", "k1-m8", "k2-m1", "k2-m8"]
+    for name, x in c.items():
+        assert x["pairs"] == x["memcgs"], name
+        assert x["lru_bytes_mkdir"] == 0, name
+        assert x["lru_allocs_mount"] == 2 * x["mounts"], name
+    for m in (1, 8):
+        assert c[f"k1-m{m}"]["lru_bytes_touch"] == c[f"k2-m{m}"]["lru_bytes_touch"], m
+    assert c["k1-m8"]["lru_allocs_touch"] >= 2 * 8
+    assert r["figures"]["pair_lru_bytes"] == 0
