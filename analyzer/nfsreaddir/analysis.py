@@ -95,6 +95,10 @@ class Listing:
     getdents: int | None = None     # None: the trace has no getdents event
     rewinds: list | None = None     # ts of each seek back to 0; None: not observable
     began_before_trace: bool = False
+    # When the reader was first past the start of the directory (None: it never was). Only a
+    # change after that can make it restart: a poller's revalidation when it opens the
+    # directory drops a cache it has not read from yet.
+    progressed_at: int | None = None
     rpc_rows: list = field(default_factory=list)    # its rows of the canonical rpc table
     damage: list = field(default_factory=list)      # damaged or lost events during it
     dentries: dict = field(default_factory=dict)
@@ -114,10 +118,18 @@ class Listing:
         return len(self.restarts) if self.cookies_known else None
 
     @property
+    def exercising(self):
+        """The invalidations that came while the reader was past the start."""
+        if self.progressed_at is None:
+            return []
+        return [i for i in self.invalidations if i.ts >= self.progressed_at]
+
+    @property
     def exercised(self):
-        """The directory changed under the listing in a way that makes a restart possible:
-        its cache was invalidated, or (5.18+) its change attribute moved."""
-        return bool(self.invalidations or self.cache_range_trims or self.version_changes
+        """The directory changed under the listing, after the reader was past the start, in a
+        way that makes a restart possible: its cache was invalidated, or (5.18+) its change
+        attribute moved (cache_range_trims and version_changes count only such changes)."""
+        return bool(self.exercising or self.cache_range_trims or self.version_changes
                     or self.restarts)
 
     def label(self):
@@ -207,6 +219,7 @@ class _Open:
         self.targets = {}           # restart row -> the reader's position it had to get back to
         self.at_start = True
         self.progressed = False     # the reader has been past the start
+        self.progressed_at = None   # when it first was (what it had read could then be lost)
         self.getdents = 0
         self.rewinds = []
         self.ending = None
@@ -241,6 +254,11 @@ class _Open:
                 self.began_before_trace = True
             self.at_start = False
             self.progressed = True
+            self.past_start(ts)
+
+    def past_start(self, ts):
+        if self.progressed_at is None:
+            self.progressed_at = ts
 
     def rewind(self, ts):
         """The reader went back to the start: what it reads next is a new pass."""
@@ -274,6 +292,7 @@ class _Open:
                 (self.restart_rows if sure else self.ambiguous_rows).append(row)
                 self.targets[row] = self.pos
                 self.searched = True
+            self.past_start(ts)
         self.progressed = True
 
 
@@ -352,6 +371,8 @@ def _returned(o, ts, ret=None, eof=None, err=None):
         o.error = err
     elif ret == 0 or (eof is not None and not pd.isna(eof) and int(eof)):
         o.ending = EOF
+    elif ret:
+        o.past_start(ts)
 
 
 def _close(o, ts):
@@ -600,9 +621,10 @@ def _version_changes(lst, revals, cookie_is_position):
     vals = v["version"].astype("int64").to_numpy()
     changes = np.flatnonzero(vals[1:] != vals[:-1])
     last_readdir = lst.rpcs["ts"].max() if len(lst.rpcs) else None
-    # Only changes a READDIR of the listing met afterwards.
-    return int(sum(1 for k in changes if last_readdir is not None
-                   and v["ts"].iloc[k + 1] <= last_readdir))
+    # Only changes a READDIR of the listing met afterwards, once the reader was past the start.
+    since = lst.progressed_at
+    return int(sum(1 for k in changes if last_readdir is not None and since is not None
+                   and since <= v["ts"].iloc[k + 1] <= last_readdir))
 
 
 def _dentries(samples, start, end):
@@ -708,6 +730,11 @@ def analyze(trace):
         lst = Listing(int(o.pid), comm, dev, fileid, int(o.start), int(o.end),
                       delimited_by=o.delimited_by, rpcs=rows, cookies_known=cookies_known,
                       began_before_trace=o.began_before_trace, rpc_rows=list(o.rows))
+        # Where neither cookies nor the reader's calls are recorded, when it left the start is
+        # not known: any change during the listing counts.
+        seen = cookies_known or o.delimited_by in ("opens", "syscalls")
+        lst.progressed_at = (o.progressed_at if seen and not o.began_before_trace
+                             else lst.start)
         if o.delimited_by in ("opens", "syscalls"):
             lst.getdents = o.getdents
         if o.delimited_by == "opens" or "sys_lseek" in kinds:
@@ -749,8 +776,9 @@ def analyze(trace):
             lst.invalidations.append(Invalidation(int(ts), str(reason),
                                                   _chain(my_revals, ts, prev), followed))
             prev = ts
-        if ranges is not None and len(ranges):
-            lst.cache_range_trims = int(len(_select(ranges, lst)))
+        if ranges is not None and len(ranges) and lst.progressed_at is not None:
+            trims = _select(ranges, lst)
+            lst.cache_range_trims = int((trims["ts"] >= lst.progressed_at).sum())
         lst.version_changes = _version_changes(lst, revals, tables["cookie_is_position"])
         lst.damage = _damage_in(lst, damage)
         lst.dentries = _dentries(marks.samples, lst.start, lst.end)

@@ -9,9 +9,11 @@ answer claims only what the trace shows. Each listing is judged on its own:
                back for a cause the trace cannot tell, or events damaged or lost during it
     unfinished it did not reach the end of its directory (closed, killed, cut off by the trace),
                and restarted nowhere in what the trace shows: no evidence either way
-    good       its directory changed under it (the cache was invalidated, or on 5.18+ its
-               change attribute moved), it reached the end, and it did not restart
-    untested   its directory did not change under it: no restart was possible
+    good       its directory changed under it once it had read past the start (the cache was
+               invalidated, or on 5.18+ its change attribute moved), it reached the end, and
+               it did not restart
+    untested   its directory did not change under it after it left the start: no restart
+               was possible
 
 A trace, or a run of several, is bad when any listing is bad; cannot decide when any listing is
 undecided, as a restart may hide there; good when at least one listing is good; and cannot
@@ -67,8 +69,8 @@ def _n(count, word):
 def _change(lst):
     """What changed under a listing, in words."""
     parts = []
-    if lst.invalidations:
-        parts.append(_n(len(lst.invalidations), "invalidation"))
+    if lst.exercising:
+        parts.append(_n(len(lst.exercising), "invalidation"))
     if lst.cache_range_trims:
         parts.append(_n(lst.cache_range_trims, "cache trim"))
     if lst.version_changes:
