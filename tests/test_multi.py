@@ -11,7 +11,11 @@ import pytest
 
 from conftest import FIXTURES, report_text, run_cli
 
-KERNELS = {"multi-5.10": 1, "multi-6.1": 0}     # stock 5.10 has the bug, 6.1 does not
+# Stock 5.10 restarts; 6.1 does not. 5.10 with this project's series resumes at the reader's
+# cookie when the cache is empty, but like stock 5.10 (and 5.11-5.17) it still looks for the
+# cookie from the first cached page: when another reader has filled some pages again, a whole
+# page behind the reader is fetched again.
+KERNELS = {"multi-5.10": 1, "multi-6.1": 0, "multi-5.10-series": 1}
 
 
 def truth(name):
@@ -51,21 +55,25 @@ def test_every_reader_has_its_own_listings(name, form, trace_cmd, tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
-def test_the_kernel_is_judged_by_the_reader_that_met_the_changes(name):
-    """Stock 5.10: the slow ls restarts (below its own position: the poller had refilled the
-    first pages of the directory's cache, so the ls never asks for cookie 0 itself), and no
-    poller, rewinder or find listing is a restart. 6.1: nothing restarts."""
-    readers = truth(name)["readers"]
-    slow = next(r["pid"] for r in readers if r["kind"] == "slow-ls")
+def test_the_kernel_is_judged_by_the_readers_that_met_the_changes(name):
+    """Only a reader that came back to the directory the writer changed, after the change, with
+    its place in the middle of it can restart: the slow ls and the rewinder (small buffers),
+    never a poller's fresh open, the small directory or the tree. Stock 5.10's slow ls does
+    (below its own position: the poller had refilled the first pages of the cache, so the ls
+    never asks for cookie 0 itself); on 6.1 nothing does."""
+    t = truth(name)
+    kind = {r["pid"]: r["kind"] for r in t["readers"]}
     c = run_cli("check", os.path.join(FIXTURES, name))
     assert c.returncode == KERNELS[name], c.stdout + c.stderr
-    restarted = {lst["pid"] for lst in listings_of(os.path.join(FIXTURES, name))
-                 if lst["restarts"]}
-    if KERNELS[name]:
-        assert restarted == {slow}, restarted
-        assert f"ls[{slow}] restarted" in c.stdout, c.stdout
-    else:
+    restarted = [lst for lst in listings_of(os.path.join(FIXTURES, name)) if lst["restarts"]]
+    for lst in restarted:
+        assert lst["dir_fileid"] == t["directories"]["big"]["fileid"], lst
+        assert kind[lst["pid"]] in ("slow-ls", "rewinder"), lst
+    if not KERNELS[name]:
         assert not restarted and c.stdout.startswith("good:"), c.stdout
+    elif name == "multi-5.10":
+        slow = next(p for p, k in kind.items() if k == "slow-ls")
+        assert f"ls[{slow}] restarted" in c.stdout, c.stdout
 
 
 def test_a_read_below_the_position_needs_the_kernel(trace_cmd, tmp_path):

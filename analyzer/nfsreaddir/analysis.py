@@ -16,11 +16,13 @@ whose cause the trace cannot tell (a restart, a rewind, or a new open of the sam
 counted as ambiguous, never as a restart or as a new listing.
 
 Where the trace gives the reader's position as a cookie at each getdents (the open kprobes, the
-series), a READDIR of that getdents below the position is a restart too on kernels that look for
+series), READDIRs of that getdents for pages that lie wholly below the position (one below it,
+followed by another that still starts at or below it) are a restart too on kernels that look for
 the position from the first page of the directory's page cache
 (events.searches_from_first_page): when another reader of the same directory has filled the
 first pages again after an invalidation, the search reads them from the cache and asks the server
-only from where they end, never at cookie 0. Cookies are compared by value, as the file systems
+only from where they end, never at cookie 0. The page that holds the position starts below it;
+filling that one alone is no restart. Cookies are compared by value, as the file systems
 that export them hand them out in increasing order along a listing (ext4's hashes, xfs and tmpfs
 offsets); in a listing whose positions went backwards without a rewind that order does not hold,
 and such a READDIR is ambiguous, as it is when the trace does not name its kernel.
@@ -231,12 +233,14 @@ class _Open:
         self.last_pos = 0           # ... at the previous one, since the start or a rewind
         self.ordered = True         # positions grew: cookies can be compared by value
         self.searched = False       # this getdents already restarted
+        self.below = None           # its last READDIR below the position, if it was below
 
     def position(self, ts, pos):
         """The reader enters the file system at position pos (None: not known)."""
         self.getdents += 1
         self.end = max(self.end, ts)
         self.searched = False
+        self.below = None
         self.pos = None
         if pos is None:
             return
@@ -284,14 +288,17 @@ class _Open:
                 self.ambiguous_rows.append(row)
         else:
             self.at_start = False
-            if (self.pos is not None and cookie < self.pos and not self.searched
-                    and self.below_restarts is not False):
-                # Below where the reader is: a search from the start that the cache served
-                # up to here (see the module's text).
-                sure = self.ordered and self.below_restarts
-                (self.restart_rows if sure else self.ambiguous_rows).append(row)
-                self.targets[row] = self.pos
-                self.searched = True
+            if self.pos is not None and not self.searched and self.below_restarts is not False:
+                # A READDIR below where the reader is fills the page that holds its position,
+                # unless the next one still starts at or below it: then that page lay wholly
+                # behind the reader, a search from the start that the cache served up to there
+                # (see the module's text).
+                if self.below is not None and cookie <= self.pos:
+                    sure = self.ordered and self.below_restarts
+                    (self.restart_rows if sure else self.ambiguous_rows).append(self.below)
+                    self.targets[self.below] = self.pos
+                    self.searched = True
+                self.below = row if cookie < self.pos else None
             self.past_start(ts)
         self.progressed = True
 
@@ -383,27 +390,20 @@ def _close(o, ts):
     return o
 
 
-_RETURNS = ("getdents_done", "sys_getdents_ret", "closedir")
-
-
 def _merged(rpc, calls):
     """READDIRs and reader calls in time order (a call before a READDIR at the same instant:
     the READDIR happens inside the call), with each syscall return marked when the
     getdents64 it ends went into NFS."""
     a = pd.DataFrame({"ts": rpc["ts"].to_numpy(), "pid": rpc["pid"].to_numpy(),
                       "comm": rpc["comm"].to_numpy(), "kind": "rpc", "order": 1,
-                      "row": np.arange(len(rpc)), "cookie": rpc["cookie"].to_numpy()})
+                      "row": np.arange(len(rpc)), "cookie": rpc["cookie"].to_numpy(),
+                      "dir": rpc["fileid"].to_numpy()})
     # The tables hold each event's rows apart, so at one timestamp (a coarse emulated clock
-    # gives several events one) the trace's own order is gone and the causal one is used: a
-    # system call's entry, then what the file system does in it, the READDIRs it makes, and
-    # the returns, and a close (its own system call) last. _causal() puts back what that order gets wrong: the end of a system call or
-    # an open that shares its timestamp with the next one's start.
-    b = calls.assign(kind="call", row=-1,
-                     order=calls["call"].isin(_RETURNS).astype(int) * 2
-                     - (calls["call"] == "sys_getdents").astype(int)
-                     + (calls["call"] == "closedir").astype(int))
-    df = pd.concat([b, a], ignore_index=True).sort_values(["ts", "order"], kind="stable")
-    out = _causal(df.to_dict("records"))
+    # gives several events one) the trace's own order is gone; _causal() puts a process's
+    # events of one instant back in the only order its calls allow.
+    b = calls.assign(kind="call", row=-1, order=0)
+    df = pd.concat([b, a], ignore_index=True).sort_values(["ts"], kind="stable")
+    out = _causal(df.to_dict("records"), "sys_getdents" in set(calls["call"].dropna()))
     # A getdents64 whose return we attribute: one during which the task entered NFS.
     entered = {}
     for r in out:
@@ -417,44 +417,73 @@ def _merged(rpc, calls):
     return out
 
 
-def _causal(rows):
-    """Move the return of a process's getdents64, or the close of a directory, ahead of the
-    same process's next getdents64 or open at the same timestamp: a task is in one system call
-    at a time, and an open file is closed before its slot is opened again."""
-    out, in_call, open_files, moved = [], set(), set(), set()
-    for i, r in enumerate(rows):
-        if i in moved:
-            continue
-        if r["kind"] == "call":
-            pid, call = r["pid"], r["call"]
-            ahead = ("sys_getdents_ret" if call == "sys_getdents" and pid in in_call else
-                     "closedir" if call == "opendir" and (pid, r.get("file")) in open_files
-                     else None)
-            j = i + 1
-            while ahead and j < len(rows) and rows[j]["ts"] == r["ts"]:
-                r2 = rows[j]
-                if (r2["kind"] == "call" and r2["pid"] == pid and r2["call"] == ahead
-                        and (ahead != "closedir" or r2.get("file") == r.get("file"))):
-                    out.append(r2)
-                    _track(r2, in_call, open_files)
-                    moved.add(j)
-                    break
-                j += 1
-            _track(r, in_call, open_files)
-        out.append(r)
+# Where a process is: outside any call (0), in a getdents64 system call (1), in the file
+# system's readdir within it (2), or back from the file system and returning (3).
+def _causal(rows, has_sys):
+    """Each process's events of one timestamp in causal order: opens, closes and seeks outside
+    a call; a getdents64's entry, the file system's readdir within it, the READDIRs it makes,
+    its return, the system call's return. has_sys: the trace records the system calls (else a
+    file system return ends the call)."""
+    level, cur, out, i = {}, {}, [], 0
+    while i < len(rows):
+        j = i
+        while j < len(rows) and rows[j]["ts"] == rows[i]["ts"]:
+            j += 1
+        group, i = rows[i:j], j
+        pids = list(dict.fromkeys(r["pid"] for r in group))
+        for pid in pids:
+            pending = [r for r in group if r["pid"] == pid]
+            lv = level.get(pid, 0)
+            while pending:
+                r = pending.pop(_pick(pending, lv, cur.get(pid)))
+                out.append(r)
+                lv = _after(_kind(r), lv, has_sys)
+                if _kind(r) == "getdents":
+                    cur[pid] = _known(r.get("fileid"))
+            level[pid] = lv
     return out
 
 
-def _track(r, in_call, open_files):
-    call, pid = r["call"], r["pid"]
-    if call == "sys_getdents":
-        in_call.add(pid)
-    elif call == "sys_getdents_ret":
-        in_call.discard(pid)
-    elif call == "opendir":
-        open_files.add((pid, r.get("file")))
-    elif call == "closedir":
-        open_files.discard((pid, r.get("file")))
+# Outside a call an open comes before the reads of the file, and a close after them.
+_OUTSIDE = ("llseek", "sys_lseek", "opendir", "sys_getdents", "getdents", "rpc",
+            "sys_getdents_ret", "getdents_done", "closedir")
+_PREFER = {  # what can happen next at each level, most likely first
+    0: _OUTSIDE,
+    1: ("getdents", "rpc", "sys_getdents_ret", "getdents_done"),
+    2: ("rpc", "getdents_done", "sys_getdents_ret"),
+    3: ("sys_getdents_ret",) + _OUTSIDE,
+}
+
+
+def _pick(pending, lv, directory):
+    """Which of a process's pending events of one instant happened next. directory: the one
+    the process's current readdir reads, where the trace says."""
+    if lv in (0, 3):
+        # A file closed and its slot opened again: the close first.
+        opening = {r.get("file") for r in pending if _kind(r) == "opendir"}
+        for n, r in enumerate(pending):
+            if _kind(r) == "closedir" and r.get("file") in opening:
+                return n
+    for want in _PREFER[lv]:
+        for n, r in enumerate(pending):
+            # A READDIR of another directory belongs to a later readdir.
+            if _kind(r) == want and not (want == "rpc" and lv == 2 and directory is not None
+                                         and _known(r.get("dir")) not in (None, directory)):
+                return n
+    return 0
+
+
+def _known(v):
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def _kind(r):
+    return "rpc" if r["kind"] == "rpc" else r["call"]
+
+
+def _after(kind, lv, has_sys):
+    return {"sys_getdents": 1, "getdents": 2, "getdents_done": 3 if has_sys else 0,
+            "sys_getdents_ret": 0}.get(kind, lv)
 
 
 def _by_syscalls(rpc, calls, cookies_known):

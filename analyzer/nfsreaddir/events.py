@@ -400,6 +400,19 @@ def wanted(trace):
     return _request(_uses(trace, _all_sources()))
 
 
+# The canonical fields that are unsigned 64-bit wherever they come from; every other integer
+# field is signed (a position is a loff_t, a return a long), so that one column has one type
+# whichever event a row came from (numpy's casts wrap, as the kernel's do).
+UNSIGNED = {"cookie", "fileid", "file", "dev"}
+
+
+def _nullable(df):
+    ints = [c for c in df.columns if c not in ("ts", "cpu", "pid")
+            and isinstance(df[c].dtype, np.dtype) and df[c].dtype.kind in "iu"]
+    wrapped = df.astype({c: "uint64" if c in UNSIGNED else "int64" for c in ints})
+    return wrapped.astype({c: "UInt64" if c in UNSIGNED else "Int64" for c in ints})
+
+
 def _concat(parts, exact=False):
     """One table from per-event frames, in time order. exact: integer fields stay integers
     where another event lacks them (pandas' nullable types): a struct file pointer or a 64-bit
@@ -408,9 +421,7 @@ def _concat(parts, exact=False):
     if not parts:
         return None
     if exact:
-        parts = [p.astype({c: "UInt64" if p[c].dtype.kind == "u" else "Int64"
-                           for c in p.columns if c not in ("ts", "cpu", "pid")
-                           and p[c].dtype.kind in "iu"}) for p in parts]
+        parts = [_nullable(p) for p in parts]
     return pd.concat(parts, ignore_index=True).sort_values("ts", kind="stable")
 
 

@@ -88,7 +88,8 @@ def judge_listing(lst, max_restarts=0):
                  "the page cache served partly)" if below == len(lst.restarts) else
                  f"({len(lst.restarts) - below} at cookie 0, {below} below the reader's "
                  "position)")
-        why = (f"restarted {len(lst.restarts)} times {where}"
+        n = len(lst.restarts)
+        why = (f"restarted {'once' if n == 1 else f'{n} times'} {where}"
                + (f" after {_n(inv, 'invalidation')}" if inv else "")
                + f" ({len(lst.rpcs)} READDIRs)")
         if lst.ending != analysis.EOF:
