@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from nfsreaddir import dcache
-from nfsreaddir.results import read_facts
+from nfsreaddir.facts import read_facts
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(TOP, "tests", "fixtures")

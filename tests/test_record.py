@@ -12,7 +12,7 @@ import pytest
 
 from conftest import NFS_READDIR, TOP, run_cli
 from nfsreaddir import events, ringbuf, tracing
-from nfsreaddir.tracedat import _parse_header_page
+from nfsreaddir.trace.format import parse_header_page as _parse_header_page
 
 TRACEFS = "/sys/kernel/tracing"
 VM_RUN = os.path.join(TOP, "reproducers", "vm-run")

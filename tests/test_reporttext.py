@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nfsreaddir.reporttext import ReportText, looks_like_report
+from nfsreaddir.trace.text import ReportText, looks_like_report
 from nfsreaddir.trace import TraceError, field_column, open_trace
 
 from test_tracedat import (TRACE_CMD, dat_files, host_trace, needs_trace_cmd,  # noqa: F401

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from nfsreaddir import slab
-from nfsreaddir.reporttext import ReportText
+from nfsreaddir.trace.text import ReportText
 from nfsreaddir.trace import open_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nfsreaddir.reporttext import ReportText
+from nfsreaddir.trace.text import ReportText
 from nfsreaddir.trace import BASE_COLUMNS, TraceError, field_column, open_trace
 
 HERE = Path(__file__).resolve().parent
@@ -393,7 +393,7 @@ def test_dropped_events_counted_from_cpu_stats():
 
 
 def test_parse_cpu_stats_by_name_and_instance():
-    from nfsreaddir.tracedat import parse_cpu_stats
+    from nfsreaddir.trace.format import parse_cpu_stats
     texts = ["CPU: 0\nentries: 3\noverrun: 5\nnow ts: 12.5\nnew counter: 7",
              "CPU: 1\noverrun: 0\ndropped events: 2",
              "\nBuffer: inst\n\n", "CPU: 0\noverrun: 9\nodd: x y"]
@@ -603,7 +603,7 @@ def recompress_v7(src, dst, algo="zlib"):
     and data chunk re-compressed with ``algo`` (only zlib).  Used when the
     local trace-cmd cannot make zlib files; the trace data stays the real one.
     """
-    from nfsreaddir import tracedat as td
+    from nfsreaddir.trace import datfile as td
     assert algo == "zlib"
     t = open_trace(src)
     e = "little" if t._e == "<" else "big"
@@ -713,14 +713,14 @@ def recompress_v7(src, dst, algo="zlib"):
 # ------------------------------------------- the compiled walk against the numpy walk
 
 needs_compiled = pytest.mark.skipif(
-    __import__("nfsreaddir.tracedat", fromlist=["_ringbuf"])._ringbuf is None,
+    __import__("nfsreaddir.trace.datfile", fromlist=["_ringbuf"])._ringbuf is None,
     reason="the compiled walk (nfsreaddir._ringbuf) is not built")
 
 
 @pytest.fixture
 def numpy_walk(monkeypatch):
     """A function that runs a reader call with the numpy walk (the oracle)."""
-    from nfsreaddir import tracedat
+    from nfsreaddir.trace import datfile as tracedat
 
     def run(fn):
         with monkeypatch.context() as m:

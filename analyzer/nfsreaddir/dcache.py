@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from . import __version__, verdict
+from .facts import read_facts
 from .markers import lines as marker_lines
 
 NS = 1_000_000_000
@@ -522,7 +523,6 @@ def compare_table(a, b):
 
 # ------------------------------------------------------------------------------ results
 def _facts(directory):
-    from .results import read_facts
     path = os.path.join(directory, "facts")
     try:
         facts = read_facts(path)

@@ -16,22 +16,11 @@ import os
 import sys
 
 from . import __version__
+from .facts import read_facts
 
 # Only disk file systems give names that can be checked: tmpfs directory cookies are positions
 # before 6.6, so entries created during a listing shift the others.
 NAMES_CHECKED_FS = ("ext4", "xfs")
-
-
-def read_facts(path):
-    facts = collections.defaultdict(dict)
-    with open(path) as f:
-        for line in f:
-            key, sep, value = line.rstrip("\n").partition("=")
-            if not sep:
-                continue
-            group, _, name = key.partition(".")
-            facts[group][name] = value
-    return facts
 
 
 def _num(v):

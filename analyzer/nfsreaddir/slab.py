@@ -174,7 +174,7 @@ def summarize(trace):
     dict, or None when the trace has no kmem allocation/free records.
 
     Raises TraceError when the trace cannot be read (as ``trace.read`` does)."""
-    from .tracedat import heap_reuse
+    from .trace.datfile import heap_reuse
     request = read_request(trace)
     if not request:
         return None

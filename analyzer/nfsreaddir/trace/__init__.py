@@ -3,10 +3,10 @@
 Two inputs are understood:
 
 * ``trace.dat`` files written by trace-cmd (file versions 6 and 7, uncompressed,
-  zlib or zstd), decoded by :mod:`nfsreaddir.tracedat`;
+  zlib or zstd), decoded by :mod:`nfsreaddir.trace.datfile`;
 * the text of ``trace-cmd report`` (default print formats) or
   ``trace-cmd report -R`` (raw ``field=value``), parsed by
-  :mod:`nfsreaddir.reporttext`.
+  :mod:`nfsreaddir.trace.text`.
 
 Both give the same interface::
 
@@ -47,26 +47,7 @@ import time
 
 __all__ = ["open_trace", "TraceError", "BASE_COLUMNS", "field_column", "OnePass"]
 
-BASE_COLUMNS = ("ts", "cpu", "pid", "comm")
-
-
-def field_column(name):
-    """Column name of event field ``name`` in the frames returned by ``read()``."""
-    return f"field_{name}" if name in BASE_COLUMNS else name
-
-
-class TraceError(Exception):
-    """A trace cannot be read (or only partly).
-
-    The message says what is wrong and what to do about it.  When some events
-    could be read before the damage, ``partial`` holds the frames decoded so
-    far (same shape as the return value of ``read()``), otherwise ``None``.
-    """
-
-    def __init__(self, message, partial=None):
-        super().__init__(message)
-        self.partial = partial
-
+from .base import BASE_COLUMNS, TraceError, field_column
 
 TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
 
@@ -149,9 +130,9 @@ def _open(path, instance, shown):
         if not head.startswith(TRACE_DAT_MAGIC):
             raise TraceError(f"{shown!r} starts like a trace.dat file but the magic is "
                              "damaged; re-copy the file or re-record the trace")
-        from .tracedat import TraceDat
+        from .datfile import TraceDat
         return TraceDat(path, instance=instance)
-    from .reporttext import ReportText, looks_like_report
+    from .text import ReportText, looks_like_report
     if looks_like_report(head):
         return ReportText(path, instance=instance)
     raise TraceError(

@@ -37,7 +37,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from .trace import BASE_COLUMNS, TraceError, field_column
+from .base import BASE_COLUMNS, TraceError, field_column
+from .format import EventFormat, Field
 
 _EVENT_RE = re.compile(
     r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?(?P<comm>.*?)-(?P<pid>-?\d+)\s+"
@@ -326,7 +327,6 @@ class ReportText:
     def event_format(self, name):
         """The fields seen for event ``name`` (a stand-in for the binary format:
         ``.fields``, ``.user_fields()``, ``.full_name``), or None if not seen."""
-        from .tracedat import EventFormat, Field
         bare = name.replace("/", ":").rsplit(":", 1)[-1]
         _, fields = self._index()
         if bare not in fields:

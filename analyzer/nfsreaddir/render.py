@@ -1,0 +1,153 @@
+"""The readdir analysis as text: the listing table, the notes on what a trace lacks or lost,
+and the restarts and invalidations of each listing that had any (`nfs-readdir analyze`,
+`watch`'s summary)."""
+
+import os
+import sys
+
+from . import events
+from .analysis import NS
+
+
+def _fmt_dentries(d):
+    x = d.get("nr_dentry")
+    return f"{x['added']:+,}" if x else "-"
+
+
+def _q(v):
+    """A value for the text tables: '?' where the trace cannot know it."""
+    return "?" if v is None else v
+
+
+# A process with more quiet listings than this (a tree walk, a poller) gets one row for them.
+QUIET_ROWS = 3
+
+
+def _quiet(lst):
+    """A listing with nothing to tell: it reached the end with no restart, no change of its
+    directory, and nothing unknown."""
+    return (lst.complete and not lst.restarts and not lst.invalidations
+            and not lst.ambiguous_rows and not lst.damage and lst.cookies_known)
+
+
+def listing_table(analyses):
+    import pandas as pd
+    rows = []
+    for a in analyses:
+        trace = os.path.basename(a.info.get("path", ""))
+        quiet = {}
+        for lst in a.listings:
+            if _quiet(lst):
+                quiet.setdefault((lst.pid, lst.comm), []).append(lst)
+        folded = {id(x) for group in quiet.values() if len(group) > QUIET_ROWS for x in group}
+        for lst in a.listings:
+            if id(lst) in folded:
+                continue
+            s = lst.summary()
+            inv = s["invalidations"]
+            followed = s["invalidations_followed_by_restart"]
+            rows.append({
+                "trace": trace,
+                "phase": s["phase"] or "-",
+                "dir": s["dir_fileid"] if s["dir_fileid"] is not None else "?",
+                # A capture's listing has a client, not a process.
+                "process": s.get("who") or f"{s['comm']}[{s['pid']}]",
+                "time (s)": f"{s['seconds']:.2f}",
+                "ended": s["ending"] + ("" if not s["began_before_trace"] else " (began before)"),
+                "entries": s["entries"] if s["entries"] is not None else "-",
+                "READDIRs": s["readdirs"],
+                "restarts": _q(s["restarts"]),
+                "refetched": _q(s["refetched_readdirs"]),
+                "invalidations": (f"{inv} ({followed} restarted)" if inv and followed is not None
+                                  else inv),
+                "dentries": _fmt_dentries(s["dentries"]),
+            })
+        for (pid, comm), group in quiet.items():
+            if len(group) <= QUIET_ROWS:
+                continue
+            rows.append({
+                "trace": trace, "phase": "-",
+                "dir": f"{len({x.fileid for x in group})} dirs",
+                "process": f"{comm}[{pid}]",
+                "time (s)": f"{sum(x.end - x.start for x in group) / NS:.2f}",
+                "ended": f"eof x{len(group)}", "entries": "-",
+                "READDIRs": sum(len(x.rpcs) for x in group), "restarts": 0, "refetched": 0,
+                "invalidations": 0, "dentries": "-"})
+    return pd.DataFrame(rows)
+
+
+def lost_text(info):
+    """The events a trace lost, in words: the count where the trace stores it."""
+    lost = info.get("lost_events") or []
+    total = info.get("lost_total")
+    if not lost:
+        return f"{total:,} events lost (the trace's CPU stats; where is not known)" if total \
+            else None
+    if total is None and all(x.get("count") is not None for x in lost):
+        total = sum(x["count"] for x in lost)
+    cpus = sorted({x.get("cpu") for x in lost if x.get("cpu") is not None})
+    n = f"{total:,}" if total is not None else "an unknown number of"
+    return f"{n} events lost in {len(lost)} places (CPU {', '.join(map(str, cpus)) or '?'})"
+
+
+def print_analysis(analyses, out=sys.stdout, details=10):
+    for a in analyses:
+        i = a.info
+        kernel = a.kernel or "unknown kernel"
+        out.write(f"{i.get('path')}: {i.get('format', '?')}, {i.get('cpus', '?')} CPUs, "
+                  f"{kernel}\n")
+        ev = a.evidence
+        dirs = (f" (directories from {', '.join(ev['rpc_directory'])})"
+                if ev.get("rpc_directory") else "")
+        out.write(f"  READDIRs from {', '.join(ev['rpc']) or '-'}{dirs}; invalidations from "
+                  f"{', '.join(a.recorded.get('invalidations') or []) or '-'}; listings by "
+                  f"{', '.join(sorted({x.delimited_by for x in a.listings})) or '-'}\n")
+        missing = set()
+        if not a.cookies_known:
+            out.write("  READDIR cookies are not in this trace, so restarts cannot be seen\n")
+            missing.add("rpc")
+        if not a.recorded.get("invalidations"):
+            out.write("  invalidation events were not recorded\n")
+            missing.add("invalidations")
+        if missing:
+            out.write(f"  record with: {events.record_advice(a.kernel, missing)}\n")
+        for note in i.get("notes") or []:       # what a capture says about its own limits
+            out.write(f"  {note}\n")
+        lost = lost_text(i)
+        if lost:
+            hit = [x.label() for x in a.listings if any("lost" in d["what"] for d in x.damage)]
+            out.write(f"  WARNING: {lost}: counts below are lower bounds (record with a larger "
+                      f"-b); listings that overlap the loss: {', '.join(hit) or 'none'}\n")
+        damaged = i.get("damaged_events") or []
+        if damaged:
+            out.write(f"  WARNING: {len(damaged)} damaged events, e.g. {damaged[0]['what']}\n")
+        if i.get("partial"):
+            out.write("  WARNING: the trace is damaged; only the part before the damage was "
+                      "read\n")
+    table = listing_table(analyses)
+    out.write("\n" + table.to_string(index=False) + "\n" if len(table) else "\nno listing\n")
+    for a in analyses:
+        for lst in a.listings:
+            if not (lst.restarts or lst.invalidations or lst.ambiguous_rows):
+                continue
+            out.write(f"\n{os.path.basename(a.info['path'])} {lst.phase or ''} "
+                      f"{lst.summary().get('who') or f'{lst.comm}[{lst.pid}]'} "
+                      f"dir {_q(lst.fileid)}:\n")
+            # An invalidation before the restart it caused, even at the same timestamp.
+            events_ = sorted([(r.ts, "restart", r) for r in lst.restarts] +
+                             [(v.ts, "invalidation", v) for v in lst.invalidations],
+                             key=lambda x: (x[0], x[1] == "restart"))
+            for ts, kind, x in events_[:details]:
+                t = (ts - lst.start) / NS
+                if kind == "restart":
+                    out.write(f"  {t:9.3f}s  restart at cookie 0 (READDIR #{x.rpc_index + 1}): "
+                              f"{x.refetched} READDIRs and {x.cost_ns / NS:.3f}s to get back\n")
+                else:
+                    chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
+                    after = {True: "", False: " (no restart)", None: ""}[x.followed_by_restart]
+                    out.write(f"  {t:9.3f}s  invalidation: {chain}{after}\n")
+            if len(events_) > details:
+                out.write(f"  ... {len(events_) - details} more (--details N, or --json)\n")
+            if lst.ambiguous_rows:
+                out.write(f"  {len(lst.ambiguous_rows)} cookie-0 READDIRs after the start: "
+                          "restarts, rewinds or new opens (the trace cannot tell)\n")
