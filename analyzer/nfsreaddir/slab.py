@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from . import events
+from .tuning import heap_reuse
 
 __all__ = ["EVENTS", "summarize", "format_text", "read_request", "DENTRY_OBJECT_SIZE"]
 
@@ -174,7 +175,6 @@ def summarize(trace):
     dict, or None when the trace has no kmem allocation/free records.
 
     Raises TraceError when the trace cannot be read (as ``trace.read`` does)."""
-    from .trace.datfile import heap_reuse
     request = read_request(trace)
     if not request:
         return None

@@ -42,6 +42,7 @@ import zlib
 import numpy as np
 import pandas as pd
 
+from .. import tuning
 from .base import BASE_COLUMNS, TraceError, field_column
 from .format import Field, parse_cpu_stats, parse_format, parse_header_page
 
@@ -313,96 +314,6 @@ def _extract_strings(block, starts, lens, kind):
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def _malloc_trim():
-    try:
-        import ctypes
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, ImportError):
-        return None
-
-
-_M_MMAP_THRESHOLD = -3
-_MMAP_THRESHOLD = 32 << 20
-_M_TRIM_THRESHOLD = -1
-_TRIM_THRESHOLD = 1 << 30
-
-
-def _set_mmap_threshold(nbytes, trim=_TRIM_THRESHOLD):
-    """Set glibc's mmap and trim thresholds; False where that cannot be done."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None)
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, nbytes)
-                    and libc.mallopt(_M_TRIM_THRESHOLD, trim))
-    except (OSError, AttributeError, ImportError):
-        return False
-
-
-_BUILD_MMAP_THRESHOLD = 1 << 20
-
-
-@functools.lru_cache(maxsize=1)
-def _fixed_mmap_threshold():
-    """Fix glibc's mmap threshold at 32 MiB, once per process: the per-block temporaries
-    of the scan (up to ~10 MiB) then always come from the heap, which hands the same
-    memory out again with no new page faults (a mapping per temporary meant a page fault
-    per 4 KiB each time: most of the system time on a loaded VM), and is trimmed when the
-    scan ends.  The decoded pieces live outside the heap (:class:`_Pieces`), so they do
-    not pin it.  A fixed mmap threshold also fixes the trim threshold (at 128 KiB: freeing
-    the top of the heap would give it back, and the next block would fault it in again),
-    so that is set high too; the reader trims explicitly when a phase ends."""
-    return _set_mmap_threshold(_MMAP_THRESHOLD)
-
-
-class heap_reuse:
-    """Context manager for whole-array analysis of large columns: while it runs, glibc
-    keeps freed blocks in its heap and hands them out again (no unmapping), so the many
-    temporaries of the same size cost no fresh page faults (on a loaded VM those were
-    most of the time); on exit the old threshold comes back and the heap is trimmed."""
-
-    def __enter__(self):
-        self._ok = _set_mmap_threshold(1 << 30, 1 << 30)
-        self._huge = _no_hugepages()
-        return self
-
-    def __exit__(self, *exc):
-        _restore_hugepages(self._huge)
-        if self._ok:
-            _set_mmap_threshold(_MMAP_THRESHOLD)
-            _trim()
-        return False
-
-
-def _trim():
-    """Give the memory of freed decode pieces back to the system (glibc keeps it in its
-    heap otherwise, and the result columns are new allocations: the peak would be the
-    pieces plus the result instead of about the result)."""
-    f = _malloc_trim()
-    if f is not None:
-        f(0)
-
-
-def _no_hugepages():
-    """Stop numpy from asking for transparent huge pages while a read runs: with the
-    usual "defrag=madvise" setting each huge-page fault may compact memory first, which
-    made reads slower and less even here (the columns are written once, in order)."""
-    f = getattr(getattr(np, "_core", None), "multiarray", None)
-    f = getattr(f, "_set_madvise_hugepage", None)
-    if f is None:
-        return None
-    try:
-        return (f, f(False))
-    except Exception:      # noqa: BLE001 - an optimisation only
-        return None
-
-
-def _restore_hugepages(state):
-    if state is not None:
-        f, prev = state
-        f(prev)
-
-
 _WALK_ROWS = 1 << 18        # records listed per call of the compiled walk
 _walk_local = threading.local()
 
@@ -428,25 +339,6 @@ def _compiled_wanted():
                          "builds it)\n")
         return False
     return True
-
-
-def _reader_threads():
-    """Threads for reading CPU streams in parallel: the usable cores left idle by the
-    machine's load (at most 8, at least 1), or $NFSRT_READER_THREADS."""
-    env = os.environ.get("NFSRT_READER_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    # only the cores other work leaves idle: on a busy machine a second thread gains no
-    # time and costs its own heap and block buffers (memory)
-    try:
-        idle = n - os.getloadavg()[0]
-    except OSError:
-        idle = n
-    return max(1, min(n, 8, int(idle + 0.5)))
 
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -1198,10 +1090,7 @@ class TraceDat:
                for eid, w in want.items()}
         lost = []
         damage = []
-        if self._size > _RELEASE_ABOVE:
-            _fixed_mmap_threshold()
-        huge = _no_hugepages()
-        try:
+        with tuning.reading(self._size > _RELEASE_ABOVE) as memory:
             try:
                 self._scan(want, acc, lost, damage)
             except MemoryError:
@@ -1210,16 +1099,8 @@ class TraceDat:
             except (IndexError, ValueError, OverflowError) as e:
                 # a damage pattern the checks above did not catch: still a TraceError
                 damage.append(f"undecodable ring-buffer data ({type(e).__name__}: {e})")
-            # building: the temporaries are column-sized and few; each its own mapping,
-            # given back when freed, so the peak stays near the result
-            tuned = self._size > _RELEASE_ABOVE and _set_mmap_threshold(_BUILD_MMAP_THRESHOLD)
-            try:
+            with memory.building():
                 frames = self._build(want, acc)
-            finally:
-                if tuned:
-                    _set_mmap_threshold(_MMAP_THRESHOLD)
-        finally:
-            _restore_hugepages(huge)
         for key, fields in empty.items():
             frames[key] = pd.DataFrame({c: pd.Series(dtype=np.int64 if c != "comm" else "str")
                                         for c in self._base}
@@ -1533,7 +1414,7 @@ class TraceDat:
             if 0 <= eid < len(lut) - 1:
                 lut[eid] = True
         units = [(cpu, off, size) for cpu, off, size in buf.cpus if size]
-        nthreads = min(len(units), _reader_threads())
+        nthreads = min(len(units), tuning.reader_threads())
         if nthreads > 1:
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
@@ -1550,7 +1431,7 @@ class TraceDat:
             if exc is not None:
                 raise exc
         del results
-        _trim()             # the scan's temporaries: the heap goes back to the system
+        tuning.trim()             # the scan's temporaries: the heap goes back to the system
 
     def _scan_cpu(self, cpu, off, size, want, plans, lut):
         """One CPU's data: (pieces per event, lost events, damage, exception or None)."""
@@ -1819,7 +1700,7 @@ class TraceDat:
             tmp[at:at + len(p)] = p
             at += len(p)
             del p
-        _trim()
+        tuning.trim()
         if order is not None:
             np.take(tmp, order, out=out)
         return out
@@ -1849,7 +1730,8 @@ class TraceDat:
         big = [r for r in rows if r > (1 << 16)]
         # Each build holds a scratch buffer and the sort order beside its result: in
         # parallel only while that is small, so the peak stays near the result's size.
-        nthreads = min(len(big), _reader_threads()) if sum(rows) <= _PARALLEL_BUILD_ROWS else 1
+        nthreads = (min(len(big), tuning.reader_threads()) if sum(rows) <= _PARALLEL_BUILD_ROWS
+                    else 1)
         if nthreads > 1:
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
