@@ -39,6 +39,7 @@ def assert_refused(p, *words):
         assert w in p.stderr, (w, p.stderr)
 
 
+@pytest.mark.slow
 @host_tracefs
 def test_refusals_name_the_problem_and_touch_nothing(tmp_path):
     # (The host's top-level tracefs is shared with other users: only what is ours is checked.)

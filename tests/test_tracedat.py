@@ -309,6 +309,7 @@ def test_fixtures_present():
                     "the other tests ran on a host trace recorded for the test")
 
 
+@pytest.mark.slow
 @needs_trace_cmd
 def test_decode_matches_report_raw(dat_files, tmp_path):
     for dat in dat_files:
@@ -411,6 +412,7 @@ def test_instances_of_fixtures(dat_files, tmp_path):
                 compare_with_report(dat, tmp_path, instance=inst)
 
 
+@pytest.mark.slow
 @needs_trace_cmd
 def test_conversions_identical(dat_files, tmp_path):
     """v6, v7 uncompressed, v7 zstd/zlib (trace-cmd convert) decode to equal frames."""
@@ -550,6 +552,7 @@ def test_truncated(dat_files, tmp_path):
             assert isinstance(r.partial, dict)
 
 
+@pytest.mark.slow
 def test_corrupt_bytes_fuzz(dat_files, tmp_path):
     """Seeded random damage in headers, metadata and ring-buffer data."""
     rnd = random.Random(20240607)
@@ -729,6 +732,7 @@ def numpy_walk(monkeypatch):
     return run
 
 
+@pytest.mark.slow
 @needs_compiled
 def test_compiled_reader_equals_numpy_reader(dat_files, numpy_walk):
     """Every event and field of every fixture, the lost-events markers and the counts are
@@ -743,6 +747,7 @@ def test_compiled_reader_equals_numpy_reader(dat_files, numpy_walk):
         assert t.event_counts() == numpy_walk(open_trace(dat).event_counts)
 
 
+@pytest.mark.slow
 @needs_compiled
 def test_compiled_walk_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
     """Seeded random bytes in the ring-buffer pages: both walks list the same records, the

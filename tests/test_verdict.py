@@ -32,6 +32,7 @@ def rebuild(src, dst):
         return json.load(f)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", readdir_fixtures())
 def test_check_results_json_and_analyze_agree(name, tmp_path):
     """One verdict: check's exit status and line, the run's results.json (stored and rebuilt),
@@ -122,6 +123,7 @@ def test_a_line_cut_short_is_read(tmp_path, trace_cmd):
     assert c.returncode == 1 and "internal error" not in c.stderr, c.stdout + c.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("raw", [False, True])
 def test_no_single_line_edit_of_a_bad_report_is_good(tmp_path, trace_cmd, raw):
     """A bounded fuzz: random single-line edits (a character changed, dropped or added, the line
