@@ -36,8 +36,8 @@ def imports(name, path, known):
                 base = base.rpartition(".")[0]
             mod = (f"{base}.{node.module}" if node.module else base) if node.level \
                 else node.module
-            out.add(mod)
-            out.update(f"{mod}.{a.name}" for a in node.names)     # `from . import x`
+            for a in node.names:        # `from . import x` imports module x, not the package
+                out.add(f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod)
     return {m for m in out if m in known and m != name}
 
 

@@ -607,6 +607,7 @@ def recompress_v7(src, dst, algo="zlib"):
     local trace-cmd cannot make zlib files; the trace data stays the real one.
     """
     from nfsreaddir.trace import datfile as td
+    from nfsreaddir.trace.raw import _decompress
     assert algo == "zlib"
     t = open_trace(src)
     e = "little" if t._e == "<" else "big"
@@ -623,7 +624,7 @@ def recompress_v7(src, dst, algo="zlib"):
         payload = mm[off + 16:off + 16 + size]
         if flags & 1:
             cs, us = rd(off + 16, 4), rd(off + 20, 4)
-            payload = td._decompress(t.compression, mm[off + 24:off + 24 + cs], us, "section")
+            payload = _decompress(t.compression, mm[off + 24:off + 24 + cs], us, "section")
         return sid, flags, sdesc, payload
 
     out = bytearray(mm[:18])          # magic, "7\0", endian, long size, page size
@@ -691,7 +692,7 @@ def recompress_v7(src, dst, algo="zlib"):
                     pos = coff + 4
                     for _ in range(n):
                         cs, us = rd(pos, 4), rd(pos + 4, 4)
-                        raw = td._decompress(t.compression, mm[pos + 8:pos + 8 + cs], us, "chunk")
+                        raw = _decompress(t.compression, mm[pos + 8:pos + 8 + cs], us, "chunk")
                         comp = zlib.compress(raw)
                         out.extend(u(len(comp), 4) + u(us, 4) + comp)
                         pos += 8 + cs
@@ -716,18 +717,18 @@ def recompress_v7(src, dst, algo="zlib"):
 # ------------------------------------------- the compiled walk against the numpy walk
 
 needs_compiled = pytest.mark.skipif(
-    __import__("nfsreaddir.trace.datfile", fromlist=["_ringbuf"])._ringbuf is None,
+    __import__("nfsreaddir.trace.ringbuf", fromlist=["_ringbuf"])._ringbuf is None,
     reason="the compiled walk (nfsreaddir._ringbuf) is not built")
 
 
 @pytest.fixture
 def numpy_walk(monkeypatch):
     """A function that runs a reader call with the numpy walk (the oracle)."""
-    from nfsreaddir.trace import datfile as tracedat
+    from nfsreaddir.trace import ringbuf
 
     def run(fn):
         with monkeypatch.context() as m:
-            m.setattr(tracedat, "_compiled_wanted", lambda: False)
+            m.setattr(ringbuf, "_compiled_wanted", lambda: False)
             return fn()
     return run
 

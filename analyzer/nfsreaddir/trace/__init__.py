@@ -3,7 +3,7 @@
 Two inputs are understood:
 
 * ``trace.dat`` files written by trace-cmd (file versions 6 and 7, uncompressed,
-  zlib or zstd), decoded by :mod:`nfsreaddir.trace.datfile`;
+  zlib or zstd), decoded by :mod:`nfsreaddir.trace.tracedat`;
 * the text of ``trace-cmd report`` (default print formats) or
   ``trace-cmd report -R`` (raw ``field=value``), parsed by
   :mod:`nfsreaddir.trace.text`.
@@ -130,7 +130,7 @@ def _open(path, instance, shown):
         if not head.startswith(TRACE_DAT_MAGIC):
             raise TraceError(f"{shown!r} starts like a trace.dat file but the magic is "
                              "damaged; re-copy the file or re-record the trace")
-        from .datfile import TraceDat
+        from .tracedat import TraceDat
         return TraceDat(path, instance=instance)
     from .text import ReportText, looks_like_report
     if looks_like_report(head):

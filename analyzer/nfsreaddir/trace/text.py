@@ -39,6 +39,7 @@ import pandas as pd
 
 from .base import BASE_COLUMNS, TraceError, field_column
 from .format import EventFormat, Field
+from .payload import normalised
 
 _EVENT_RE = re.compile(
     r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?(?P<comm>.*?)-(?P<pid>-?\d+)\s+"
@@ -46,21 +47,10 @@ _EVENT_RE = re.compile(
     r"(?P<sec>\d+)\.(?P<frac>\d+):\s+(?P<event>[^\s:]+):(?:\s+(?P<payload>.*))?$")
 _LOST_RE = re.compile(r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?CPU:\s*(?P<cpu>\d+)\s+\["
                       r"(?:(?:(?P<n>\d+)\s+)?EVENTS DROPPED|LOST(?:\s+(?P<n2>\d+))?\s+EVENTS)\]")
-_KV_RE = re.compile(r"(?:^|(?<=[\s,]))([A-Za-z_][\w.]*(?::[A-Za-z_][\w.]*)*)=")
-_TASK_RE = re.compile(r"(?:^|\s)task:(?P<id>[0-9a-fA-Fx]+)@(?P<cl>-?[0-9a-fA-Fx]+)")
 _INT_RE = re.compile(r"^-?\d+$")
 _HEX_RE = re.compile(r"^-?0[xX][0-9a-fA-F]+$")
 _BAREHEX_RE = re.compile(r"^[0-9a-fA-F]+$")
-_ERRNAME_RE = re.compile(r"^(-?\d+|0x[0-9a-fA-F]+)\s+\([^()]*\)$")
-_FILEID_RE = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]+):(\d+)$")
-_DIR_NAME_RE = re.compile(r"^([0-9a-fA-F]{2,}):([0-9a-fA-F]{2,}):(\d+)/(.*)$", re.S)
-_DEV_RE = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]+)$")
-_VERF_COOKIE_RE = re.compile(r"^([0-9a-fA-F]*):(0x[0-9a-fA-F]+|\d+)$")
 
-_ALIASES = {"cache_index": "index", "nfs_flags": "nfsi_flags"}
-_RPC_RE = re.compile(r"task:\S+\s+(?P<prog>[A-Za-z_]\w*?)v(?P<ver>\d+)\s+(?P<proc>\S+)\s+"
-                     r"\((?P<a>a?)sync\)")
-_PROBE_IP_RE = re.compile(r"^\((?:0x)?(?P<ip>[0-9a-fA-F]{6,16})\)(?:\s|$)")
 
 # event name prefix -> system, to give "system:name" for text input
 _SYSTEMS = [("nfs4_", "nfs4"), ("nfs_", "nfs"), ("nfsd_", "nfsd"), ("rpc_", "sunrpc"),
@@ -104,100 +94,6 @@ def _ts_ns(sec, frac):
     if len(frac) >= 9:
         return int(sec) * 1_000_000_000 + int(frac[:9])
     return int(sec) * 1_000_000_000 + int(frac) * 10 ** (9 - len(frac))
-
-
-def _split_kv(payload):
-    """'a=1 b=two words c=3' -> [('a', '1'), ('b', 'two words'), ('c', '3')]."""
-    ms = list(_KV_RE.finditer(payload))
-    out = []
-    for i, m in enumerate(ms):
-        end = ms[i + 1].start() if i + 1 < len(ms) else len(payload)
-        val = payload[m.end():end]
-        if i + 1 < len(ms):
-            val = val.rstrip()
-            if val.endswith(","):
-                val = val[:-1]
-        out.append((m.group(1), val))
-    return out
-
-
-def _dev(major, minor):
-    """The kernel's dev_t (MAJ << 20 | MIN) from the hex MAJ:MIN trace-cmd prints."""
-    return str((int(major, 16) << 20) | int(minor, 16))
-
-
-def _normalise(pairs):
-    """Normalise key=value pairs (the compound forms never occur in -R values)."""
-    out = {}
-    for k, v in pairs:
-        v = v.strip()
-        if len(v) >= 2 and v[0] == '"' and v[-1] == '"':
-            v = v[1:-1]
-        if ":" in k:
-            ks = k.split(":")
-            vs = v.split(":")
-            if len(ks) == len(vs):
-                for kk, vv in zip(ks, vs):
-                    out[_ALIASES.get(kk, kk)] = vv
-                continue
-        if k == "fileid":
-            m = _FILEID_RE.match(v)
-            if m:
-                out["dev"] = _dev(m.group(1), m.group(2))
-                out["fileid"] = m.group(3)
-                continue
-        if k == "name":
-            # NFS lookup/create/... events: name=MAJ:MIN:DIR/NAME (-R: dev=, dir=, name=)
-            m = _DIR_NAME_RE.match(v)
-            if m:
-                out["dev"] = _dev(m.group(1), m.group(2))
-                out["dir"] = m.group(3)
-                out["name"] = m.group(4)
-                continue
-        if k == "dev":
-            m = _DEV_RE.match(v)
-            if m:
-                out["dev"] = _dev(m.group(1), m.group(2))
-                continue
-        if "->" in v:
-            # A change printed as before->after (the 5.10 series' nrpages=3->0).
-            before, _, after = v.partition("->")
-            out[_ALIASES.get(k, k) + "_before"] = before
-            out[_ALIASES.get(k, k)] = after
-            continue
-        if k == "cookie":
-            # 6.x readdir events: cookie=<verifier as hex>:0x<cookie>
-            m = _VERF_COOKIE_RE.match(v)
-            if m:
-                out["verifier"] = m.group(1)
-                out["cookie"] = m.group(2)
-                continue
-        m = _ERRNAME_RE.match(v)
-        if m:
-            v = m.group(1)
-            # NFS events keep `unsigned long error` positive and print -error with its name.
-            if k == "error" and v.startswith("-"):
-                v = v[1:]
-        out[_ALIASES.get(k, k)] = v
-    return out
-
-
-def _task(payload, out):
-    m = _TASK_RE.search(payload)
-    if not m:
-        return
-    a, b = m.group("id"), m.group("cl")
-
-    def conv(s, hexy):
-        if s.lower().startswith("0x"):
-            return int(s, 16)
-        return int(s, 16) if hexy else int(s)
-    hexy = (len(a) == 8 and len(b.lstrip("-")) == 8) or bool(re.search(r"[a-fA-F]", a + b))
-    try:
-        out.setdefault("task_id", str(conv(a, hexy)))
-        out.setdefault("client_id", str(conv(b, hexy)))
-    except ValueError:
-        pass
 
 
 def _int_of(v):
@@ -500,16 +396,4 @@ class ReportText:
             return {"buf": payload}
         # the compound forms never occur in -R output, so normalise in both modes
         # (the mode guess from the first lines can be wrong for key=value formats)
-        out = _normalise(_split_kv(payload))
-        _task(payload, out)
-        if name == "rpc_request":
-            m = _RPC_RE.search(payload)
-            if m:
-                out.setdefault("version", m.group("ver"))
-                out.setdefault("async", "1" if m.group("a") else "0")
-                out.setdefault("progname", m.group("prog"))
-                out.setdefault("procname", m.group("proc"))
-        m = _PROBE_IP_RE.match(payload)
-        if m:
-            out.setdefault("__probe_ip", "0x" + m.group("ip"))
-        return out
+        return normalised(name, payload)
