@@ -18,10 +18,10 @@ import json
 import os
 import sys
 
-from . import __version__, capture, dcache, events, results, slab, verdict, wire
+from . import __version__, capture, dcache, dcache_judge, events, results, slab, verdict, wire
 from .analysis import AnalysisError, analyze
 from .export import ExportError
-from .render import print_analysis
+from .render import dcache_report, print_analysis
 from .trace import OnePass, TraceError, open_trace
 from .tracing import Refused
 
@@ -110,7 +110,7 @@ def split_dcache(paths):
 def dcache_results(path):
     """results.json of a dcache run, made afresh from its trace and facts."""
     d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    return dcache.build_results(d)
+    return dcache_judge.build_results(d)
 
 
 def cmd_analyze(args):
@@ -149,7 +149,7 @@ def cmd_analyze(args):
         print_analysis(analyses, details=args.details)
         sys.stdout.write(f"\nverdict: {v.reason}\n")
     sections = [f"{p}: " + slab.format_text(s, top=args.top) for p, _, s in loaded if s]
-    sections += [f"{p}: " + dcache.report(dcache_results(p)) for p in runs]
+    sections += [f"{p}: " + dcache_report(dcache_results(p)) for p in runs]
     sys.stdout.write(("\n" if analyses else "") + "\n".join(sections))
     return 0
 
@@ -214,7 +214,7 @@ def cmd_plot(args):
         raise UsageError("plot readdir traces and dcache runs separately (one kind per "
                          "figure)")
     if runs:
-        dcache.plot_runs([p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p))
+        plot.dcache_runs([p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p))
                           for p in runs], args.output)
     else:
         plot.listings(load_all(traces), args.output)
@@ -223,14 +223,14 @@ def cmd_plot(args):
 
 
 def cmd_compare(args):
+    from . import compare
     runs, _ = split_dcache([args.before, args.after])
     if len(runs) == 1:
         raise UsageError(f"{runs[0]} is a dcache run and the other is not: compare two runs "
                          "of the same kind")
     if runs:
-        table = dcache.compare_table(dcache_results(args.before), dcache_results(args.after))
+        table = compare.dcache_table(dcache_results(args.before), dcache_results(args.after))
     else:
-        from . import compare
         table = compare.table(load_all([args.before]), load_all([args.after]),
                               (args.before, args.after))
     if args.json:

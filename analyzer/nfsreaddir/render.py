@@ -5,8 +5,10 @@ and the restarts and invalidations of each listing that had any (`nfs-readdir an
 import os
 import sys
 
-from . import events
-from .analysis import NS
+import pandas as pd
+
+from . import dcache_judge, events
+from .units import NS
 
 
 def _fmt_dentries(d):
@@ -31,7 +33,6 @@ def _quiet(lst):
 
 
 def listing_table(analyses):
-    import pandas as pd
     rows = []
     for a in analyses:
         trace = os.path.basename(a.info.get("path", ""))
@@ -151,3 +152,43 @@ def print_analysis(analyses, out=sys.stdout, details=10):
             if lst.ambiguous_rows:
                 out.write(f"  {len(lst.ambiguous_rows)} cookie-0 READDIRs after the start: "
                           "restarts, rewinds or new opens (the trace cannot tell)\n")
+
+
+def dcache_report(x):
+    """A results directory (or its results dict) as text: the verdict, the figures, and the
+    per-phase changes of the dcache."""
+    if isinstance(x, str) and os.path.isfile(x) and x.endswith(".dat"):
+        x = os.path.dirname(os.path.abspath(x))
+    r = dcache_judge.load(x)
+    lines = [f"{r.get('name')} on {r.get('kernel')}: {r.get('verdict')}: "
+             + "; ".join(r.get("reasons", []))]
+    rows = []
+    phases = r.get("phases", {})
+    for name in r.get("phase_order") or list(phases):
+        p = phases[name]
+        d, rate = p.get("delta", {}), p.get("rate_per_s", {})
+        rows.append({"phase": name, "seconds": p.get("seconds"),
+                     "nr_dentry": d.get("nr_dentry"), "nr_negative": d.get("nr_negative"),
+                     "dentry slab bytes": d.get("slab_bytes"),
+                     "negative/s": rate.get("nr_negative"),
+                     "negative share": p.get("negative_share"),
+                     "events": ", ".join(f"{k} {v}" for k, v in p.get("events", {}).items())})
+    if rows:
+        lines += ["", "change over each phase:",
+                  pd.DataFrame(rows).to_string(index=False, na_rep="-")]
+    lk = r.get("lookup", {})
+    if lk:
+        rows = []
+        for target, t in lk.items():
+            loops = t.get("loops", {})
+            rows.append({"target": target, **{
+                f"{loop} median ns": (loops.get(loop) or {}).get("median_ns")
+                for loop in ("before", "after", "dropped")},
+                "slowdown": t.get("slowdown"), "walk slowdown": t.get("walk_slowdown")})
+        lines += ["", "lookup loops (walk slowdown: against an fstat of the same file timed "
+                  "alongside):", pd.DataFrame(rows).to_string(index=False, na_rep="-")]
+    fig = r.get("figures", {})
+    if fig:
+        width = max(len(k) for k in fig)
+        lines += ["", "figures:"] + [f"  {k:<{width}}  {v}" for k, v in fig.items()]
+    return "\n".join(lines) + "\n"

@@ -112,8 +112,8 @@ def build(directory):
     facts = read_facts(os.path.join(directory, "facts"))
     name = facts.get("run", {}).get("name", "")
     if name.startswith("dcache-"):
-        from . import dcache
-        return dcache.build_results(directory)
+        from . import dcache_judge
+        return dcache_judge.build_results(directory)
     if name == "readdir-overhead":
         return overhead(facts)
     from . import verdict
@@ -216,9 +216,10 @@ def main(argv=None):
             return 125
         print(line)
         return code
+    from .dcache import DcacheError
     try:
         res = build(args.dir)
-    except OSError as e:
+    except (OSError, DcacheError) as e:
         print(f"nfsreaddir.results: {e}", file=sys.stderr)
         return 1
     with open(path + ".tmp", "w") as f:

@@ -41,6 +41,7 @@ import pandas as pd
 
 from . import events
 from .tuning import heap_reuse
+from .units import NS
 
 __all__ = ["EVENTS", "summarize", "format_text", "read_request", "DENTRY_OBJECT_SIZE"]
 
@@ -57,7 +58,6 @@ DENTRY_CACHE = "dentry"
 
 # ZERO_SIZE_PTR is 16: pointers at or below it are no objects (kfree(NULL), failed allocs)
 _NO_OBJECT = 16
-NS = 1_000_000_000
 
 
 def _fields(trace, event):
