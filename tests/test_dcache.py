@@ -242,7 +242,7 @@ def test_fixture_is_small_and_says_how_it_was_made(name):
 @pytest.mark.parametrize("name", DCACHE_FIXTURES)
 def test_results_json_is_what_the_analyzer_says(built, name):
     """The results.json written when the run was recorded is what the analyzer makes of the
-    same directory now (regenerate with `python -m nfsreaddir.results DIR` after changing
+    same directory now (regenerate with `nfs-readdir results DIR` after changing
     the analyzer on purpose)."""
     with open(os.path.join(fixture_path(name), "results.json")) as f:
         stored = json.load(f)
@@ -393,15 +393,15 @@ def test_cli_names_a_dcache_run_without_its_trace(tmp_path):
 
 
 def test_results_module_dispatches_to_dcache(tmp_path):
-    """`python -m nfsreaddir.results DIR` (what vm-run runs) writes the dcache results."""
+    """`python -m nfsreaddir results DIR` (what vm-run runs) writes the dcache results."""
     import shutil
     name = DCACHE_FIXTURES[0]
     d = tmp_path / "run"
     shutil.copytree(fixture_path(name), d)
     os.unlink(d / "results.json")
     py = os.path.join(TOP, ".venv", "bin", "python")
-    subprocess.run([py, "-m", "nfsreaddir.results", str(d)], check=True, timeout=300)
-    p = subprocess.run([py, "-m", "nfsreaddir.results", "--verdict", str(d)], text=True,
+    subprocess.run([py, "-m", "nfsreaddir", "results", str(d)], check=True, timeout=300)
+    p = subprocess.run([py, "-m", "nfsreaddir", "results", "--verdict", str(d)], text=True,
                        capture_output=True)
     with open(d / "results.json") as f:
         r = json.load(f)

@@ -217,7 +217,7 @@ def test_no_kmem_events():
 
 
 def test_module_command():
-    cmd = [sys.executable, "-m", "nfsreaddir.slab"]
+    cmd = [sys.executable, "-m", "nfsreaddir", "slab"]
     p = subprocess.run(cmd + [str(HOST), "--top", "3"], capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr

@@ -7,9 +7,10 @@ reproducer (its dcache section: per-phase dentry deltas, growth rates, negative 
 slowdown and the reproducer's figures). A trace with kmem allocation events also gets a slab
 section (growth per cache, the dentry cache singled out), and needs no READDIR in it.
 
-exit status: 0 done (check: good), 1 check: bad, 2 the input could not be used (the message
-says why and what to record), 3 internal error (a bug: please report it with the trace),
-125 check: cannot decide (also on an internal error), 130 interrupted.
+exit status: 0 done (check: good, results --verdict: PASS), 1 check: bad (FAIL), 2 the input
+could not be used (the message says why and what to record), 3 internal error (a bug: please
+report it with the trace), 125 check: cannot decide (also on an internal error), 130
+interrupted.
 """
 
 import argparse
@@ -25,9 +26,14 @@ from .render import dcache_report, print_analysis
 from .trace import OnePass, TraceError, open_trace
 from .tracing import Refused
 
-EXIT_INPUT = 2
-EXIT_BUG = 3
-EXIT_SKIP = 125
+# The exit statuses of every command, in one place: check (and results --verdict, watch) give
+# git bisect run its answer in the first and the next-to-last.
+EXIT_GOOD = 0           # done; check: good
+EXIT_BAD = 1            # check: bad
+EXIT_INPUT = 2          # the input could not be used (the message says why)
+EXIT_BUG = 3            # an internal error (check, watch, results: EXIT_SKIP, never a verdict)
+EXIT_SKIP = 125         # check: cannot decide
+EXIT_INTERRUPTED = 130
 
 
 class UsageError(Exception):
@@ -117,7 +123,7 @@ def cmd_analyze(args):
     if args.explain:
         from . import glossary
         sys.stdout.write(glossary.explain())
-        return 0
+        return EXIT_GOOD
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     runs, traces = split_dcache(args.traces)
@@ -144,14 +150,14 @@ def cmd_analyze(args):
         out += [{"path": p, "dcache": dcache_results(p)} for p in runs]
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
-        return 0
+        return EXIT_GOOD
     if analyses:
         print_analysis(analyses, details=args.details)
         sys.stdout.write(f"\nverdict: {v.reason}\n")
     sections = [f"{p}: " + slab.format_text(s, top=args.top) for p, _, s in loaded if s]
     sections += [f"{p}: " + dcache_report(dcache_results(p)) for p in runs]
     sys.stdout.write(("\n" if analyses else "") + "\n".join(sections))
-    return 0
+    return EXIT_GOOD
 
 
 def run_checks(paths, max_ratio=None):
@@ -200,7 +206,7 @@ def cmd_export(args):
             print(w)
         for k in kept:
             print(f"{k}: the same trace was exported before; left as it was")
-    return 0
+    return EXIT_GOOD
 
 
 def cmd_plot(args):
@@ -219,7 +225,7 @@ def cmd_plot(args):
     else:
         plot.listings(load_all(traces), args.output)
     print(args.output)
-    return 0
+    return EXIT_GOOD
 
 
 def cmd_compare(args):
@@ -238,7 +244,53 @@ def cmd_compare(args):
     else:
         print(f"before: {args.before}\nafter:  {args.after}\n")
         print(table.to_string())
-    return 0
+    return EXIT_GOOD
+
+
+def cmd_results(args):
+    """A reproducer's results directory: write its results.json, print its verdict line
+    (exit status the verdict's), or put several runs side by side."""
+    if args.table:
+        try:
+            print(results.table(args.dir))
+        except (ValueError, KeyError) as e:
+            raise UsageError(f"cannot tabulate: {e}") from None
+        return EXIT_GOOD
+    if len(args.dir) > 1:
+        raise UsageError("results takes one DIR unless --table")
+    path = os.path.join(args.dir[0], "results.json")
+    if args.verdict:
+        # vm-run and the reproducers take this exit status as the run's verdict; a
+        # results.json that cannot be read is no verdict (125), never an input error.
+        try:
+            with open(path) as f:
+                res = json.load(f)
+            code = {"PASS": EXIT_GOOD, "FAIL": EXIT_BAD}.get(res["verdict"], EXIT_SKIP)
+            line = f"{res['verdict']}: " + "; ".join(res["reasons"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"UNDECIDED: cannot read the verdict in {path}: {e}")
+            return EXIT_SKIP
+        print(line)
+        return code
+    res = results.build(args.dir[0])
+    with open(path + ".tmp", "w") as f:
+        json.dump(res, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+    return EXIT_GOOD
+
+
+def cmd_slab(args):
+    s = slab.summarize(open_trace(args.trace))
+    if s is None:
+        raise UsageError(f"{args.trace}: no kmem allocation/free events; record with "
+                         + events.record_advice(None, {"slab"}))
+    if args.json:
+        json.dump(s, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(slab.format_text(s, top=args.top))
+    return EXIT_GOOD
 
 
 def cmd_record(args):
@@ -333,6 +385,20 @@ def parser():
     s.add_argument("--dir", metavar="PATH", help="only listings of this directory")
     s.add_argument("--json", action="store_true", help="the summary as analyze --json gives it")
     s.set_defaults(func=cmd_watch)
+
+    s = sub.add_parser("results", help="a reproducer's results directory: write its "
+                                       "results.json; --verdict: its PASS/FAIL line and exit "
+                                       "status (0, 1, 125); --table: runs side by side")
+    s.add_argument("dir", nargs="+", metavar="DIR")
+    s.add_argument("--verdict", action="store_true", help="print the verdict line only")
+    s.add_argument("--table", action="store_true", help="print the runs side by side")
+    s.set_defaults(func=cmd_results)
+
+    s = sub.add_parser("slab", help="slab growth per cache from a trace's kmem events alone")
+    s.add_argument("trace", metavar="TRACE")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--top", type=int, default=10, metavar="N")
+    s.set_defaults(func=cmd_slab)
     return p
 
 
@@ -350,18 +416,18 @@ def main(argv=None):
         return EXIT_INPUT
     except BrokenPipeError:     # the reader of our output went away (| head): not an error
         sys.stderr.close()
-        return 0
+        return EXIT_GOOD
     except OSError as e:
         where = e.filename or getattr(args, "output", None) or ""
         print(f"nfs-readdir: {where}: {e.strerror or e}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("nfs-readdir: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:  # a bug: say so in one line; check must not give a false verdict
         print(f"nfs-readdir: internal error: {type(e).__name__}: {e} (please report it with "
               "the trace and the command)", file=sys.stderr)
-        return EXIT_SKIP if args.cmd in ("check", "watch") else EXIT_BUG
+        return EXIT_SKIP if args.cmd in ("check", "watch", "results") else EXIT_BUG
 
 
 if __name__ == "__main__":

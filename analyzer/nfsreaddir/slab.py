@@ -31,7 +31,7 @@ API (for ``nfs-readdir analyze``)::
     summarize(trace) -> dict | None   (None: no kmem alloc/free records in the trace)
     format_text(summary, top=10) -> str
 
-``python -m nfsreaddir.slab TRACE [--json] [--top N]`` prints it.
+``nfs-readdir slab TRACE [--json] [--top N]`` prints it.
 """
 
 from __future__ import annotations
@@ -449,37 +449,3 @@ def format_text(summary, top=10):
     for n in s["notes"]:
         L.append(f"  note: {n}")
     return "\n".join(L) + "\n"
-
-
-def main(argv=None):
-    import argparse
-    import json
-    import sys
-
-    from .trace import TraceError, open_trace
-    ap = argparse.ArgumentParser(prog="python -m nfsreaddir.slab",
-                                 description="Slab growth per cache from kmem trace events.")
-    ap.add_argument("trace", metavar="TRACE")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--top", type=int, default=10, metavar="N")
-    args = ap.parse_args(argv)
-    try:
-        s = summarize(open_trace(args.trace))
-    except TraceError as e:
-        print(f"slab: {e}", file=sys.stderr)
-        return 2
-    if s is None:
-        print(f"slab: {args.trace}: no kmem allocation/free events; record with "
-              + events.record_advice(None, {"slab"}), file=sys.stderr)
-        return 2
-    if args.json:
-        json.dump(s, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(format_text(s, top=args.top))
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-    sys.exit(main())
