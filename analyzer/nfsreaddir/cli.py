@@ -22,7 +22,7 @@ import sys
 from . import __version__, capture, dcache, dcache_judge, events, results, slab, verdict, wire
 from .analysis import AnalysisError, analyze
 from .export import ExportError
-from .render import dcache_report, print_analysis
+from .render import dcache_report, print_analysis, slab_text
 from .trace import OnePass, TraceError, open_trace
 from .tracing import Refused
 
@@ -154,7 +154,7 @@ def cmd_analyze(args):
     if analyses:
         print_analysis(analyses, details=args.details)
         sys.stdout.write(f"\nverdict: {v.reason}\n")
-    sections = [f"{p}: " + slab.format_text(s, top=args.top) for p, _, s in loaded if s]
+    sections = [f"{p}: " + slab_text(s, top=args.top) for p, _, s in loaded if s]
     sections += [f"{p}: " + dcache_report(dcache_results(p)) for p in runs]
     sys.stdout.write(("\n" if analyses else "") + "\n".join(sections))
     return EXIT_GOOD
@@ -289,7 +289,7 @@ def cmd_slab(args):
         json.dump(s, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(slab.format_text(s, top=args.top))
+        sys.stdout.write(slab_text(s, top=args.top))
     return EXIT_GOOD
 
 

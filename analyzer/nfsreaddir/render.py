@@ -1,6 +1,6 @@
-"""The readdir analysis as text: the listing table, the notes on what a trace lacks or lost,
-and the restarts and invalidations of each listing that had any (`nfs-readdir analyze`,
-`watch`'s summary)."""
+"""The analyses as text: the readdir listings (the table, the notes on what a trace lacks or
+lost, the restarts and invalidations of each listing that had any: `nfs-readdir analyze`,
+`watch`'s summary), a dcache run's report, and a trace's slab section."""
 
 import os
 import sys
@@ -192,3 +192,47 @@ def dcache_report(x):
         width = max(len(k) for k in fig)
         lines += ["", "figures:"] + [f"  {k:<{width}}  {v}" for k, v in fig.items()]
     return "\n".join(lines) + "\n"
+
+
+def _mb(b):
+    """Signed size with a unit: +1.5M, +17.1K, +96B."""
+    if abs(b) >= 2**20 / 10:
+        return f"{b / 2**20:+.1f}M"
+    return f"{b / 1024:+.1f}K" if abs(b) >= 1024 else f"{b:+d}B"
+
+
+def slab_text(summary, top=10):
+    """The slab section of ``nfs-readdir analyze``: the ``top`` caches by net growth."""
+    if not summary:
+        return "slab: no kmem allocation/free events in this trace\n"
+    s = summary
+    ev = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in s["events"].items())
+    by = ("caches by name" if s["by"] == "name" else
+          "caches by object size (the kernel records no cache name)")
+    L = [f"slab growth over {s['seconds']:.2f}s ({ev}; {by}):"]
+    hdr = (f"  {'cache':<26} {'size':>6} {'allocs':>10} {'frees':>10} {'net':>9} "
+           f"{'net size':>8} {'live':>9} {'peak live':>9} {'growth/s':>9}")
+    L.append(hdr)
+    rows = s["caches"]
+    for r in rows[:top]:
+        L.append(f"  {r['cache'][:26]:<26} {r['object_size']:>6} {r['allocs']:>10,} "
+                 f"{r['frees']:>10,} {r['net']:>+9,} {_mb(r['net_bytes']):>8} "
+                 f"{r['live']:>9,} {r['peak_live']:>9,} "
+                 f"{(r['growth_per_s'] if r['growth_per_s'] is not None else 0):>+9.1f}")
+    if len(rows) > top:
+        L.append(f"  ... {len(rows) - top} more caches (--json for all)")
+    t = s["total"]
+    L.append(f"  {'all caches':<26} {'':>6} {t['allocs']:>10,} {t['frees']:>10,} "
+             f"{t['net']:>+9,} {_mb(t['net_bytes']):>8} {t['live']:>9,}")
+    d = s["dentry"]
+    if d:
+        L.append(f"  dentry cache ({d['identified_by']}): {d['net']:+,} objects "
+                 f"({_mb(d['net_bytes'])}), {d['live']:,} of the {d['allocs']:,} allocated "
+                 f"in the trace still live at the end, peak {d['peak_live']:,}"
+                 + (f" at {d['peak_live_s']:.2f}s" if d["peak_live_s"] is not None else "")
+                 + (f", {d['growth_per_s']:+.1f}/s" if d["growth_per_s"] is not None else ""))
+    else:
+        L.append("  dentry cache: not in this trace")
+    for n in s["notes"]:
+        L.append(f"  note: {n}")
+    return "\n".join(L) + "\n"

@@ -29,9 +29,8 @@ API (for ``nfs-readdir analyze``)::
 
     EVENTS                      event -> the fields used where the format has them
     summarize(trace) -> dict | None   (None: no kmem alloc/free records in the trace)
-    format_text(summary, top=10) -> str
 
-``nfs-readdir slab TRACE [--json] [--top N]`` prints it.
+render.slab_text() writes it as text; ``nfs-readdir slab TRACE [--json] [--top N]`` prints it.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ from . import events
 from .tuning import heap_reuse
 from .units import NS
 
-__all__ = ["EVENTS", "summarize", "format_text", "read_request", "DENTRY_OBJECT_SIZE"]
+__all__ = ["EVENTS", "summarize", "read_request", "DENTRY_OBJECT_SIZE"]
 
 # The events and fields are the kernel knowledge's (events.py): alloc and free events, and per
 # event the fields it needs (``name`` only where the kernel records it; ``ptr`` and, for
@@ -405,47 +404,3 @@ def _summarize(trace, request, frames):
         "partial": bool(info.get("partial")),
         "notes": notes,
     }
-
-
-def _mb(b):
-    """Signed size with a unit: +1.5M, +17.1K, +96B."""
-    if abs(b) >= 2**20 / 10:
-        return f"{b / 2**20:+.1f}M"
-    return f"{b / 1024:+.1f}K" if abs(b) >= 1024 else f"{b:+d}B"
-
-
-def format_text(summary, top=10):
-    """The slab section of ``nfs-readdir analyze``: the ``top`` caches by net growth."""
-    if not summary:
-        return "slab: no kmem allocation/free events in this trace\n"
-    s = summary
-    ev = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in s["events"].items())
-    by = ("caches by name" if s["by"] == "name" else
-          "caches by object size (the kernel records no cache name)")
-    L = [f"slab growth over {s['seconds']:.2f}s ({ev}; {by}):"]
-    hdr = (f"  {'cache':<26} {'size':>6} {'allocs':>10} {'frees':>10} {'net':>9} "
-           f"{'net size':>8} {'live':>9} {'peak live':>9} {'growth/s':>9}")
-    L.append(hdr)
-    rows = s["caches"]
-    for r in rows[:top]:
-        L.append(f"  {r['cache'][:26]:<26} {r['object_size']:>6} {r['allocs']:>10,} "
-                 f"{r['frees']:>10,} {r['net']:>+9,} {_mb(r['net_bytes']):>8} "
-                 f"{r['live']:>9,} {r['peak_live']:>9,} "
-                 f"{(r['growth_per_s'] if r['growth_per_s'] is not None else 0):>+9.1f}")
-    if len(rows) > top:
-        L.append(f"  ... {len(rows) - top} more caches (--json for all)")
-    t = s["total"]
-    L.append(f"  {'all caches':<26} {'':>6} {t['allocs']:>10,} {t['frees']:>10,} "
-             f"{t['net']:>+9,} {_mb(t['net_bytes']):>8} {t['live']:>9,}")
-    d = s["dentry"]
-    if d:
-        L.append(f"  dentry cache ({d['identified_by']}): {d['net']:+,} objects "
-                 f"({_mb(d['net_bytes'])}), {d['live']:,} of the {d['allocs']:,} allocated "
-                 f"in the trace still live at the end, peak {d['peak_live']:,}"
-                 + (f" at {d['peak_live_s']:.2f}s" if d["peak_live_s"] is not None else "")
-                 + (f", {d['growth_per_s']:+.1f}/s" if d["growth_per_s"] is not None else ""))
-    else:
-        L.append("  dentry cache: not in this trace")
-    for n in s["notes"]:
-        L.append(f"  note: {n}")
-    return "\n".join(L) + "\n"
