@@ -11,7 +11,8 @@ import time
 import pytest
 
 from conftest import NFS_READDIR, TOP, run_cli
-from nfsreaddir import events, ringbuf, tracing
+from nfsreaddir import events, tracing
+from nfsreaddir.trace import pipe as ringbuf
 from nfsreaddir.trace.format import parse_header_page as _parse_header_page
 
 TRACEFS = "/sys/kernel/tracing"

@@ -17,9 +17,10 @@ import time
 
 import pandas as pd
 
-from . import analysis, events, ringbuf, tracing, verdict
+from . import analysis, events, tracing, verdict
 from .analysis import NS
 from .trace import BASE_COLUMNS, field_column
+from .trace import pipe as ringbuf
 
 BUFFER_KB = 4096        # per CPU; read every POLL_SECONDS, a listing's events fit many times
 POLL_SECONDS = 0.2

@@ -4,8 +4,8 @@ A page is a header (timestamp, commit = bytes of data, with the missed-events fl
 bits) and records, each a 32-bit word of type_len (5 bits) and time delta (27 bits): type_len
 1-28 is an event of type_len*4 bytes, 0 an event whose length is in the next word, 29 padding,
 30 a time extension, 31 an absolute time stamp (include/linux/ring_buffer.h). Event payloads
-are decoded by their format (trace.format.EventFormat) into the fields asked for. Knows nothing of
-NFS or of files; trace.dat's own pages are read by nfsreaddir.trace.
+are decoded by their format (format.EventFormat) into the fields asked for. Knows nothing of
+NFS or of files; trace.dat's own pages are walked by trace/ringbuf.py.
 """
 
 import struct
