@@ -93,10 +93,7 @@ class reading:
                 _mallopt(SCAN_MMAP_THRESHOLD, TRIM_THRESHOLD)
 
     def __exit__(self, *exc):
-        _restore_hugepages(self._huge)
-        if self._set:
-            _mallopt(_GLIBC_START, _GLIBC_START)
-            trim()
+        _undo(self._set, self._huge)
         return False
 
 
@@ -111,11 +108,17 @@ class heap_reuse:
         return self
 
     def __exit__(self, *exc):
-        _restore_hugepages(self._huge)
-        if self._set:
-            _mallopt(_GLIBC_START, _GLIBC_START)
-            trim()
+        _undo(self._set, self._huge)
         return False
+
+
+def _undo(thresholds_set, huge):
+    """Put numpy's huge pages back as they were and, where the thresholds were set, glibc's
+    back at its starting values, then trim the heap."""
+    _restore_hugepages(huge)
+    if thresholds_set:
+        _mallopt(_GLIBC_START, _GLIBC_START)
+        trim()
 
 
 def reader_threads():
