@@ -204,12 +204,7 @@ class DatFile:
             raise TraceError(f"{self.path}: unsupported ring-buffer event header {types}")
 
     def _parse_ftrace_formats(self, c):
-        n = c.uint(4)
-        if n > 100000:
-            raise _Damage(f"implausible ftrace format count {n}")
-        for _ in range(n):
-            size = c.uint(8)
-            self._add_format(c.take(size), "ftrace")
+        self._parse_formats(c, "ftrace", 100000, "implausible ftrace format count {n}")
 
     def _parse_event_formats(self, c):
         nsys = c.uint(4)
@@ -217,12 +212,18 @@ class DatFile:
             raise _Damage(f"implausible event system count {nsys}")
         for _ in range(nsys):
             system = c.cstr(4096)
-            n = c.uint(4)
-            if n > 1000000:
-                raise _Damage(f"implausible event count {n} for system {system!r}")
-            for _ in range(n):
-                size = c.uint(8)
-                self._add_format(c.take(size), system)
+            self._parse_formats(c, system, 1000000,
+                                "implausible event count {n} for system {system!r}")
+
+    def _parse_formats(self, c, system, most, damage):
+        """A count, then that many formats of one system, each its size and its text; more
+        than ``most`` is damage (the message ``damage``, with the count and the system)."""
+        n = c.uint(4)
+        if n > most:
+            raise _Damage(damage.format(n=n, system=system))
+        for _ in range(n):
+            size = c.uint(8)
+            self._add_format(c.take(size), system)
 
     def _add_format(self, data, system):
         text = data.decode("utf-8", "replace")

@@ -40,6 +40,15 @@ def _dev(major, minor):
     return str((int(major, 16) << 20) | int(minor, 16))
 
 
+# Fields printed with the device as hex MAJ:MIN first: (pattern, the fields after it).
+_WITH_DEVICE = {
+    "fileid": (_FILEID_RE, ("fileid",)),
+    # NFS lookup/create/... events: name=MAJ:MIN:DIR/NAME (-R: dev=, dir=, name=)
+    "name": (_DIR_NAME_RE, ("dir", "name")),
+    "dev": (_DEV_RE, ()),
+}
+
+
 def _normalise(pairs):
     """Normalise key=value pairs (the compound forms never occur in -R values)."""
     out = {}
@@ -54,25 +63,12 @@ def _normalise(pairs):
                 for kk, vv in zip(ks, vs):
                     out[_ALIASES.get(kk, kk)] = vv
                 continue
-        if k == "fileid":
-            m = _FILEID_RE.match(v)
-            if m:
-                out["dev"] = _dev(m.group(1), m.group(2))
-                out["fileid"] = m.group(3)
-                continue
-        if k == "name":
-            # NFS lookup/create/... events: name=MAJ:MIN:DIR/NAME (-R: dev=, dir=, name=)
-            m = _DIR_NAME_RE.match(v)
-            if m:
-                out["dev"] = _dev(m.group(1), m.group(2))
-                out["dir"] = m.group(3)
-                out["name"] = m.group(4)
-                continue
-        if k == "dev":
-            m = _DEV_RE.match(v)
-            if m:
-                out["dev"] = _dev(m.group(1), m.group(2))
-                continue
+        form = _WITH_DEVICE.get(k)
+        m = form[0].match(v) if form else None
+        if m:
+            out["dev"] = _dev(m.group(1), m.group(2))
+            out.update(zip(form[1], m.groups()[2:]))
+            continue
         if "->" in v:
             # A change printed as before->after (the 5.10 series' nrpages=3->0).
             before, _, after = v.partition("->")

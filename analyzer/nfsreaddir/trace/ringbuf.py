@@ -83,7 +83,7 @@ def _chain(b32, start, end, le, min_dlen):
     id, stops there and is reported broken.
     """
     rows = []
-    broken = None
+    broken = np.zeros(len(start), bool)
     cur = start
     act = None                       # None: all lanes still walking
     m31, s27 = np.uint32(31), np.uint32(27)
@@ -109,16 +109,12 @@ def _chain(b32, start, end, le, min_dlen):
             nx = np.where(bad, e_, np.minimum(nx, e_ + 4))
             nxt[idx] = nx
             if bad.any():
-                if broken is None:
-                    broken = np.zeros(len(start), bool)
                 broken[idx[bad]] = True
         if min_dlen > 4:
             short = (st > 0) & (st - 4 < min_dlen)
             if act is not None:
                 short &= act
             if short.any():
-                if broken is None:
-                    broken = np.zeros(len(start), bool)
                 broken |= short
                 nxt = np.where(short, end, nxt)
         rows.append(cur if act is None else np.where(act, cur, -1))
@@ -126,8 +122,6 @@ def _chain(b32, start, end, le, min_dlen):
         if act is not None:
             over &= act
         if over.any():
-            if broken is None:
-                broken = np.zeros(len(start), bool)
             broken |= over
             nxt = np.where(over, end, nxt)
         fin = nxt >= end
@@ -139,7 +133,7 @@ def _chain(b32, start, end, le, min_dlen):
         else:
             cur = nxt
     m = np.stack(rows).T.ravel()
-    return m[m >= 0], broken
+    return m[m >= 0], (broken if broken.any() else None)
 
 
 class RingWalk:
