@@ -10,15 +10,15 @@ drops to 0. Invalidations are vertical lines, restarts red crosses.
 import os
 import stat
 
-import matplotlib
+# Figures made as objects, not through pyplot: no backend chosen for the whole process at
+# import, and no figure kept by pyplot; savefig renders with the format's own canvas.
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from . import dcache, dcache_judge  # noqa: E402
-from .markers import DcacheMarkers  # noqa: E402
-from .units import NS  # noqa: E402
+from . import dcache, dcache_judge
+from .markers import DcacheMarkers
+from .units import NS
 
 
 def _ends(lsts):
@@ -74,8 +74,9 @@ def listings(analyses, output):
     has_samples = any(a.samples is not None and len(a.samples) for a in analyses)
     panels = [p for p in (("cookies", with_cookies), ("counts", without)) if p[1]]
     heights = [3] * len(panels) + ([1] if has_samples else [])
-    fig, axes = plt.subplots(len(heights), 1, figsize=(12, 2.4 * sum(heights) + 1),
-                             sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})
+    fig = Figure(figsize=(12, 2.4 * sum(heights) + 1))
+    axes = fig.subplots(len(heights), 1, sharex=True, squeeze=False,
+                        gridspec_kw={"height_ratios": heights})
     axes = list(axes[:, 0])
     colors = {}
     for ax, (kind, items) in zip(axes, panels):
@@ -124,7 +125,6 @@ def listings(analyses, output):
     axes[-1].set_xlabel("seconds since the listing started")
     fig.tight_layout()
     save(fig, output)
-    plt.close(fig)
 
 
 def _legend(ax, most=12):
@@ -135,7 +135,7 @@ def _legend(ax, most=12):
     more = len(handles) - most
     if more > 0:
         handles, labels = handles[:most], labels[:most] + [f"... {more} more listings"]
-        handles.append(plt.Line2D([], [], linestyle="none"))
+        handles.append(Line2D([], [], linestyle="none"))
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small",
               frameon=False)
 
@@ -243,7 +243,8 @@ def dcache_runs(directories, output):
     summary = (len({r.get("name") for r in runs}) == 1 and
                runs[0].get("name") in ("dcache-readdirplus", "dcache-memcg"))
     n = len(directories) + summary
-    fig, axes = plt.subplots(n, 1, figsize=(10, 3.6 * n), squeeze=False)
+    fig = Figure(figsize=(10, 3.6 * n))
+    axes = fig.subplots(n, 1, squeeze=False)
     if summary:
         dcache_figures(axes[0, 0], runs)
     for ax, d in zip(axes[int(summary):, 0], directories):
@@ -252,5 +253,4 @@ def dcache_runs(directories, output):
         ax.set_title(f"{m.run.get('reproducer', '?')} on {m.run.get('kernel', '?')}")
     fig.tight_layout()
     save(fig, output)
-    plt.close(fig)
     return output
