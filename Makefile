@@ -6,7 +6,7 @@ RESULTS ?= results
 # The demo's workload (issue: NFSv4.1, 50,000 files on an ext4 export).
 DEMO_ARGS ?= --files 50000 --nfs 4.1 --fs ext4 --timeout 150
 
-.PHONY: setup setup-build demo test test-kernel test-bisect bench fixtures clean
+.PHONY: setup setup-build demo check test test-kernel test-bisect bench fixtures clean
 
 setup:
 	reproducers/setup-host
@@ -17,6 +17,12 @@ setup-build:
 # Reproduce on stock Debian 5.10 and 6.1 in VMs, then print the two side by side.
 demo: setup
 	reproducers/demo $(RESULTS)/demo $(DEMO_ARGS)
+
+# What a developer runs on every change (after `make setup` once): the analyzer's tests on the
+# recorded fixtures, with the golden outputs and the import layering; no VM, no kernel build, and
+# not the slow oracle and fuzz tests (`make test` runs those).
+check:
+	$(PYTEST) -q -m 'not vm and not kernel and not slow'
 
 # The suite CI runs: analyzer tests on recorded fixtures, VM end-to-end runs on stock kernels,
 # and the kernel series applied to a fresh 5.10 tree with fs/nfs compiled.

@@ -20,6 +20,7 @@ def git(*args, **kw):
                           capture_output=True, **kw).stdout.strip()
 
 
+@pytest.mark.slow
 def test_a_commit_that_does_not_build_is_skipped():
     series_tree("broken-build")
     main_c = os.path.join(TREE, "init", "main.c")

@@ -60,6 +60,7 @@ def test_file_versions_and_compression_give_identical_results(tmp_path, trace_cm
     assert listings_json(out) == listings_json(src)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("raw", [False, True], ids=["report", "report-R"])
 def test_report_text_gives_the_same_listings(tmp_path, trace_cmd, raw):
     for d in (BAD, GOOD):

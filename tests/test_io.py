@@ -61,6 +61,7 @@ def dataset(tmp_path_factory):
     return out, printed, truth
 
 
+@pytest.mark.slow
 def test_exports_of_many_traces_never_overwrite(dataset, tmp_path):
     out, printed, truth = dataset
     files = [os.path.join(r, f) for r, _, fs in os.walk(out) for f in fs]
@@ -123,6 +124,7 @@ def test_plot_refuses_what_it_cannot_write(tmp_path, name):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_plot_writes_exactly_the_path_it_prints(tmp_path):
     out = tmp_path / "p.svg"
     p = run_cli("plot", BAD, "-o", out, check=0)

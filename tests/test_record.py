@@ -11,8 +11,9 @@ import time
 import pytest
 
 from conftest import NFS_READDIR, TOP, run_cli
-from nfsreaddir import events, ringbuf, tracing
-from nfsreaddir.tracedat import _parse_header_page
+from nfsreaddir import events, tracing
+from nfsreaddir.trace import pipe as ringbuf
+from nfsreaddir.trace.format import parse_header_page as _parse_header_page
 
 TRACEFS = "/sys/kernel/tracing"
 VM_RUN = os.path.join(TOP, "reproducers", "vm-run")
@@ -39,6 +40,7 @@ def assert_refused(p, *words):
         assert w in p.stderr, (w, p.stderr)
 
 
+@pytest.mark.slow
 @host_tracefs
 def test_refusals_name_the_problem_and_touch_nothing(tmp_path):
     # (The host's top-level tracefs is shared with other users: only what is ours is checked.)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nfsreaddir.reporttext import ReportText, looks_like_report
+from nfsreaddir.trace.text import ReportText, looks_like_report
 from nfsreaddir.trace import TraceError, field_column, open_trace
 
 from test_tracedat import (TRACE_CMD, dat_files, host_trace, needs_trace_cmd,  # noqa: F401
@@ -27,6 +27,7 @@ def _names_by_system(dat):
     return t, present
 
 
+@pytest.mark.slow
 @needs_trace_cmd
 def test_default_and_raw_agree(dat_files, tmp_path):
     """Both report styles give the same records; NFS/SUNRPC compound forms of
@@ -75,6 +76,7 @@ def test_default_and_raw_agree(dat_files, tmp_path):
         print(f"{dat}: {checked} NFS/SUNRPC integer columns agree between report and -R")
 
 
+@pytest.mark.slow
 @needs_trace_cmd
 def test_text_matches_binary(dat_files, tmp_path):
     """Typed -R parse equals the binary decode for integer and string fields."""
@@ -111,6 +113,7 @@ def test_text_matches_binary(dat_files, tmp_path):
                     assert [s.strip() for s in x] == [s.strip() for s in b[col]], (full, f.name)
 
 
+@pytest.mark.slow
 @needs_trace_cmd
 def test_six_decimal_timestamps(dat_files, tmp_path):
     for dat in dat_files:

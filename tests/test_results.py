@@ -14,13 +14,13 @@ def rebuild(src, tmp_path):
     d = tmp_path / "run"
     shutil.copytree(src, d)
     (d / "results.json").unlink()
-    assert subprocess.call([sys.executable, "-m", "nfsreaddir.results", str(d)]) == 0
+    assert subprocess.call([sys.executable, "-m", "nfsreaddir", "results", str(d)]) == 0
     return d, json.loads((d / "results.json").read_text())
 
 
 def verdict_line(d):
     """The reproducer's last line, and its exit status: 0 PASS, 1 FAIL, 125 UNDECIDED."""
-    p = subprocess.run([sys.executable, "-m", "nfsreaddir.results", "--verdict", str(d)],
+    p = subprocess.run([sys.executable, "-m", "nfsreaddir", "results", "--verdict", str(d)],
                        capture_output=True, text=True)
     word = p.stdout.split(":", 1)[0]
     assert p.returncode == {"PASS": 0, "FAIL": 1, "UNDECIDED": 125}[word], p.stdout
@@ -53,7 +53,7 @@ def test_a_repeated_or_lost_name_fails_the_run(tmp_path):
     names.append(names[10])          # listed twice
     del names[20]                    # never listed
     (d / "names-modified.txt").write_text("\n".join(sorted(names)) + "\n")
-    subprocess.check_call([sys.executable, "-m", "nfsreaddir.results", str(d)])
+    subprocess.check_call([sys.executable, "-m", "nfsreaddir", "results", str(d)])
     res = json.loads((d / "results.json").read_text())
     assert res["verdict"] == "FAIL"
     mod = res["phases"]["modified"]
@@ -63,7 +63,7 @@ def test_a_repeated_or_lost_name_fails_the_run(tmp_path):
 
 def test_table_puts_kernels_side_by_side():
     from conftest import FIXTURES
-    out = subprocess.run([sys.executable, "-m", "nfsreaddir.results", "--table",
+    out = subprocess.run([sys.executable, "-m", "nfsreaddir", "results", "--table",
                           f"{FIXTURES}/5.10-v4.1", f"{FIXTURES}/6.1-v3"],
                          capture_output=True, text=True, check=True).stdout
     assert "5.10.0-" in out and "6.1.0-" in out and "READDIR RPCs" in out
@@ -89,6 +89,6 @@ def test_overhead_is_the_ratio_of_the_medians_of_one_run(tmp_path):
     text = (d / "facts").read_text().replace("run.max_slowdown=1.10",
                                              f"run.max_slowdown={res['slowdown'] - 0.01:.2f}")
     (d / "facts").write_text(text)
-    subprocess.check_call([sys.executable, "-m", "nfsreaddir.results", str(d)])
+    subprocess.check_call([sys.executable, "-m", "nfsreaddir", "results", str(d)])
     strict = json.loads((d / "results.json").read_text())
     assert strict["verdict"] == "FAIL" and "limit" in strict["reasons"][0]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from nfsreaddir import slab
-from nfsreaddir.reporttext import ReportText
+from nfsreaddir import render, slab
+from nfsreaddir.trace.text import ReportText
 from nfsreaddir.trace import open_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -148,7 +148,7 @@ def test_host_trace_matches_report(host_events):
     assert d["object_size"] == slab.DENTRY_OBJECT_SIZE
     assert s["seconds"] > 0 and s["start_ts"] == min(e[0] for e in host_events)
     json.dumps(s)                             # JSON-able as it is
-    text = slab.format_text(s, top=5)
+    text = render.slab_text(s, top=5)
     assert "dentry cache (name)" in text and "more caches" in text
     assert text.splitlines()[2].split()[0] == s["caches"][0]["cache"]
 
@@ -195,7 +195,7 @@ def test_kmalloc_fixtures(dat):
     exp, unknown = expected(evs)
     check_against(s, exp, unknown)
     assert all(r["cache"].startswith("kmalloc-") for r in s["caches"])
-    assert s["dentry"] is None and "dentry cache: not in this trace" in slab.format_text(s)
+    assert s["dentry"] is None and "dentry cache: not in this trace" in render.slab_text(s)
     assert any("kmem_cache_alloc" in n for n in s["notes"])
 
 
@@ -213,11 +213,11 @@ def test_report_text_path_same(tmp_path):
 
 def test_no_kmem_events():
     assert slab.summarize(open_trace(NFS)) is None
-    assert "no kmem" in slab.format_text(None)
+    assert "no kmem" in render.slab_text(None)
 
 
 def test_module_command():
-    cmd = [sys.executable, "-m", "nfsreaddir.slab"]
+    cmd = [sys.executable, "-m", "nfsreaddir", "slab"]
     p = subprocess.run(cmd + [str(HOST), "--top", "3"], capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr

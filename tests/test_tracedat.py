@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nfsreaddir.reporttext import ReportText
+from nfsreaddir.trace.text import ReportText
 from nfsreaddir.trace import BASE_COLUMNS, TraceError, field_column, open_trace
 
 HERE = Path(__file__).resolve().parent
@@ -309,6 +309,7 @@ def test_fixtures_present():
                     "the other tests ran on a host trace recorded for the test")
 
 
+@pytest.mark.slow
 @needs_trace_cmd
 def test_decode_matches_report_raw(dat_files, tmp_path):
     for dat in dat_files:
@@ -393,7 +394,7 @@ def test_dropped_events_counted_from_cpu_stats():
 
 
 def test_parse_cpu_stats_by_name_and_instance():
-    from nfsreaddir.tracedat import parse_cpu_stats
+    from nfsreaddir.trace.format import parse_cpu_stats
     texts = ["CPU: 0\nentries: 3\noverrun: 5\nnow ts: 12.5\nnew counter: 7",
              "CPU: 1\noverrun: 0\ndropped events: 2",
              "\nBuffer: inst\n\n", "CPU: 0\noverrun: 9\nodd: x y"]
@@ -411,6 +412,7 @@ def test_instances_of_fixtures(dat_files, tmp_path):
                 compare_with_report(dat, tmp_path, instance=inst)
 
 
+@pytest.mark.slow
 @needs_trace_cmd
 def test_conversions_identical(dat_files, tmp_path):
     """v6, v7 uncompressed, v7 zstd/zlib (trace-cmd convert) decode to equal frames."""
@@ -550,6 +552,7 @@ def test_truncated(dat_files, tmp_path):
             assert isinstance(r.partial, dict)
 
 
+@pytest.mark.slow
 def test_corrupt_bytes_fuzz(dat_files, tmp_path):
     """Seeded random damage in headers, metadata and ring-buffer data."""
     rnd = random.Random(20240607)
@@ -603,7 +606,8 @@ def recompress_v7(src, dst, algo="zlib"):
     and data chunk re-compressed with ``algo`` (only zlib).  Used when the
     local trace-cmd cannot make zlib files; the trace data stays the real one.
     """
-    from nfsreaddir import tracedat as td
+    from nfsreaddir.trace import datfile as td
+    from nfsreaddir.trace.raw import _decompress
     assert algo == "zlib"
     t = open_trace(src)
     e = "little" if t._e == "<" else "big"
@@ -620,7 +624,7 @@ def recompress_v7(src, dst, algo="zlib"):
         payload = mm[off + 16:off + 16 + size]
         if flags & 1:
             cs, us = rd(off + 16, 4), rd(off + 20, 4)
-            payload = td._decompress(t.compression, mm[off + 24:off + 24 + cs], us, "section")
+            payload = _decompress(t.compression, mm[off + 24:off + 24 + cs], us, "section")
         return sid, flags, sdesc, payload
 
     out = bytearray(mm[:18])          # magic, "7\0", endian, long size, page size
@@ -688,7 +692,7 @@ def recompress_v7(src, dst, algo="zlib"):
                     pos = coff + 4
                     for _ in range(n):
                         cs, us = rd(pos, 4), rd(pos + 4, 4)
-                        raw = td._decompress(t.compression, mm[pos + 8:pos + 8 + cs], us, "chunk")
+                        raw = _decompress(t.compression, mm[pos + 8:pos + 8 + cs], us, "chunk")
                         comp = zlib.compress(raw)
                         out.extend(u(len(comp), 4) + u(us, 4) + comp)
                         pos += 8 + cs
@@ -713,22 +717,23 @@ def recompress_v7(src, dst, algo="zlib"):
 # ------------------------------------------- the compiled walk against the numpy walk
 
 needs_compiled = pytest.mark.skipif(
-    __import__("nfsreaddir.tracedat", fromlist=["_ringbuf"])._ringbuf is None,
+    __import__("nfsreaddir.trace.ringbuf", fromlist=["_ringbuf"])._ringbuf is None,
     reason="the compiled walk (nfsreaddir._ringbuf) is not built")
 
 
 @pytest.fixture
 def numpy_walk(monkeypatch):
     """A function that runs a reader call with the numpy walk (the oracle)."""
-    from nfsreaddir import tracedat
+    from nfsreaddir.trace import ringbuf
 
     def run(fn):
         with monkeypatch.context() as m:
-            m.setattr(tracedat, "_compiled_wanted", lambda: False)
+            m.setattr(ringbuf, "_compiled_wanted", lambda: False)
             return fn()
     return run
 
 
+@pytest.mark.slow
 @needs_compiled
 def test_compiled_reader_equals_numpy_reader(dat_files, numpy_walk):
     """Every event and field of every fixture, the lost-events markers and the counts are
@@ -743,6 +748,7 @@ def test_compiled_reader_equals_numpy_reader(dat_files, numpy_walk):
         assert t.event_counts() == numpy_walk(open_trace(dat).event_counts)
 
 
+@pytest.mark.slow
 @needs_compiled
 def test_compiled_walk_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
     """Seeded random bytes in the ring-buffer pages: both walks list the same records, the

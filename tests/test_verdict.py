@@ -27,11 +27,12 @@ def readdir_fixtures():
 def rebuild(src, dst):
     shutil.copytree(src, dst)
     os.unlink(os.path.join(dst, "results.json"))
-    subprocess.run([sys.executable, "-m", "nfsreaddir.results", str(dst)], check=True)
+    subprocess.run([sys.executable, "-m", "nfsreaddir", "results", str(dst)], check=True)
     with open(os.path.join(dst, "results.json")) as f:
         return json.load(f)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", readdir_fixtures())
 def test_check_results_json_and_analyze_agree(name, tmp_path):
     """One verdict: check's exit status and line, the run's results.json (stored and rebuilt),
@@ -44,7 +45,7 @@ def test_check_results_json_and_analyze_agree(name, tmp_path):
     assert RESULT_CODES[res["verdict"]] == RESULT_CODES[stored["verdict"]] == c.returncode, (
         res["verdict"], stored["verdict"], c.stdout)
     assert res["reasons"] == [c.stdout.strip()] == stored["reasons"]
-    v = subprocess.run([sys.executable, "-m", "nfsreaddir.results", "--verdict",
+    v = subprocess.run([sys.executable, "-m", "nfsreaddir", "results", "--verdict",
                         str(tmp_path / "run")], capture_output=True, text=True)
     assert v.returncode == c.returncode
     text = run_cli("analyze", d, check=0).stdout
@@ -82,7 +83,7 @@ def rpc_only_run(trace_cmd, src, dst):
                             "-F", "ftrace/print", dat], stdout=f, check=True, timeout=300)
         os.replace(dat + ".txt", dat)
     os.unlink(os.path.join(dst, "results.json"))
-    subprocess.run([sys.executable, "-m", "nfsreaddir.results", str(dst)], check=True)
+    subprocess.run([sys.executable, "-m", "nfsreaddir", "results", str(dst)], check=True)
     with open(os.path.join(dst, "results.json")) as f:
         return json.load(f)
 
@@ -122,6 +123,7 @@ def test_a_line_cut_short_is_read(tmp_path, trace_cmd):
     assert c.returncode == 1 and "internal error" not in c.stderr, c.stdout + c.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("raw", [False, True])
 def test_no_single_line_edit_of_a_bad_report_is_good(tmp_path, trace_cmd, raw):
     """A bounded fuzz: random single-line edits (a character changed, dropped or added, the line
@@ -223,7 +225,7 @@ def test_bisect_run_usage_errors_stop_the_bisect(tmp_path):
 
 def test_a_results_json_that_cannot_be_read_has_no_verdict(tmp_path):
     (tmp_path / "results.json").write_text('{"verdict": ')
-    p = subprocess.run([sys.executable, "-m", "nfsreaddir.results", "--verdict", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "nfsreaddir", "results", "--verdict", str(tmp_path)],
                        capture_output=True, text=True)
     assert p.returncode == 125 and p.stdout.startswith("UNDECIDED"), p.stdout
 

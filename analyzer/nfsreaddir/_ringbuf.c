@@ -1,9 +1,9 @@
 /*
- * The ring-buffer walk of nfsreaddir.tracedat in C: one pass over a block of whole
+ * The ring-buffer walk of nfsreaddir.trace in C: one pass over a block of whole
  * ring-buffer pages that lists the event records (data offset, time stamp, data length,
  * event id) of the wanted events, the lost-events markers, and where the data is damaged.
  *
- * It computes exactly what tracedat's numpy walk (_chain, then _walk) computes, record by
+ * It computes exactly what the numpy walk (_chain, then _walk) computes, record by
  * record in file order, without the numpy passes over every record; the numpy walk stays
  * as the fallback and as the oracle of the tests.  The page and record layout are the
  * kernel's (kernel/trace/ring_buffer.c): a page header of a time stamp and a commit word
@@ -490,7 +490,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
 	PyModuleDef_HEAD_INIT, "nfsreaddir._ringbuf",
-	"The ring-buffer walk of nfsreaddir.tracedat, compiled.", -1, methods,
+	"The ring-buffer walk of nfsreaddir.trace, compiled.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__ringbuf(void)

@@ -7,9 +7,10 @@ reproducer (its dcache section: per-phase dentry deltas, growth rates, negative 
 slowdown and the reproducer's figures). A trace with kmem allocation events also gets a slab
 section (growth per cache, the dentry cache singled out), and needs no READDIR in it.
 
-exit status: 0 done (check: good), 1 check: bad, 2 the input could not be used (the message
-says why and what to record), 3 internal error (a bug: please report it with the trace),
-125 check: cannot decide (also on an internal error), 130 interrupted.
+exit status: 0 done (check: good, results --verdict: PASS), 1 check: bad (FAIL), 2 the input
+could not be used (the message says why and what to record), 3 internal error (a bug: please
+report it with the trace), 125 check: cannot decide (also on an internal error), 130
+interrupted.
 """
 
 import argparse
@@ -18,15 +19,21 @@ import json
 import os
 import sys
 
-from . import __version__, capture, dcache, events, results, slab, verdict, wire
-from .analysis import NS, AnalysisError, analyze
+from . import __version__, capture, dcache, dcache_judge, events, results, slab, verdict, wire
+from .analysis import AnalysisError, analyze
 from .export import ExportError
+from .render import dcache_report, print_analysis, slab_text
 from .trace import OnePass, TraceError, open_trace
 from .tracing import Refused
 
-EXIT_INPUT = 2
-EXIT_BUG = 3
-EXIT_SKIP = 125
+# The exit statuses of every command, in one place: check (and results --verdict, watch) give
+# git bisect run its answer in the first and the next-to-last.
+EXIT_GOOD = 0           # done; check: good
+EXIT_BAD = 1            # check: bad
+EXIT_INPUT = 2          # the input could not be used (the message says why)
+EXIT_BUG = 3            # an internal error (check, watch, results: EXIT_SKIP, never a verdict)
+EXIT_SKIP = 125         # check: cannot decide
+EXIT_INTERRUPTED = 130
 
 
 class UsageError(Exception):
@@ -99,156 +106,6 @@ def progress(what):
     sys.stderr.flush()
 
 
-def _fmt_dentries(d):
-    x = d.get("nr_dentry")
-    return f"{x['added']:+,}" if x else "-"
-
-
-def _q(v):
-    """A value for the text tables: '?' where the trace cannot know it."""
-    return "?" if v is None else v
-
-
-# A process with more quiet listings than this (a tree walk, a poller) gets one row for them.
-QUIET_ROWS = 3
-
-
-def _quiet(lst):
-    """A listing with nothing to tell: it reached the end with no restart, no change of its
-    directory, and nothing unknown."""
-    return (lst.complete and not lst.restarts and not lst.invalidations
-            and not lst.ambiguous_rows and not lst.damage and lst.cookies_known)
-
-
-def listing_table(analyses):
-    import pandas as pd
-    rows = []
-    for a in analyses:
-        trace = os.path.basename(a.info.get("path", ""))
-        quiet = {}
-        for lst in a.listings:
-            if _quiet(lst):
-                quiet.setdefault((lst.pid, lst.comm), []).append(lst)
-        folded = {id(x) for group in quiet.values() if len(group) > QUIET_ROWS for x in group}
-        for lst in a.listings:
-            if id(lst) in folded:
-                continue
-            s = lst.summary()
-            inv = s["invalidations"]
-            followed = s["invalidations_followed_by_restart"]
-            rows.append({
-                "trace": trace,
-                "phase": s["phase"] or "-",
-                "dir": s["dir_fileid"] if s["dir_fileid"] is not None else "?",
-                # A capture's listing has a client, not a process.
-                "process": s.get("who") or f"{s['comm']}[{s['pid']}]",
-                "time (s)": f"{s['seconds']:.2f}",
-                "ended": s["ending"] + ("" if not s["began_before_trace"] else " (began before)"),
-                "entries": s["entries"] if s["entries"] is not None else "-",
-                "READDIRs": s["readdirs"],
-                "restarts": _q(s["restarts"]),
-                "refetched": _q(s["refetched_readdirs"]),
-                "invalidations": (f"{inv} ({followed} restarted)" if inv and followed is not None
-                                  else inv),
-                "dentries": _fmt_dentries(s["dentries"]),
-            })
-        for (pid, comm), group in quiet.items():
-            if len(group) <= QUIET_ROWS:
-                continue
-            # A listing the page cache served whole sent no READDIR to name its directory.
-            known = {x.fileid for x in group if x.fileid is not None}
-            dirs = (f"{len(known)} dirs" if len(known) == len({x.fileid for x in group})
-                    else f"{len(known)}+ dirs" if known else "?")
-            rows.append({
-                "trace": trace, "phase": "-",
-                "dir": dirs,
-                "process": f"{comm}[{pid}]",
-                "time (s)": f"{sum(x.end - x.start for x in group) / NS:.2f}",
-                "ended": f"eof x{len(group)}", "entries": "-",
-                "READDIRs": sum(len(x.rpcs) for x in group), "restarts": 0, "refetched": 0,
-                "invalidations": 0, "dentries": "-"})
-    return pd.DataFrame(rows)
-
-
-def lost_text(info):
-    """The events a trace lost, in words: the count where the trace stores it."""
-    lost = info.get("lost_events") or []
-    total = info.get("lost_total")
-    if not lost:
-        return f"{total:,} events lost (the trace's CPU stats; where is not known)" if total \
-            else None
-    if total is None and all(x.get("count") is not None for x in lost):
-        total = sum(x["count"] for x in lost)
-    cpus = sorted({x.get("cpu") for x in lost if x.get("cpu") is not None})
-    n = f"{total:,}" if total is not None else "an unknown number of"
-    return f"{n} events lost in {len(lost)} places (CPU {', '.join(map(str, cpus)) or '?'})"
-
-
-def print_analysis(analyses, out=sys.stdout, details=10):
-    for a in analyses:
-        i = a.info
-        kernel = a.kernel or "unknown kernel"
-        out.write(f"{i.get('path')}: {i.get('format', '?')}, {i.get('cpus', '?')} CPUs, "
-                  f"{kernel}\n")
-        ev = a.evidence
-        dirs = (f" (directories from {', '.join(ev['rpc_directory'])})"
-                if ev.get("rpc_directory") else "")
-        out.write(f"  READDIRs from {', '.join(ev['rpc']) or '-'}{dirs}; invalidations from "
-                  f"{', '.join(a.recorded.get('invalidations') or []) or '-'}; listings by "
-                  f"{', '.join(sorted({x.delimited_by for x in a.listings})) or '-'}\n")
-        missing = set()
-        if not a.cookies_known:
-            out.write("  READDIR cookies are not in this trace, so restarts cannot be seen\n")
-            missing.add("rpc")
-        if not a.recorded.get("invalidations"):
-            out.write("  invalidation events were not recorded\n")
-            missing.add("invalidations")
-        if missing:
-            out.write(f"  record with: {events.record_advice(a.kernel, missing)}\n")
-        for note in i.get("notes") or []:       # what a capture says about its own limits
-            out.write(f"  {note}\n")
-        lost = lost_text(i)
-        if lost:
-            hit = [x.label() for x in a.listings if any("lost" in d["what"] for d in x.damage)]
-            out.write(f"  WARNING: {lost}: counts below are lower bounds (record with a larger "
-                      f"-b); listings that overlap the loss: {', '.join(hit) or 'none'}\n")
-        damaged = i.get("damaged_events") or []
-        if damaged:
-            out.write(f"  WARNING: {len(damaged)} damaged events, e.g. {damaged[0]['what']}\n")
-        if i.get("partial"):
-            out.write("  WARNING: the trace is damaged; only the part before the damage was "
-                      "read\n")
-    table = listing_table(analyses)
-    out.write("\n" + table.to_string(index=False) + "\n" if len(table) else "\nno listing\n")
-    for a in analyses:
-        for lst in a.listings:
-            if not (lst.restarts or lst.invalidations or lst.ambiguous_rows):
-                continue
-            out.write(f"\n{os.path.basename(a.info['path'])} {lst.phase or ''} "
-                      f"{lst.summary().get('who') or f'{lst.comm}[{lst.pid}]'} "
-                      f"dir {_q(lst.fileid)}:\n")
-            # An invalidation before the restart it caused, even at the same timestamp.
-            events_ = sorted([(r.ts, "restart", r) for r in lst.restarts] +
-                             [(v.ts, "invalidation", v) for v in lst.invalidations],
-                             key=lambda x: (x[0], x[1] == "restart"))
-            for ts, kind, x in events_[:details]:
-                t = (ts - lst.start) / NS
-                if kind == "restart":
-                    at = ("at cookie 0" if not x.cookie else
-                          f"at cookie {x.cookie}, below the reader's position")
-                    out.write(f"  {t:9.3f}s  restart {at} (READDIR #{x.rpc_index + 1}): "
-                              f"{x.refetched} READDIRs and {x.cost_ns / NS:.3f}s to get back\n")
-                else:
-                    chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
-                    after = {True: "", False: " (no restart)", None: ""}[x.followed_by_restart]
-                    out.write(f"  {t:9.3f}s  invalidation: {chain}{after}\n")
-            if len(events_) > details:
-                out.write(f"  ... {len(events_) - details} more (--details N, or --json)\n")
-            if lst.ambiguous_rows:
-                out.write(f"  {len(lst.ambiguous_rows)} cookie-0 READDIRs after the start: "
-                          "restarts, rewinds or new opens (the trace cannot tell)\n")
-
-
 def split_dcache(paths):
     """(dcache runs, other traces): a dcache reproducer's directory or trace has its own
     analysis, from its markers and facts rather than from READDIRs."""
@@ -259,14 +116,14 @@ def split_dcache(paths):
 def dcache_results(path):
     """results.json of a dcache run, made afresh from its trace and facts."""
     d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    return dcache.build_results(d)
+    return dcache_judge.build_results(d)
 
 
 def cmd_analyze(args):
     if args.explain:
         from . import glossary
         sys.stdout.write(glossary.explain())
-        return 0
+        return EXIT_GOOD
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     runs, traces = split_dcache(args.traces)
@@ -293,14 +150,14 @@ def cmd_analyze(args):
         out += [{"path": p, "dcache": dcache_results(p)} for p in runs]
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
-        return 0
+        return EXIT_GOOD
     if analyses:
         print_analysis(analyses, details=args.details)
         sys.stdout.write(f"\nverdict: {v.reason}\n")
-    sections = [f"{p}: " + slab.format_text(s, top=args.top) for p, _, s in loaded if s]
-    sections += [f"{p}: " + dcache.report(dcache_results(p)) for p in runs]
+    sections = [f"{p}: " + slab_text(s, top=args.top) for p, _, s in loaded if s]
+    sections += [f"{p}: " + dcache_report(dcache_results(p)) for p in runs]
     sys.stdout.write(("\n" if analyses else "") + "\n".join(sections))
-    return 0
+    return EXIT_GOOD
 
 
 def run_checks(paths, max_ratio=None):
@@ -349,7 +206,7 @@ def cmd_export(args):
             print(w)
         for k in kept:
             print(f"{k}: the same trace was exported before; left as it was")
-    return 0
+    return EXIT_GOOD
 
 
 def cmd_plot(args):
@@ -363,23 +220,23 @@ def cmd_plot(args):
         raise UsageError("plot readdir traces and dcache runs separately (one kind per "
                          "figure)")
     if runs:
-        dcache.plot_runs([p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p))
+        plot.dcache_runs([p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p))
                           for p in runs], args.output)
     else:
         plot.listings(load_all(traces), args.output)
     print(args.output)
-    return 0
+    return EXIT_GOOD
 
 
 def cmd_compare(args):
+    from . import compare
     runs, _ = split_dcache([args.before, args.after])
     if len(runs) == 1:
         raise UsageError(f"{runs[0]} is a dcache run and the other is not: compare two runs "
                          "of the same kind")
     if runs:
-        table = dcache.compare_table(dcache_results(args.before), dcache_results(args.after))
+        table = compare.dcache_table(dcache_results(args.before), dcache_results(args.after))
     else:
-        from . import compare
         table = compare.table(load_all([args.before]), load_all([args.after]),
                               (args.before, args.after))
     if args.json:
@@ -387,7 +244,53 @@ def cmd_compare(args):
     else:
         print(f"before: {args.before}\nafter:  {args.after}\n")
         print(table.to_string())
-    return 0
+    return EXIT_GOOD
+
+
+def cmd_results(args):
+    """A reproducer's results directory: write its results.json, print its verdict line
+    (exit status the verdict's), or put several runs side by side."""
+    if args.table:
+        try:
+            print(results.table(args.dir))
+        except (ValueError, KeyError) as e:
+            raise UsageError(f"cannot tabulate: {e}") from None
+        return EXIT_GOOD
+    if len(args.dir) > 1:
+        raise UsageError("results takes one DIR unless --table")
+    path = os.path.join(args.dir[0], "results.json")
+    if args.verdict:
+        # vm-run and the reproducers take this exit status as the run's verdict; a
+        # results.json that cannot be read is no verdict (125), never an input error.
+        try:
+            with open(path) as f:
+                res = json.load(f)
+            code = {"PASS": EXIT_GOOD, "FAIL": EXIT_BAD}.get(res["verdict"], EXIT_SKIP)
+            line = f"{res['verdict']}: " + "; ".join(res["reasons"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"UNDECIDED: cannot read the verdict in {path}: {e}")
+            return EXIT_SKIP
+        print(line)
+        return code
+    res = results.build(args.dir[0])
+    with open(path + ".tmp", "w") as f:
+        json.dump(res, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+    return EXIT_GOOD
+
+
+def cmd_slab(args):
+    s = slab.summarize(open_trace(args.trace))
+    if s is None:
+        raise UsageError(f"{args.trace}: no kmem allocation/free events; record with "
+                         + events.record_advice(None, {"slab"}))
+    if args.json:
+        json.dump(s, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(slab_text(s, top=args.top))
+    return EXIT_GOOD
 
 
 def cmd_record(args):
@@ -482,6 +385,20 @@ def parser():
     s.add_argument("--dir", metavar="PATH", help="only listings of this directory")
     s.add_argument("--json", action="store_true", help="the summary as analyze --json gives it")
     s.set_defaults(func=cmd_watch)
+
+    s = sub.add_parser("results", help="a reproducer's results directory: write its "
+                                       "results.json; --verdict: its PASS/FAIL line and exit "
+                                       "status (0, 1, 125); --table: runs side by side")
+    s.add_argument("dir", nargs="+", metavar="DIR")
+    s.add_argument("--verdict", action="store_true", help="print the verdict line only")
+    s.add_argument("--table", action="store_true", help="print the runs side by side")
+    s.set_defaults(func=cmd_results)
+
+    s = sub.add_parser("slab", help="slab growth per cache from a trace's kmem events alone")
+    s.add_argument("trace", metavar="TRACE")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--top", type=int, default=10, metavar="N")
+    s.set_defaults(func=cmd_slab)
     return p
 
 
@@ -499,18 +416,18 @@ def main(argv=None):
         return EXIT_INPUT
     except BrokenPipeError:     # the reader of our output went away (| head): not an error
         sys.stderr.close()
-        return 0
+        return EXIT_GOOD
     except OSError as e:
         where = e.filename or getattr(args, "output", None) or ""
         print(f"nfs-readdir: {where}: {e.strerror or e}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("nfs-readdir: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:  # a bug: say so in one line; check must not give a false verdict
         print(f"nfs-readdir: internal error: {type(e).__name__}: {e} (please report it with "
               "the trace and the command)", file=sys.stderr)
-        return EXIT_SKIP if args.cmd in ("check", "watch") else EXIT_BUG
+        return EXIT_SKIP if args.cmd in ("check", "watch", "results") else EXIT_BUG
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import os
 
 import pandas as pd
 
+from . import dcache_judge
+
 METRICS = ["seconds", "entries", "readdirs", "restarts", "refetched_readdirs",
            "invalidations", "invalidations_followed_by_restart", "ending"]
 UNKNOWN = "cannot tell"
@@ -59,3 +61,27 @@ def table(before, after, paths=("A", "B")):
     df = pd.DataFrame.from_dict(rows, orient="index")
     df.index.names = ["listing", "metric"]
     return df.astype(object).where(df.notna(), "-")
+
+
+def dcache_rows(a, b):
+    """Rows {"figure", A-label, B-label, "B/A"} of the "figures" of two dcache runs (results
+    dicts, results.json files or results directories), e.g. one reproducer on 5.10 and 6.1."""
+    ra, rb = dcache_judge.load(a), dcache_judge.load(b)
+    la, lb = str(ra.get("kernel", "A")), str(rb.get("kernel", "B"))
+    if la == lb:
+        la, lb = f"A {la}", f"B {lb}"
+    fa, fb = ra.get("figures", {}), rb.get("figures", {})
+    rows = []
+    for k in list(fa) + [k for k in fb if k not in fa]:
+        va, vb = fa.get(k), fb.get(k)
+        num = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (va, vb))
+        rows.append({"figure": k, la: va, lb: vb,
+                     "B/A": round(vb / va, 3) if num and va else None})
+    rows.append({"figure": "verdict", la: ra.get("verdict"), lb: rb.get("verdict"),
+                 "B/A": None})
+    return rows
+
+
+def dcache_table(a, b):
+    """dcache_rows() as a DataFrame indexed by figure."""
+    return pd.DataFrame(dcache_rows(a, b)).set_index("figure")

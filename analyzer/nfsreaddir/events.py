@@ -575,7 +575,7 @@ def _read(path, default=""):
 
 def tracefs_format(tracefs, event):
     """The format of an event of the running kernel (tracedat.EventFormat), or None."""
-    from .tracedat import parse_format
+    from .trace.format import parse_format
     system, name = event.split(":", 1)
     text = _read(os.path.join(tracefs, "events", system, name, "format"))
     return parse_format(text, system) if text else None

@@ -7,11 +7,18 @@ Each is one trace_marker write of `nfsrt: ` followed by space-separated key=valu
     nfsrt: phase=modified event=start dir_fileid=12
     nfsrt: sample nr_dentry=16974 nr_unused=165 nr_negative=10 slab_active=... readdir=3 ...
     nfsrt: phase=modified event=end status=0 entries=50000
+
+parse() reads the readdir reproducer's; parse_dcache() the dcache reproducers', which add
+timing, exec and per-phase key=value lines and sample every counter they write.
 """
+
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import pandas as pd
+
+from .units import NS
 
 PREFIX = "nfsrt: "
 SAMPLE_COLUMNS = ["nr_dentry", "nr_unused", "nr_negative", "slab_active", "slab_total",
@@ -112,3 +119,104 @@ def sample_text():
     except OSError:
         pass
     return PREFIX + "sample " + " ".join(words) + "\n"
+
+
+# The dcache reproducers' markers: every sample key, timings, execs, phase key=value pairs.
+@dataclass
+class DPhase:
+    name: str
+    start: int                      # ns
+    end: int | None = None          # None: the trace stops inside the phase
+    attrs: dict = field(default_factory=dict)   # key=value of the start and end markers
+
+    @property
+    def seconds(self):
+        return None if self.end is None else (self.end - self.start) / NS
+
+
+@dataclass
+class DcacheMarkers:
+    run: dict = field(default_factory=dict)
+    phases: list = field(default_factory=list)
+    samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["ts", "label"]))
+    timings: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        columns=["ts", "loop", "target", "n", "ns", "ref_ns"]))
+    # `nfsrt: exec loop=... target=... n=... sys_s=...`: the 2020 thread's exec-of-cat loops
+    execs: list = field(default_factory=list)
+
+
+def _value(v):
+    """int, float, or list of floats (comma-separated), else the string."""
+    try:
+        return int(v)
+    except ValueError:
+        pass
+    try:
+        return float(v)
+    except ValueError:
+        pass
+    if "," in v:
+        try:
+            return [float(x) for x in v.split(",") if x]
+        except ValueError:
+            pass
+    return v
+
+
+def _dcache_pairs(words):
+    out = {}
+    for w in words:
+        k, sep, v = w.partition("=")
+        if sep:
+            out[k] = _value(v)
+    return out
+
+
+def parse_dcache(markers_df):
+    """DcacheMarkers from a table with columns ts and text (or buf): every key of the sample
+    lines is kept (markers.parse keeps only the readdir reproducer's), plus timing lines and
+    the key=value pairs of phase markers."""
+    m = DcacheMarkers()
+    if markers_df is None or len(markers_df) == 0:
+        return m
+    col = "text" if "text" in markers_df else "buf"
+    samples, timings = [], []
+    for ts, _, words in lines(markers_df, col):
+        if words[0] == "run":
+            m.run.update({k: v for k, v in (w.partition("=")[::2] for w in words[1:]) if v})
+        elif words[0] == "sample":
+            kv = _dcache_pairs(words[1:])
+            kv["ts"] = ts
+            kv.setdefault("label", None)
+            samples.append(kv)
+        elif words[0] == "exec":
+            m.execs.append({"ts": ts, **_dcache_pairs(words[1:])})
+        elif words[0] == "timing":
+            kv = _dcache_pairs(words[1:])
+            for k in ("ns", "ref_ns"):
+                v = kv.get(k)
+                kv[k] = [float(v)] if isinstance(v, (int, float)) else (v or [])
+            kv["ts"] = ts
+            timings.append(kv)
+        else:
+            kv = _dcache_pairs(words)
+            name, event = kv.pop("phase", None), kv.pop("event", None)
+            if name is None:
+                continue
+            name = str(name)
+            if event == "start":
+                m.phases.append(DPhase(name, ts, attrs=kv))
+            elif event == "end":
+                for p in reversed(m.phases):
+                    if p.name == name and p.end is None:
+                        p.end = ts
+                        p.attrs.update(kv)
+                        break
+    if samples:
+        df = pd.DataFrame(samples).sort_values("ts", kind="stable").reset_index(drop=True)
+        if {"slab_active", "slab_objsize"} <= set(df.columns):
+            df["slab_bytes"] = df["slab_active"] * df["slab_objsize"]
+        m.samples = df
+    if timings:
+        m.timings = pd.DataFrame(timings)
+    return m

@@ -10,12 +10,15 @@ drops to 0. Invalidations are vertical lines, restarts red crosses.
 import os
 import stat
 
-import matplotlib
+# Figures made as objects, not through pyplot: no backend chosen for the whole process at
+# import, and no figure kept by pyplot; savefig renders with the format's own canvas.
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from .analysis import NS  # noqa: E402
+from . import dcache, dcache_judge
+from .markers import DcacheMarkers
+from .units import NS
 
 
 def _ends(lsts):
@@ -71,8 +74,9 @@ def listings(analyses, output):
     has_samples = any(a.samples is not None and len(a.samples) for a in analyses)
     panels = [p for p in (("cookies", with_cookies), ("counts", without)) if p[1]]
     heights = [3] * len(panels) + ([1] if has_samples else [])
-    fig, axes = plt.subplots(len(heights), 1, figsize=(12, 2.4 * sum(heights) + 1),
-                             sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})
+    fig = Figure(figsize=(12, 2.4 * sum(heights) + 1))
+    axes = fig.subplots(len(heights), 1, sharex=True, squeeze=False,
+                        gridspec_kw={"height_ratios": heights})
     axes = list(axes[:, 0])
     colors = {}
     for ax, (kind, items) in zip(axes, panels):
@@ -121,7 +125,6 @@ def listings(analyses, output):
     axes[-1].set_xlabel("seconds since the listing started")
     fig.tight_layout()
     save(fig, output)
-    plt.close(fig)
 
 
 def _legend(ax, most=12):
@@ -132,6 +135,122 @@ def _legend(ax, most=12):
     more = len(handles) - most
     if more > 0:
         handles, labels = handles[:most], labels[:most] + [f"... {more} more listings"]
-        handles.append(plt.Line2D([], [], linestyle="none"))
+        handles.append(Line2D([], [], linestyle="none"))
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small",
               frameon=False)
+
+
+# ------------------------------------------------------------------------------ dcache runs
+def dcache_samples(ax, samples, phases=None, columns=("nr_dentry", "nr_negative"), t0=None,
+         label=None, shade=True):
+    """Draw columns (nr_dentry and nr_negative) of the samples over time on ax, in seconds
+    since t0 (default: the first sample), with the phases shaded and named. Returns ax."""
+    if isinstance(samples, DcacheMarkers):
+        phases = samples.phases if phases is None else phases
+        samples = samples.samples
+    if samples is None or not len(samples):
+        ax.text(0.5, 0.5, "no samples", transform=ax.transAxes, ha="center")
+        return ax
+    samples = samples.sort_values("ts")
+    t0 = int(samples["ts"].iloc[0]) if t0 is None else t0
+    x = (samples["ts"] - t0) / NS
+    styles = {"nr_dentry": "-", "nr_negative": "--"}
+    for col in columns:
+        if col not in samples:
+            continue
+        y = pd.to_numeric(samples[col], errors="coerce")
+        ax.plot(x, y, styles.get(col, "-"), drawstyle="steps-post",
+                label=f"{label} {col}" if label else col)
+    if shade and phases:
+        top = ax.get_ylim()[1]
+        for i, p in enumerate(phases):
+            end = p.end if p.end is not None else int(samples["ts"].iloc[-1])
+            a, b = (p.start - t0) / NS, (end - t0) / NS
+            ax.axvspan(a, b, color=f"C{i % 10}", alpha=0.08)
+            ax.text(a, top, p.name, rotation=90, va="top", ha="left", fontsize="x-small")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("dentries")
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+    # Outside the axes, on the right: the phase names run along the top inside.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    return ax
+
+
+def dcache_figures(ax, runs):
+    """The figure each reproducer is about, one series per run (kernel): readdirplus, the
+    client dentries a listing leaves against N; memcg, the list_lru bytes of each cell."""
+    name = runs[0].get("name")
+    if name == "dcache-readdirplus":
+        for r in runs:
+            ns = sorted(int(x) for x in str(r["sizes"]).split(","))
+            ax.plot(ns, [r["figures"].get(f"n{n}_client_dentries") for n in ns], "o-",
+                    label=r.get("kernel"))
+        top = max(int(x) for r in runs for x in str(r["sizes"]).split(","))
+        ax.plot([0, top], [0, top], ":", color="grey", label="one per name")
+        ax.set_xlabel("names in the directory (N)")
+        ax.set_ylabel("client dentries after ls -f")
+        ax.set_title("dentries a listing adds on the client")
+    elif len({c["memcg"]["mounts"] for c in runs[0]["phases"].values() if "memcg" in c}) > 2:
+        _plot_memcg_grid(ax, runs)
+        return
+    else:
+        cells = [c for c in runs[0].get("phase_order", []) if "memcg" in runs[0]["phases"].get(
+            c, {})]
+        width = 0.8 / len(runs)
+        for i, r in enumerate(runs):
+            for j, step in enumerate(("setup", "touch")):
+                ys = [r["phases"].get(c, {}).get("memcg", {}).get(f"lru_bytes_{step}") or 0
+                      for c in cells]
+                xs = [k + i * width for k in range(len(cells))]
+                ax.bar(xs, ys, width * 0.9, bottom=None if step == "setup" else [
+                    r["phases"].get(c, {}).get("memcg", {}).get("lru_bytes_setup") or 0
+                    for c in cells], color=f"C{i}", alpha=1.0 if step == "setup" else 0.45,
+                    label=f"{r.get('kernel')} {'mount+mkdir' if step == 'setup' else 'lookups'}")
+        ax.set_xticks([k + width * (len(runs) - 1) / 2 for k in range(len(cells))], cells)
+        ax.set_xlabel("cell: K superblocks x M memory cgroups")
+        ax.set_ylabel("list_lru bytes allocated")
+        ax.set_title("list_lru memory per cell")
+    ax.legend(loc="upper left", fontsize="small")
+
+
+def _plot_memcg_grid(ax, runs):
+    """A grid of cells: list_lru bytes of the mounts and lookups against K, one line per M
+    (colour) and kernel (marker), measured (solid) and the model fitted to them (dotted)."""
+    markers = "os^v"
+    for i, r in enumerate(runs):
+        cells = [v["memcg"] for v in r["phases"].values() if "memcg" in v]
+        for j, m in enumerate(sorted({c["memcgs"] for c in cells})):
+            row = sorted((c for c in cells if c["memcgs"] == m), key=lambda c: c["mounts"])
+            ks = [c["mounts"] for c in row]
+            ys = [(c.get("lru_bytes_mount") or 0) + (c.get("lru_bytes_touch") or 0) for c in row]
+            ax.plot(ks, ys, markers[i % 4] + "-", color=f"C{j}",
+                    label=f"{r.get('kernel')} M={m}")
+            if all("model_bytes" in c for c in row):       # the fit (a grid of cells)
+                ax.plot(ks, [c["model_bytes"] for c in row], ":", color=f"C{j}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("K superblocks (NFS mounts)")
+    ax.set_ylabel("list_lru bytes: mounts + lookups")
+    ax.set_title("list_lru memory per cell (dotted: the model fitted to each kernel)")
+    ax.legend(loc="upper left", fontsize="x-small", ncol=2)
+
+
+def dcache_runs(directories, output):
+    """One panel per results directory (e.g. the same reproducer on two kernels): dentries
+    and negative dentries over time; for readdirplus and memcg runs of one reproducer, a
+    first panel with their figures side by side."""
+    runs = [dcache_judge.load(d) for d in directories]
+    summary = (len({r.get("name") for r in runs}) == 1 and
+               runs[0].get("name") in ("dcache-readdirplus", "dcache-memcg"))
+    n = len(directories) + summary
+    fig = Figure(figsize=(10, 3.6 * n))
+    axes = fig.subplots(n, 1, squeeze=False)
+    if summary:
+        dcache_figures(axes[0, 0], runs)
+    for ax, d in zip(axes[int(summary):, 0], directories):
+        m, _ = dcache.read_trace(dcache._trace_of(d))
+        dcache_samples(ax, m.samples, m.phases)
+        ax.set_title(f"{m.run.get('reproducer', '?')} on {m.run.get('kernel', '?')}")
+    fig.tight_layout()
+    save(fig, output)
+    return output

@@ -1,37 +1,27 @@
 """The reproducer's results directory: results.json and its PASS/FAIL verdict.
 
-    python3 -m nfsreaddir.results DIR            write DIR/results.json
-    python3 -m nfsreaddir.results --verdict DIR  print the PASS/FAIL line of DIR/results.json
-    python3 -m nfsreaddir.results --table DIR... the runs side by side (kernels, phases)
+    nfs-readdir results DIR            write DIR/results.json
+    nfs-readdir results --verdict DIR  print the PASS/FAIL line of DIR/results.json
+    nfs-readdir results --table DIR... the runs side by side (kernels, phases)
+
+(`python3 -m nfsreaddir results ...` where the package is importable but not installed, as in
+the reproducers' guests.)
 
 The reproducer leaves `facts` (key=value lines: run settings, per-phase timings and READDIR
 counts from /proc/self/mountstats), one trace.dat and one sorted names file per phase. The
 traces are analysed here, so results.json and `nfs-readdir analyze` never disagree.
 """
 
-import argparse
 import collections
 import json
 import os
-import sys
 
 from . import __version__
+from .facts import read_facts
 
 # Only disk file systems give names that can be checked: tmpfs directory cookies are positions
 # before 6.6, so entries created during a listing shift the others.
 NAMES_CHECKED_FS = ("ext4", "xfs")
-
-
-def read_facts(path):
-    facts = collections.defaultdict(dict)
-    with open(path) as f:
-        for line in f:
-            key, sep, value = line.rstrip("\n").partition("=")
-            if not sep:
-                continue
-            group, _, name = key.partition(".")
-            facts[group][name] = value
-    return facts
 
 
 def _num(v):
@@ -123,8 +113,8 @@ def build(directory):
     facts = read_facts(os.path.join(directory, "facts"))
     name = facts.get("run", {}).get("name", "")
     if name.startswith("dcache-"):
-        from . import dcache
-        return dcache.build_results(directory)
+        from . import dcache_judge
+        return dcache_judge.build_results(directory)
     if name == "readdir-overhead":
         return overhead(facts)
     from . import verdict
@@ -195,49 +185,3 @@ def table(dirs):
                 f"a file added every {res.get('interval')}s during 'modified'")
     df = pd.DataFrame(cols, index=[label for label, _ in TABLE_ROWS])
     return head + "\n\n" + df.to_string() + "\n\n" + "\n".join(verdicts)
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="nfsreaddir.results", description=__doc__.split("\n\n")[0])
-    p.add_argument("--verdict", action="store_true", help="print the verdict line only")
-    p.add_argument("--table", action="store_true", help="print the runs side by side")
-    p.add_argument("dir", nargs="+")
-    args = p.parse_args(argv)
-    if args.table:
-        try:
-            print(table(args.dir))
-        except (OSError, ValueError, KeyError) as e:
-            print(f"nfsreaddir.results: cannot tabulate: {e}", file=sys.stderr)
-            return 1
-        return 0
-    if len(args.dir) > 1:
-        p.error("one DIR unless --table")
-    args.dir = args.dir[0]
-    path = os.path.join(args.dir, "results.json")
-    if args.verdict:
-        # The exit status is the verdict's, for vm-run and the reproducers: 0 PASS, 1 FAIL,
-        # 125 when there is none to give (a results.json that cannot be read included).
-        try:
-            with open(path) as f:
-                res = json.load(f)
-            code = {"PASS": 0, "FAIL": 1}.get(res["verdict"], 125)
-            line = f"{res['verdict']}: " + "; ".join(res["reasons"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            print(f"UNDECIDED: cannot read the verdict in {path}: {e}")
-            return 125
-        print(line)
-        return code
-    try:
-        res = build(args.dir)
-    except OSError as e:
-        print(f"nfsreaddir.results: {e}", file=sys.stderr)
-        return 1
-    with open(path + ".tmp", "w") as f:
-        json.dump(res, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,9 +29,8 @@ API (for ``nfs-readdir analyze``)::
 
     EVENTS                      event -> the fields used where the format has them
     summarize(trace) -> dict | None   (None: no kmem alloc/free records in the trace)
-    format_text(summary, top=10) -> str
 
-``python -m nfsreaddir.slab TRACE [--json] [--top N]`` prints it.
+render.slab_text() writes it as text; ``nfs-readdir slab TRACE [--json] [--top N]`` prints it.
 """
 
 from __future__ import annotations
@@ -40,8 +39,10 @@ import numpy as np
 import pandas as pd
 
 from . import events
+from .tuning import heap_reuse
+from .units import NS
 
-__all__ = ["EVENTS", "summarize", "format_text", "read_request", "DENTRY_OBJECT_SIZE"]
+__all__ = ["EVENTS", "summarize", "read_request", "DENTRY_OBJECT_SIZE"]
 
 # The events and fields are the kernel knowledge's (events.py): alloc and free events, and per
 # event the fields it needs (``name`` only where the kernel records it; ``ptr`` and, for
@@ -56,7 +57,6 @@ DENTRY_CACHE = "dentry"
 
 # ZERO_SIZE_PTR is 16: pointers at or below it are no objects (kfree(NULL), failed allocs)
 _NO_OBJECT = 16
-NS = 1_000_000_000
 
 
 def _fields(trace, event):
@@ -174,7 +174,6 @@ def summarize(trace):
     dict, or None when the trace has no kmem allocation/free records.
 
     Raises TraceError when the trace cannot be read (as ``trace.read`` does)."""
-    from .tracedat import heap_reuse
     request = read_request(trace)
     if not request:
         return None
@@ -405,81 +404,3 @@ def _summarize(trace, request, frames):
         "partial": bool(info.get("partial")),
         "notes": notes,
     }
-
-
-def _mb(b):
-    """Signed size with a unit: +1.5M, +17.1K, +96B."""
-    if abs(b) >= 2**20 / 10:
-        return f"{b / 2**20:+.1f}M"
-    return f"{b / 1024:+.1f}K" if abs(b) >= 1024 else f"{b:+d}B"
-
-
-def format_text(summary, top=10):
-    """The slab section of ``nfs-readdir analyze``: the ``top`` caches by net growth."""
-    if not summary:
-        return "slab: no kmem allocation/free events in this trace\n"
-    s = summary
-    ev = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in s["events"].items())
-    by = ("caches by name" if s["by"] == "name" else
-          "caches by object size (the kernel records no cache name)")
-    L = [f"slab growth over {s['seconds']:.2f}s ({ev}; {by}):"]
-    hdr = (f"  {'cache':<26} {'size':>6} {'allocs':>10} {'frees':>10} {'net':>9} "
-           f"{'net size':>8} {'live':>9} {'peak live':>9} {'growth/s':>9}")
-    L.append(hdr)
-    rows = s["caches"]
-    for r in rows[:top]:
-        L.append(f"  {r['cache'][:26]:<26} {r['object_size']:>6} {r['allocs']:>10,} "
-                 f"{r['frees']:>10,} {r['net']:>+9,} {_mb(r['net_bytes']):>8} "
-                 f"{r['live']:>9,} {r['peak_live']:>9,} "
-                 f"{(r['growth_per_s'] if r['growth_per_s'] is not None else 0):>+9.1f}")
-    if len(rows) > top:
-        L.append(f"  ... {len(rows) - top} more caches (--json for all)")
-    t = s["total"]
-    L.append(f"  {'all caches':<26} {'':>6} {t['allocs']:>10,} {t['frees']:>10,} "
-             f"{t['net']:>+9,} {_mb(t['net_bytes']):>8} {t['live']:>9,}")
-    d = s["dentry"]
-    if d:
-        L.append(f"  dentry cache ({d['identified_by']}): {d['net']:+,} objects "
-                 f"({_mb(d['net_bytes'])}), {d['live']:,} of the {d['allocs']:,} allocated "
-                 f"in the trace still live at the end, peak {d['peak_live']:,}"
-                 + (f" at {d['peak_live_s']:.2f}s" if d["peak_live_s"] is not None else "")
-                 + (f", {d['growth_per_s']:+.1f}/s" if d["growth_per_s"] is not None else ""))
-    else:
-        L.append("  dentry cache: not in this trace")
-    for n in s["notes"]:
-        L.append(f"  note: {n}")
-    return "\n".join(L) + "\n"
-
-
-def main(argv=None):
-    import argparse
-    import json
-    import sys
-
-    from .trace import TraceError, open_trace
-    ap = argparse.ArgumentParser(prog="python -m nfsreaddir.slab",
-                                 description="Slab growth per cache from kmem trace events.")
-    ap.add_argument("trace", metavar="TRACE")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--top", type=int, default=10, metavar="N")
-    args = ap.parse_args(argv)
-    try:
-        s = summarize(open_trace(args.trace))
-    except TraceError as e:
-        print(f"slab: {e}", file=sys.stderr)
-        return 2
-    if s is None:
-        print(f"slab: {args.trace}: no kmem allocation/free events; record with "
-              + events.record_advice(None, {"slab"}), file=sys.stderr)
-        return 2
-    if args.json:
-        json.dump(s, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(format_text(s, top=args.top))
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-    sys.exit(main())

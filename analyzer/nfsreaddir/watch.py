@@ -17,9 +17,10 @@ import time
 
 import pandas as pd
 
-from . import analysis, events, ringbuf, tracing, verdict
+from . import analysis, events, tracing, verdict
 from .analysis import NS
 from .trace import BASE_COLUMNS, field_column
+from .trace import pipe as ringbuf
 
 BUFFER_KB = 4096        # per CPU; read every POLL_SECONDS, a listing's events fit many times
 POLL_SECONDS = 0.2
@@ -90,7 +91,7 @@ class _Reader:
         sub = os.path.join(root, "buffer_subbuf_size_kb")
         self.page = (int(open(sub).read()) * 1024 if os.path.exists(sub)
                      else os.sysconf("SC_PAGE_SIZE"))
-        from .tracedat import _parse_header_page
+        from .trace.format import parse_header_page as _parse_header_page
         with open(os.path.join(tracefs, "events", "header_page")) as f:
             self.header = _parse_header_page(f.read(), 8)
         cpus = sorted(int(d[3:]) for d in os.listdir(os.path.join(root, "per_cpu"))
@@ -241,7 +242,7 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
 
 
 def _summary(live, dir_fileid, as_json, out, interrupted):
-    from .cli import print_analysis
+    from .render import print_analysis
     try:
         a = analysis.analyze(live)
     except analysis.AnalysisError:

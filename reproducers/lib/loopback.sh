@@ -314,10 +314,10 @@ lb_finish() {
 		lb_log "recorded; results.json is left to the caller (NFSRT_DEFER_RESULTS=1)"
 		exit 0
 	fi
-	python3 -m nfsreaddir.results "$RESULTS" >>"$RESULTS/log" 2>&1 ||
+	python3 -m nfsreaddir results "$RESULTS" >>"$RESULTS/log" 2>&1 ||
 		lb_die "could not write results.json: see $RESULTS/log"
 	local verdict rc=0
-	verdict=$(python3 -m nfsreaddir.results --verdict "$RESULTS") || rc=$?
+	verdict=$(python3 -m nfsreaddir results --verdict "$RESULTS") || rc=$?
 	lb_log "$verdict"
 	case $rc in
 	0 | 1) exit "$rc" ;;

@@ -1,0 +1,8 @@
+"""`python3 -m nfsreaddir COMMAND ...`: nfs-readdir where the package is importable but its
+command is not installed (the reproducers' guests)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

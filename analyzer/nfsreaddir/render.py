@@ -1,0 +1,244 @@
+"""The analyses as text: the readdir listings (the table, the notes on what a trace lacks or
+lost, the restarts and invalidations of each listing that had any: `nfs-readdir analyze`,
+`watch`'s summary), a dcache run's report, and a trace's slab section."""
+
+import os
+import sys
+
+import pandas as pd
+
+from . import dcache_judge, events
+from .units import NS
+
+
+def _fmt_dentries(d):
+    x = d.get("nr_dentry")
+    return f"{x['added']:+,}" if x else "-"
+
+
+def _q(v):
+    """A value for the text tables: '?' where the trace cannot know it."""
+    return "?" if v is None else v
+
+
+# A process with more quiet listings than this (a tree walk, a poller) gets one row for them.
+QUIET_ROWS = 3
+
+
+def _quiet(lst):
+    """A listing with nothing to tell: it reached the end with no restart, no change of its
+    directory, and nothing unknown."""
+    return (lst.complete and not lst.restarts and not lst.invalidations
+            and not lst.ambiguous_rows and not lst.damage and lst.cookies_known)
+
+
+def listing_table(analyses):
+    rows = []
+    for a in analyses:
+        trace = os.path.basename(a.info.get("path", ""))
+        quiet = {}
+        for lst in a.listings:
+            if _quiet(lst):
+                quiet.setdefault((lst.pid, lst.comm), []).append(lst)
+        folded = {id(x) for group in quiet.values() if len(group) > QUIET_ROWS for x in group}
+        for lst in a.listings:
+            if id(lst) in folded:
+                continue
+            s = lst.summary()
+            inv = s["invalidations"]
+            followed = s["invalidations_followed_by_restart"]
+            rows.append({
+                "trace": trace,
+                "phase": s["phase"] or "-",
+                "dir": s["dir_fileid"] if s["dir_fileid"] is not None else "?",
+                # A capture's listing has a client, not a process.
+                "process": s.get("who") or f"{s['comm']}[{s['pid']}]",
+                "time (s)": f"{s['seconds']:.2f}",
+                "ended": s["ending"] + ("" if not s["began_before_trace"] else " (began before)"),
+                "entries": s["entries"] if s["entries"] is not None else "-",
+                "READDIRs": s["readdirs"],
+                "restarts": _q(s["restarts"]),
+                "refetched": _q(s["refetched_readdirs"]),
+                "invalidations": (f"{inv} ({followed} restarted)" if inv and followed is not None
+                                  else inv),
+                "dentries": _fmt_dentries(s["dentries"]),
+            })
+        for (pid, comm), group in quiet.items():
+            if len(group) <= QUIET_ROWS:
+                continue
+            # A listing the page cache served whole sent no READDIR to name its directory.
+            known = {x.fileid for x in group if x.fileid is not None}
+            dirs = (f"{len(known)} dirs" if len(known) == len({x.fileid for x in group})
+                    else f"{len(known)}+ dirs" if known else "?")
+            rows.append({
+                "trace": trace, "phase": "-",
+                "dir": dirs,
+                "process": f"{comm}[{pid}]",
+                "time (s)": f"{sum(x.end - x.start for x in group) / NS:.2f}",
+                "ended": f"eof x{len(group)}", "entries": "-",
+                "READDIRs": sum(len(x.rpcs) for x in group), "restarts": 0, "refetched": 0,
+                "invalidations": 0, "dentries": "-"})
+    return pd.DataFrame(rows)
+
+
+def lost_text(info):
+    """The events a trace lost, in words: the count where the trace stores it."""
+    lost = info.get("lost_events") or []
+    total = info.get("lost_total")
+    if not lost:
+        return f"{total:,} events lost (the trace's CPU stats; where is not known)" if total \
+            else None
+    if total is None and all(x.get("count") is not None for x in lost):
+        total = sum(x["count"] for x in lost)
+    cpus = sorted({x.get("cpu") for x in lost if x.get("cpu") is not None})
+    n = f"{total:,}" if total is not None else "an unknown number of"
+    return f"{n} events lost in {len(lost)} places (CPU {', '.join(map(str, cpus)) or '?'})"
+
+
+def print_analysis(analyses, out=sys.stdout, details=10):
+    for a in analyses:
+        i = a.info
+        kernel = a.kernel or "unknown kernel"
+        out.write(f"{i.get('path')}: {i.get('format', '?')}, {i.get('cpus', '?')} CPUs, "
+                  f"{kernel}\n")
+        ev = a.evidence
+        dirs = (f" (directories from {', '.join(ev['rpc_directory'])})"
+                if ev.get("rpc_directory") else "")
+        out.write(f"  READDIRs from {', '.join(ev['rpc']) or '-'}{dirs}; invalidations from "
+                  f"{', '.join(a.recorded.get('invalidations') or []) or '-'}; listings by "
+                  f"{', '.join(sorted({x.delimited_by for x in a.listings})) or '-'}\n")
+        missing = set()
+        if not a.cookies_known:
+            out.write("  READDIR cookies are not in this trace, so restarts cannot be seen\n")
+            missing.add("rpc")
+        if not a.recorded.get("invalidations"):
+            out.write("  invalidation events were not recorded\n")
+            missing.add("invalidations")
+        if missing:
+            out.write(f"  record with: {events.record_advice(a.kernel, missing)}\n")
+        for note in i.get("notes") or []:       # what a capture says about its own limits
+            out.write(f"  {note}\n")
+        lost = lost_text(i)
+        if lost:
+            hit = [x.label() for x in a.listings if any("lost" in d["what"] for d in x.damage)]
+            out.write(f"  WARNING: {lost}: counts below are lower bounds (record with a larger "
+                      f"-b); listings that overlap the loss: {', '.join(hit) or 'none'}\n")
+        damaged = i.get("damaged_events") or []
+        if damaged:
+            out.write(f"  WARNING: {len(damaged)} damaged events, e.g. {damaged[0]['what']}\n")
+        if i.get("partial"):
+            out.write("  WARNING: the trace is damaged; only the part before the damage was "
+                      "read\n")
+    table = listing_table(analyses)
+    out.write("\n" + table.to_string(index=False) + "\n" if len(table) else "\nno listing\n")
+    for a in analyses:
+        for lst in a.listings:
+            if not (lst.restarts or lst.invalidations or lst.ambiguous_rows):
+                continue
+            out.write(f"\n{os.path.basename(a.info['path'])} {lst.phase or ''} "
+                      f"{lst.summary().get('who') or f'{lst.comm}[{lst.pid}]'} "
+                      f"dir {_q(lst.fileid)}:\n")
+            # An invalidation before the restart it caused, even at the same timestamp.
+            events_ = sorted([(r.ts, "restart", r) for r in lst.restarts] +
+                             [(v.ts, "invalidation", v) for v in lst.invalidations],
+                             key=lambda x: (x[0], x[1] == "restart"))
+            for ts, kind, x in events_[:details]:
+                t = (ts - lst.start) / NS
+                if kind == "restart":
+                    at = ("at cookie 0" if not x.cookie else
+                          f"at cookie {x.cookie}, below the reader's position")
+                    out.write(f"  {t:9.3f}s  restart {at} (READDIR #{x.rpc_index + 1}): "
+                              f"{x.refetched} READDIRs and {x.cost_ns / NS:.3f}s to get back\n")
+                else:
+                    chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
+                    after = {True: "", False: " (no restart)", None: ""}[x.followed_by_restart]
+                    out.write(f"  {t:9.3f}s  invalidation: {chain}{after}\n")
+            if len(events_) > details:
+                out.write(f"  ... {len(events_) - details} more (--details N, or --json)\n")
+            if lst.ambiguous_rows:
+                out.write(f"  {len(lst.ambiguous_rows)} cookie-0 READDIRs after the start: "
+                          "restarts, rewinds or new opens (the trace cannot tell)\n")
+
+
+def dcache_report(x):
+    """A results directory (or its results dict) as text: the verdict, the figures, and the
+    per-phase changes of the dcache."""
+    if isinstance(x, str) and os.path.isfile(x) and x.endswith(".dat"):
+        x = os.path.dirname(os.path.abspath(x))
+    r = dcache_judge.load(x)
+    lines = [f"{r.get('name')} on {r.get('kernel')}: {r.get('verdict')}: "
+             + "; ".join(r.get("reasons", []))]
+    rows = []
+    phases = r.get("phases", {})
+    for name in r.get("phase_order") or list(phases):
+        p = phases[name]
+        d, rate = p.get("delta", {}), p.get("rate_per_s", {})
+        rows.append({"phase": name, "seconds": p.get("seconds"),
+                     "nr_dentry": d.get("nr_dentry"), "nr_negative": d.get("nr_negative"),
+                     "dentry slab bytes": d.get("slab_bytes"),
+                     "negative/s": rate.get("nr_negative"),
+                     "negative share": p.get("negative_share"),
+                     "events": ", ".join(f"{k} {v}" for k, v in p.get("events", {}).items())})
+    if rows:
+        lines += ["", "change over each phase:",
+                  pd.DataFrame(rows).to_string(index=False, na_rep="-")]
+    lk = r.get("lookup", {})
+    if lk:
+        rows = []
+        for target, t in lk.items():
+            loops = t.get("loops", {})
+            rows.append({"target": target, **{
+                f"{loop} median ns": (loops.get(loop) or {}).get("median_ns")
+                for loop in ("before", "after", "dropped")},
+                "slowdown": t.get("slowdown"), "walk slowdown": t.get("walk_slowdown")})
+        lines += ["", "lookup loops (walk slowdown: against an fstat of the same file timed "
+                  "alongside):", pd.DataFrame(rows).to_string(index=False, na_rep="-")]
+    fig = r.get("figures", {})
+    if fig:
+        width = max(len(k) for k in fig)
+        lines += ["", "figures:"] + [f"  {k:<{width}}  {v}" for k, v in fig.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _mb(b):
+    """Signed size with a unit: +1.5M, +17.1K, +96B."""
+    if abs(b) >= 2**20 / 10:
+        return f"{b / 2**20:+.1f}M"
+    return f"{b / 1024:+.1f}K" if abs(b) >= 1024 else f"{b:+d}B"
+
+
+def slab_text(summary, top=10):
+    """The slab section of ``nfs-readdir analyze``: the ``top`` caches by net growth."""
+    if not summary:
+        return "slab: no kmem allocation/free events in this trace\n"
+    s = summary
+    ev = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in s["events"].items())
+    by = ("caches by name" if s["by"] == "name" else
+          "caches by object size (the kernel records no cache name)")
+    L = [f"slab growth over {s['seconds']:.2f}s ({ev}; {by}):"]
+    hdr = (f"  {'cache':<26} {'size':>6} {'allocs':>10} {'frees':>10} {'net':>9} "
+           f"{'net size':>8} {'live':>9} {'peak live':>9} {'growth/s':>9}")
+    L.append(hdr)
+    rows = s["caches"]
+    for r in rows[:top]:
+        L.append(f"  {r['cache'][:26]:<26} {r['object_size']:>6} {r['allocs']:>10,} "
+                 f"{r['frees']:>10,} {r['net']:>+9,} {_mb(r['net_bytes']):>8} "
+                 f"{r['live']:>9,} {r['peak_live']:>9,} "
+                 f"{(r['growth_per_s'] if r['growth_per_s'] is not None else 0):>+9.1f}")
+    if len(rows) > top:
+        L.append(f"  ... {len(rows) - top} more caches (--json for all)")
+    t = s["total"]
+    L.append(f"  {'all caches':<26} {'':>6} {t['allocs']:>10,} {t['frees']:>10,} "
+             f"{t['net']:>+9,} {_mb(t['net_bytes']):>8} {t['live']:>9,}")
+    d = s["dentry"]
+    if d:
+        L.append(f"  dentry cache ({d['identified_by']}): {d['net']:+,} objects "
+                 f"({_mb(d['net_bytes'])}), {d['live']:,} of the {d['allocs']:,} allocated "
+                 f"in the trace still live at the end, peak {d['peak_live']:,}"
+                 + (f" at {d['peak_live_s']:.2f}s" if d["peak_live_s"] is not None else "")
+                 + (f", {d['growth_per_s']:+.1f}/s" if d["growth_per_s"] is not None else ""))
+    else:
+        L.append("  dentry cache: not in this trace")
+    for n in s["notes"]:
+        L.append(f"  note: {n}")
+    return "\n".join(L) + "\n"

@@ -1,0 +1,186 @@
+"""The decoded pieces of each CPU and block moved into the final, time-sorted columns one by
+one, so memory follows the selected columns (about their size) rather than the file."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pandas as pd
+
+from .. import tuning
+from .arrays import _empty, _series, _Strs
+from .base import field_column
+
+_PARALLEL_BUILD_ROWS = 1 << 20   # events built by parallel threads only below this
+
+class ColumnBuilder:
+    # --------------------------------------------------------- assembling
+    def _convert_ts(self, ts):
+        t = self._time
+        if t["tsc2nsec"] is not None:
+            mult, shift, offset = t["tsc2nsec"]
+            if mult:
+                x = ts - np.uint64(offset)
+                lo = (x & np.uint64(0xFFFFFFFF)) * np.uint64(mult)
+                hi = (x >> np.uint64(32)) * np.uint64(mult)
+                if shift >= 32:
+                    ts = (hi + (lo >> np.uint64(32))) >> np.uint64(shift - 32)
+                else:
+                    ts = (hi << np.uint64(32 - shift)) + (lo >> np.uint64(shift))
+        out = ts.view(np.int64) if ts.dtype == np.uint64 else ts.astype(np.int64)
+        if t["offset"]:
+            out = out + np.int64(t["offset"])
+        return out
+
+    def _comm(self, pid, out=None):
+        """The comm column of ``pid`` as :class:`_Strs` (codes in ``out`` if given)."""
+        lo, hi = (int(pid.min()), int(pid.max())) if len(pid) else (0, -1)
+        if lo >= -1 and hi < (1 << 23):
+            # pids are small: a direct table instead of hashing
+            seen = np.zeros(hi + 2, bool)
+            seen[pid + 1] = True
+            uniq = np.flatnonzero(seen) - 1
+            table = np.zeros(hi + 2, np.int32)
+            table[uniq + 1] = np.arange(len(uniq), dtype=np.int32)
+            codes = np.take(table, pid + 1, out=out)
+        else:
+            c, uniq = pd.factorize(pid)
+            codes = c.astype(np.int32)
+        names = ["<idle>" if p == 0 else self.cmdlines.get(int(p), "<...>")
+                 for p in uniq.tolist()]
+        return _Strs(codes, names)
+
+    @staticmethod
+    def _place(parts, n, order, dtype, scratch, out=None):
+        """One array of ``n`` rows from ``parts`` (consumed: the list is emptied as it
+        goes), in the row order ``order`` (None: as they come).  ``scratch(dtype)`` gives
+        a buffer reused between columns, so the only new memory is the result."""
+        dtype = np.dtype(dtype)
+        if order is not None and dtype == object:
+            tmp = np.concatenate(parts)
+            parts.clear()
+            return tmp[order]
+        if out is None:
+            out = _empty(n, dtype)
+        tmp = scratch(dtype) if order is not None else out
+        at = 0
+        while parts:
+            p = parts.pop(0)
+            tmp[at:at + len(p)] = p
+            at += len(p)
+            del p
+        tuning.trim()
+        if order is not None:
+            np.take(tmp, order, out=out)
+        return out
+
+    @staticmethod
+    def _merge_strs(parts):
+        """Codes of string parts renumbered into one dictionary (parts consumed)."""
+        index = {}
+        pieces = []
+        while parts:
+            p = parts.pop(0)
+            remap = np.array([index.setdefault(v, len(index)) for v in p.values],
+                             dtype=np.int32)
+            ident = len(remap) == 0 or bool((remap == np.arange(len(remap))).all())
+            pieces.append(p.codes if ident else remap[p.codes])
+            del p
+        return pieces, list(index)
+
+    def _build(self, want, acc):
+        """Frames from the decoded pieces, sorted by time (ties: cpu, then file order).
+
+        Pieces are moved into the final columns one by one and dropped, and one scratch
+        buffer serves all columns of an event, so memory stays near the size of the
+        result.  Events are independent: several are built by parallel threads."""
+        jobs = [(w, acc.pop(eid)) for eid, w in want.items()]
+        rows = [sum(len(x) for x in j[1]["ts"]) for j in jobs]
+        big = [r for r in rows if r > (1 << 16)]
+        # Each build holds a scratch buffer and the sort order beside its result: in
+        # parallel only while that is small, so the peak stays near the result's size.
+        nthreads = (min(len(big), tuning.reader_threads()) if sum(rows) <= _PARALLEL_BUILD_ROWS
+                    else 1)
+        if nthreads > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
+                done = list(pool.map(lambda j: self._build_event(*j), jobs))
+        else:
+            done = [self._build_event(*j) for j in jobs]
+        frames = {}
+        for d in done:
+            frames.update(d)
+        return frames
+
+    def _build_event(self, w, a):
+        key, fmt, fields, keys = w
+        series = {}
+        if a["ts"]:
+            n = sum(len(x) for x in a["ts"])
+            raw = self._place(a.pop("ts"), n, None, np.uint64, None)
+            ts = self._convert_ts(raw)
+            order = np.argsort(ts, kind="stable")
+            if (order[1:] > order[:-1]).all():
+                order = None
+            else:
+                ts = np.take(ts, order, out=_empty(n, ts.dtype))
+            # the raw time stamps' memory (8 bytes a row) is the scratch buffer of the
+            # other columns from here on, unless the time column still uses it
+            box = [raw.view(np.uint8) if order is not None or not np.shares_memory(ts, raw)
+                   else None]
+            del raw
+
+            def scratch(dtype):
+                if box[0] is None:
+                    box[0] = _empty(8 * n, np.uint8)
+                return box[0][:n * np.dtype(dtype).itemsize].view(dtype)
+            series["ts"] = _series(ts)
+            cpus = a.pop("cpu")
+            if "cpu" in self._base:
+                cpu = _empty(n, np.int64)
+                tmp = cpu if order is None else scratch(np.int64)
+                at = 0
+                for c, k in cpus:
+                    tmp[at:at + k] = c
+                    at += k
+                if order is not None:
+                    np.take(tmp, order, out=cpu)
+                series["cpu"] = _series(cpu)
+            if self._want_pid:
+                pid = self._place(a.pop("pid"), n, order, np.int64, scratch)
+                if "pid" in self._base:
+                    series["pid"] = _series(pid)
+                if "comm" in self._base:
+                    series["comm"] = _series(self._comm(pid, out=scratch(np.int32)))
+                del pid
+            for f in fields:
+                parts = a.pop("f:" + f.name)
+                if isinstance(parts[0], _Strs):
+                    pieces, values = self._merge_strs(parts)
+                    # the codes only live until the column is made: scratch memory
+                    codes = self._place(pieces, n, order, np.int32, scratch,
+                                        out=scratch(np.int64).view(np.int32)[n:2 * n])
+                    s = _Strs(codes, values)
+                    if fmt.system == "ftrace" and fmt.name == "print" and f.name == "buf":
+                        # trace_marker text ends in "\n"; drop it as trace-cmd report does
+                        s = s.map_values(lambda v: v[:-1] if v.endswith("\n") else v)
+                    series["f:" + f.name] = _series(s)
+                else:
+                    series["f:" + f.name] = _series(
+                        self._place(parts, n, order, parts[0].dtype, scratch))
+            del order, box
+        else:
+            cols = {"ts": np.zeros(0, np.int64), "cpu": np.zeros(0, np.int64),
+                    "pid": np.zeros(0, np.int64), "comm": _Strs(np.zeros(0, np.int32), [])}
+            for f in fields:
+                cols["f:" + f.name] = (_Strs(np.zeros(0, np.int32), []) if f.kind == "str"
+                                       else np.empty(0, dtype=f.dtype))
+            series = {k: _series(v) for k, v in cols.items()}
+        frames = {}
+        for k, flist in keys:
+            data = {c: series[c] for c in self._base}
+            for c in flist:
+                data[field_column(c)] = series["f:" + c]
+            frames[k] = pd.DataFrame(data, copy=False)
+        return frames
+

@@ -1,0 +1,462 @@
+"""The trace.dat container (file versions 6 and 7): header, v6 sections or v7 section chain,
+options, event formats, cmdlines, kallsyms, and where each CPU's ring-buffer data lies. What is
+in the pages is read by :mod:`.ringbuf` and decoded by :mod:`.decode` and :mod:`.columns`.
+
+Layout notes (trace-cmd 3.x files; they differ from the published v7 text):
+the v7 section header's size field is 8 bytes, the BUFFER option carries a
+4-byte page size after the clock string, the per-CPU size of compressed data
+does not count the leading 4-byte chunk count, and a v6 options list ends with
+a bare 2-byte 0.  v6 instance data starts with "flyrecord\0" and the per-CPU
+offset/size pairs.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+
+from .base import TraceError
+from .format import parse_cpu_stats, parse_format, parse_header_page
+from .raw import _Cursor, _Damage, _decompress
+
+# option ids
+OPT_DONE, OPT_DATE, OPT_CPUSTAT, OPT_BUFFER, OPT_TRACECLOCK, OPT_UNAME = 0, 1, 2, 3, 4, 5
+OPT_OFFSET, OPT_CPUCOUNT, OPT_VERSION, OPT_TRACEID = 7, 8, 9, 11
+OPT_TSC2NSEC = 14
+OPT_HEADER_INFO, OPT_FTRACE_EVENTS, OPT_EVENT_FORMATS = 16, 17, 18
+OPT_KALLSYMS, OPT_PRINTK, OPT_CMDLINES, OPT_BUFFER_TEXT = 19, 20, 21, 22
+_SECTION_OPTIONS = {OPT_HEADER_INFO, OPT_FTRACE_EVENTS, OPT_EVENT_FORMATS,
+                    OPT_KALLSYMS, OPT_PRINTK, OPT_CMDLINES}
+
+
+_NAME_RE = re.compile(r"^name:\s*(\S+)", re.M)
+_ID_RE = re.compile(r"^ID:\s*(\d+)", re.M)
+
+
+# counters of ``per_cpu/cpuN/stats`` that count events the ring buffer lost: overwritten
+# (overwrite mode), dropped (buffer full, no overwrite), lost to nested writes
+_LOST_STATS = ("overrun", "dropped_events", "commit_overrun")
+
+
+class _Buffer:
+    def __init__(self, name, clock, page_size, cpus, compressed):
+        self.name, self.clock, self.page_size = name, clock, page_size
+        self.cpus = cpus                  # list of (cpu, offset, size)
+        self.compressed = compressed
+
+
+
+class DatFile:
+    """The container of a trace.dat file: opening it reads everything but the ring-buffer
+    pages."""
+
+    def __init__(self, path, instance=None):
+        self.path = path
+        try:
+            self._f = open(path, "rb")
+            self._size = os.fstat(self._f.fileno()).st_size
+            self._mm = mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if self._size else b""
+        except (OSError, ValueError) as e:
+            raise TraceError(f"cannot open {path!r}: {e}") from None
+        self._fmt_src = {}       # id -> (system, name, format text); parsed on demand
+        self._fmt_cache = {}     # id -> EventFormat
+        self.by_name = {}        # "system:name" -> id
+        self.cmdlines = {}
+        self._kallsyms_loc = None
+        self._kallsyms = None
+        self.buffers = {}
+        self.options = {}
+        self._time = {"tsc2nsec": None, "offset": 0}
+        self.info = {"format": "trace.dat", "path": path, "cpus": None, "clock": None,
+                     "trace_cmd_version": None, "uname": None, "lost_events": [],
+                     "partial": False, "damage": [], "instance": instance or "",
+                     "instances": [], "scanned": False}
+        self._cpustat_texts = []
+        try:
+            self._parse_meta()
+        except _Damage as d:
+            self.close()
+            raise TraceError(f"{path}: cannot read the trace metadata: {d}. The file is "
+                             "truncated or corrupt; re-copy it or record again") from None
+        except TraceError:
+            self.close()
+            raise
+        except (ValueError, IndexError, OverflowError, UnicodeDecodeError, MemoryError) as e:
+            self.close()
+            raise TraceError(f"{path}: corrupt trace metadata ({type(e).__name__}: {e}); "
+                             "re-copy the file or record again") from None
+        name = instance or ""
+        if name not in self.buffers:
+            self.close()
+            have = ", ".join(repr(b) for b in self.buffers) or "none"
+            raise TraceError(f"{path}: no trace data for instance {name!r} "
+                             f"(instances with data: {have})")
+        self._buf = self.buffers[name]
+        # data of other instances past the end of the file: the file is truncated
+        self._other_damage = []
+        if self.version >= 7:
+            msg = self._check_section_chain()
+            if msg:
+                self._other_damage.append(msg)
+        for bname, b in self.buffers.items():
+            if bname == name:
+                continue
+            for cpu, off, size in b.cpus:
+                if size and off + size + (4 if b.compressed else 0) > self._size:
+                    self._other_damage.append(
+                        f"instance {bname!r} cpu {cpu}: data runs past the end of the file "
+                        f"(truncated)")
+                    break
+        self.info["cpu_stats"] = parse_cpu_stats(self._cpustat_texts).get(name, {})
+        self.info["lost_total"] = self._lost_total()
+        self.info["clock"] = self._buf.clock or self.info.get("clock")
+        self.info["instances"] = list(self.buffers)
+        if self.info["cpus"] is None:
+            self.info["cpus"] = len(self._buf.cpus)
+
+    # ---------------------------------------------------------------- meta
+    def close(self):
+        try:
+            if isinstance(self._mm, mmap.mmap):
+                self._mm.close()
+        except (BufferError, AttributeError):
+            pass
+        try:
+            self._f.close()
+        except AttributeError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+    def _cur(self, pos, end=None, what="file"):
+        end = self._size if end is None else min(end, self._size)
+        return _Cursor(self._mm, pos, end, self._e, what)
+
+    def _parse_meta(self):
+        mm = self._mm
+        c = _Cursor(mm, 0, self._size, "<", "file header")
+        if c.take(10) != b"\x17\x08\x44tracing":
+            raise _Damage("bad magic: not a trace.dat file")
+        ver = c.cstr(16)
+        if ver not in ("6", "7"):
+            raise TraceError(f"{self.path}: trace.dat file version {ver!r} is not supported "
+                             "(versions 6 and 7 are); convert it with `trace-cmd convert "
+                             "--file-version 7`")
+        self.version = int(ver)
+        endian = c.uint(1)
+        if endian not in (0, 1):
+            raise _Damage(f"bad endianness flag {endian}")
+        self._e = "<" if endian == 0 else ">"
+        c.e = self._e
+        self.long_size = c.uint(1)
+        if self.long_size not in (4, 8):
+            raise _Damage(f"bad long size {self.long_size}")
+        self.page_size = c.uint(4)
+        if self.page_size < 64 or self.page_size > (1 << 24) or self.page_size % 8:
+            raise _Damage(f"implausible page size {self.page_size}")
+        self.info.update(version=self.version, endian="little" if endian == 0 else "big",
+                         long_size=self.long_size, page_size=self.page_size)
+        if self.version == 6:
+            self.compression = "none"
+            self._parse_v6(c)
+            self.info["format"] = "trace.dat v6"
+        else:
+            self.compression = c.cstr(64)
+            self.compression_version = c.cstr(64)
+            if self.compression not in ("none", "zstd", "zlib"):
+                raise TraceError(f"{self.path}: compression {self.compression!r} is not "
+                                 "supported (none, zlib and zstd are); convert with "
+                                 "`trace-cmd convert --compression none`")
+            first = c.uint(8)
+            self._sections_start = c.pos
+            self._parse_v7(first)
+            self.info["format"] = "trace.dat v7" + (
+                "" if self.compression == "none" else f" {self.compression}")
+        self.info["compression"] = self.compression
+        if not self._fmt_src:
+            raise _Damage("no event formats found")
+
+    # v6 --------------------------------------------------------------
+    def _parse_header_info(self, c):
+        if c.take(12) != b"header_page\0":
+            raise _Damage("'header_page' not found where expected")
+        n = c.uint(8)
+        hp = c.take(n).decode("utf-8", "replace")
+        if c.take(13) != b"header_event\0":
+            raise _Damage("'header_event' not found where expected")
+        n = c.uint(8)
+        he = c.take(n).decode("utf-8", "replace")
+        self._hp = parse_header_page(hp, self.long_size)
+        self._parse_header_event(he)
+
+    def _parse_header_event(self, text):
+        types = {"padding": 29, "time_extend": 30, "time_stamp": 31}
+        for k in list(types):
+            m = re.search(rf"{k}\s*:\s*type\s*==\s*(\d+)", text)
+            if m:
+                types[k] = int(m.group(1))
+        if types != {"padding": 29, "time_extend": 30, "time_stamp": 31}:
+            raise TraceError(f"{self.path}: unsupported ring-buffer event header {types}")
+
+    def _parse_ftrace_formats(self, c):
+        self._parse_formats(c, "ftrace", 100000, "implausible ftrace format count {n}")
+
+    def _parse_event_formats(self, c):
+        nsys = c.uint(4)
+        if nsys > 100000:
+            raise _Damage(f"implausible event system count {nsys}")
+        for _ in range(nsys):
+            system = c.cstr(4096)
+            self._parse_formats(c, system, 1000000,
+                                "implausible event count {n} for system {system!r}")
+
+    def _parse_formats(self, c, system, most, damage):
+        """A count, then that many formats of one system, each its size and its text; more
+        than ``most`` is damage (the message ``damage``, with the count and the system)."""
+        n = c.uint(4)
+        if n > most:
+            raise _Damage(damage.format(n=n, system=system))
+        for _ in range(n):
+            size = c.uint(8)
+            self._add_format(c.take(size), system)
+
+    def _add_format(self, data, system):
+        text = data.decode("utf-8", "replace")
+        m = _NAME_RE.search(text)
+        i = _ID_RE.search(text)
+        if not m or not i:
+            return
+        eid = int(i.group(1))
+        self._fmt_src[eid] = (system, m.group(1), text)
+        self.by_name[f"{system}:{m.group(1)}"] = eid
+
+    def _format(self, eid):
+        fmt = self._fmt_cache.get(eid)
+        if fmt is None:
+            system, _, text = self._fmt_src[eid]
+            fmt = parse_format(text, system)
+            if fmt is None:
+                raise TraceError(f"{self.path}: the stored format of event id {eid} cannot "
+                                 "be parsed")
+            self._fmt_cache[eid] = fmt
+        return fmt
+
+    def _parse_cmdlines(self, data):
+        for line in data.decode("utf-8", "replace").splitlines():
+            pid, _, comm = line.strip().partition(" ")
+            if pid.isdigit():
+                self.cmdlines[int(pid)] = comm
+
+    def _parse_v6(self, c):
+        self._parse_header_info(c)
+        self._parse_ftrace_formats(c)
+        self._parse_event_formats(c)
+        n = c.uint(4)
+        self._kallsyms_loc = ("raw", c.pos, n)
+        c.take(n)
+        n = c.uint(4)
+        c.take(n)                                       # printk formats
+        n = c.uint(8)
+        self._parse_cmdlines(c.take(n))
+        cpus = c.uint(4)
+        if cpus > 65536:
+            raise _Damage(f"implausible cpu count {cpus}")
+        self.info["cpus"] = cpus
+        self._v6_cpus = cpus
+        kind = c.take(10)
+        v6_buffers = []
+        if kind == b"options  \0":
+            while True:
+                oid = c.uint(2)
+                if oid == 0:
+                    break
+                size = c.uint(4)
+                data = c.take(size)
+                if oid == OPT_BUFFER:
+                    oc = _Cursor(data, 0, len(data), self._e, "BUFFER option")
+                    off = oc.uint(8)
+                    v6_buffers.append((oc.cstr(), off))
+                else:
+                    self._option(oid, data)
+            kind = c.take(10)
+        if kind == b"latency  \0":
+            raise TraceError(f"{self.path}: this trace.dat holds latency-tracer text, not "
+                             "event records; it cannot be decoded into events")
+        if kind != b"flyrecord\0":
+            raise _Damage(f"expected 'flyrecord' at offset {c.pos - 10}, found {kind!r}")
+        clock = self.info.get("clock")
+        self.buffers[""] = _Buffer("", clock, self.page_size, self._v6_cpu_list(c, cpus), False)
+        for name, off in v6_buffers:
+            try:
+                bc = self._cur(off, what=f"instance {name!r} data header")
+                if bc.take(10) != b"flyrecord\0":
+                    raise _Damage(f"instance {name!r}: 'flyrecord' not found at offset {off}")
+                self.buffers[name] = _Buffer(name, clock, self.page_size,
+                                             self._v6_cpu_list(bc, cpus), False)
+            except _Damage as d:
+                self.info["damage"].append(str(d))
+
+    @staticmethod
+    def _v6_cpu_list(c, cpus):
+        out = []
+        for cpu in range(cpus):
+            off = c.uint(8)
+            size = c.uint(8)
+            out.append((cpu, off, size))
+        return out
+
+    # v7 --------------------------------------------------------------
+    def _section(self, off, expect_id, what):
+        """Read the section at ``off``; returns (flags, bytes of the payload)."""
+        c = self._cur(off, what=what)
+        sid = c.uint(2)
+        flags = c.uint(2)
+        c.uint(4)                   # description string id
+        size = c.uint(8)
+        if expect_id is not None and sid != expect_id:
+            raise _Damage(f"{what}: section id {sid} at offset {off}, expected {expect_id}")
+        if size > self._size - c.pos:
+            raise _Damage(f"{what}: section size {size} at offset {off} runs past the end "
+                          f"of the file ({self._size} bytes)")
+        if flags & 1:
+            csize = c.uint(4)
+            usize = c.uint(4)
+            if csize > size:
+                raise _Damage(f"{what}: compressed size {csize} larger than section {size}")
+            data = _decompress(self.compression, c.take(csize), usize, what)
+        else:
+            data = c.take(size)
+        return sid, flags, data, c.pos
+
+    def _parse_v7(self, first):
+        seen = set()
+        off = first
+        section_opts = []
+        buffers = []
+        while off:
+            if off in seen or len(seen) > 1000:
+                raise _Damage("options sections form a loop")
+            seen.add(off)
+            _, _, data, _ = self._section(off, 0, "options section")
+            oc = _Cursor(data, 0, len(data), self._e, "options section")
+            off = 0
+            while oc.pos < oc.end:
+                oid = oc.uint(2)
+                size = oc.uint(4)
+                odata = oc.take(size)
+                if oid == OPT_DONE:
+                    off = int.from_bytes(odata[:8], "little" if self._e == "<" else "big") \
+                        if len(odata) >= 8 else 0
+                    break
+                if oid in _SECTION_OPTIONS:
+                    section_opts.append((oid, int.from_bytes(
+                        odata[:8], "little" if self._e == "<" else "big")))
+                elif oid == OPT_BUFFER:
+                    buffers.append(odata)
+                elif oid == OPT_BUFFER_TEXT:
+                    self.info["damage"].append("latency (text) buffers are not decoded")
+                else:
+                    self._option(oid, odata)
+        got = {oid for oid, _ in section_opts}
+        for need in (OPT_HEADER_INFO, OPT_EVENT_FORMATS):
+            if need not in got:
+                raise _Damage(f"the options do not point to a section {need} "
+                              "(header info / event formats)")
+        # header info first: other sections need the long size and endianness
+        section_opts.sort(key=lambda x: x[0] != OPT_HEADER_INFO)
+        for oid, soff in section_opts:
+            if oid == OPT_KALLSYMS:
+                self._kallsyms_loc = ("section", soff, None)
+                continue
+            what = {16: "header info", 17: "ftrace formats", 18: "event formats",
+                    20: "printk formats", 21: "saved cmdlines"}[oid]
+            _, _, data, _ = self._section(soff, oid, what)
+            sc = _Cursor(data, 0, len(data), self._e, what)
+            if oid == OPT_HEADER_INFO:
+                self._parse_header_info(sc)
+            elif oid == OPT_FTRACE_EVENTS:
+                self._parse_ftrace_formats(sc)
+            elif oid == OPT_EVENT_FORMATS:
+                self._parse_event_formats(sc)
+            elif oid == OPT_CMDLINES:
+                n = sc.uint(8)
+                self._parse_cmdlines(sc.take(n))
+        for odata in buffers:
+            bc = _Cursor(odata, 0, len(odata), self._e, "BUFFER option")
+            soff = bc.uint(8)
+            name = bc.cstr()
+            clock = bc.cstr()
+            page_size = bc.uint(4)
+            ncpu = bc.uint(4)
+            if ncpu > 65536:
+                raise _Damage(f"implausible cpu count {ncpu} in BUFFER option")
+            cpus = []
+            for _ in range(ncpu):
+                cpu = bc.uint(4)
+                coff = bc.uint(8)
+                csize = bc.uint(8)
+                cpus.append((cpu, coff, csize))
+            try:
+                c = self._cur(soff, what=f"buffer {name!r} section")
+                c.uint(2)
+                flags = c.uint(2)
+            except _Damage as d:
+                self.info["damage"].append(str(d))
+                flags = 0
+            if page_size != self.page_size and (page_size < 64 or page_size > (1 << 24)
+                                                 or page_size % 8):
+                raise _Damage(f"implausible page size {page_size} for buffer {name!r}")
+            self.buffers[name] = _Buffer(name, clock, page_size, cpus, bool(flags & 1))
+
+    def _check_section_chain(self):
+        """v7 sections follow each other up to the end of the file; a chain that
+        runs past the end (or stops short of it) means a truncated file."""
+        off = self._sections_start
+        n = 0
+        while off < self._size and n < 100000:
+            if off + 16 > self._size:
+                return f"the section header at offset {off} is cut short (file truncated)"
+            hdr = bytes(self._mm[off:off + 16])
+            e = "little" if self._e == "<" else "big"
+            sid = int.from_bytes(hdr[0:2], e)
+            size = int.from_bytes(hdr[8:16], e)
+            if off + 16 + size > self._size:
+                return (f"section {sid} at offset {off} needs {size} bytes but the file ends "
+                        f"at {self._size} (file truncated)")
+            off += 16 + size
+            n += 1
+        return None
+
+    def _option(self, oid, data):
+        def s():
+            return data.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
+        e = "little" if self._e == "<" else "big"
+        if oid == OPT_UNAME:
+            self.info["uname"] = s()
+        elif oid == OPT_VERSION:
+            self.info["trace_cmd_version"] = s()
+        elif oid == OPT_TRACECLOCK:
+            m = re.search(r"\[(\S+)\]", s())
+            if m:
+                self.info["clock"] = m.group(1)
+        elif oid == OPT_CPUCOUNT and len(data) >= 4:
+            self.info["cpus"] = int.from_bytes(data[:4], e)
+        elif oid == OPT_CPUSTAT:
+            self._cpustat_texts.append(s())
+        elif oid == OPT_TSC2NSEC and len(data) >= 16:
+            self._time["tsc2nsec"] = (int.from_bytes(data[0:4], e), int.from_bytes(data[4:8], e),
+                                      int.from_bytes(data[8:16], e))
+        elif oid in (OPT_OFFSET, OPT_DATE):
+            try:
+                self._time["offset"] += int(s(), 0)
+            except ValueError:
+                pass
+        elif oid == OPT_TRACEID and len(data) >= 8:
+            self.info["trace_id"] = int.from_bytes(data[:8], e)
+        self.options.setdefault(oid, []).append(data)
+

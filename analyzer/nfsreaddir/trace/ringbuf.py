@@ -1,0 +1,494 @@
+"""The ring-buffer pages of a trace.dat, walked 16 MiB of pages at a time: the record chains of
+all pages followed at once (one lane per page, one record per step), then every record handled
+in file order with whole-block array operations (type, length, event id, time stamps as a
+per-page running sum), with the lost-events markers and damage found on the way. CPUs are
+independent streams, read by parallel threads when there are idle cores. The compiled
+:mod:`nfsreaddir._ringbuf` does the walk where it is built (``pip install -e .``, as
+``reproducers/setup-host`` runs it); the numpy walk is the fallback, with a one-line notice on
+stderr, and the tests' oracle for it (``NFSRT_READER=numpy`` selects it).
+"""
+
+from __future__ import annotations
+
+import functools
+import mmap
+import os
+import struct
+import sys
+import threading
+
+import numpy as np
+
+from .. import tuning
+from .arrays import _gather_uint, _Pieces, _udt
+from .raw import _Damage, _decompress, _zstd
+
+try:
+    from .. import _ringbuf       # the compiled ring-buffer walk (setup.py builds it)
+except ImportError:
+    _ringbuf = None
+
+# ring buffer constants
+_COMMIT_MASK = (1 << 27) - 1
+_MISSED_EVENTS = 1 << 31
+_MISSED_STORED = 1 << 30
+_TS_SHIFT = 27
+_TS_MSB = np.uint64(0xF8 << 56)
+_TYPE_PADDING, _TYPE_TIME_EXTEND, _TYPE_TIME_STAMP = 29, 30, 31
+
+_BLOCK_BYTES = 16 << 20          # pages walked per step (bounded memory)
+_RELEASE_ABOVE = 32 << 20        # madvise(DONTNEED) decoded pages of files larger than this
+
+
+_WALK_ROWS = 1 << 18        # records listed per call of the compiled walk
+_walk_local = threading.local()
+
+
+def _walk_arrays():
+    """This thread's output arrays of the compiled walk (pos, ts, dlen, ids)."""
+    out = getattr(_walk_local, "out", None)
+    if out is None:
+        out = _walk_local.out = (np.empty(_WALK_ROWS, np.int32), np.empty(_WALK_ROWS, np.uint64),
+                                 np.empty(_WALK_ROWS, np.int32), np.empty(_WALK_ROWS, np.uint32))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_wanted():
+    """Whether to use the compiled walk: yes when it is built, unless
+    NFSRT_READER=numpy asks for the numpy walk; without it, one notice on stderr."""
+    if os.environ.get("NFSRT_READER", "") == "numpy":
+        return False
+    if _ringbuf is None:
+        sys.stderr.write("nfs-readdir: the compiled trace reader is not built (no C compiler "
+                         "at install?); using the slower numpy reader (reproducers/setup-host "
+                         "builds it)\n")
+        return False
+    return True
+
+
+
+# step from a record header to the next for data records of 1..28 words (type_len);
+# -1: another type (0: length in the next word, padding, time extend, time stamp)
+_STEP = np.full(32, -1, np.int32)
+_STEP[1:29] = 4 + 4 * np.arange(1, 29)
+
+
+def _chain(b32, start, end, le, min_dlen):
+    """Follow the record chain of every page at once (one lane per page).
+
+    ``start``/``end``: byte offsets (int32) of each page's first record and of the end
+    of its data.  Returns (record header offsets in file order, broken lanes or None):
+    a lane whose chain runs past its data, or has a record too short to hold an event
+    id, stops there and is reported broken.
+    """
+    rows = []
+    broken = np.zeros(len(start), bool)
+    cur = start
+    act = None                       # None: all lanes still walking
+    m31, s27 = np.uint32(31), np.uint32(27)
+    while True:
+        w = b32[cur >> 2]
+        tl = (w & m31) if le else (w >> s27)
+        st = _STEP[tl]
+        nxt = cur + st
+        slow = st < 0
+        if act is not None:
+            slow &= act
+        if slow.any():
+            idx = np.flatnonzero(slow)
+            c = cur[idx].astype(np.int64)
+            t = tl[idx]
+            e_ = end[idx].astype(np.int64)
+            a0 = b32.take((c >> 2) + 1, mode="clip").astype(np.int64)
+            is0 = t == 0
+            dl0 = (a0 - 4 + 3) & ~3
+            nx = np.where(is0, c + 8 + dl0,
+                          np.where(t == _TYPE_PADDING, np.minimum(c + 4 + a0, e_), c + 8))
+            bad = (nx <= c) | (is0 & (dl0 < min_dlen))
+            nx = np.where(bad, e_, np.minimum(nx, e_ + 4))
+            nxt[idx] = nx
+            if bad.any():
+                broken[idx[bad]] = True
+        if min_dlen > 4:
+            short = (st > 0) & (st - 4 < min_dlen)
+            if act is not None:
+                short &= act
+            if short.any():
+                broken |= short
+                nxt = np.where(short, end, nxt)
+        rows.append(cur if act is None else np.where(act, cur, -1))
+        over = nxt > end
+        if act is not None:
+            over &= act
+        if over.any():
+            broken |= over
+            nxt = np.where(over, end, nxt)
+        fin = nxt >= end
+        if fin.any():
+            act = ~fin if act is None else (act & ~fin)
+            if not act.any():
+                break
+            cur = np.where(act, nxt, 0)
+        else:
+            cur = nxt
+    m = np.stack(rows).T.ravel()
+    return m[m >= 0], (broken if broken.any() else None)
+
+
+class RingWalk:
+    # ------------------------------------------------------------ data walk
+    def _cpu_blocks(self, cpu, off, size, compressed, P):
+        """Yield uint8 arrays of whole pages; raise _Damage at the first damage."""
+        if not size:
+            return
+        if off >= self._size:
+            raise _Damage(f"cpu {cpu}: data offset {off} is past the end of the file "
+                          f"({self._size} bytes; truncated)")
+        release = self._size > _RELEASE_ABOVE
+        if not compressed:
+            end = off + size
+            trunc = end > self._size
+            avail = min(end, self._size) - off
+            npages = avail // P
+            step = max(1, _BLOCK_BYTES // P) * P
+            pos = off
+            stop = off + npages * P
+            while pos < stop:
+                n = min(step, stop - pos)
+                yield np.frombuffer(self._mm, dtype=np.uint8, count=n, offset=pos)
+                if release:
+                    self._release(pos, n)
+                pos += n
+            if trunc:
+                raise _Damage(f"cpu {cpu}: data runs past the end of the file (needs "
+                              f"{size} bytes at offset {off}, file has {self._size}; truncated)")
+            if avail % P:
+                raise _Damage(f"cpu {cpu}: data size {size} is not a multiple of the page "
+                              f"size {P}")
+            return
+        # the size in the BUFFER option does not count the 4-byte chunk count
+        mm = self._mm
+        stop = min(off + 4 + size, self._size)
+        if off + 4 + size > self._size:
+            trunc_msg = (f"cpu {cpu}: compressed data runs past the end of the file "
+                         f"(truncated)")
+        else:
+            trunc_msg = None
+        if off + 4 > stop:
+            raise _Damage(trunc_msg or f"cpu {cpu}: compressed data header is missing")
+        hdr = struct.Struct(self._e + "II")
+        nchunks = struct.unpack_from(self._e + "I", mm, off)[0]
+        pos = off + 4
+        done = pos
+        algo = self.compression
+        if algo == "zstd":
+            zstandard, _ = _zstd()
+            dctx = zstandard.ZstdDecompressor()     # one per stream: not thread safe
+            content_size = zstandard.frame_content_size
+        # decompressed chunks are copied into one reused buffer, walked when full
+        blk = np.empty(_BLOCK_BYTES, dtype=np.uint8)
+        fill = 0
+        for i in range(nchunks):
+            try:
+                if pos + 8 > stop:
+                    raise _Damage(f"cpu {cpu} chunk {i}: header cut short (truncated or "
+                                  "corrupt)")
+                csize, usize = hdr.unpack_from(mm, pos)
+                if usize % P or usize > (1 << 30):
+                    raise _Damage(f"cpu {cpu}: chunk {i} has implausible size {usize}")
+                if pos + 8 + csize > stop:
+                    raise _Damage(f"cpu {cpu} chunk {i}: needs {csize} bytes at offset "
+                                  f"{pos + 8} (truncated or corrupt)")
+                data = mm[pos + 8:pos + 8 + csize]
+                pos += 8 + csize
+                if algo == "zstd":
+                    # the fast path of _decompress (same checks)
+                    try:
+                        declared = content_size(data)
+                        if declared >= 0 and declared != usize:
+                            raise _Damage(f"cpu {cpu} chunk {i}: zstd frame holds {declared} "
+                                          f"bytes, the file says {usize} (corrupt)")
+                        out = dctx.decompress(data, max_output_size=usize)
+                    except _Damage:
+                        raise
+                    except Exception as e:
+                        raise _Damage(f"cpu {cpu} chunk {i}: the zstd data is corrupt "
+                                      f"({e})") from None
+                    if len(out) != usize:
+                        raise _Damage(f"cpu {cpu} chunk {i}: zstd data gave {len(out)} bytes, "
+                                      f"the file says {usize} (corrupt or truncated)")
+                else:
+                    out = _decompress(algo, data, usize, f"cpu {cpu} chunk {i}")
+            except _Damage as d:
+                if fill:
+                    yield blk[:fill]
+                raise _Damage(trunc_msg or str(d)) from None
+            if fill + usize > len(blk):
+                if fill:
+                    yield blk[:fill]
+                    fill = 0
+                    if release:
+                        self._release(done, pos - done)
+                        done = pos
+                if usize > len(blk):
+                    blk = np.empty(usize, dtype=np.uint8)
+            blk[fill:fill + usize] = np.frombuffer(out, dtype=np.uint8)
+            fill += usize
+        if fill:
+            yield blk[:fill]
+        if release:
+            self._release(done, pos - done)
+
+    def _release(self, pos, n):
+        """Drop mmapped pages already decoded, so RSS does not grow with the file."""
+        madv = getattr(mmap, "MADV_DONTNEED", None)
+        if madv is None or not isinstance(self._mm, mmap.mmap):
+            return
+        gran = mmap.PAGESIZE
+        start = (pos + gran - 1) // gran * gran
+        stop = (pos + n) // gran * gran
+        if stop > start:
+            try:
+                self._mm.madvise(madv, start, stop - start)
+            except (OSError, ValueError):
+                pass
+
+    def _walks(self, block, P, lut, cpu, lost):
+        """The records of ``block`` as :meth:`_walk` gives them, in one or more parts
+        ((pos, ts, dlen, ids), damage or None); the damage, if any, comes with the last.
+
+        The compiled walk (:mod:`nfsreaddir._ringbuf`) lists the records of whole pages
+        into arrays of a fixed size, reused from part to part (so its memory does not
+        grow with the block); each part is used before the next is made."""
+        if not _compiled_wanted():
+            yield self._walk(block, P, lut, cpu, lost)
+            return
+        if len(block) >= (1 << 31):
+            raise _Damage(f"cpu {cpu}: a data block of {len(block)} bytes is too large")
+        hp = self._hp
+        idf = self._id_field
+        out = _walk_arrays()
+        page = 0
+        npages = len(block) // P
+        while True:
+            n, marks, page, bad, why, detail = _ringbuf.walk(
+                block, page, P, hp["commit_off"], hp["commit_size"], hp["data_off"],
+                self._e == ">", self.long_size, idf.offset, idf.size, lut, *out)
+            for _, page_ts, count in marks:
+                lost.append({"cpu": cpu, "ts": page_ts, "count": count})
+            damage = None
+            if why == "size":
+                damage = (f"cpu {cpu}: page {bad} of a block has a garbage header (commit "
+                          f"size {detail} > {P - hp['data_off']})")
+            elif why == "chain":
+                damage = (f"cpu {cpu}: the record chain in page {bad} of a block is broken "
+                          "(record runs past the page's data)")
+            yield tuple(a[:n] for a in out), damage
+            if page >= npages:
+                return
+
+    def _walk(self, block, P, lut, cpu, lost):
+        """Walk all pages of ``block``: the record chains of all pages at once (one
+        lane per page, see :func:`_chain`), then every record in file order.
+
+        Returns ((pos, ts, dlen, ids), damage): data offset in ``block``, raw
+        timestamp, data length and event id of the data records, in file order
+        (``lut``: the ids wanted, or None for all; other records may still be
+        returned when most are wanted); ``damage`` is a message or None (records on
+        and after the damaged page are dropped).
+        """
+        e = self._e
+        hp = self._hp
+        npages = len(block) // P
+        if npages == 0:
+            return None, None
+        base = np.arange(npages, dtype=np.int64) * P
+        b32 = block.view(_udt(e, 4))
+        page_ts = block.view(_udt(e, 8))[base >> 3].astype(np.uint64)
+        commit = _gather_uint(block, base + hp["commit_off"], hp["commit_size"], e).astype(np.uint64)
+        size = (commit & np.uint64(_COMMIT_MASK)).astype(np.int64)
+        data_off = hp["data_off"]
+        limit = P - data_off
+        bad_page = npages
+        reason = None
+        badsz = np.flatnonzero(size > limit)
+        if len(badsz):
+            bad_page = int(badsz[0])
+            reason = (f"page {bad_page} of a block has a garbage header (commit size "
+                      f"{int(size[bad_page])} > {limit})")
+        missed = (commit & np.uint64(_MISSED_EVENTS)) != 0
+        if missed.any():
+            stored = (commit & np.uint64(_MISSED_STORED)) != 0
+            for p in np.flatnonzero(missed).tolist():
+                if p >= bad_page:
+                    break
+                cnt = None
+                if stored[p] and size[p] + self.long_size <= limit:
+                    at = int(base[p] + data_off + size[p])
+                    cnt = int(_gather_uint(block, np.array([at]), self.long_size, e)[0])
+                lost.append({"cpu": cpu, "ts": int(page_ts[p]), "count": cnt})
+        idf = self._id_field
+        id_off, id_size = idf.offset, idf.size
+        lanes = np.flatnonzero(size[:bad_page] > 0)
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64),
+                 np.zeros(0, np.int64))
+        if not len(lanes):
+            return empty, (f"cpu {cpu}: {reason}" if bad_page < npages else None)
+        if len(block) >= (1 << 31):
+            raise _Damage(f"cpu {cpu}: a data block of {len(block)} bytes is too large")
+        start = (base[lanes] + data_off).astype(np.int32)
+        end = start + size[lanes].astype(np.int32)
+        le = e == "<"
+        rec, broken = _chain(b32, start, end, le, id_off + id_size)
+        if broken is not None and broken.any():
+            first_bad = int(lanes[np.argmax(broken)])
+            if first_bad < bad_page:
+                bad_page = first_bad
+                reason = (f"the record chain in page {bad_page} of a block is broken "
+                          "(record runs past the page's data)")
+        if bad_page < npages:
+            rec = rec[:np.searchsorted(rec, bad_page * P)]
+        damage = f"cpu {cpu}: {reason}" if bad_page < npages else None
+        if not len(rec):
+            return empty, damage
+        # every record, in file order: type, length, time
+        w = b32[rec >> 2]
+        if le:
+            tl = w & np.uint32(31)
+            delta = w >> np.uint32(5)
+        else:
+            tl = w >> np.uint32(27)
+            delta = w & np.uint32(_COMMIT_MASK)
+        st = _STEP[tl]
+        pg = rec >> (P.bit_length() - 1) if P & (P - 1) == 0 else rec // P
+        dpos = rec + 4
+        dlen = st - 4
+        stamp = None
+        data = None
+        if int(st.min()) < 0:       # not only data records of 1..28 words
+            other = np.flatnonzero(st < 0)
+            t = tl[other]
+            a0 = b32.take((rec[other] >> 2) + 1, mode="clip").astype(np.uint64)
+            is0 = t == 0
+            i0 = other[is0]
+            dpos[i0] += 4
+            dlen = dlen.astype(np.int64)
+            dlen[i0] = (a0[is0].astype(np.int64) - 4 + 3) & ~3
+            ext = t == _TYPE_TIME_EXTEND
+            delta = delta.astype(np.uint64)
+            big = (a0 << np.uint64(_TS_SHIFT)) + delta[other]
+            delta[other[ext]] = big[ext]
+            isst = t == _TYPE_TIME_STAMP
+            if isst.any():
+                stamp = other[isst]
+                stamp_val = big[isst] | (page_ts[pg[stamp]] & _TS_MSB)
+                delta[stamp] = 0
+            data = other[~is0]
+        if id_size == 2 and id_off % 2 == 0:
+            ids = block.view(_udt(e, 2))[(dpos + id_off) >> 1]
+        else:
+            ids = _gather_uint(block, dpos + id_off, id_size, e)
+        if data is not None:
+            ids[data] = np.iinfo(ids.dtype).max      # not an event: never wanted
+        sel = None
+        if lut is not None:
+            wanted = lut[np.minimum(ids, len(lut) - 1)]
+            k = int(np.count_nonzero(wanted))
+            if k == 0:                 # nothing wanted here: no need for the times
+                return empty, damage
+            if k < len(wanted) // 2:   # few wanted: select them (else the caller does)
+                sel = np.flatnonzero(wanted)
+        # time: page time stamp plus the deltas of the records before, per page
+        # (a time stamp record restarts the sum)
+        n = len(rec)
+        seg = np.empty(n, bool)
+        seg[0] = True
+        np.not_equal(pg[1:], pg[:-1], out=seg[1:])
+        if stamp is not None:
+            seg[stamp] = True
+        sidx = np.flatnonzero(seg)
+        cs = np.cumsum(delta, dtype=np.uint64)
+        start_v = page_ts[pg[sidx]]
+        if stamp is not None:
+            start_v[np.searchsorted(sidx, stamp)] = stamp_val
+        ts = cs + np.repeat(start_v - (cs[sidx] - delta[sidx].astype(np.uint64)),
+                            np.diff(sidx, append=n))
+        if sel is not None:
+            return (dpos[sel], ts[sel], dlen[sel], ids[sel]), damage
+        return (dpos, ts, dlen, ids), damage
+
+    def _scan(self, want, acc, lost, damage):
+        """Decode the wanted events of every CPU's data into ``acc`` (pieces per block,
+        in CPU order).  The CPUs are independent streams: with several of them and
+        several cores they are read by parallel threads (zstd and most numpy work run
+        outside the GIL); the result is the same as one after the other."""
+        buf = self._buf
+        plans = {eid: self._plan(w) for eid, w in want.items()}
+        idf = self._id_field                # resolved before threads start
+        lut = np.zeros((1 << (8 * idf.size)) if idf.size <= 2 else (1 << 20), dtype=bool)
+        for eid in want:
+            if 0 <= eid < len(lut) - 1:
+                lut[eid] = True
+        units = [(cpu, off, size) for cpu, off, size in buf.cpus if size]
+        nthreads = min(len(units), tuning.reader_threads())
+        if nthreads > 1:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
+                results = list(pool.map(lambda u: self._scan_cpu(*u, want, plans, lut),
+                                        units))
+        else:
+            results = [self._scan_cpu(*u, want, plans, lut) for u in units]
+        for part, lst, dmg, exc in results:
+            for eid, cols in part.items():
+                for k, v in cols.items():
+                    acc[eid][k].extend(v)
+            lost.extend(lst)
+            damage.extend(dmg)
+            if exc is not None:
+                raise exc
+        del results
+        tuning.trim()             # the scan's temporaries: the heap goes back to the system
+
+    def _scan_cpu(self, cpu, off, size, want, plans, lut):
+        """One CPU's data: (pieces per event, lost events, damage, exception or None)."""
+        P = self._buf.page_size
+        part = {eid: {k: (_Pieces() if k != "cpu" else [])
+                      for k in ("ts", "cpu", "pid", *("f:" + f.name for f in w[2]))}
+                for eid, w in want.items()}
+        lost, damage = [], []
+        try:
+            for block in self._cpu_blocks(cpu, off, size, self._buf.compressed, P):
+                for res, dmg in self._walks(block, P, lut, cpu, lost):
+                    if res is not None and len(res[0]):
+                        pos, ts, dlen, ids = res
+                        for eid in want:
+                            sel = np.flatnonzero(ids == eid)
+                            if len(sel) == len(ids):
+                                self._decode(block, pos, ts, dlen, cpu, plans[eid],
+                                             part[eid])
+                            elif len(sel):
+                                self._decode(block, pos[sel], ts[sel], dlen[sel], cpu,
+                                             plans[eid], part[eid])
+                if dmg:
+                    damage.append(dmg)
+                    break
+        except _Damage as d:
+            damage.append(str(d))
+            self._whole_records(part)
+        except (IndexError, ValueError, OverflowError, MemoryError) as e:
+            return self._whole_records(part), lost, damage, e
+        return part, lost, damage, None
+
+    @staticmethod
+    def _whole_records(part):
+        """After an error inside a decode: drop the pieces of the records that were not
+        finished (every finished one has its time piece, appended last)."""
+        for cols in part.values():
+            k = len(cols["ts"])
+            for name, lst in cols.items():
+                if name not in ("ts", "cpu"):
+                    del lst[k:]
+            del cols["cpu"][k:]
+        return part
+

@@ -1,0 +1,399 @@
+"""Parser for the text of ``trace-cmd report`` and ``trace-cmd report -R``.
+
+Event lines look like::
+
+    [instance:] comm-pid [cpu] [flags] secs.frac: event_name: payload
+
+With ``-R`` the payload is ``field=value`` pairs with the exact field names.
+Without ``-R`` it is the event's print format; ``key=value`` tokens are taken
+and the compound forms printed by the NFS and SUNRPC events are normalised so
+that, where possible, the same field names come out as with ``-R``:
+
+* ``fileid=MAJ:MIN:INO`` (hex major/minor) -> ``dev`` (kernel dev_t,
+  ``MAJ << 20 | MIN``) and ``fileid``; ``dev=MAJ:MIN`` -> ``dev``;
+* ``a:b=x:y`` -> ``a=x`` and ``b=y`` (e.g. ``cookie:verifier=``);
+* ``key=A->B`` (a change, e.g. ``nrpages=3->0``) -> ``key_before=A`` and ``key=B``;
+* ``cookie=VERIFIERHEX:0xCOOKIE`` (6.x readdir events) -> ``verifier`` (the hex
+  text) and ``cookie``;
+* ``task:ID@CLIENT`` (decimal, or 8-digit hex as in newer kernels) ->
+  ``task_id`` and ``client_id``; ``rpc_request``'s ``nfsv4 READDIR (async)``
+  -> ``progname``, ``version``, ``procname``, ``async``;
+* a kprobe's leading ``(ffffffffc07f2bf0)`` -> ``__probe_ip``;
+* ``nfs_flags`` -> ``nfsi_flags``;
+* ``error=-5 (EIO)`` -> ``error=5`` (NFS events store the error positive and print
+  it negated with its name); quoted strings are unquoted;
+* ftrace ``print`` (``tracing_mark_write: text``) -> ``buf``;
+* ``cache_index`` -> ``index`` (nfs readdir events).
+
+Integers are decimal, ``0x`` hex, or (a whole column of) bare hex digits that
+contain a-f or a leading zero, as ``-R`` prints fields whose print format uses
+``%x``.  Timestamps with 6 or 9 decimals are converted to ns.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .base import BASE_COLUMNS, TraceError, field_column
+from .format import EventFormat, Field
+from .payload import normalised
+
+_EVENT_RE = re.compile(
+    r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?(?P<comm>.*?)-(?P<pid>-?\d+)\s+"
+    r"(?:\(\s*(?P<tgid>-?[\d-]+)\)\s+)?\[(?P<cpu>\d+)\]\s+(?:(?P<flags>\S+)\s+)?"
+    r"(?P<sec>\d+)\.(?P<frac>\d+):\s+(?P<event>[^\s:]+):(?:\s+(?P<payload>.*))?$")
+_LOST_RE = re.compile(r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?CPU:\s*(?P<cpu>\d+)\s+\["
+                      r"(?:(?:(?P<n>\d+)\s+)?EVENTS DROPPED|LOST(?:\s+(?P<n2>\d+))?\s+EVENTS)\]")
+_INT_RE = re.compile(r"^-?\d+$")
+_HEX_RE = re.compile(r"^-?0[xX][0-9a-fA-F]+$")
+_BAREHEX_RE = re.compile(r"^[0-9a-fA-F]+$")
+
+
+# event name prefix -> system, to give "system:name" for text input
+_SYSTEMS = [("nfs4_", "nfs4"), ("nfs_", "nfs"), ("nfsd_", "nfsd"), ("rpc_", "sunrpc"),
+            ("rpcb_", "sunrpc"), ("xprt_", "sunrpc"), ("xs_", "sunrpc"), ("svc_", "sunrpc"),
+            ("rpcgss_", "rpcgss"), ("kmem_", "kmem"), ("kmalloc", "kmem"), ("kfree", "kmem"),
+            ("mm_page_", "kmem"), ("sched_", "sched"), ("sys_enter", "raw_syscalls"),
+            ("sys_exit", "raw_syscalls")]
+_FTRACE = {"print", "bprint", "bputs", "function", "funcgraph_entry", "funcgraph_exit"}
+
+
+def _system_of(name):
+    if name in _FTRACE:
+        return "ftrace"
+    for pre, sysname in _SYSTEMS:
+        if name.startswith(pre):
+            return sysname
+    return None
+
+
+def looks_like_report(head):
+    """True if the first bytes look like trace-cmd report output."""
+    try:
+        text = head.decode("utf-8", "replace")
+    except Exception:
+        return False
+    if "\0" in text:
+        return False
+    lines = text.splitlines()[:60]
+    if len(text) >= 4096 and lines:
+        lines = lines[:-1]               # last line may be cut
+    for ln in lines:
+        if _EVENT_RE.match(ln):
+            return True
+    # header only (no events yet): "version = 7", "cpus=2", "CPU 0 is empty"
+    hdr = [ln for ln in lines if ln.strip()]
+    return bool(hdr) and all(re.match(r"^(version = \d+|cpus=\d+|CPU \d+ is empty|"
+                                      r"CPU:\s*\d+ \[)", ln.strip()) for ln in hdr)
+
+
+def _ts_ns(sec, frac):
+    if len(frac) >= 9:
+        return int(sec) * 1_000_000_000 + int(frac[:9])
+    return int(sec) * 1_000_000_000 + int(frac) * 10 ** (9 - len(frac))
+
+
+def _int_of(v):
+    """The integer a report value stands for, or None."""
+    if _INT_RE.match(v):
+        return int(v)
+    if _HEX_RE.match(v):
+        return int(v, 0)
+    return None
+
+
+def _column(values, name, bad=None):
+    """Typed column from a list of str values (None = missing). A field is an integer field
+    when most of its values are integers; then a value that is not one, or does not fit in 64
+    bits, is damage: it becomes missing and its index goes to `bad` (a list), never turning
+    the whole column into text."""
+    present = [v for v in values if v is not None]
+    ints = [_int_of(v) for v in present]
+    n_int = sum(i is not None for i in ints)
+    if present and n_int < len(present) and all(_BAREHEX_RE.match(v) for v in present) and any(
+            re.search(r"[a-fA-F]", v) or (len(v) > 1 and v[0] == "0") for v in present):
+        ints = [int(v, 16) for v in present]           # -R prints %x fields as bare hex
+        n_int = len(ints)
+    if not present or n_int * 2 < len(present) or (n_int < len(present) and n_int < 2):
+        return pd.array(values, dtype="str") if len(values) else pd.array([], dtype="str")
+    ok = [i for i in ints if i is not None and -(1 << 63) <= i < (1 << 64)]
+    signed = not ok or min(ok) < 0 or max(ok) < (1 << 63)
+    lo, hi = (-(1 << 63), 1 << 63) if signed else (0, 1 << 64)
+    it = iter(ints)
+    full = []
+    for k, v in enumerate(values):
+        if v is None:
+            full.append(None)
+            continue
+        i = next(it)
+        if i is None or not lo <= i < hi:
+            if bad is not None:
+                bad.append(k)
+            i = None
+        full.append(i)
+    if all(x is not None for x in full):
+        return np.array(full, dtype=np.int64 if signed else np.uint64)
+    return pd.array(full, dtype="Int64" if signed else "UInt64")
+
+
+class ReportText:
+    """``trace-cmd report [-R]`` output.  Use :func:`nfsreaddir.trace.open_trace`."""
+
+    def __init__(self, path, instance=None):
+        self.path = path
+        self.instance = instance
+        self._names = None
+        self.info = {"format": "report text", "path": path, "cpus": None, "clock": None,
+                     "trace_cmd_version": None, "uname": None, "file_version": None,
+                     "lost_events": [], "partial": False, "damage": [],
+                     "instance": instance or "", "instances": [], "scanned": False}
+        self._read_header()
+
+    def _lines(self):
+        try:
+            with open(self.path, "r", encoding="utf-8", errors="replace") as f:
+                yield from f
+        except OSError as e:
+            raise TraceError(f"cannot read {self.path!r}: {e}") from None
+
+    def _read_header(self):
+        raw_votes = fmt_votes = 0
+        seen_event = False
+        for n, line in enumerate(self._lines()):
+            if n > 2000:
+                break
+            s = line.rstrip("\n")
+            m = _EVENT_RE.match(s)
+            if m:
+                seen_event = True
+                payload = (m.group("payload") or "").strip()
+                if re.match(r"^[A-Za-z_]\w*=", payload):
+                    raw_votes += 1
+                elif payload:
+                    fmt_votes += 1
+                continue
+            if not seen_event:
+                mm = re.match(r"^\s*version\s*=\s*(\d+)", s)
+                if mm:
+                    self.info["file_version"] = int(mm.group(1))
+                mm = re.match(r"^\s*cpus=(\d+)", s)
+                if mm:
+                    self.info["cpus"] = int(mm.group(1))
+        if not seen_event and self.info["cpus"] is None:
+            raise TraceError(f"{self.path}: not trace-cmd report output (no header and no "
+                             "event lines 'comm-pid [cpu] ts: event: ...')")
+        self.raw = raw_votes > 0 and fmt_votes == 0
+        self.info["format"] = "report text -R" if self.raw else "report text"
+
+    def _qualify(self, name):
+        sysname = _system_of(name)
+        return f"{sysname}:{name}" if sysname else name
+
+    def event_names(self):
+        """Event names seen (``system:name`` where the system is known, else ``name``)."""
+        if self._names is None:
+            self._names = set(self.event_counts())
+        return set(self._names)
+
+    def _index(self):
+        """One pass: line counts and the field names seen (first lines) per event."""
+        if getattr(self, "_idx", None) is None:
+            counts, fields = {}, {}
+            for inst, m in self._event_matches():
+                if not self._inst_ok(inst):
+                    continue
+                name = m.group("event")
+                n = counts.get(name, 0)
+                counts[name] = n + 1
+                if n < 20:
+                    seen = fields.setdefault(name, {})
+                    for k, v in self._fields(name, m.group("payload") or "").items():
+                        seen.setdefault(k, []).append(v)
+            self._idx = (counts, fields)
+        return self._idx
+
+    def event_counts(self):
+        """{"system:name" (or "name"): number of lines} of the events in the text."""
+        counts, _ = self._index()
+        return {self._qualify(k): v for k, v in counts.items()}
+
+    def event_format(self, name):
+        """The fields seen for event ``name`` (a stand-in for the binary format:
+        ``.fields``, ``.user_fields()``, ``.full_name``), or None if not seen."""
+        bare = name.replace("/", ":").rsplit(":", 1)[-1]
+        _, fields = self._index()
+        if bare not in fields:
+            return None
+        flds = {}
+        for k, vals in fields[bare].items():
+            col = _column(vals, k)
+            kind = "int" if pd.api.types.is_integer_dtype(getattr(col, "dtype", None)) else "str"
+            flds[k] = Field(k, "text", 0, 8 if kind == "int" else 0, True, kind, None)
+        system = _system_of(bare) or (name.split(":", 1)[0] if ":" in name else "")
+        return EventFormat(system, bare, None, flds, "")
+
+    def _event_matches(self):
+        """(instance, match) of every event line (see the dropped-events rule in read)."""
+        pending = None
+        for line in self._lines():
+            s = line.rstrip("\n")
+            m = _EVENT_RE.match(s)
+            if not m:
+                lm = _LOST_RE.match(s)
+                if lm:
+                    pending = lm.group("inst") or ""
+                continue
+            inst = m.group("inst")
+            if pending is not None:
+                inst = inst or pending
+                pending = None
+            yield inst, m
+
+    def _inst_ok(self, inst):
+        return (inst or "") == (self.instance or "")
+
+    def read(self, events, on_damage="raise", typed=True, base=BASE_COLUMNS):
+        """Parse the requested events; same contract as ``TraceDat.read``.
+
+        Event keys are matched on the part after the last ``:`` (the text has
+        no system names).  ``None`` as the field list means every field seen.
+        ``typed=False`` leaves every field as the (normalised) text.
+        """
+        base = [c for c in BASE_COLUMNS if c in base or c == "ts"]
+        if isinstance(events, (list, tuple, set)):
+            events = {e: None for e in events}
+        bykey = {}
+        for key, fields in events.items():
+            if isinstance(fields, str):
+                fields = [fields]
+            bykey.setdefault(key.replace("/", ":").rsplit(":", 1)[-1], []).append(
+                (key, None if fields is None else list(fields)))
+        rows = {name: {"ts": [], "cpu": [], "pid": [], "comm": [], "f": [], "line": []}
+                for name in bykey}
+        lost = []
+        damaged = []
+        last_ts = None
+        insts = set()
+        nlines = nevents = 0
+        # trace-cmd prints "<instance>: " and then, when events were dropped,
+        # "CPU:n [.. EVENTS DROPPED]" and a new line holding the event without
+        # the prefix: that event belongs to the instance of the dropped line
+        pending_inst = None
+        for line in self._lines():
+            nlines += 1
+            s = line.rstrip("\n")
+            m = _EVENT_RE.match(s)
+            if m:
+                ts = _ts_ns(m.group("sec"), m.group("frac"))
+                if last_ts is not None and ts < last_ts:
+                    # trace-cmd report prints events in time order: an edited or mixed line.
+                    damaged.append({"line": nlines, "from": ts, "to": last_ts,
+                                    "pid": None, "what": f"line {nlines}: its time {ts / 1e9:.6f}"
+                                    f" is before the line above ({last_ts / 1e9:.6f})"})
+                if damaged and damaged[-1].get("to") is None:
+                    damaged[-1]["to"] = ts
+                last_ts = ts if last_ts is None else max(last_ts, ts)
+            elif nevents and s.strip() and not s.lstrip().startswith("=>") \
+                    and not _LOST_RE.match(s):
+                # After the first event every line is an event, a loss, or a stack line.
+                damaged.append({"line": nlines, "from": last_ts, "to": None, "pid": None,
+                                "what": f"line {nlines} is not an event line: {s[:60]!r}"})
+                continue
+            if not m:
+                lm = _LOST_RE.match(s)
+                if lm:
+                    pending_inst = lm.group("inst") or ""
+                    if self._inst_ok(lm.group("inst")):
+                        n = lm.group("n") or lm.group("n2")
+                        # ts: that of the next event (the first after the loss)
+                        lost.append({"cpu": int(lm.group("cpu")), "ts": None,
+                                     "count": int(n) if n else None})
+                continue
+            nevents += 1
+            inst = m.group("inst")
+            if pending_inst is not None:
+                if not inst:
+                    inst = pending_inst
+                pending_inst = None
+            insts.add(inst or "")
+            if not self._inst_ok(inst):
+                continue
+            if lost and lost[-1]["ts"] is None:
+                lost[-1]["ts"] = ts
+            name = m.group("event")
+            if name not in rows:
+                continue
+            r = rows[name]
+            r["ts"].append(ts)
+            r["cpu"].append(int(m.group("cpu")))
+            r["pid"].append(int(m.group("pid")))
+            r["comm"].append(m.group("comm").strip())
+            r["f"].append(self._fields(name, m.group("payload") or ""))
+            r["line"].append(nlines)
+        if nevents == 0 and self.info["cpus"] is None:
+            raise TraceError(f"{self.path}: no trace-cmd report event lines found")
+        for d in damaged:
+            if d["from"] is None:
+                d["from"] = d["to"] if d["to"] is not None else 0
+            if d["to"] is None:
+                d["to"] = 1 << 62
+        self.info["lost_events"] = lost
+        self.info["instances"] = sorted(insts)
+        self.info["scanned"] = True
+        frames = {}
+        for name, keys in bykey.items():
+            r = rows[name]
+            seen = []
+            for d in r["f"]:
+                for k in d:
+                    if k not in seen:
+                        seen.append(k)
+            for key, fields in keys:
+                flist = seen if fields is None else fields
+                missing = [f for f in flist if f not in seen]
+                if missing and r["ts"]:
+                    raise TraceError(
+                        f"event {name} has no field {missing[0]!r} in {self.path}; the fields "
+                        f"seen are: {', '.join(seen) or '(none)'}")
+                cols = {"ts": np.array(r["ts"], dtype=np.int64),
+                        "cpu": np.array(r["cpu"], dtype=np.int64),
+                        "pid": np.array(r["pid"], dtype=np.int64),
+                        "comm": pd.array(r["comm"], dtype="str")}
+                for f in flist:
+                    vals = [d.get(f) for d in r["f"]]
+                    bad = [k for k, v in enumerate(vals) if v is None]
+                    cols[field_column(f)] = (_column(vals, f, bad) if typed
+                                             else pd.array(vals, dtype=object))
+                    for k in sorted(set(bad)):
+                        v = vals[k]
+                        damaged.append({
+                            "line": r["line"][k], "from": r["ts"][k], "to": r["ts"][k],
+                            "pid": r["pid"][k], "event": name, "field": f,
+                            "what": f"line {r['line'][k]}: {name} "
+                                    + (f"has no {f}=" if v is None else f"{f}={v!r} is not a "
+                                       "64-bit integer")})
+                df = pd.DataFrame(cols)
+                if len(df):
+                    order = np.lexsort((df["cpu"].to_numpy(), df["ts"].to_numpy()))
+                    df = df.iloc[order].reset_index(drop=True)
+                frames[key] = df[base + [field_column(f) for f in flist]]
+        self.info["damaged_events"] = sorted(damaged, key=lambda d: d["line"])
+        return frames
+
+    def _fields(self, name, payload):
+        payload = payload.strip()
+        if name == "print":
+            if payload.startswith("ip="):
+                i = payload.find(" buf=")
+                if payload.startswith("ip=") and i >= 0:
+                    return {"ip": payload[3:i], "buf": payload[i + 5:]}
+            ip, sep, rest = payload.partition(": ")
+            if sep:
+                return {"ip": ip, "buf": rest}
+            return {"buf": payload}
+        # the compound forms never occur in -R output, so normalise in both modes
+        # (the mode guess from the first lines can be wrong for key=value formats)
+        return normalised(name, payload)

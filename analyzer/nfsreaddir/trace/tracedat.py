@@ -1,0 +1,213 @@
+"""Column-oriented reader for trace-cmd ``trace.dat`` files (versions 6 and 7).
+
+Only the events and fields asked for are decoded, by name, using the event formats stored in the
+file: the container (:mod:`.datfile`), the ring-buffer walk (:mod:`.ringbuf`), the decode plans
+(:mod:`.decode`) and the column building (:mod:`.columns`) are the layers of this one reader.
+Uncompressed data is mmapped; compressed chunks (v7 zlib/zstd) are decompressed a block at a
+time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import tuning
+from .base import BASE_COLUMNS, TraceError, field_column
+from .columns import ColumnBuilder
+from .datfile import _LOST_STATS, OPT_KALLSYMS, DatFile
+from .decode import Decoder
+from .raw import _Cursor, _Damage
+from .ringbuf import _RELEASE_ABOVE, RingWalk
+
+
+class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
+    """A trace.dat file.  Use :func:`nfsreaddir.trace.open_trace` to create."""
+
+    def event_names(self):
+        """Set of ``"system:name"`` the file holds formats for."""
+        return set(self.by_name)
+
+    def event_format(self, name):
+        return self._lookup(name)
+
+    def _lookup(self, name):
+        name2 = name.replace("/", ":")
+        eid = self.by_name.get(name2)
+        if eid is None and ":" not in name2:
+            hits = [i for i, src in self._fmt_src.items() if src[1] == name2]
+            if len(hits) == 1:
+                eid = hits[0]
+        return None if eid is None else self._format(eid)
+
+    def kallsyms(self):
+        """(sorted uint64 addresses, list of names) from the saved /proc/kallsyms."""
+        if self._kallsyms is None:
+            addrs, names = [], []
+            try:
+                if self._kallsyms_loc is None:
+                    text = b""
+                elif self._kallsyms_loc[0] == "raw":
+                    _, pos, n = self._kallsyms_loc
+                    text = bytes(self._mm[pos:pos + n])
+                else:
+                    _, _, data, _ = self._section(self._kallsyms_loc[1], OPT_KALLSYMS, "kallsyms")
+                    sc = _Cursor(data, 0, len(data), self._e, "kallsyms")
+                    text = sc.take(sc.uint(4))
+            except _Damage as d:
+                raise TraceError(f"{self.path}: {d}") from None
+            for line in text.decode("utf-8", "replace").splitlines():
+                parts = line.split()
+                if len(parts) >= 3:
+                    try:
+                        addrs.append(int(parts[0], 16))
+                        names.append(parts[2])
+                    except ValueError:
+                        pass
+            order = np.argsort(np.array(addrs, dtype=np.uint64), kind="stable")
+            self._kallsyms = (np.array(addrs, dtype=np.uint64)[order],
+                              [names[i] for i in order])
+        return self._kallsyms
+
+    def event_counts(self):
+        """{"system:name": number of records} for the events present in the data
+        (one pass over the pages, no fields decoded).  Damage is reported in
+        ``info["damage"]`` and counts stop there."""
+        idf = self._id_field
+        lut = np.ones((1 << (8 * idf.size)) if idf.size <= 2 else (1 << 20), dtype=bool)
+        lut[-1] = False
+        counts = np.zeros(len(lut), dtype=np.int64)
+        damage = []
+        lost = []
+        for cpu, off, size in self._buf.cpus:
+            try:
+                for block in self._cpu_blocks(cpu, off, size, self._buf.compressed,
+                                              self._buf.page_size):
+                    for res, dmg in self._walks(block, self._buf.page_size, None, cpu, lost):
+                        if res is not None and len(res[0]):
+                            ids = res[3].astype(np.int64)
+                            counts += np.bincount(np.minimum(ids, len(counts) - 1),
+                                                  minlength=len(counts))[:len(counts)]
+                    if dmg:
+                        damage.append(dmg)
+                        break
+            except _Damage as d:
+                damage.append(str(d))
+            except (IndexError, ValueError, OverflowError) as e:
+                damage.append(f"cpu {cpu}: undecodable ring-buffer data "
+                              f"({type(e).__name__}: {e})")
+        if damage:
+            self.info["damage"] = list(self.info["damage"]) + damage
+            self.info["partial"] = True
+        self._set_lost(lost)
+        counts[-1] = 0          # records that are not events (padding, time stamps)
+        out = {}
+        for eid in np.flatnonzero(counts).tolist():
+            src = self._fmt_src.get(eid)
+            name = f"{src[0]}:{src[1]}" if src else f"unknown:id{eid}"
+            out[name] = int(counts[eid])
+        return out
+
+    def _set_lost(self, lost):
+        for ev in lost:
+            ev["ts"] = int(self._convert_ts(np.array([ev["ts"]], dtype=np.uint64))[0])
+        lost.sort(key=lambda ev: (ev["ts"], ev["cpu"]))
+        self.info["lost_events"] = lost
+        self.info["scanned"] = True
+        self.info["lost_total"] = self._lost_total()
+
+    def _lost_total(self):
+        """Events lost by the ring buffer, when the trace says: the lost counters of the
+        stored CPU stats (every CPU with data must have them), else, once the data was
+        scanned, the counts of the lost-events markers (None if one has no count)."""
+        stats = self.info["cpu_stats"]
+        cpus = [cpu for cpu, _, size in self._buf.cpus if size]
+        if cpus and all(any(k in stats.get(cpu, {}) for k in _LOST_STATS) for cpu in cpus):
+            return sum(int(v) for st in stats.values() for k, v in st.items()
+                       if k in _LOST_STATS and isinstance(v, int))
+        if not self.info["scanned"]:
+            return None
+        counts = [ev["count"] for ev in self.info["lost_events"]]
+        return sum(counts) if None not in counts else None
+
+    def read(self, events, on_damage="raise", base=BASE_COLUMNS):
+        """Decode the requested events.
+
+        ``events`` maps ``"system:name"`` to a list of field names (``None``
+        means all non-common fields).  Returns ``{name: DataFrame}``.
+
+        ``base``: which of the columns ts, cpu, pid, comm every frame has (default all;
+        ``ts`` always): an analysis that needs only the time skips decoding the others.
+
+        If the data is damaged, ``on_damage="raise"`` (default) raises
+        :class:`TraceError` whose ``partial`` holds the frames read before the
+        damage; ``on_damage="partial"`` returns those frames instead.  Either way
+        ``info["partial"]`` is set and ``info["damage"]`` says where.
+        """
+        if isinstance(events, (list, tuple, set)):
+            events = {e: None for e in events}
+        bad = set(base) - set(BASE_COLUMNS)
+        if bad:
+            raise ValueError(f"base columns are {BASE_COLUMNS}, not {sorted(bad)}")
+        self._base = tuple(c for c in BASE_COLUMNS if c in base or c == "ts")
+        self._want_pid = "pid" in self._base or "comm" in self._base
+        want = {}          # id -> (key, fmt, [Field])
+        empty = {}
+        for key, fields in events.items():
+            if isinstance(fields, str):
+                fields = [fields]
+            fmt = self._lookup(key)
+            if fmt is None:
+                empty[key] = list(fields or [])
+                continue
+            if fields is None:
+                fields = fmt.user_fields()
+            flist = []
+            for fn in fields:
+                if fn not in fmt.fields:
+                    raise TraceError(
+                        f"event {fmt.full_name} has no field {fn!r}; its fields are: "
+                        f"{', '.join(fmt.fields)}")
+                flist.append(fmt.fields[fn])
+            if fmt.id in want:
+                # same event under two keys: union of fields, split at the end
+                prev = want[fmt.id]
+                names = [f.name for f in prev[2]]
+                prev[2].extend(f for f in flist if f.name not in names)
+                prev[3].append((key, list(fields)))
+            else:
+                want[fmt.id] = [key, fmt, flist, [(key, list(fields))]]
+        acc = {eid: {"ts": [], "cpu": [], "pid": [], **{"f:" + f.name: [] for f in w[2]}}
+               for eid, w in want.items()}
+        lost = []
+        damage = []
+        with tuning.reading(self._size > _RELEASE_ABOVE) as memory:
+            try:
+                self._scan(want, acc, lost, damage)
+            except MemoryError:
+                raise TraceError(f"{self.path}: out of memory while decoding; ask for fewer "
+                                 "events or fields") from None
+            except (IndexError, ValueError, OverflowError) as e:
+                # a damage pattern the checks above did not catch: still a TraceError
+                damage.append(f"undecodable ring-buffer data ({type(e).__name__}: {e})")
+            with memory.building():
+                frames = self._build(want, acc)
+        for key, fields in empty.items():
+            frames[key] = pd.DataFrame({c: pd.Series(dtype=np.int64 if c != "comm" else "str")
+                                        for c in self._base}
+                                       | {field_column(f): pd.Series(dtype=object)
+                                          for f in fields})
+        if not damage:
+            damage.extend(self._other_damage)
+        self._set_lost(lost)
+        if damage:
+            self.info["partial"] = True
+            self.info["damage"] = list(self.info["damage"]) + damage
+            if on_damage != "partial":
+                raise TraceError(
+                    f"{self.path}: the trace data is damaged; decoded only the events before "
+                    f"the damage ({'; '.join(damage[:4])}{' ...' if len(damage) > 4 else ''}). "
+                    "Use the events in .partial with care, or re-copy/re-record the trace",
+                    partial=frames)
+        return frames
+

@@ -1,0 +1,140 @@
+"""Memory and thread settings for whole-array work on large columns (reading a trace, the slab
+analysis), each scoped to the work that needs it: nothing here changes the process at import,
+and every setting made is undone when its `with` block ends.
+
+glibc's malloc, by default, serves each allocation above a (dynamic) threshold from a mapping of
+its own and unmaps it when freed: for the many same-sized temporaries of a block-by-block scan
+that is a fresh page fault per 4 KiB every time (most of the system time on a loaded VM). A
+fixed, higher threshold keeps them in the heap, which hands the same memory out again. glibc
+cannot be told to go back to its dynamic threshold: on exit the thresholds are set to its
+starting values (128 KiB) and the heap is trimmed, so what was freed goes back to the system.
+"""
+
+import contextlib
+import ctypes
+import functools
+import os
+
+import numpy as np
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_GLIBC_START = 128 << 10         # glibc's mmap and trim thresholds before any mallopt()
+SCAN_MMAP_THRESHOLD = 32 << 20   # above the scan's per-block temporaries (up to ~10 MiB)
+BUILD_MMAP_THRESHOLD = 1 << 20   # building columns: few, column-sized temporaries
+TRIM_THRESHOLD = 1 << 30         # freeing the heap's top would only be faulted in again
+
+
+@functools.lru_cache(maxsize=1)
+def _libc():
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt, libc.malloc_trim      # glibc: both there, or neither is used
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+def _mallopt(mmap_threshold, trim_threshold):
+    """Set glibc's mmap and trim thresholds; False where that cannot be done (not glibc)."""
+    libc = _libc()
+    return bool(libc and libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
+                and libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold))
+
+
+def trim():
+    """Give the heap's free memory back to the system (after a phase whose temporaries are
+    gone: the next phase's results are new allocations, and the peak should be about them)."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+def _no_hugepages():
+    """Stop numpy from asking for transparent huge pages: with the usual "defrag=madvise"
+    setting each huge-page fault may compact memory first, which made reads slower and less
+    even here (the columns are written once, in order). Returns what undoes it, or None."""
+    f = getattr(getattr(np, "_core", None), "multiarray", None)
+    f = getattr(f, "_set_madvise_hugepage", None)
+    if f is None:
+        return None
+    try:
+        return (f, f(False))
+    except Exception:      # noqa: BLE001 - an optimisation only
+        return None
+
+
+def _restore_hugepages(state):
+    if state is not None:
+        f, prev = state
+        f(prev)
+
+
+class reading:
+    """While a trace is read: no huge pages and, for a large file (``large``), the scan's
+    threshold; ``building()`` switches to the threshold of building the columns."""
+
+    def __init__(self, large):
+        self.large = large
+
+    def __enter__(self):
+        self._set = self.large and _mallopt(SCAN_MMAP_THRESHOLD, TRIM_THRESHOLD)
+        self._huge = _no_hugepages()
+        return self
+
+    @contextlib.contextmanager
+    def building(self):
+        """Building: each temporary its own mapping, given back when freed, so the peak stays
+        near the result."""
+        switched = self._set and _mallopt(BUILD_MMAP_THRESHOLD, TRIM_THRESHOLD)
+        try:
+            yield
+        finally:
+            if switched:
+                _mallopt(SCAN_MMAP_THRESHOLD, TRIM_THRESHOLD)
+
+    def __exit__(self, *exc):
+        _undo(self._set, self._huge)
+        return False
+
+
+class heap_reuse:
+    """Whole-array analysis of large columns: while it runs, glibc keeps freed blocks in its
+    heap and hands them out again (no unmapping), so the many temporaries of the same size
+    cost no fresh page faults; on exit the thresholds go back and the heap is trimmed."""
+
+    def __enter__(self):
+        self._set = _mallopt(1 << 30, 1 << 30)
+        self._huge = _no_hugepages()
+        return self
+
+    def __exit__(self, *exc):
+        _undo(self._set, self._huge)
+        return False
+
+
+def _undo(thresholds_set, huge):
+    """Put numpy's huge pages back as they were and, where the thresholds were set, glibc's
+    back at its starting values, then trim the heap."""
+    _restore_hugepages(huge)
+    if thresholds_set:
+        _mallopt(_GLIBC_START, _GLIBC_START)
+        trim()
+
+
+def reader_threads():
+    """Threads for reading CPU streams in parallel: the usable cores left idle by the
+    machine's load (at most 8, at least 1), or $NFSRT_READER_THREADS."""
+    env = os.environ.get("NFSRT_READER_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    # only the cores other work leaves idle: on a busy machine a second thread gains no
+    # time and costs its own heap and block buffers (memory)
+    try:
+        idle = n - os.getloadavg()[0]
+    except OSError:
+        idle = n
+    return max(1, min(n, 8, int(idle + 0.5)))
