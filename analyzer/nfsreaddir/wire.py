@@ -72,16 +72,24 @@ def listings(cap):
                 rows.index, rows["ts"], rows["cookie"], rows["reply_ts"], rows["status"],
                 rows["cookies"], rows["eof"]):
             cookie = None if pd.isna(c) else int(c)
+            # A reply with eof ends the pass only when the client asks nothing more of it:
+            # 5.10 fills one page of its readdir cache from each reply and asks again from
+            # the last cookie that fitted the page, a cookie of a reply of this pass, so after
+            # an eof reply it reads on from inside it.
+            reads_on = (lst is not None and lst.ending == analysis.EOF and bool(cookie)
+                        and cookie in seen)
             if cookie == 0 and lst is not None and lst.ending != analysis.EOF:
                 lst._restart_idx.append(len(lst._rows))     # a restart
                 seen_before = set(seen)
-            elif lst is None or lst.ending == analysis.EOF or cookie == 0:
+            elif lst is None or (lst.ending == analysis.EOF and not reads_on) or cookie == 0:
                 if lst is not None:
                     out.append(lst)
                 lst = _new_listing(client, fh, ts, began_before=cookie != 0)
                 seen, last_reply_cookie, older = set(), None, set()
                 seen_before = set()
             else:
+                if reads_on:
+                    lst.ending = analysis.CUT_OFF
                 seen_before = seen
                 # A client continues from the last cookie of its previous reply; from an older
                 # one, a second pass over the same directory interleaves with this one.
