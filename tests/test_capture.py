@@ -6,6 +6,7 @@ from them here with Wireshark's own tools (editcap), so every input is a real ca
 """
 
 import gzip
+import json
 import os
 import shutil
 import signal
@@ -24,6 +25,20 @@ CAP_FIXTURES = sorted(d for d in os.listdir(FIXTURES) if d.endswith("-cap")
                       and os.path.exists(os.path.join(FIXTURES, d, "COMMAND")))
 PHASES = ("idle", "modified")
 SOURCE = "6.1-v4.1-cap"     # the capture the damaged ones are made from
+
+# Issue 14's three kernels, each recorded by tests/fixtures/record with the same workload (the
+# COMMAND beside each): what their modified listing is comes from the workload, never from the
+# analyzer (test_the_workload_says_what_each_listing_is checks it on the wire with tshark's own
+# fields and the client's own READDIR count): stock 5.10 goes back to cookie 0 after the
+# directory changed (bad), 6.1 and 5.10 with kernel-patches/v5.10 continue at the reader's
+# cookie (good). Each idle listing met no change, so it cannot decide.
+KERNELS = {
+    "5.10-v4.1-cap": ("5.10.0-", verdict.BAD),
+    "6.1-v4.1-cap": ("6.1.0-", verdict.GOOD),
+    "5.10-series-v4.1-cap": ("5.10.262-nfsrt", verdict.GOOD),
+}
+EXPECTED = {(name, "modified"): code for name, (_, code) in KERNELS.items()}
+EXPECTED.update({(name, "idle"): verdict.UNDECIDED for name in KERNELS})
 
 
 def _pcap(d, phase):
@@ -46,6 +61,32 @@ def _main(a, phase):
     return next(lst for lst in a.listings if lst.phase == phase)
 
 
+def _facts(name):
+    with open(os.path.join(FIXTURES, name, "facts")) as f:
+        return dict(line.rstrip("\n").partition("=")[::2] for line in f if "=" in line)
+
+
+def _names(name, which):
+    with open(os.path.join(FIXTURES, name, f"names-{which}.txt")) as f:
+        return f.read().split()
+
+
+def _wire_readdir_cookies(cap):
+    """The cookie of every NFSv4 READDIR call in a capture, in order, first transmission only,
+    straight from tshark's fields (nothing of capture.py or wire.py)."""
+    out = subprocess.run(["tshark", "-r", cap, "-n", "-Y", "rpc.msgtyp == 0 && nfs.opcode == 26",
+                          "-T", "fields", "-e", "tcp.srcport", "-e", "rpc.xid",
+                          "-e", "nfs.cookie4"], capture_output=True, text=True,
+                         check=True).stdout
+    seen, cookies = set(), []
+    for line in out.splitlines():
+        port, xid, cookie = line.split("\t")
+        if (port, xid) not in seen:
+            seen.add((port, xid))
+            cookies.append(int(cookie))
+    return cookies
+
+
 def test_every_field_is_one_this_tshark_knows():
     """tshark refuses an unknown -e field outright; name the missing one instead."""
     known = set()
@@ -56,6 +97,46 @@ def test_every_field_is_one_this_tshark_knows():
         if len(parts) > 2 and parts[0] in ("F", "P"):     # fields and protocols
             known.add(parts[2])
     assert [f for _, f in capture.FIELDS if f not in known] == []
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_the_three_kernels_are_recorded_with_captures(name):
+    """Stock 5.10, 6.1 and 5.10 with the series: each a fixture with its COMMAND, both phases
+    captured (gzip'd, small) with nothing dropped, on the kernel its name says."""
+    assert name in CAP_FIXTURES, f"{name} is missing: record it with tests/fixtures/record"
+    facts = _facts(name)
+    assert facts["run.kernel"].startswith(KERNELS[name][0]), facts["run.kernel"]
+    assert facts["run.capture"] == "on"
+    for phase in PHASES:
+        cap = _pcap(name, phase)
+        assert cap.endswith(".gz") and os.path.getsize(cap) < 4 << 20
+        assert facts[f"{phase}.capture_dropped"] == "0"
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_the_workload_says_what_each_listing_is(name):
+    """The ground truth behind EXPECTED, from the run itself: each phase's one lister listed
+    every file (and, modified, some of the writer's), the capture holds exactly the READDIRs
+    the client counted (mountstats, in the facts), and every READDIR at cookie 0 after the
+    first was the client going back to the start of the directory."""
+    assert name in CAP_FIXTURES, f"{name} is missing: record it with tests/fixtures/record"
+    facts = _facts(name)
+    expected = set(_names(name, "expected"))
+    for phase in PHASES:
+        names = _names(name, phase)
+        assert facts[f"{phase}.status"] == "0" and facts[f"{phase}.timed_out"] == "0"
+        assert len(names) == len(set(names)) and expected <= set(names), phase
+        cookies = _wire_readdir_cookies(_pcap(name, phase))
+        assert len(cookies) == int(facts[f"{phase}.readdir"]), phase
+        assert cookies[0] == 0, phase
+        back_to_zero = cookies.count(0) - 1
+        if EXPECTED[name, phase] == verdict.BAD:
+            assert back_to_zero > 0, phase
+        else:
+            assert back_to_zero == 0, (phase, back_to_zero)
+    # The writer's files: the modified listing ran while the directory changed.
+    assert any(n.startswith("new-") for n in _names(name, "modified"))
+    assert not any(n.startswith("new-") for n in _names(name, "idle"))
 
 
 @pytest.mark.parametrize("phase", PHASES)
@@ -80,6 +161,43 @@ def test_capture_and_trace_give_the_same_answers(name, phase):
     assert w.ending == analysis.EOF and w.fileid == t.fileid
     vw, vt = verdict.judge([a_wire]), verdict.judge([a_trace])
     assert vw.code == vt.code, (vw.reason, vt.reason)
+    if (name, phase) in EXPECTED:
+        assert vt.code == EXPECTED[name, phase], vt.reason
+
+
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_analyze_of_capture_and_trace_agree(name, phase):
+    """`nfs-readdir analyze --json` as a user runs it, once on the capture and once on the
+    trace.dat of the same listing: the same READDIR count, restarts and verdict, and the verdict
+    the workload says. What differs by design is named below."""
+    cap = _pcap(name, phase)
+    dat = os.path.join(FIXTURES, name, f"{phase}.dat")
+    w = json.loads(run_cli("analyze", "--json", cap, check=0).stdout)[0]
+    t = json.loads(run_cli("analyze", "--json", dat, check=0).stdout)[0]
+    lw = next(x for x in w["listings"] if x["phase"] == phase)
+    lt = next(x for x in t["listings"] if x["phase"] == phase)
+    for k in ("readdirs", "restarts", "cookie_zero_readdirs", "refetched_readdirs", "ending",
+              "dir_fileid", "entries"):
+        assert lw[k] == lt[k], (k, lw[k], lt[k])
+    assert w["verdict"]["code"] == t["verdict"]["code"] == EXPECTED[name, phase], (
+        w["verdict"]["reason"], t["verdict"]["reason"])
+    # ... and what the workload says: the client's own READDIR count, and every READDIR at
+    # cookie 0 after the first a restart.
+    assert lt["readdirs"] == int(_facts(name)[f"{phase}.readdir"])
+    assert lt["restarts"] == _wire_readdir_cookies(cap).count(0) - 1
+    # Different by design: the wire carries no process (the client's address and port stand
+    # for it) and no invalidation, only its cause: the directory's change attribute moving in
+    # the GETATTR replies the client fetched. The capture counts those changes, the trace the
+    # client's invalidations of its readdir cache; several changes can come before the one
+    # invalidation that drops the cache (5.10 with the series: 5 changes, 1 invalidation), so
+    # the two numbers differ, but a modified listing met both and an idle one neither.
+    assert lw["comm"].startswith("127.0.0.1:") and lt["comm"] == "paced-lister"
+    assert lw["invalidations"] == 0
+    if phase == "modified":
+        assert lw["version_changes"] > 0 and lt["invalidations"] > 0
+    else:
+        assert not lw["version_changes"] and lt["invalidations"] == 0
 
 
 @pytest.mark.parametrize("name", CAP_FIXTURES)

@@ -68,20 +68,41 @@ def listings(cap):
         seen = set()            # entry cookies this pass has been given
         last_reply_cookie = None
         older = set()           # last cookies of earlier replies of this pass
+        prev_cookies = None     # the entry cookies of the pass's previous reply
+        page = 0                # most entries the client took of a reply it did not use whole
         for i, ts, c, reply_ts, status, cookies, eof in zip(
                 rows.index, rows["ts"], rows["cookie"], rows["reply_ts"], rows["status"],
                 rows["cookies"], rows["eof"]):
             cookie = None if pd.isna(c) else int(c)
-            if cookie == 0 and lst is not None and lst.ending != analysis.EOF:
+            # A reply with eof ends the pass only when the client asks nothing more of it:
+            # 5.10 fills one page of its readdir cache from each reply and asks again from
+            # the last cookie that fitted the page, a cookie of a reply of this pass, so after
+            # an eof reply it reads on from inside it.
+            reads_on = (lst is not None and lst.ending == analysis.EOF and bool(cookie)
+                        and cookie in seen)
+            # Such a client, taking at most `page` entries of a reply, has not finished the
+            # pass while its last eof reply held more: a READDIR at cookie 0 then is a restart.
+            unfinished = (lst is not None and lst.ending == analysis.EOF and page > 0
+                          and prev_cookies is not None and len(prev_cookies) > page)
+            if cookie == 0 and lst is not None and (lst.ending != analysis.EOF or unfinished):
                 lst._restart_idx.append(len(lst._rows))     # a restart
+                if unfinished:
+                    lst.ending = analysis.CUT_OFF
                 seen_before = set(seen)
-            elif lst is None or lst.ending == analysis.EOF or cookie == 0:
+            elif lst is None or (lst.ending == analysis.EOF and not reads_on) or cookie == 0:
                 if lst is not None:
                     out.append(lst)
                 lst = _new_listing(client, fh, ts, began_before=cookie != 0)
                 seen, last_reply_cookie, older = set(), None, set()
+                prev_cookies, page = None, 0
                 seen_before = set()
             else:
+                if reads_on:
+                    lst.ending = analysis.CUT_OFF
+                if prev_cookies and cookie in prev_cookies:
+                    took = prev_cookies.index(cookie) + 1
+                    if took < len(prev_cookies):
+                        page = max(page, took)
                 seen_before = seen
                 # A client continues from the last cookie of its previous reply; from an older
                 # one, a second pass over the same directory interleaves with this one.
@@ -99,6 +120,7 @@ def listings(cap):
             cookies = cookies or []
             lst.refetched_entries += sum(1 for c in cookies if c in seen_before)
             seen.update(cookies)
+            prev_cookies = cookies
             if last_reply_cookie is not None:
                 older.add(last_reply_cookie)
             if cookies:
