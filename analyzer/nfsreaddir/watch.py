@@ -18,7 +18,7 @@ import time
 import pandas as pd
 
 from . import analysis, events, tracing, verdict
-from .analysis import NS
+from .units import NS
 from .trace import BASE_COLUMNS, field_column
 from .trace import pipe as ringbuf
 

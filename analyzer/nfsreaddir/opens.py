@@ -1,0 +1,419 @@
+"""The reader: each open of a directory, from the reader's calls and its READDIRs, and the
+READDIRs that were restarts.
+
+A listing is one open of a directory by one process, from its first getdents to its close, to
+the end of the directory, or to the end of the trace. What delimits it depends on what the trace
+recorded, best first:
+
+    opens      opendir/closedir and the reader's position at each getdents (this project's
+               5.10 series, or the kprobes of events.OPEN_KPROBES on any kernel)
+    syscalls   getdents64 per (process, fd), ended by a getdents64 that returned 0
+    phases     the reproducer's phase markers: one lister, one open, per phase
+    readdirs   nothing but the READDIRs: one listing per process and directory
+
+A restart is a READDIR at cookie 0 while the reader's position is past the start: the kernel
+went back to the start of the directory although the reader did not ask it to. A cookie-0 READDIR
+whose cause the trace cannot tell (a restart, a rewind, or a new open of the same directory) is
+counted as ambiguous, never as a restart or as a new listing.
+
+Where the trace gives the reader's position as a cookie at each getdents (the open kprobes, the
+series), READDIRs of that getdents for pages that lie wholly below the position (one below it,
+followed by another that still starts at or below it) are a restart too on kernels that look for
+the position from the first page of the directory's page cache
+(events.searches_from_first_page): when another reader of the same directory has filled the
+first pages again after an invalidation, the search reads them from the cache and asks the server
+only from where they end, never at cookie 0. The page that holds the position starts below it;
+filling that one alone is no restart. Cookies are compared by value, as the file systems
+that export them hand them out in increasing order along a listing (ext4's hashes, xfs and tmpfs
+offsets); in a listing whose positions went backwards without a rewind that order does not hold,
+and such a READDIR is ambiguous, as it is when the trace does not name its kernel.
+"""
+
+import numpy as np
+import pandas as pd
+
+from . import events
+
+# How a listing ended.
+EOF, ERROR, KILLED, CLOSED, CUT_OFF, UNKNOWN = ("eof", "error", "killed", "closed", "cut_off",
+                                                "unknown")
+ENDINGS = {
+    EOF: "reached the end of the directory",
+    ERROR: "stopped by an error",
+    KILLED: "killed by a signal",
+    CLOSED: "closed before the end of the directory",
+    CUT_OFF: "cut off by the end of the trace",
+    UNKNOWN: "not known to have reached the end (the trace has no end-of-listing event)",
+}
+
+
+class _Open:
+    """One open being read: its READDIRs and whether the reader is at the start."""
+
+    def __init__(self, pid, comm, start, delimited_by, key=None, below_restarts=False):
+        self.pid, self.comm, self.start, self.end = pid, comm, start, start
+        # A READDIR below the reader's position: True a restart, None ambiguous, False nothing
+        # (events.searches_from_first_page).
+        self.below_restarts = below_restarts
+        self.key = key
+        self.delimited_by = delimited_by
+        self.rows = []              # rpc table row numbers
+        self.restart_rows, self.ambiguous_rows = [], []
+        self.targets = {}           # restart row -> the reader's position it had to get back to
+        self.at_start = True
+        self.progressed = False     # the reader has been past the start
+        self.progressed_at = None   # when it first was (what it had read could then be lost)
+        self.getdents = 0
+        self.rewinds = []
+        self.ending = None
+        self.error = None
+        self.dev = self.fileid = None
+        self.began_before_trace = False
+        self.phase = None           # the reproducer's phase, where one delimits the listing
+        self.pos = None             # the reader's position (a cookie) at this getdents
+        self.last_pos = 0           # ... at the previous one, since the start or a rewind
+        self.ordered = True         # positions grew: cookies can be compared by value
+        self.searched = False       # this getdents already restarted
+        self.below = None           # its last READDIR below the position, if it was below
+
+    def position(self, ts, pos):
+        """The reader enters the file system at position pos (None: not known)."""
+        self.getdents += 1
+        self.end = max(self.end, ts)
+        self.searched = False
+        self.below = None
+        self.pos = None
+        if pos is None:
+            return
+        if pos == 0:
+            if self.progressed:
+                self.rewind(ts)
+            self.at_start = True
+        else:
+            # The kprobe reads loff_t, signed; cookies are unsigned 64-bit.
+            self.pos = pos & 0xFFFF_FFFF_FFFF_FFFF
+            if self.pos < self.last_pos:
+                self.ordered = False
+            self.last_pos = self.pos
+            if not self.progressed and not self.rows and self.getdents == 1:
+                self.began_before_trace = True
+            self.at_start = False
+            self.progressed = True
+            self.past_start(ts)
+
+    def past_start(self, ts):
+        if self.progressed_at is None:
+            self.progressed_at = ts
+
+    def rewind(self, ts):
+        """The reader went back to the start: what it reads next is a new pass."""
+        if self.progressed or self.rows:
+            self.rewinds.append(ts)
+        self.at_start = True
+        self.ending = None
+        self.pos, self.last_pos = None, 0
+
+    def readdir(self, row, ts, cookie, rewinds_visible=True):
+        """A READDIR of this open; cookie None: not known."""
+        self.rows.append(row)
+        self.end = max(self.end, ts)
+        if cookie is None:
+            return
+        if cookie == 0:
+            if self.at_start:
+                self.at_start = False
+            elif rewinds_visible:
+                self.restart_rows.append(row)
+                self.searched = True
+            else:
+                self.ambiguous_rows.append(row)
+        else:
+            self.at_start = False
+            if self.pos is not None and not self.searched and self.below_restarts is not False:
+                # A READDIR below where the reader is fills the page that holds its position,
+                # unless the next one still starts at or below it: then that page lay wholly
+                # behind the reader, a search from the start that the cache served up to there
+                # (see the module's text).
+                if self.below is not None and cookie <= self.pos:
+                    sure = self.ordered and self.below_restarts
+                    (self.restart_rows if sure else self.ambiguous_rows).append(self.below)
+                    self.targets[self.below] = self.pos
+                    self.searched = True
+                self.below = row if cookie < self.pos else None
+            self.past_start(ts)
+        self.progressed = True
+
+
+def _cookie(v):
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def by_opens(rpc, calls, cookies_known, keyed_by_file, below_restarts):
+    """Listings from opendir/closedir and the reader's position (mode "opens")."""
+    rows = _merged(rpc, calls)
+    done, live, current = [], {}, {}     # live: key -> _Open; current: pid -> key
+    for r in rows:
+        pid, ts, kind = r["pid"], r["ts"], r["kind"]
+        if kind == "rpc":
+            key = current.get(pid)
+            o = live.get(key) if key is not None else None
+            if o is None:
+                mine = [o2 for k, o2 in live.items() if k[0] == pid]
+                o = mine[0] if len(mine) == 1 else None
+            if o is None:       # a READDIR outside any open we saw: its own listing
+                o = _Open(pid, r["comm"], ts, "readdirs", key=("orphan", pid))
+                o.began_before_trace = True
+                live[o.key] = o
+                current[pid] = o.key
+            o.readdir(r["row"], ts, _cookie(r["cookie"]) if cookies_known else None)
+            continue
+        call = r["call"]
+        key = (pid, r["file"]) if keyed_by_file else (pid, r["dev"], r["fileid"])
+        if call == "opendir":
+            if key in live:
+                done.append(_close(live.pop(key), None))
+            o = _Open(pid, r["comm"], ts, "opens", key=key, below_restarts=below_restarts)
+            live[key] = o
+        elif call in ("getdents", "llseek", "closedir", "getdents_done"):
+            o = live.get(key)
+            if o is None:
+                if call in ("closedir", "getdents_done"):
+                    continue
+                o = _Open(pid, r["comm"], ts, "opens", key=key, below_restarts=below_restarts)
+                o.began_before_trace = call == "llseek"
+                live[key] = o
+            if call == "getdents":
+                o.position(ts, _cookie(r["pos"]))
+                current[pid] = key
+            elif call == "llseek":
+                if _cookie(r["pos"]) == 0:
+                    o.rewind(ts)
+            elif call == "getdents_done":
+                _returned(o, ts, eof=r["eof"], err=r["error"])
+            else:
+                done.append(_close(live.pop(key), ts))
+                if current.get(pid) == key:
+                    del current[pid]
+        elif call == "sys_getdents_ret":
+            key = current.get(pid)
+            o = live.get(key) if key is not None else None
+            if o is not None and r.get("in_fs"):
+                _returned(o, ts, ret=r["ret"])
+        if not keyed_by_file and not pd.isna(r.get("dev")):
+            o2 = live.get(key)
+            if o2 is not None:
+                o2.dev, o2.fileid = _cookie(r["dev"]), _cookie(r["fileid"])
+    done.extend(live.values())
+    return done
+
+
+def _returned(o, ts, ret=None, eof=None, err=None):
+    """How a getdents call came back: at the end of the directory, or with an error."""
+    o.end = max(o.end, ts)
+    ret = _cookie(ret)
+    err = _cookie(err)
+    if ret is not None and ret < 0:
+        err = -ret
+    if err:
+        o.ending = KILLED if err in events.KILLED_ERRORS else ERROR
+        o.error = err
+    elif ret == 0 or (eof is not None and not pd.isna(eof) and int(eof)):
+        o.ending = EOF
+    elif ret:
+        o.past_start(ts)
+
+
+def _close(o, ts):
+    if ts is not None:
+        o.end = max(o.end, ts)
+        if o.ending is None:
+            o.ending = CLOSED
+    return o
+
+
+def _merged(rpc, calls):
+    """READDIRs and reader calls in time order (a call before a READDIR at the same instant:
+    the READDIR happens inside the call), with each syscall return marked when the
+    getdents64 it ends went into NFS."""
+    a = pd.DataFrame({"ts": rpc["ts"].to_numpy(), "pid": rpc["pid"].to_numpy(),
+                      "comm": rpc["comm"].to_numpy(), "kind": "rpc", "order": 1,
+                      "row": np.arange(len(rpc)), "cookie": rpc["cookie"].to_numpy(),
+                      "dir": rpc["fileid"].to_numpy()})
+    # The tables hold each event's rows apart, so at one timestamp (a coarse emulated clock
+    # gives several events one) the trace's own order is gone; _causal() puts a process's
+    # events of one instant back in the only order its calls allow.
+    b = calls.assign(kind="call", row=-1, order=0)
+    df = pd.concat([b, a], ignore_index=True).sort_values(["ts"], kind="stable")
+    out = _causal(df.to_dict("records"), "sys_getdents" in set(calls["call"].dropna()))
+    # A getdents64 whose return we attribute: one during which the task entered NFS.
+    entered = {}
+    for r in out:
+        if r["kind"] == "call" and r["call"] == "sys_getdents":
+            entered[r["pid"]] = False
+        elif r["kind"] == "rpc" or (r["kind"] == "call" and r["call"] == "getdents"):
+            if r["pid"] in entered:
+                entered[r["pid"]] = True
+        elif r["kind"] == "call" and r["call"] == "sys_getdents_ret":
+            r["in_fs"] = entered.pop(r["pid"], False)
+    return out
+
+
+# Where a process is: outside any call (0), in a getdents64 system call (1), in the file
+# system's readdir within it (2), or back from the file system and returning (3).
+def _causal(rows, has_sys):
+    """Each process's events of one timestamp in causal order: opens, closes and seeks outside
+    a call; a getdents64's entry, the file system's readdir within it, the READDIRs it makes,
+    its return, the system call's return. has_sys: the trace records the system calls (else a
+    file system return ends the call)."""
+    level, cur, out, i = {}, {}, [], 0
+    while i < len(rows):
+        j = i
+        while j < len(rows) and rows[j]["ts"] == rows[i]["ts"]:
+            j += 1
+        group, i = rows[i:j], j
+        pids = list(dict.fromkeys(r["pid"] for r in group))
+        for pid in pids:
+            pending = [r for r in group if r["pid"] == pid]
+            lv = level.get(pid, 0)
+            while pending:
+                r = pending.pop(_pick(pending, lv, cur.get(pid)))
+                out.append(r)
+                lv = _after(_kind(r), lv, has_sys)
+                if _kind(r) == "getdents":
+                    cur[pid] = _known(r.get("fileid"))
+            level[pid] = lv
+    return out
+
+
+# Outside a call an open comes before the reads of the file, and a close after them.
+_OUTSIDE = ("llseek", "sys_lseek", "opendir", "sys_getdents", "getdents", "rpc",
+            "sys_getdents_ret", "getdents_done", "closedir")
+_PREFER = {  # what can happen next at each level, most likely first
+    0: _OUTSIDE,
+    1: ("getdents", "rpc", "sys_getdents_ret", "getdents_done"),
+    2: ("rpc", "getdents_done", "sys_getdents_ret"),
+    3: ("sys_getdents_ret",) + _OUTSIDE,
+}
+
+
+def _pick(pending, lv, directory):
+    """Which of a process's pending events of one instant happened next. directory: the one
+    the process's current readdir reads, where the trace says."""
+    if lv in (0, 3):
+        # A file closed and its slot opened again: the close first.
+        opening = {r.get("file") for r in pending if _kind(r) == "opendir"}
+        for n, r in enumerate(pending):
+            if _kind(r) == "closedir" and r.get("file") in opening:
+                return n
+    for want in _PREFER[lv]:
+        for n, r in enumerate(pending):
+            # A READDIR of another directory belongs to a later readdir.
+            if _kind(r) == want and not (want == "rpc" and lv == 2 and directory is not None
+                                         and _known(r.get("dir")) not in (None, directory)):
+                return n
+    return 0
+
+
+def _known(v):
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def _kind(r):
+    return "rpc" if r["kind"] == "rpc" else r["call"]
+
+
+def _after(kind, lv, has_sys):
+    return {"sys_getdents": 1, "getdents": 2, "getdents_done": 3 if has_sys else 0,
+            "sys_getdents_ret": 0}.get(kind, lv)
+
+
+def by_syscalls(rpc, calls, cookies_known):
+    """Listings from getdents64 per (process, fd) (mode "syscalls"): one ends when getdents64
+    returns 0, the next getdents64 on that fd starts another."""
+    lseeks_seen = (calls["call"] == "sys_lseek").any()
+    done, live, current = [], {}, {}
+    for r in _merged(rpc, calls):
+        pid, ts = r["pid"], r["ts"]
+        if r["kind"] == "rpc":
+            key = current.get(pid)
+            o = live.get(key) if key is not None else None
+            if o is None:
+                o = _Open(pid, r["comm"], ts, "readdirs", key=("orphan", pid))
+                o.began_before_trace = True
+                live[o.key] = o
+                current[pid] = o.key
+            # Without lseek events a rewind cannot be seen, so a restart cannot be told from
+            # one.
+            o.readdir(r["row"], ts, _cookie(r["cookie"]) if cookies_known else None,
+                      rewinds_visible=bool(lseeks_seen))
+            continue
+        call = r["call"]
+        if call == "sys_getdents":
+            key = (pid, _cookie(r["fd"]))
+            o = live.get(key)
+            if o is None:
+                o = _Open(pid, r["comm"], ts, "syscalls", key=key)
+                live[key] = o
+            o.getdents += 1
+            current[pid] = key
+        elif call == "sys_getdents_ret":
+            key = current.get(pid)
+            o = live.get(key)
+            if o is None:
+                continue
+            _returned(o, ts, ret=r["ret"])
+            if o.ending is not None:        # end of directory, or an error: the listing is over
+                done.append(live.pop(key))
+                del current[pid]
+            elif _cookie(r["ret"]):
+                o.at_start = False
+                o.progressed = True
+        elif call == "sys_lseek":
+            o = live.get((pid, _cookie(r["fd"])))
+            if o is not None and _cookie(r["pos"]) == 0 and _cookie(r["whence"]) == 0:
+                o.rewind(ts)
+    done.extend(live.values())
+    # A getdents64 of a local directory enters no NFS: only listings with READDIRs, or that
+    # the kernel served from its cache, belong here; without a file system event that is not
+    # known, so keep those with READDIRs.
+    return [o for o in done if o.rows]
+
+
+def by_phases(rpc, phases, cookies_known):
+    """One listing per reproducer phase (mode "phases"): its lister opens the directory once
+    and never seeks, so a cookie-0 READDIR after the first is a restart."""
+    out = []
+    last_ts = int(rpc["ts"].max()) if len(rpc) else None
+    for p in phases:
+        end = p.end if p.end is not None else (last_ts if last_ts is not None else p.start)
+        rows = rpc[(rpc["ts"] >= p.start) & (rpc["ts"] <= end)]
+        pids = rows["pid"].value_counts()
+        pid = int(pids.index[0]) if len(pids) else p.pid
+        mine = rows[rows["pid"] == pid]
+        o = _Open(pid, str(mine["comm"].iloc[0]) if len(mine) else "", p.start, "phases")
+        o.end = end
+        for i, c in zip(mine.index, mine["cookie"]):
+            o.readdir(int(i), int(rpc.at[i, "ts"]), _cookie(c) if cookies_known else None)
+        o.phase = p
+        out.append(o)
+    return out
+
+
+def by_readdirs(rpc, cookies_known, cookie_is_position):
+    """One listing per process and directory (mode "readdirs"). Where the cookie a READDIR asks
+    for is the reader's own position (5.18+ cache fills), a cookie-0 READDIR after progress is
+    a new listing; elsewhere it cannot be told from a restart."""
+    out = []
+    keys = ["pid"] + [c for c in ("dev", "fileid") if rpc[c].notna().any()]
+    for _, rows in rpc.groupby(keys, sort=False, dropna=False):
+        o = None
+        for i, ts, c in zip(rows.index, rows["ts"], rows["cookie"]):
+            c = _cookie(c) if cookies_known else None
+            if o is None or (cookie_is_position and c == 0 and o.progressed):
+                if o is not None:
+                    out.append(o)
+                o = _Open(int(rows["pid"].iloc[0]), str(rows["comm"].iloc[0]), int(ts),
+                          "readdirs")
+            o.readdir(int(i), int(ts), c, rewinds_visible=False)
+        out.append(o)
+    return out
