@@ -8,6 +8,7 @@ here knows an event name: the plan (events.plan) says what to add.
 """
 
 import os
+import re
 import signal
 import subprocess
 
@@ -37,6 +38,15 @@ def _write(path, text, append=False):
 def _read(path):
     with open(path) as f:
         return f.read()
+
+
+def buffer_kb(text):
+    """The size a buffer_size_kb text stands for. A buffer no one has used yet reads "7
+    (expanded: 1408)": 7 KiB now, 1408 KiB from the first use on (enabling any event). Once
+    used it cannot shrink back to unexpanded, so 1408 is what putting it back means; writing
+    the whole text is refused (EINVAL), and writing 7 would leave a real 7 KiB buffer."""
+    m = re.match(r"\s*\d+\s*\(expanded:\s*(\d+)\)", text)
+    return m.group(1) if m else text.strip()
 
 
 def _kernel_says(tracefs, function):
@@ -177,8 +187,12 @@ class Session:
                     value = value.split("[", 1)[1].split("]", 1)[0] if "[" in value else ""
                 if name == "buffer_size_kb" and self._per_cpu:
                     for p, v in self._per_cpu.items():
-                        if _read(p) != v:
-                            step(f"restore {p}", lambda p=p, v=v: _write(p, v.strip()))
+                        if buffer_kb(_read(p)) != buffer_kb(v):
+                            step(f"restore {p}", lambda p=p, v=v: _write(p, buffer_kb(v)))
+                elif name == "buffer_size_kb":
+                    path, value = os.path.join(self.root, name), buffer_kb(value)
+                    if buffer_kb(_read(path)) != value:
+                        step(f"restore {name}", lambda p=path, v=value: _write(p, v))
                 elif value.strip() and _read(os.path.join(self.root, name)) != self._saved[name]:
                     step(f"restore {name}", lambda n=name, v=value: _write(
                         os.path.join(self.root, n), v.strip()))
