@@ -271,11 +271,12 @@ def check(d):
 
 @pytest.mark.vm
 def test_stock_5_10_record_check_watch(tmp_path):
-    p = vm_run("debian:5.10", tmp_path, "--watch", "--signals")
+    p = vm_run("debian:5.10", tmp_path, "--watch", "--signals", timeout=2400)
     assert p.returncode == 0, p.stdout + p.stderr
     rec = (tmp_path / "record.txt").read_text()
     assert "record exit 0" in rec and "running: trace-cmd record" in rec, rec
     assert "kprobe: echo 'p:nfsprobe/nfs4_proc_readdir nfs4_proc_readdir cookie=" in rec, rec
+    assert int((tmp_path / "names").read_text()) >= 4000
     c = check(tmp_path)
     assert c.returncode == 1 and c.stdout.startswith("bad:"), c.stdout + c.stderr
     # watch over the same listing: the same listing model, the same answer.
@@ -283,8 +284,8 @@ def test_stock_5_10_record_check_watch(tmp_path):
     assert "watch exit 1" in text and "Traceback" not in text, text
     w = json.loads((tmp_path / "watch.json").read_text())
     a = json.loads(run_cli("analyze", "--json", tmp_path / "t.dat", check=0).stdout)[0]
-    lister = [x for x in a["listings"] if x["comm"] == "paced-lister"]
-    wl = [x for x in w["listings"] if x["comm"] == "paced-lister"]
+    lister = [x for x in a["listings"] if x["comm"] == "ls"]
+    wl = [x for x in w["listings"] if x["comm"] == "ls"]
     assert len(lister) == len(wl) == 1, (lister, wl)
     for k in ("restarts", "readdirs", "invalidations", "cookie_zero_readdirs", "ending",
               "invalidations_followed_by_restart", "refetched_readdirs"):
@@ -294,13 +295,13 @@ def test_stock_5_10_record_check_watch(tmp_path):
     late = [float(x) for x in re.findall(r"restart .*\(seen ([0-9.]+)s after\)", text)]
     assert len(late) == w["restart_lines"] == lister[0]["restarts"] > 0, (late, text)
     assert late[0] < 1.0, late
-    # tracefs as it was, after the listing and after SIGINT and SIGTERM in the middle (a
-    # record and a watch interrupted together, each with both signals in turn).
+    # tracefs as it was after the listing (watch stopped by SIGINT) and after SIGINT (record)
+    # and SIGTERM (watch) in the middle. Record's SIGTERM is watch's unwinding (Terminated from
+    # tracing.trap_sigterm); each start-up costs minutes of imports over 9p under emulation.
     before = (tmp_path / "tracefs-before").read_text()
-    for what in ("after-listing", "record-INT+watch-TERM", "record-TERM+watch-INT"):
+    for what in ("after-listing", "record-INT+watch-TERM"):
         assert (tmp_path / f"tracefs-{what}").read_text() == before, what
-    for what, code in (("record-INT", 130), ("record-TERM", 143), ("watch-INT", 125),
-                       ("watch-TERM", 125)):
+    for what, code in (("record-INT", 130), ("watch-TERM", 125)):
         out = (tmp_path / f"{what}.txt").read_text()
         assert f"exit {code}" in out and "Traceback" not in out, (what, out)
         assert ("running: trace-cmd record" if what.startswith("record") else "Ctrl-C") in out
@@ -317,6 +318,7 @@ def test_stock_record_check_good(tmp_path, kernel):
     rec = (tmp_path / "record.txt").read_text()
     assert "record exit 0" in rec and "nfs:nfs_readdir_cache_fill" in rec, rec
     assert "kprobe: echo 'p:nfsprobe/nfs_readdir nfs_readdir file=" in rec, rec
+    assert int((tmp_path / "names").read_text()) >= 4000
     c = check(tmp_path)
     assert c.returncode == 0 and c.stdout.startswith("good:"), c.stdout + c.stderr
     if newest:
