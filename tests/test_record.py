@@ -276,7 +276,6 @@ def test_stock_5_10_record_check_watch(tmp_path):
     rec = (tmp_path / "record.txt").read_text()
     assert "record exit 0" in rec and "running: trace-cmd record" in rec, rec
     assert "kprobe: echo 'p:nfsprobe/nfs4_proc_readdir nfs4_proc_readdir cookie=" in rec, rec
-    assert int((tmp_path / "names").read_text()) >= 4000
     c = check(tmp_path)
     assert c.returncode == 1 and c.stdout.startswith("bad:"), c.stdout + c.stderr
     # watch over the same listing: the same listing model, the same answer.
@@ -284,8 +283,8 @@ def test_stock_5_10_record_check_watch(tmp_path):
     assert "watch exit 1" in text and "Traceback" not in text, text
     w = json.loads((tmp_path / "watch.json").read_text())
     a = json.loads(run_cli("analyze", "--json", tmp_path / "t.dat", check=0).stdout)[0]
-    lister = [x for x in a["listings"] if x["comm"] == "ls"]
-    wl = [x for x in w["listings"] if x["comm"] == "ls"]
+    lister = [x for x in a["listings"] if x["comm"] == "paced-lister"]
+    wl = [x for x in w["listings"] if x["comm"] == "paced-lister"]
     assert len(lister) == len(wl) == 1, (lister, wl)
     for k in ("restarts", "readdirs", "invalidations", "cookie_zero_readdirs", "ending",
               "invalidations_followed_by_restart", "refetched_readdirs"):
@@ -318,7 +317,6 @@ def test_stock_record_check_good(tmp_path, kernel):
     rec = (tmp_path / "record.txt").read_text()
     assert "record exit 0" in rec and "nfs:nfs_readdir_cache_fill" in rec, rec
     assert "kprobe: echo 'p:nfsprobe/nfs_readdir nfs_readdir file=" in rec, rec
-    assert int((tmp_path / "names").read_text()) >= 4000
     c = check(tmp_path)
     assert c.returncode == 0 and c.stdout.startswith("good:"), c.stdout + c.stderr
     if newest:
