@@ -148,10 +148,14 @@ class Session:
 
     # -------------------------------------------------------------------------- instance
     def enable(self, events, buffer_kb, clock=None):
-        """Instance mode: size the buffer, pick the clock, enable the events."""
-        _write(os.path.join(self.root, "buffer_size_kb"), str(buffer_kb))
-        if clock:
-            _write(os.path.join(self.root, "trace_clock"), clock)
+        """Instance mode: enable the events, size the buffer, pick the clock, then trace.
+
+        The events go on before the buffer is sized: before 6.x "expanded" is one flag for
+        all buffers, and writing an instance's buffer_size_kb while the top buffer is still
+        unexpanded ("7 (expanded: 1408)") sets it without expanding the top one, which then
+        stays a real 7 KiB for good (a stock 5.10 guest read 7 after watch). Enabling an
+        event first expands the top buffer as any first use does."""
+        _write(os.path.join(self.root, "tracing_on"), "0")
         for ev in events:
             system, name = ev.split(":", 1)
             try:
@@ -159,6 +163,9 @@ class Session:
             except OSError as e:
                 raise KernelLacks(f"cannot enable {ev}: {e.strerror}") from None
             self.enabled.append(ev)
+        _write(os.path.join(self.root, "buffer_size_kb"), str(buffer_kb))
+        if clock:
+            _write(os.path.join(self.root, "trace_clock"), clock)
         _write(os.path.join(self.root, "tracing_on"), "1")
 
     # -------------------------------------------------------------------------- undo
