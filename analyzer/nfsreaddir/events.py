@@ -446,6 +446,28 @@ def _pair_directory(rpc, paired):
     return rpc
 
 
+def stream_sources(trace):
+    """For a reader that takes events one at a time (watch): {event name: (table, Source,
+    {canonical: raw field})} of the events load() reads the rpc, invalidations and calls
+    tables from. Each table comes from its first group the trace has (load() takes the first
+    whose events fired, which a live reader cannot wait for); kprobe READDIRs add the event
+    that names their directory, as table "rpc_directory". The reader's system calls are left
+    out: they matter only where no open is seen."""
+    out = {}
+    for table, groups in (("rpc", RPC_SOURCES), ("invalidations", INVALIDATION_SOURCES),
+                          ("calls", CALL_SOURCES)):
+        for group in groups:
+            uses = _uses(trace, group)
+            if uses:
+                for u in uses:
+                    out[u.name] = (table, u.src, dict(u.fields))
+                break
+    if any(t == "rpc" and src.event.startswith("*:") for t, src, _ in out.values()):
+        for u in _uses(trace, [PAIRED_DIRECTORY]):
+            out.setdefault(u.name, ("rpc_directory", u.src, dict(u.fields)))
+    return out
+
+
 def load(trace):
     """Read a trace into the canonical tables. Returns a dict of DataFrames plus 'sources' (per
     table, the events it was read from) and 'recorded' (per table, the events the trace recorded

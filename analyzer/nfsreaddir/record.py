@@ -3,7 +3,8 @@
 The events and kprobes come from events.plan (the running kernel's tracefs and kallsyms); the
 kprobes are added here, `trace-cmd record` records, and tracing.Session puts tracefs back as it
 was on any exit. The exact command and kprobe definitions are printed first, so a user can
-repeat them by hand or paste them into a bug report.
+repeat them by hand or paste them into a bug report. All of record's own lines go to stderr:
+stdout is COMMAND's (`record -o t.dat -- ls -f /mnt/big >names` keeps the names apart).
 """
 
 import os
@@ -48,7 +49,7 @@ def _sampler(tfs, stop):
             return
 
 
-def run(output, command=None, duration=None, dcache=False, slab=False, out=sys.stdout):
+def run(output, command=None, duration=None, dcache=False, slab=False, out=sys.stderr):
     """Record; returns the exit status (0 recorded, 130 Ctrl-C, 143 SIGTERM)."""
     if not shutil.which("trace-cmd"):
         raise Refused("trace-cmd not found: install it (apt-get install trace-cmd)")

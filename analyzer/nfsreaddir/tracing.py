@@ -8,6 +8,7 @@ here knows an event name: the plan (events.plan) says what to add.
 """
 
 import os
+import re
 import signal
 import subprocess
 
@@ -37,6 +38,15 @@ def _write(path, text, append=False):
 def _read(path):
     with open(path) as f:
         return f.read()
+
+
+def buffer_kb(text):
+    """The size a buffer_size_kb text stands for. A buffer no one has used yet reads "7
+    (expanded: 1408)": 7 KiB now, 1408 KiB from the first use on (enabling any event). Once
+    used it cannot shrink back to unexpanded, so 1408 is what putting it back means; writing
+    the whole text is refused (EINVAL), and writing 7 would leave a real 7 KiB buffer."""
+    m = re.match(r"\s*\d+\s*\(expanded:\s*(\d+)\)", text)
+    return m.group(1) if m else text.strip()
 
 
 def _kernel_says(tracefs, function):
@@ -138,10 +148,14 @@ class Session:
 
     # -------------------------------------------------------------------------- instance
     def enable(self, events, buffer_kb, clock=None):
-        """Instance mode: size the buffer, pick the clock, enable the events."""
-        _write(os.path.join(self.root, "buffer_size_kb"), str(buffer_kb))
-        if clock:
-            _write(os.path.join(self.root, "trace_clock"), clock)
+        """Instance mode: enable the events, size the buffer, pick the clock, then trace.
+
+        The events go on before the buffer is sized: before 6.x "expanded" is one flag for
+        all buffers, and writing an instance's buffer_size_kb while the top buffer is still
+        unexpanded ("7 (expanded: 1408)") sets it without expanding the top one, which then
+        stays a real 7 KiB for good (a stock 5.10 guest read 7 after watch). Enabling an
+        event first expands the top buffer as any first use does."""
+        _write(os.path.join(self.root, "tracing_on"), "0")
         for ev in events:
             system, name = ev.split(":", 1)
             try:
@@ -149,6 +163,9 @@ class Session:
             except OSError as e:
                 raise KernelLacks(f"cannot enable {ev}: {e.strerror}") from None
             self.enabled.append(ev)
+        _write(os.path.join(self.root, "buffer_size_kb"), str(buffer_kb))
+        if clock:
+            _write(os.path.join(self.root, "trace_clock"), clock)
         _write(os.path.join(self.root, "tracing_on"), "1")
 
     # -------------------------------------------------------------------------- undo
@@ -177,8 +194,12 @@ class Session:
                     value = value.split("[", 1)[1].split("]", 1)[0] if "[" in value else ""
                 if name == "buffer_size_kb" and self._per_cpu:
                     for p, v in self._per_cpu.items():
-                        if _read(p) != v:
-                            step(f"restore {p}", lambda p=p, v=v: _write(p, v.strip()))
+                        if buffer_kb(_read(p)) != buffer_kb(v):
+                            step(f"restore {p}", lambda p=p, v=v: _write(p, buffer_kb(v)))
+                elif name == "buffer_size_kb":
+                    path, value = os.path.join(self.root, name), buffer_kb(value)
+                    if buffer_kb(_read(path)) != value:
+                        step(f"restore {name}", lambda p=path, v=value: _write(p, v))
                 elif value.strip() and _read(os.path.join(self.root, name)) != self._saved[name]:
                     step(f"restore {name}", lambda n=name, v=value: _write(
                         os.path.join(self.root, n), v.strip()))
