@@ -243,7 +243,14 @@ lb_capture_start() {
 # summary (dropped: by the kernel, for want of buffer space).
 lb_capture_stop() {
 	[ -n "${CAPTURER:-}" ] || return 0
-	kill -INT "$CAPTURER" 2>/dev/null && wait "$CAPTURER" 2>/dev/null || true
+	kill -INT "$CAPTURER" 2>/dev/null
+	# tcpdump writes its summary and exits at once; never let a stuck one hold the cleanup.
+	for _ in $(seq 50); do
+		kill -0 "$CAPTURER" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$CAPTURER" 2>/dev/null && lb_log "tcpdump did not stop on SIGINT: killed"
+	wait "$CAPTURER" 2>/dev/null || true
 	CAPTURER=
 	CAPTURE_STATS=$(awk '/packets captured$/ { c = $1 } /packets received by filter$/ { r = $1 }
 		/packets dropped by kernel$/ { d = $1 }
