@@ -314,7 +314,11 @@ def test_capture_stops_with_the_reproducer(tmp_path):
         echo "$CAPTURER" >{tmp_path}/pid
         sleep 60 & wait $!
     """
-    p = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+    # A shell started with SIGINT ignored (any job a non-interactive shell put in the
+    # background, and so a CI run started that way) cannot trap it; a user's terminal gives the
+    # reproducer the default, as this does.
+    p = subprocess.Popen(["bash", "-c", script], start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     pidfile = tmp_path / "pid"
     for _ in range(100):
         if pidfile.exists() and pidfile.read_text().strip():
