@@ -16,7 +16,7 @@ from . import events, markers as markers_mod
 from .opens import (  # noqa: F401 (how a listing ended: part of this module's answers)
     CLOSED, CUT_OFF, ENDINGS, EOF, ERROR, KILLED, UNKNOWN, by_opens, by_phases, by_readdirs,
     by_syscalls)
-from .units import NS
+from .units import NS, int_or_none
 CHAIN_WINDOW_NS = 5 * NS    # how far back an invalidation's causes are looked for
 
 class AnalysisError(Exception):
@@ -169,17 +169,14 @@ class Analysis:
                                   for lst in self.listings]}
 
 
-def _opt_int(v):
-    return None if v is None or pd.isna(v) else int(v)
-
-
 # ------------------------------------------------------------------------------ per listing
 def _restarts(rpcs, restart_idx, invalidation_ts, targets=None):
     """What each restart cost: READDIRs and time until the listing asks for a cookie above every
     cookie asked before the restart, and above the reader's position where that is known
-    (targets: per restart, 0 where it is not). Cookies are compared by value: ext4 (hash order), xfs and
-    tmpfs (offsets) hand out cookies that grow along a listing, while the page boundaries of a
-    re-read move whenever the directory changed, so the same cookies are not asked for again."""
+    (targets: per restart, 0 where it is not). Cookies are compared by value: ext4 (hash
+    order), xfs and tmpfs (offsets) hand out cookies that grow along a listing, while the page
+    boundaries of a re-read move whenever the directory changed, so the same cookies are not
+    asked for again."""
     cookies = rpcs["cookie"].to_numpy()
     ts = rpcs["ts"].to_numpy()
     out = []
@@ -347,8 +344,8 @@ def analyze(trace):
     listings = []
     for o in opens:
         rows = rpc.loc[o.rows].reset_index(drop=True) if o.rows else rpc.iloc[0:0]
-        dev = _opt_int(rows["dev"].dropna().iloc[0]) if rows["dev"].notna().any() else o.dev
-        fileid = (_opt_int(rows["fileid"].dropna().iloc[0]) if rows["fileid"].notna().any()
+        dev = int_or_none(rows["dev"].dropna().iloc[0]) if rows["dev"].notna().any() else o.dev
+        fileid = (int_or_none(rows["fileid"].dropna().iloc[0]) if rows["fileid"].notna().any()
                   else o.fileid)
         comm = str(rows["comm"].iloc[0]) if len(rows) else o.comm
         lst = Listing(int(o.pid), comm, dev, fileid, int(o.start), int(o.end),

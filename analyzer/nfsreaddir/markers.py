@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .units import NS
+from .units import NS, int_or_none
 
 PREFIX = "nfsrt: "
 SAMPLE_COLUMNS = ["nr_dentry", "nr_unused", "nr_negative", "slab_active", "slab_total",
@@ -53,11 +53,6 @@ def _pairs(words):
     return out
 
 
-def _int(v):
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
 
 
 def lines(markers_df, column="text"):
@@ -82,19 +77,20 @@ def parse(markers_df):
             m.run.update(_pairs(words[1:]))
         elif words[0] == "sample":
             kv = _pairs(words[1:])
-            rows.append([int(ts)] + [_int(kv.get(c)) for c in SAMPLE_COLUMNS])
+            rows.append([int(ts)] + [int_or_none(kv.get(c)) for c in SAMPLE_COLUMNS])
         else:
             kv = _pairs(words)
             if "phase" not in kv:
                 continue
             if kv.get("event") == "start":
                 m.phases.append(Phase(kv["phase"], int(ts), pid=int(pid),
-                                      dir_fileid=_int(kv.get("dir_fileid"))))
+                                      dir_fileid=int_or_none(kv.get("dir_fileid"))))
             elif kv.get("event") == "end":
                 for p in reversed(m.phases):
                     if p.name == kv["phase"] and p.end is None:
-                        p.end, p.status, p.entries = int(ts), _int(kv.get("status")), _int(
-                            kv.get("entries"))
+                        p.end = int(ts)
+                        p.status = int_or_none(kv.get("status"))
+                        p.entries = int_or_none(kv.get("entries"))
                         break
     if rows:
         m.samples = pd.DataFrame(rows, columns=["ts"] + SAMPLE_COLUMNS).astype(

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from . import events
+from .units import int_or_none
 
 # How a listing ended.
 EOF, ERROR, KILLED, CLOSED, CUT_OFF, UNKNOWN = ("eof", "error", "killed", "closed", "cut_off",
@@ -144,10 +145,6 @@ class _Open:
         self.progressed = True
 
 
-def _cookie(v):
-    return None if v is None or pd.isna(v) else int(v)
-
-
 def by_opens(rpc, calls, cookies_known, keyed_by_file, below_restarts):
     """Listings from opendir/closedir and the reader's position (mode "opens")."""
     rows = _merged(rpc, calls)
@@ -165,7 +162,7 @@ def by_opens(rpc, calls, cookies_known, keyed_by_file, below_restarts):
                 o.began_before_trace = True
                 live[o.key] = o
                 current[pid] = o.key
-            o.readdir(r["row"], ts, _cookie(r["cookie"]) if cookies_known else None)
+            o.readdir(r["row"], ts, int_or_none(r["cookie"]) if cookies_known else None)
             continue
         call = r["call"]
         key = (pid, r["file"]) if keyed_by_file else (pid, r["dev"], r["fileid"])
@@ -183,10 +180,10 @@ def by_opens(rpc, calls, cookies_known, keyed_by_file, below_restarts):
                 o.began_before_trace = call == "llseek"
                 live[key] = o
             if call == "getdents":
-                o.position(ts, _cookie(r["pos"]))
+                o.position(ts, int_or_none(r["pos"]))
                 current[pid] = key
             elif call == "llseek":
-                if _cookie(r["pos"]) == 0:
+                if int_or_none(r["pos"]) == 0:
                     o.rewind(ts)
             elif call == "getdents_done":
                 _returned(o, ts, eof=r["eof"], err=r["error"])
@@ -202,7 +199,7 @@ def by_opens(rpc, calls, cookies_known, keyed_by_file, below_restarts):
         if not keyed_by_file and not pd.isna(r.get("dev")):
             o2 = live.get(key)
             if o2 is not None:
-                o2.dev, o2.fileid = _cookie(r["dev"]), _cookie(r["fileid"])
+                o2.dev, o2.fileid = int_or_none(r["dev"]), int_or_none(r["fileid"])
     done.extend(live.values())
     return done
 
@@ -210,8 +207,8 @@ def by_opens(rpc, calls, cookies_known, keyed_by_file, below_restarts):
 def _returned(o, ts, ret=None, eof=None, err=None):
     """How a getdents call came back: at the end of the directory, or with an error."""
     o.end = max(o.end, ts)
-    ret = _cookie(ret)
-    err = _cookie(err)
+    ret = int_or_none(ret)
+    err = int_or_none(err)
     if ret is not None and ret < 0:
         err = -ret
     if err:
@@ -280,7 +277,7 @@ def _causal(rows, has_sys):
                 out.append(r)
                 lv = _after(_kind(r), lv, has_sys)
                 if _kind(r) == "getdents":
-                    cur[pid] = _known(r.get("fileid"))
+                    cur[pid] = int_or_none(r.get("fileid"))
             level[pid] = lv
     return out
 
@@ -309,22 +306,22 @@ def _pick(pending, lv, directory):
         for n, r in enumerate(pending):
             # A READDIR of another directory belongs to a later readdir.
             if _kind(r) == want and not (want == "rpc" and lv == 2 and directory is not None
-                                         and _known(r.get("dir")) not in (None, directory)):
+                                         and int_or_none(r.get("dir")) not in (None, directory)):
                 return n
     return 0
-
-
-def _known(v):
-    return None if v is None or pd.isna(v) else int(v)
 
 
 def _kind(r):
     return "rpc" if r["kind"] == "rpc" else r["call"]
 
 
+_LEVEL_AFTER = {"sys_getdents": 1, "getdents": 2, "sys_getdents_ret": 0}
+
+
 def _after(kind, lv, has_sys):
-    return {"sys_getdents": 1, "getdents": 2, "getdents_done": 3 if has_sys else 0,
-            "sys_getdents_ret": 0}.get(kind, lv)
+    if kind == "getdents_done":
+        return 3 if has_sys else 0
+    return _LEVEL_AFTER.get(kind, lv)
 
 
 def by_syscalls(rpc, calls, cookies_known):
@@ -344,12 +341,12 @@ def by_syscalls(rpc, calls, cookies_known):
                 current[pid] = o.key
             # Without lseek events a rewind cannot be seen, so a restart cannot be told from
             # one.
-            o.readdir(r["row"], ts, _cookie(r["cookie"]) if cookies_known else None,
+            o.readdir(r["row"], ts, int_or_none(r["cookie"]) if cookies_known else None,
                       rewinds_visible=bool(lseeks_seen))
             continue
         call = r["call"]
         if call == "sys_getdents":
-            key = (pid, _cookie(r["fd"]))
+            key = (pid, int_or_none(r["fd"]))
             o = live.get(key)
             if o is None:
                 o = _Open(pid, r["comm"], ts, "syscalls", key=key)
@@ -365,12 +362,12 @@ def by_syscalls(rpc, calls, cookies_known):
             if o.ending is not None:        # end of directory, or an error: the listing is over
                 done.append(live.pop(key))
                 del current[pid]
-            elif _cookie(r["ret"]):
+            elif int_or_none(r["ret"]):
                 o.at_start = False
                 o.progressed = True
         elif call == "sys_lseek":
-            o = live.get((pid, _cookie(r["fd"])))
-            if o is not None and _cookie(r["pos"]) == 0 and _cookie(r["whence"]) == 0:
+            o = live.get((pid, int_or_none(r["fd"])))
+            if o is not None and int_or_none(r["pos"]) == 0 and int_or_none(r["whence"]) == 0:
                 o.rewind(ts)
     done.extend(live.values())
     # A getdents64 of a local directory enters no NFS: only listings with READDIRs, or that
@@ -393,7 +390,7 @@ def by_phases(rpc, phases, cookies_known):
         o = _Open(pid, str(mine["comm"].iloc[0]) if len(mine) else "", p.start, "phases")
         o.end = end
         for i, c in zip(mine.index, mine["cookie"]):
-            o.readdir(int(i), int(rpc.at[i, "ts"]), _cookie(c) if cookies_known else None)
+            o.readdir(int(i), int(rpc.at[i, "ts"]), int_or_none(c) if cookies_known else None)
         o.phase = p
         out.append(o)
     return out
@@ -408,7 +405,7 @@ def by_readdirs(rpc, cookies_known, cookie_is_position):
     for _, rows in rpc.groupby(keys, sort=False, dropna=False):
         o = None
         for i, ts, c in zip(rows.index, rows["ts"], rows["cookie"]):
-            c = _cookie(c) if cookies_known else None
+            c = int_or_none(c) if cookies_known else None
             if o is None or (cookie_is_position and c == 0 and o.progressed):
                 if o is not None:
                     out.append(o)

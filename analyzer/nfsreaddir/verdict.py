@@ -19,9 +19,9 @@ A trace, or a run of several, is bad when any listing is bad; cannot decide when
 undecided, as a restart may hide there; good when at least one listing is good; and cannot
 decide otherwise, since nothing exercised the bug to its end. An unfinished listing does not
 stop the others from deciding: a directory poller stopped mid-listing when the trace ends says
-nothing against the listings that finished. Without cookies, the READDIRs of a modified listing against an idle one of the
-same run decide instead, and a reproducer's run is also bad when a listing repeated or lost a
-name. `check`, results.json, vm-run and bisect-run all answer through judge().
+nothing against the listings that finished. Without cookies, the READDIRs of a modified listing
+against an idle one of the same run decide instead, and a reproducer's run is also bad when a
+listing repeated or lost a name. `check`, results.json, vm-run and bisect-run all answer through judge().
 """
 
 from dataclasses import dataclass, field
@@ -96,7 +96,7 @@ def judge_listing(lst, max_restarts=0):
             why += f", and did not reach the end of the directory ({analysis.ENDINGS[lst.ending]})"
         return Finding(lst, "bad", why)
     if lst.damage:
-        return Finding(lst, "undecided", f"events were damaged or lost during it ("
+        return Finding(lst, "undecided", "events were damaged or lost during it ("
                        + "; ".join(sorted({d['what'] for d in lst.damage}))[:300] + ")")
     if not lst.cookies_known:
         return Finding(lst, "undecided", "the trace has no READDIR cookies, so a restart "

@@ -136,11 +136,12 @@ def _now_ns():
 class _Tracker:
     """Restarts and invalidations printed the moment their event is read. The analyzer's
     reader model for one open (opens._Open: a READDIR at cookie 0, or for a whole page below
-    its position, while the reader is past the start is a restart) is driven one event at a time, with the events load() would read
-    (events.stream_sources), so a line costs microseconds; analyzing every event so far on
-    each one took seconds under emulation, and the lines came 10-16 s late. Used where
-    listings are delimited by opens (the open kprobes or the series' events); the summary at
-    the end is analyze()'s over all the events either way."""
+    its position, while the reader is past the start is a restart) is driven one event at a
+    time, with the events load() would read (events.stream_sources), so a line costs
+    microseconds; analyzing every event so far on each one took seconds under emulation, and
+    the lines came 10-16 s late. Used where listings are delimited by opens (the open kprobes
+    or the series' events); the summary at the end is analyze()'s over all the events either
+    way."""
 
     def __init__(self, live, out, dir_fileid, start_ns):
         self.live, self.out, self.dir, self.start = live, out, dir_fileid, start_ns

@@ -28,6 +28,7 @@ import pandas as pd
 
 from . import analysis, capture as capture_mod
 from .analysis import Analysis, Listing
+from .units import int_or_none
 
 DELIMITED_BY = "wire"
 
@@ -209,7 +210,7 @@ def analyze(path, tshark=None):
         damage.append({"from": -1, "to": 1 << 62, "what": f"{cap.truncated_frames} frames cut "
                        f"to {cap.snaplen} bytes by the snaplen"})
     # A plain pcap does not keep the drop count: the reproducer's facts have tcpdump's.
-    dropped = _int(facts.get(f"{phase}.capture_dropped")) if phase else None
+    dropped = int_or_none(facts.get(f"{phase}.capture_dropped")) if phase else None
     if dropped is None and "pcapng" in cap.kind:
         dropped = capture_mod.pcapng_drops(path)
     if dropped:
@@ -248,10 +249,10 @@ def analyze(path, tshark=None):
         main = max(out, key=lambda x: len(x.rpcs), default=None)
         if main is not None:
             main.phase = phase
-            main.status = _int(facts.get(f"{phase}.status"))
-            main.entries = _int(facts.get(f"{phase}.entries"))
+            main.status = int_or_none(facts.get(f"{phase}.status"))
+            main.entries = int_or_none(facts.get(f"{phase}.entries"))
             if main.fileid is None:
-                main.fileid = _int(facts.get(f"{phase}.dir_fileid"))
+                main.fileid = int_or_none(facts.get(f"{phase}.dir_fileid"))
     run = {"kernel": facts.get("run.kernel")} if facts.get("run.kernel") else {}
     info = {"path": path, "format": f"{cap.kind} capture (NFSv{'/'.join(sorted(cap.versions))}"
             f", tshark)", "cpus": "-", "frames": cap.frames, "rpc_messages": cap.messages,
@@ -306,10 +307,3 @@ def _notes(cap, dropped):
                    "READDIR fields could not be told apart")
     out += [f"WARNING: {w}" for w in cap.warnings]
     return out
-
-
-def _int(v):
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
