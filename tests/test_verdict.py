@@ -102,6 +102,18 @@ def test_without_cookies_check_and_results_json_use_one_rule(tmp_path, trace_cmd
     c = run_cli("check", tmp_path / "bad")
     assert res["verdict"] == "FAIL" and c.returncode == 1, (res["reasons"], c.stdout)
     assert ph["modified"]["restarts"] is None       # unknown, not 0
+    # Nothing that reports an invalidation was recorded: unknown too, in results.json, in
+    # analyze --json and in the text (the 5.10 modified listing met 4 in the full trace).
+    for phase in res["phases"].values():
+        assert phase["invalidations"] is None, phase
+        assert phase["invalidations_followed_by_restart"] is None, phase
+    js = json.loads(run_cli("analyze", "--json", tmp_path / "bad" / "modified.dat").stdout)[0]
+    assert js["listings"][0]["invalidations"] is None and js["invalidations"] == [None]
+    text = run_cli("analyze", tmp_path / "bad" / "modified.dat", check=0).stdout
+    assert "invalidation events were not recorded" in text
+    lines = text.splitlines()
+    head = next(k for k, ln in enumerate(lines) if ln.split()[-2:] == ["invalidations", "dentries"])
+    assert lines[head + 1].split()[-2] == "?", text
 
 
 # ------------------------------------------------------- finding 3: one bad line, strict text

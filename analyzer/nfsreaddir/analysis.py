@@ -73,6 +73,10 @@ class Listing:
     damage: list = field(default_factory=list)      # damaged or lost events during it
     dentries: dict = field(default_factory=dict)
     cookies_known: bool = True
+    # False where nothing that reports an invalidation was recorded (a trace of RPCs only, a
+    # packet capture): the list above is then empty because it could not be seen, not because
+    # nothing happened.
+    invalidations_known: bool = True
 
     @property
     def complete(self):
@@ -128,10 +132,11 @@ class Listing:
             "refetched_readdirs": sum(r.refetched for r in self.restarts) if known else None,
             "restart_cost_seconds": (round(sum(r.cost_ns for r in self.restarts) / NS, 3)
                                      if known else None),
-            "invalidations": len(self.invalidations),
+            "invalidations": len(self.invalidations) if self.invalidations_known else None,
             "invalidations_followed_by_restart": (sum(bool(i.followed_by_restart)
                                                       for i in self.invalidations)
-                                                  if known else None),
+                                                  if known and self.invalidations_known
+                                                  else None),
             "version_changes": self.version_changes,
             "cache_range_trims": self.cache_range_trims,
             "exercised": self.exercised,
@@ -166,6 +171,7 @@ class Analysis:
                              for lst in self.listings],
                 "rewinds": [lst.rewinds for lst in self.listings],
                 "invalidations": [[vars(i) for i in lst.invalidations]
+                                  if lst.invalidations_known else None
                                   for lst in self.listings]}
 
 
@@ -350,7 +356,8 @@ def analyze(trace):
         comm = str(rows["comm"].iloc[0]) if len(rows) else o.comm
         lst = Listing(int(o.pid), comm, dev, fileid, int(o.start), int(o.end),
                       delimited_by=o.delimited_by, rpcs=rows, cookies_known=cookies_known,
-                      began_before_trace=o.began_before_trace, rpc_rows=list(o.rows))
+                      began_before_trace=o.began_before_trace, rpc_rows=list(o.rows),
+                      invalidations_known=bool(tables["recorded"]["invalidations"]))
         # Where neither cookies nor the reader's calls are recorded, when it left the start is
         # not known: any change during the listing counts.
         seen = cookies_known or o.delimited_by in ("opens", "syscalls")

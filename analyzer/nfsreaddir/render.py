@@ -29,7 +29,8 @@ def _quiet(lst):
     """A listing with nothing to tell: it reached the end with no restart, no change of its
     directory, and nothing unknown."""
     return (lst.complete and not lst.restarts and not lst.invalidations
-            and not lst.ambiguous_rows and not lst.damage and lst.cookies_known)
+            and not lst.ambiguous_rows and not lst.damage and lst.cookies_known
+            and lst.invalidations_known)
 
 
 def listing_table(analyses):
@@ -60,7 +61,7 @@ def listing_table(analyses):
                 "restarts": _q(s["restarts"]),
                 "refetched": _q(s["refetched_readdirs"]),
                 "invalidations": (f"{inv} ({followed} restarted)" if inv and followed is not None
-                                  else inv),
+                                  else _q(inv)),
                 "dentries": _fmt_dentries(s["dentries"]),
             })
         for (pid, comm), group in quiet.items():

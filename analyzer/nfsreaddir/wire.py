@@ -51,7 +51,7 @@ class WireListing(Listing):
 def _new_listing(client, fh, ts, began_before):
     lst = WireListing(pid=0, comm=client, dev=None, fileid=None, start=int(ts), end=int(ts),
                       delimited_by=DELIMITED_BY, began_before_trace=began_before,
-                      ending=analysis.CUT_OFF)
+                      ending=analysis.CUT_OFF, invalidations_known=False)
     lst.client, lst.fh = client, fh
     lst.refetched_entries = 0
     lst.missing_replies = 0
