@@ -2,9 +2,11 @@
 
 In `make test`: a commit that does not build is skipped (125), never judged good or bad.
 With NFSRT_TEST_BISECT=1 (`make test-bisect`): a whole `git bisect run` between the base
-(broken) and the top of the series (fixed) names the cookie-resume fix as the first fixed
-commit, with no manual step."""
+(broken) and the top of the series (fixed) names the cookie-resume patch (patch 5 of 6) as the
+first fixed commit, with no manual step: the uncached_readdir() fix, the trace events and the
+->readdir() verifier argument before it do not change how a listing restarts."""
 
+import email
 import os
 import subprocess
 
@@ -45,8 +47,12 @@ def test_bisect_names_the_cookie_resume_fix():
     patches = series_tree("bisect")
     fix = [p for p in patches if "Continue-a-listing" in p]
     assert len(fix) == 1, patches
+    # Patch 5: four patches that do not fix the listing before it must be bisected through.
+    names = [os.path.basename(p) for p in patches]
+    assert patches.index(fix[0]) == 4 and "uncached_readdir" in names[0], names
     with open(fix[0]) as f:
-        subject = next(l for l in f if l.startswith("Subject:")).split("] ", 1)[1].strip()
+        # the whole subject, also where format-patch folded it onto a second line
+        subject = " ".join(email.message_from_file(f)["Subject"].split()).split("] ", 1)[1]
     log_dir = os.path.join(TREE, ".git", "nfsrt-bisect")
     subprocess.run(["rm", "-rf", log_dir], check=True)
     git("bisect", "reset")
