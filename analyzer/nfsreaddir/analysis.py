@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import events, markers as markers_mod
+from . import events, markers as markers_mod, tables as tables_mod
 from .opens import (  # noqa: F401 (how a listing ended: part of this module's answers)
     CLOSED, CUT_OFF, ENDINGS, EOF, ERROR, KILLED, UNKNOWN, by_opens, by_phases, by_readdirs,
     by_syscalls)
@@ -319,7 +319,7 @@ def damage_windows(info):
 
 def analyze(trace):
     """Find the listings in an open trace (see nfsreaddir.trace.open_trace)."""
-    tables = events.load(trace)
+    tables = tables_mod.load(trace)
     rpc = tables["rpc"]
     if rpc.empty:
         raise AnalysisError(
