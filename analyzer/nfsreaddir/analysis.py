@@ -409,11 +409,11 @@ def analyze(trace):
             lst.cache_range_trims = int((trims["ts"] >= lst.progressed_at).sum())
         lst.version_changes = _version_changes(lst, revals, tables["cookie_is_position"])
         lst.damage = _damage_in(lst, damage)
-        lst.dentries = _dentries(marks.samples, lst.start, lst.end)
+        lst.dentries = _dentries(marks.counters, lst.start, lst.end)
         out.append(lst)
     out.sort(key=lambda x: (x.start, x.pid))
     evidence = {name: list(src or []) for name, src in sources.items()}
-    return Analysis(out, marks.run, marks.samples, evidence, cookies_known, trace.info,
+    return Analysis(out, marks.run, marks.counters, evidence, cookies_known, trace.info,
                     recorded=tables["recorded"], tables=tables)
 
 

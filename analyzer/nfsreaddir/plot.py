@@ -17,7 +17,7 @@ from matplotlib.lines import Line2D
 import pandas as pd
 
 from . import dcache, dcache_judge
-from .markers import DcacheMarkers
+from .markers import Markers
 from .units import NS
 
 
@@ -145,7 +145,7 @@ def dcache_samples(ax, samples, phases=None, columns=("nr_dentry", "nr_negative"
          label=None, shade=True):
     """Draw columns (nr_dentry and nr_negative) of the samples over time on ax, in seconds
     since t0 (default: the first sample), with the phases shaded and named. Returns ax."""
-    if isinstance(samples, DcacheMarkers):
+    if isinstance(samples, Markers):
         phases = samples.phases if phases is None else phases
         samples = samples.samples
     if samples is None or not len(samples):
