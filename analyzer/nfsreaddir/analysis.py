@@ -298,9 +298,9 @@ def damage_windows(info):
     for x in lost:
         cpu, ts = x.get("cpu"), x.get("ts")
         # Events were lost before ts and after the last loss (or the start) on that CPU.
+        n = x["count"] if x.get("count") is not None else "an unknown number of"
         out.append({"from": prev.get(cpu, -1), "to": ts if ts is not None else 1 << 62,
-                    "what": f"{x['count'] if x.get('count') is not None else 'an unknown number of'}"
-                            f" events lost on CPU {cpu}"})
+                    "what": f"{n} events lost on CPU {cpu}"})
         if ts is not None:
             prev[cpu] = ts
     if not lost and info.get("lost_total"):

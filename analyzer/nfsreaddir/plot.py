@@ -2,9 +2,10 @@
 
 The y axis is how far into the directory each READDIR asked to start: its cookie over the largest
 cookie of the listing, or for a listing that did not reach the end (dashed) over the largest
-cookie of a listing of the same directory that did. ext4 cookies are hash positions spread evenly over their range, and xfs
-and tmpfs cookies are offsets, so this is the share of the directory already read; a restart
-drops to 0. Invalidations are vertical lines, restarts red crosses.
+cookie of a listing of the same directory that did. ext4 cookies are hash positions spread
+evenly over their range, and xfs and tmpfs cookies are offsets, so this is the share of the
+directory already read; a restart drops to 0. Invalidations are vertical lines, restarts red
+crosses.
 """
 
 import os
