@@ -18,11 +18,12 @@ setup-build:
 demo: setup
 	reproducers/demo $(RESULTS)/demo $(DEMO_ARGS)
 
-# What a developer runs on every change (after `make setup` once): the analyzer's tests on the
-# recorded fixtures, with the golden outputs and the import layering; no VM, no kernel build, and
-# not the slow oracle and fuzz tests (`make test` runs those).
-check:
-	$(PYTEST) -q -m 'not vm and not kernel and not slow'
+# What a developer runs on every change: the analyzer's tests on the recorded fixtures, with the
+# golden outputs and the import layering, on every core (pytest-xdist; one file's tests stay on
+# one worker, as record's share the host's tracefs); no VM, no kernel build (not even the
+# series' fs/nfs), and not the slow oracle and fuzz tests (`make test` runs those).
+check: setup
+	$(PYTEST) -q -n auto --dist loadfile -m 'not vm and not kernel and not slow'
 
 # The suite CI runs: analyzer tests on recorded fixtures, VM end-to-end runs on stock kernels,
 # and the kernel series applied to a fresh 5.10 tree with fs/nfs compiled.

@@ -3,6 +3,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import traceback
 
 import pytest
 
@@ -34,13 +36,64 @@ def fixture(request):
         return {"name": request.param, "dir": d, "results": json.load(f)}
 
 
-def run_cli(*args, check=None):
-    """nfs-readdir as a user runs it: a process, its exit status and both streams."""
-    p = subprocess.run(NFS_READDIR + [str(a) for a in args], text=True, capture_output=True,
-                       timeout=600)
+# What drives the running kernel (tracefs, trace-cmd, signals) runs as a process, always.
+PROCESS_COMMANDS = {"record", "watch"}
+
+
+def run_cli(*args, check=None, process=False):
+    """nfs-readdir as a user runs it: its exit status and both streams. The analyzer's own
+    commands run in this process through cli.main, the function the console script calls (one
+    import of Python, pandas and the analyzer serves the session), with file descriptors 1 and
+    2 on files, so that what any part of it writes there is caught; record and watch, or
+    process=True, run as a process."""
+    args = [str(a) for a in args]
+    if process or PROCESS_COMMANDS & set(args[:1]):
+        p = subprocess.run(NFS_READDIR + args, text=True, capture_output=True, timeout=600)
+    else:
+        p = _run_main(args)
     if check is not None:
         assert p.returncode == check, (p.returncode, p.stdout, p.stderr)
     return p
+
+
+def _run_main(args):
+    """cli.main(args) as `python -m nfsreaddir.cli ARGS` runs it: a CompletedProcess of its exit
+    status (an exception that escapes is a traceback on stderr and status 1, as in a process)
+    and its output decoded as text=True decodes it."""
+    from nfsreaddir import cli
+    streams, fds = (sys.stdout, sys.stderr), (os.dup(1), os.dup(2))
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        for s in streams:
+            s.flush()
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        sys.stdout, sys.stderr = open(os.dup(1), "w"), open(os.dup(2), "w")
+        try:
+            code = cli.main(args)
+        except SystemExit as e:         # argparse refusing the words
+            code = e.code
+        except Exception:               # noqa: BLE001 (what the interpreter would print)
+            traceback.print_exc()
+            code = 1
+        finally:
+            for s in (sys.stdout, sys.stderr):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+            sys.stdout, sys.stderr = streams
+            os.dup2(fds[0], 1)
+            os.dup2(fds[1], 2)
+            for fd in fds:
+                os.close(fd)
+        if isinstance(code, str):       # SystemExit("message"): printed, status 1
+            err.seek(0, os.SEEK_END)
+            err.write(code.encode() + b"\n")
+            code = 1
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(NFS_READDIR + args, code or 0,
+                                           out.read().decode(), err.read().decode())
 
 
 @pytest.fixture(scope="session")

@@ -116,8 +116,9 @@ def assert_clean_error(p, code, *words):
 
 
 def test_missing_file():
-    assert_clean_error(run_cli("analyze", "/nonexistent.dat"), 2, "/nonexistent.dat",
-                       "no such file")
+    # As a process: the status the shell sees, and nothing but the message on its stderr.
+    assert_clean_error(run_cli("analyze", "/nonexistent.dat", process=True), 2,
+                       "/nonexistent.dat", "no such file")
 
 
 def test_empty_file(tmp_path):
@@ -194,7 +195,7 @@ def test_directory_without_traces(tmp_path):
 
 
 def test_usage_errors_exit_2():
-    p = run_cli("analyze")
+    p = run_cli("analyze", process=True)
     assert p.returncode == 2 and "usage:" in p.stderr
     p = run_cli("frobnicate", "x")
     assert p.returncode == 2 and "usage:" in p.stderr

@@ -85,7 +85,7 @@ SYNTH = [
 
 
 def test_parse_markers_keeps_every_sample_key_and_phase_value():
-    m = markers.parse_dcache(table(SYNTH))
+    m = markers.parse(table(SYNTH))
     assert m.run["kernel"] == "6.1.0-50-amd64" and m.run["reproducer"] == "dcache-negative"
     assert [p.name for p in m.phases] == ["before", "misses", "after", "dropped"]
     misses = m.phases[1]
@@ -100,7 +100,7 @@ def test_parse_markers_keeps_every_sample_key_and_phase_value():
 
 
 def test_summary_deltas_rates_and_negative_share():
-    s = dcache.summary(markers.parse_dcache(table(SYNTH)))
+    s = dcache.summary(markers.parse(table(SYNTH)))
     json.dumps(s)                                   # JSON-able as it is
     p = s["phases"]["misses"]
     # From the last sample before the start (t=0.5) to the first after the end (t=4.1).
@@ -117,7 +117,7 @@ def test_summary_deltas_rates_and_negative_share():
 
 
 def test_summary_lookup_slowdown_is_the_ratio_of_the_medians():
-    lk = dcache.summary(markers.parse_dcache(table(SYNTH)))["lookup"]["nfs"]
+    lk = dcache.summary(markers.parse(table(SYNTH)))["lookup"]["nfs"]
     assert lk["loops"]["before"]["median_ns"] == 20.0
     assert lk["loops"]["after"]["median_ns"] == 40.0
     assert lk["slowdown"] == 2.0
@@ -129,7 +129,7 @@ def test_summary_lookup_slowdown_is_the_ratio_of_the_medians():
 
 
 def test_summary_takes_a_samples_frame_and_phases():
-    m = markers.parse_dcache(table(SYNTH))
+    m = markers.parse(table(SYNTH))
     s = dcache.summary(m.samples, m.phases[1:2])
     assert list(s["phases"]) == ["misses"] and "lookup" not in s
     assert s["phases"]["misses"]["delta"]["nr_negative"] == 200
@@ -137,7 +137,7 @@ def test_summary_takes_a_samples_frame_and_phases():
 
 def test_summary_of_a_phase_cut_short_uses_the_last_sample():
     lines = SYNTH[:8]                              # stops inside `misses`
-    s = dcache.summary(markers.parse_dcache(table(lines)))
+    s = dcache.summary(markers.parse(table(lines)))
     p = s["phases"]["misses"]
     assert p["seconds"] is None
     assert p["after"]["nr_dentry"] == 400 and p["delta"]["nr_dentry"] == 300
@@ -147,7 +147,7 @@ def test_plot_draws_dentries_and_negatives_over_time():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    m = markers.parse_dcache(table(SYNTH))
+    m = markers.parse(table(SYNTH))
     fig, ax = plt.subplots()
     plot.dcache_samples(ax, m.samples, m.phases)
     lines = {ln.get_label(): ln for ln in ax.get_lines()}

@@ -21,6 +21,7 @@ def series_patches():
         return [p.strip() for p in f if p.strip() and not p.startswith("#")]
 
 
+@pytest.mark.kernel     # compiles fs/nfs after each patch: in make test, not make check
 def test_series_applies_builds_after_each_patch_and_passes_checkpatch():
     n = len(series_patches())
     p = subprocess.run([CHECK, "--each"], capture_output=True, text=True, timeout=3600)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import NFS_READDIR, TOP, run_cli
-from nfsreaddir import events, tracing
+from nfsreaddir import events, recordplan, tables, tracing
 from nfsreaddir.trace import pipe as ringbuf
 from nfsreaddir.trace.format import parse_header_page as _parse_header_page
 
@@ -112,7 +112,7 @@ def test_ring_buffer_pages_decode_real_events(tmp_path):
     trace_pipe_raw with the child's pid and a plausible fd, and the instance goes away."""
     before = snapshot(TRACEFS)
     ev = "syscalls:sys_enter_getdents64"
-    fmt = events.tracefs_format(TRACEFS, ev)
+    fmt = recordplan.tracefs_format(TRACEFS, ev)
     s = tracing.Session(TRACEFS, instance=f"nfs-readdir-test-{os.getpid()}")
     try:
         s.enable([ev], 1024, "mono")
@@ -174,7 +174,7 @@ def test_plan_by_kernel_knowledge(tmp_path):
             "syscalls:sys_enter_getdents64", "syscalls:sys_exit_getdents64"]
     t510 = fake_tracefs("510", base, "$stack<index>, $stack, $retval, $comm, $arg<N>,\n",
                         {"nfs4:nfs4_readdir": ["error", "dev", "fileid"]})
-    p = events.plan(t510, str(syms), release="5.10.0-46-amd64", machine="x86_64")
+    p = recordplan.plan(t510, str(syms), release="5.10.0-46-amd64", machine="x86_64")
     defs = [d for k in p.kprobes for d in k.definitions[:1]]
     assert "p:nfsprobe/nfs4_proc_readdir nfs4_proc_readdir cookie=$arg3:u64 count=$arg5:u32 " \
            "plus=$arg6:u8" in defs
@@ -184,21 +184,21 @@ def test_plan_by_kernel_knowledge(tmp_path):
     assert k.definitions[-1].endswith("file=%di:x64 pos=+8(%si):s64")
     assert {"nfsprobe:nfs4_proc_readdir", "nfs4:nfs4_readdir", "sunrpc:rpc_request",
             "syscalls:sys_exit_getdents64"} <= set(p.events)
-    arm = events.plan(t510, str(syms), release="5.10.0-46-arm64", machine="aarch64")
+    arm = recordplan.plan(t510, str(syms), release="5.10.0-46-arm64", machine="aarch64")
     k = next(k for k in arm.kprobes if k.spec.function == "nfs4_proc_readdir")
     assert k.definitions[-1].endswith("cookie=%x2:u64 count=%x4:u32 plus=%x5:u8")
     t61 = fake_tracefs("61", base + ["nfs:nfs_readdir_cache_fill", "nfs:nfs_readdir_uncached"],
                        "$arg<N>,\n\t <argname>[->field[->field|.field...]],\n",
                        {"nfs:nfs_readdir_cache_fill": ["dev", "fileid", "cookie", "dtsize"],
                         "nfs:nfs_readdir_uncached": ["dev", "fileid", "cookie", "dtsize"]})
-    p = events.plan(t61, str(syms), release="6.1.0-50-amd64", machine="x86_64")
+    p = recordplan.plan(t61, str(syms), release="6.1.0-50-amd64", machine="x86_64")
     assert {k.spec.function for k in p.kprobes} == {"nfs_opendir", "nfs_closedir",
                                                     "nfs_readdir"}
     k = next(k for k in p.kprobes if k.spec.function == "nfs_readdir")
     assert k.definitions[0].endswith("file=file:x64 pos=ctx->pos:s64")
     assert p.sources["rpc"] == "nfs:nfs_readdir_cache_fill, nfs:nfs_readdir_uncached"
     # 5.15 has neither the tracepoints nor the 5.10 signature: counts only, and it says so.
-    p = events.plan(t510, str(syms), release="5.15.0-1-amd64", machine="x86_64")
+    p = recordplan.plan(t510, str(syms), release="5.15.0-1-amd64", machine="x86_64")
     assert "nfs4_proc_readdir" not in {k.spec.function for k in p.kprobes}
     assert any("fit 5.0-5.10" in w for w in p.warnings)
     advice = events.record_advice("5.10.0-46-amd64", {"rpc"})
@@ -219,7 +219,7 @@ class _Replay:
         from nfsreaddir.trace import field_column, open_trace
         self.trace = open_trace(path)
         req = {name: sorted(set(f.values()) | ({src.where[0]} if src.where else set()))
-               for name, (_, src, f) in events.stream_sources(self.trace).items()}
+               for name, (_, src, f) in tables.stream_sources(self.trace).items()}
         self._by_id, self.items, self.comms = {}, [], {}
         for i, (name, df) in enumerate(self.trace.read(req).items()):
             self._by_id[i] = type("F", (), {"full_name": name, "id": i})

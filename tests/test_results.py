@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from conftest import run_cli
 from nfsreaddir import results
 
 
@@ -14,14 +15,13 @@ def rebuild(src, tmp_path):
     d = tmp_path / "run"
     shutil.copytree(src, d)
     (d / "results.json").unlink()
-    assert subprocess.call([sys.executable, "-m", "nfsreaddir", "results", str(d)]) == 0
+    run_cli("results", d, check=0)
     return d, json.loads((d / "results.json").read_text())
 
 
 def verdict_line(d):
     """The reproducer's last line, and its exit status: 0 PASS, 1 FAIL, 125 UNDECIDED."""
-    p = subprocess.run([sys.executable, "-m", "nfsreaddir", "results", "--verdict", str(d)],
-                       capture_output=True, text=True)
+    p = run_cli("results", "--verdict", d)
     word = p.stdout.split(":", 1)[0]
     assert p.returncode == {"PASS": 0, "FAIL": 1, "UNDECIDED": 125}[word], p.stdout
     return p.stdout

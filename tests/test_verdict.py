@@ -27,7 +27,7 @@ def readdir_fixtures():
 def rebuild(src, dst):
     shutil.copytree(src, dst)
     os.unlink(os.path.join(dst, "results.json"))
-    subprocess.run([sys.executable, "-m", "nfsreaddir", "results", str(dst)], check=True)
+    run_cli("results", dst, check=0)
     with open(os.path.join(dst, "results.json")) as f:
         return json.load(f)
 
@@ -83,7 +83,7 @@ def rpc_only_run(trace_cmd, src, dst):
                             "-F", "ftrace/print", dat], stdout=f, check=True, timeout=300)
         os.replace(dat + ".txt", dat)
     os.unlink(os.path.join(dst, "results.json"))
-    subprocess.run([sys.executable, "-m", "nfsreaddir", "results", str(dst)], check=True)
+    run_cli("results", dst, check=0)
     with open(os.path.join(dst, "results.json")) as f:
         return json.load(f)
 

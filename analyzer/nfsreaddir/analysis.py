@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import events, markers as markers_mod
+from . import events, markers as markers_mod, tables as tables_mod
 from .opens import (  # noqa: F401 (how a listing ended: part of this module's answers)
     CLOSED, CUT_OFF, ENDINGS, EOF, ERROR, KILLED, UNKNOWN, by_opens, by_phases, by_readdirs,
     by_syscalls)
@@ -298,9 +298,9 @@ def damage_windows(info):
     for x in lost:
         cpu, ts = x.get("cpu"), x.get("ts")
         # Events were lost before ts and after the last loss (or the start) on that CPU.
+        n = x["count"] if x.get("count") is not None else "an unknown number of"
         out.append({"from": prev.get(cpu, -1), "to": ts if ts is not None else 1 << 62,
-                    "what": f"{x['count'] if x.get('count') is not None else 'an unknown number of'}"
-                            f" events lost on CPU {cpu}"})
+                    "what": f"{n} events lost on CPU {cpu}"})
         if ts is not None:
             prev[cpu] = ts
     if not lost and info.get("lost_total"):
@@ -319,7 +319,7 @@ def damage_windows(info):
 
 def analyze(trace):
     """Find the listings in an open trace (see nfsreaddir.trace.open_trace)."""
-    tables = events.load(trace)
+    tables = tables_mod.load(trace)
     rpc = tables["rpc"]
     if rpc.empty:
         raise AnalysisError(
@@ -409,11 +409,11 @@ def analyze(trace):
             lst.cache_range_trims = int((trims["ts"] >= lst.progressed_at).sum())
         lst.version_changes = _version_changes(lst, revals, tables["cookie_is_position"])
         lst.damage = _damage_in(lst, damage)
-        lst.dentries = _dentries(marks.samples, lst.start, lst.end)
+        lst.dentries = _dentries(marks.counters, lst.start, lst.end)
         out.append(lst)
     out.sort(key=lambda x: (x.start, x.pid))
     evidence = {name: list(src or []) for name, src in sources.items()}
-    return Analysis(out, marks.run, marks.samples, evidence, cookies_known, trace.info,
+    return Analysis(out, marks.run, marks.counters, evidence, cookies_known, trace.info,
                     recorded=tables["recorded"], tables=tables)
 
 

@@ -19,7 +19,8 @@ import json
 import os
 import sys
 
-from . import __version__, capture, dcache, dcache_judge, events, results, slab, verdict, wire
+from . import (__version__, capture, dcache, dcache_judge, events, recordplan, results, slab,
+               tables, verdict, wire)
 from .analysis import AnalysisError, analyze
 from .export import ExportError
 from .render import dcache_report, print_analysis, slab_text
@@ -73,9 +74,9 @@ def load_all(paths, with_slab=False):
             continue
         t = open_trace(path)
         kmem = slab.read_request(t) if with_slab else {}
-        readdir = events.has_readdir_source(t)
+        readdir = tables.has_readdir_source(t)
         if kmem and readdir:        # both analyses from one pass over the file
-            want = events.wanted(t)
+            want = tables.wanted(t)
             for ev, cols in kmem.items():
                 want.setdefault(ev, set()).update(cols)
             t = OnePass(t, want)
@@ -411,7 +412,7 @@ def main(argv=None):
     try:
         return args.func(args)
     except (TraceError, AnalysisError, UsageError, dcache.DcacheError, ExportError,
-            events.KernelLacks, Refused) as e:
+            recordplan.KernelLacks, Refused) as e:
         print(f"nfs-readdir: {e}", file=sys.stderr)
         return EXIT_INPUT
     except BrokenPipeError:     # the reader of our output went away (| head): not an error

@@ -31,7 +31,7 @@ import statistics
 import pandas as pd
 
 from .facts import read_facts
-from .markers import DcacheMarkers, DPhase, _value, parse_dcache
+from .markers import Markers, Phase, _value, parse as parse_markers
 from .units import NS
 
 TRACE_NAME = "dcache.dat"
@@ -49,7 +49,7 @@ class DcacheError(Exception):
 
 
 def read_trace(path):
-    """(DcacheMarkers, events) of one trace: events is a DataFrame ts/event/key/bytes of the
+    """(Markers, events) of one trace: events is a DataFrame ts/event/key/bytes of the
     non-marker events (key: "rpc_request:PROC" for sunrpc:rpc_request, else the event name;
     bytes: bytes_alloc of kmem events)."""
     from .trace import TraceError, open_trace
@@ -74,7 +74,7 @@ def read_trace(path):
             frames = e.partial          # an interrupted run: use what was recorded
     except TraceError as e:
         raise DcacheError(f"{path}: {e}") from None
-    markers = parse_dcache(frames.get("ftrace:print"))
+    markers = parse_markers(frames.get("ftrace:print"))
     parts = []
     for ev, df in frames.items():
         if ev == "ftrace:print" or not len(df):
@@ -205,19 +205,18 @@ def summary(markers_or_samples, phases=None, timings=None, events=None):
     """Per-phase deltas of nr_dentry/nr_negative/slab (and the other sampled counters), growth
     rates per second, the negative share, and the lookup-loop slowdown when timed.
 
-    markers_or_samples: DcacheMarkers (phases and timings taken from it) or a samples
-    DataFrame (then give phases: DPhase objects, or markers.Phase objects, and optionally the
-    timings DataFrame). events: the per-event table of read_trace, counted per phase.
+    markers_or_samples: Markers (phases and timings taken from it) or a samples DataFrame
+    (then give phases, markers.Phase objects, and optionally the timings DataFrame). events:
+    the per-event table of read_trace, counted per phase.
     Returns a JSON-able dict: {"phases": {name: {...}}, "overall": {...}, "lookup": {...}}.
     """
-    if isinstance(markers_or_samples, DcacheMarkers):
+    if isinstance(markers_or_samples, Markers):
         m = markers_or_samples
         samples, phases = m.samples, phases if phases is not None else m.phases
         timings = timings if timings is not None else m.timings
     else:
         samples = markers_or_samples
-    phases = [p if isinstance(p, DPhase) else DPhase(p.name, p.start, p.end) for p in
-              (phases or [])]
+    phases = list(phases or [])
     if samples is not None and len(samples) and "slab_bytes" not in samples and {
             "slab_active", "slab_objsize"} <= set(samples.columns):
         samples = samples.assign(slab_bytes=samples["slab_active"] * samples["slab_objsize"])
@@ -229,11 +228,11 @@ def summary(markers_or_samples, phases=None, timings=None, events=None):
             name, i = f"{p.name}#{i}", i + 1
         out["phases"][name] = phase_summary(samples, p, events)
     if samples is not None and len(samples) and phases:
-        whole = DPhase("overall", phases[0].start,
-                       phases[-1].end if phases[-1].end is not None else None)
+        whole = Phase("overall", phases[0].start,
+                      phases[-1].end if phases[-1].end is not None else None)
         out["overall"] = phase_summary(samples, whole, events)
     lk = lookup_summary(timings)
-    execs = m.execs if isinstance(markers_or_samples, DcacheMarkers) else []
+    execs = m.execs if isinstance(markers_or_samples, Markers) else []
     for e in execs:
         t = lk.setdefault(str(e.get("target")), {})
         t.setdefault("exec", {})[str(e.get("loop"))] = {

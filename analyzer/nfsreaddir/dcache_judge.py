@@ -254,9 +254,9 @@ def _memcg_cells(res, markers):
     return cells
 
 
-MEMCG_KEYS = ["lru_allocs", "lru_bytes", "kmalloc_bytes", "kmalloc32_active", "kmalloc64_active", "kmalloc_cg32_active",
-              "kmalloc_cg64_active", "radix_tree_node_active", "slab_active", "nfs_inode_active",
-              "slab_kb", "sunreclaim_kb", "percpu_kb"]
+MEMCG_KEYS = ["lru_allocs", "lru_bytes", "kmalloc_bytes", "kmalloc32_active", "kmalloc64_active",
+              "kmalloc_cg32_active", "kmalloc_cg64_active", "radix_tree_node_active",
+              "slab_active", "nfs_inode_active", "slab_kb", "sunreclaim_kb", "percpu_kb"]
 # label pairs: (figure suffix, later sample, earlier sample); mount and mkdir split setup
 # (runs before the `mounted` sample have only setup).
 MEMCG_STEPS = [("setup", "setup", "base"), ("mount", "mounted", "base"),

@@ -4,13 +4,15 @@ by `nfs-readdir analyze --explain`, and the README's glossary is checked against
 TEXT_TABLE = {
     "trace": "the trace file the listing is in",
     "phase": "the reproducer's phase (idle, modified) the listing ran in; - outside the reproducer",
-    "dir": "the directory's fileid (inode number on the server); ? where the trace does not name it",
+    "dir": "the directory's fileid (inode number on the server); ? where the trace does not "
+           "name it",
     "process": "the reading process, as comm[pid]",
     "time (s)": "seconds from the listing's start (its open, first getdents or phase start) to its "
                 "end",
     "ended": "how it ended: eof (reached the end of the directory), error, killed, closed (before "
-             "the end), cut_off (by the end of the trace), unknown (the trace has no end-of-listing "
-             "event); '(began before)' when it was opened before the trace started",
+             "the end), cut_off (by the end of the trace), unknown (the trace has no "
+             "end-of-listing event); '(began before)' when it was opened before the trace "
+             "started",
     "entries": "names the reproducer's lister printed; - outside the reproducer",
     "READDIRs": "READDIR and READDIRPLUS RPCs the listing sent",
     "restarts": "READDIRs at cookie 0 while the reader's position was past the start, or below "

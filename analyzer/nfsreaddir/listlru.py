@@ -106,7 +106,8 @@ def fit(rows):
     pred = x @ coef
     out = []
     for r, p in zip(rows, pred):
-        out.append({**r, "predicted": round(float(p)), "rel_error": round(float(p / r["bytes"] - 1), 4)})
+        out.append({**r, "predicted": round(float(p)),
+                    "rel_error": round(float(p / r["bytes"] - 1), 4)})
     rel = np.array([o["rel_error"] for o in out])
     return {"coef": {f: round(float(v), 3) for f, v in zip(FEATURES, coef)}, "cells": out,
             "max_rel_error": round(float(np.abs(rel).max()), 4),

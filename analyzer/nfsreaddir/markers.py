@@ -8,8 +8,8 @@ Each is one trace_marker write of `nfsrt: ` followed by space-separated key=valu
     nfsrt: sample nr_dentry=16974 nr_unused=165 nr_negative=10 slab_active=... readdir=3 ...
     nfsrt: phase=modified event=end status=0 entries=50000
 
-parse() reads the readdir reproducer's; parse_dcache() the dcache reproducers', which add
-timing, exec and per-phase key=value lines and sample every counter they write.
+The dcache reproducers add timing, exec and per-phase key=value lines and sample every counter
+they write; parse() reads them all, for either analysis.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .units import NS, int_or_none
+from .units import NS
 
 PREFIX = "nfsrt: "
 SAMPLE_COLUMNS = ["nr_dentry", "nr_unused", "nr_negative", "slab_active", "slab_total",
@@ -27,32 +27,51 @@ SAMPLE_COLUMNS = ["nr_dentry", "nr_unused", "nr_negative", "slab_active", "slab_
 
 @dataclass
 class Phase:
+    """One phase of a reproducer, from its start marker to its end marker, with the key=value
+    pairs the two carry (the readdir reproducer's dir_fileid, status and entries; the dcache
+    reproducers' counts and seconds)."""
     name: str
     start: int                      # ns
     end: int | None = None          # ns; None when the trace stops inside the phase
     pid: int | None = None          # the reproducer's shell, not the lister
-    dir_fileid: int | None = None
-    status: int | None = None       # the lister's exit status (124: timed out)
-    entries: int | None = None
+    attrs: dict = field(default_factory=dict)   # key=value of the start and end markers
+
+    @property
+    def seconds(self):
+        return None if self.end is None else (self.end - self.start) / NS
+
+    def _int(self, key):
+        v = self.attrs.get(key)
+        return v if isinstance(v, int) else None
+
+    @property
+    def dir_fileid(self):
+        return self._int("dir_fileid")
+
+    @property
+    def status(self):
+        """The lister's exit status (124: timed out)."""
+        return self._int("status")
+
+    @property
+    def entries(self):
+        return self._int("entries")
 
 
 @dataclass
 class Markers:
     run: dict = field(default_factory=dict)
     phases: list = field(default_factory=list)
-    samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+    # Every key of the sample lines, a row a sample in time order (with slab_bytes where the
+    # slab's objects and their size were sampled).
+    samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["ts", "label"]))
+    # The readdir reproducer's counters of the samples (SAMPLE_COLUMNS), integers or NA.
+    counters: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
         columns=["ts"] + SAMPLE_COLUMNS))
-
-
-def _pairs(words):
-    out = {}
-    for w in words:
-        k, sep, v = w.partition("=")
-        if sep:
-            out[k] = v
-    return out
-
-
+    timings: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        columns=["ts", "loop", "target", "n", "ns", "ref_ns"]))
+    # `nfsrt: exec loop=... target=... n=... sys_s=...`: the 2020 thread's exec-of-cat loops
+    execs: list = field(default_factory=list)
 
 
 def lines(markers_df, column="text"):
@@ -66,36 +85,6 @@ def lines(markers_df, column="text"):
             words = text[len(PREFIX):].split()
             if words:
                 yield int(ts), pid, words
-
-
-def parse(markers_df):
-    """Markers from the canonical `markers` table (ts, pid, text); other writes are ignored."""
-    m = Markers()
-    rows = []
-    for ts, pid, words in lines(markers_df):
-        if words[0] == "run":
-            m.run.update(_pairs(words[1:]))
-        elif words[0] == "sample":
-            kv = _pairs(words[1:])
-            rows.append([int(ts)] + [int_or_none(kv.get(c)) for c in SAMPLE_COLUMNS])
-        else:
-            kv = _pairs(words)
-            if "phase" not in kv:
-                continue
-            if kv.get("event") == "start":
-                m.phases.append(Phase(kv["phase"], int(ts), pid=int(pid),
-                                      dir_fileid=int_or_none(kv.get("dir_fileid"))))
-            elif kv.get("event") == "end":
-                for p in reversed(m.phases):
-                    if p.name == kv["phase"] and p.end is None:
-                        p.end = int(ts)
-                        p.status = int_or_none(kv.get("status"))
-                        p.entries = int_or_none(kv.get("entries"))
-                        break
-    if rows:
-        m.samples = pd.DataFrame(rows, columns=["ts"] + SAMPLE_COLUMNS).astype(
-            {c: "Int64" for c in SAMPLE_COLUMNS})
-    return m
 
 
 def sample_text():
@@ -117,30 +106,6 @@ def sample_text():
     return PREFIX + "sample " + " ".join(words) + "\n"
 
 
-# The dcache reproducers' markers: every sample key, timings, execs, phase key=value pairs.
-@dataclass
-class DPhase:
-    name: str
-    start: int                      # ns
-    end: int | None = None          # None: the trace stops inside the phase
-    attrs: dict = field(default_factory=dict)   # key=value of the start and end markers
-
-    @property
-    def seconds(self):
-        return None if self.end is None else (self.end - self.start) / NS
-
-
-@dataclass
-class DcacheMarkers:
-    run: dict = field(default_factory=dict)
-    phases: list = field(default_factory=list)
-    samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["ts", "label"]))
-    timings: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
-        columns=["ts", "loop", "target", "n", "ns", "ref_ns"]))
-    # `nfsrt: exec loop=... target=... n=... sys_s=...`: the 2020 thread's exec-of-cat loops
-    execs: list = field(default_factory=list)
-
-
 def _value(v):
     """int, float, or list of floats (comma-separated), else the string."""
     try:
@@ -159,49 +124,53 @@ def _value(v):
     return v
 
 
-def _dcache_pairs(words):
+def _pairs(words, typed=True):
+    """{key: value} of the key=value words (values typed by _value, or the text as written)."""
     out = {}
     for w in words:
         k, sep, v = w.partition("=")
         if sep:
-            out[k] = _value(v)
+            out[k] = _value(v) if typed else v
     return out
 
 
-def parse_dcache(markers_df):
-    """DcacheMarkers from a table with columns ts and text (or buf): every key of the sample
-    lines is kept (markers.parse keeps only the readdir reproducer's), plus timing lines and
-    the key=value pairs of phase markers."""
-    m = DcacheMarkers()
+def parse(markers_df):
+    """Markers from a table with columns ts, pid and text (or buf: the raw ftrace:print);
+    other writes are ignored. Every key of the sample lines is kept, plus the timing and exec
+    lines and the key=value pairs of phase markers."""
+    m = Markers()
     if markers_df is None or len(markers_df) == 0:
         return m
     col = "text" if "text" in markers_df else "buf"
-    samples, timings = [], []
-    for ts, _, words in lines(markers_df, col):
+    samples, counters, timings = [], [], []
+    for ts, pid, words in lines(markers_df, col):
         if words[0] == "run":
-            m.run.update({k: v for k, v in (w.partition("=")[::2] for w in words[1:]) if v})
+            m.run.update(_pairs(words[1:], typed=False))
         elif words[0] == "sample":
-            kv = _dcache_pairs(words[1:])
+            kv = _pairs(words[1:])
+            counters.append([ts] + [v if isinstance(v := kv.get(c), int) else None
+                                    for c in SAMPLE_COLUMNS])
             kv["ts"] = ts
             kv.setdefault("label", None)
             samples.append(kv)
         elif words[0] == "exec":
-            m.execs.append({"ts": ts, **_dcache_pairs(words[1:])})
+            m.execs.append({"ts": ts, **_pairs(words[1:])})
         elif words[0] == "timing":
-            kv = _dcache_pairs(words[1:])
+            kv = _pairs(words[1:])
             for k in ("ns", "ref_ns"):
                 v = kv.get(k)
                 kv[k] = [float(v)] if isinstance(v, (int, float)) else (v or [])
             kv["ts"] = ts
             timings.append(kv)
         else:
-            kv = _dcache_pairs(words)
+            kv = _pairs(words, typed=False)
             name, event = kv.pop("phase", None), kv.pop("event", None)
             if name is None:
                 continue
-            name = str(name)
+            kv = {k: _value(v) for k, v in kv.items()}
             if event == "start":
-                m.phases.append(DPhase(name, ts, attrs=kv))
+                m.phases.append(Phase(name, ts, pid=None if pid is None else int(pid),
+                                      attrs=kv))
             elif event == "end":
                 for p in reversed(m.phases):
                     if p.name == name and p.end is None:
@@ -213,6 +182,9 @@ def parse_dcache(markers_df):
         if {"slab_active", "slab_objsize"} <= set(df.columns):
             df["slab_bytes"] = df["slab_active"] * df["slab_objsize"]
         m.samples = df
+    if counters:
+        m.counters = pd.DataFrame(counters, columns=["ts"] + SAMPLE_COLUMNS).astype(
+            {c: "Int64" for c in SAMPLE_COLUMNS})
     if timings:
         m.timings = pd.DataFrame(timings)
     return m

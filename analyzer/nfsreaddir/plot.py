@@ -2,9 +2,10 @@
 
 The y axis is how far into the directory each READDIR asked to start: its cookie over the largest
 cookie of the listing, or for a listing that did not reach the end (dashed) over the largest
-cookie of a listing of the same directory that did. ext4 cookies are hash positions spread evenly over their range, and xfs
-and tmpfs cookies are offsets, so this is the share of the directory already read; a restart
-drops to 0. Invalidations are vertical lines, restarts red crosses.
+cookie of a listing of the same directory that did. ext4 cookies are hash positions spread
+evenly over their range, and xfs and tmpfs cookies are offsets, so this is the share of the
+directory already read; a restart drops to 0. Invalidations are vertical lines, restarts red
+crosses.
 """
 
 import os
@@ -17,7 +18,7 @@ from matplotlib.lines import Line2D
 import pandas as pd
 
 from . import dcache, dcache_judge
-from .markers import DcacheMarkers
+from .markers import Markers
 from .units import NS
 
 
@@ -145,7 +146,7 @@ def dcache_samples(ax, samples, phases=None, columns=("nr_dentry", "nr_negative"
          label=None, shade=True):
     """Draw columns (nr_dentry and nr_negative) of the samples over time on ax, in seconds
     since t0 (default: the first sample), with the phases shaded and named. Returns ax."""
-    if isinstance(samples, DcacheMarkers):
+    if isinstance(samples, Markers):
         phases = samples.phases if phases is None else phases
         samples = samples.samples
     if samples is None or not len(samples):

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 
-from . import events, markers, tracing
+from . import events, markers, recordplan, tracing
 from .tracing import Refused
 
 BUFFER_KB = 20000       # per CPU: dropped nothing for 100,000-name listings under emulation
@@ -25,8 +25,8 @@ STOP_SECONDS = 120      # trace-cmd writing its file after Ctrl-C, under emulati
 def prepare(dcache=False, slab=False, group=events.KPROBE_SYSTEM):
     """Root, tracefs and a plan, or Refused / KernelLacks saying what is missing."""
     tracing.check_root()
-    tfs = events.find_tracefs()
-    return tfs, events.plan(tfs, dcache=dcache, slab=slab, group=group)
+    tfs = recordplan.find_tracefs()
+    return tfs, recordplan.plan(tfs, dcache=dcache, slab=slab, group=group)
 
 
 def describe(plan, out):

@@ -96,7 +96,9 @@ def lost_text(info):
     return f"{n} events lost in {len(lost)} places (CPU {', '.join(map(str, cpus)) or '?'})"
 
 
-def print_analysis(analyses, out=sys.stdout, details=10):
+def print_analysis(analyses, out=None, details=10):
+    """The text of analyze, on out (default: sys.stdout as it is when called)."""
+    out = sys.stdout if out is None else out
     for a in analyses:
         i = a.info
         kernel = a.kernel or "unknown kernel"

@@ -343,8 +343,8 @@ def _summarize(trace, request, frames):
     rows = sorted((row(i) for i in range(k)),
                   key=lambda r: (-r["net_bytes"], -r["net"], r["cache"]))
     tot = {key: sum(r[key] for r in rows) for key in
-           ("allocs", "frees", "untraced_frees", "net", "frees_of_earlier", "alloc_bytes", "net_bytes", "live",
-            "live_bytes")}
+           ("allocs", "frees", "untraced_frees", "net", "frees_of_earlier", "alloc_bytes",
+            "net_bytes", "live", "live_bytes")}
     n_unknown = int(np.count_nonzero(unknown_free))
     tot["frees"] += n_unknown
     tot["net"] -= n_unknown

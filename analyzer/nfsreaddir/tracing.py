@@ -12,7 +12,7 @@ import re
 import signal
 import subprocess
 
-from .events import KernelLacks
+from .recordplan import KernelLacks
 
 
 class Refused(Exception):

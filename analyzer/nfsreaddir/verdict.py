@@ -21,7 +21,8 @@ decide otherwise, since nothing exercised the bug to its end. An unfinished list
 stop the others from deciding: a directory poller stopped mid-listing when the trace ends says
 nothing against the listings that finished. Without cookies, the READDIRs of a modified listing
 against an idle one of the same run decide instead, and a reproducer's run is also bad when a
-listing repeated or lost a name. `check`, results.json, vm-run and bisect-run all answer through judge().
+listing repeated or lost a name. `check`, results.json, vm-run and bisect-run all answer through
+judge().
 """
 
 from dataclasses import dataclass, field

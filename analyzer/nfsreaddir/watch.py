@@ -17,7 +17,7 @@ import time
 
 import pandas as pd
 
-from . import analysis, events, opens, tracing, verdict
+from . import analysis, events, opens, recordplan, tables, tracing, verdict
 from .units import NS
 from .trace import BASE_COLUMNS, field_column
 from .trace import pipe as ringbuf
@@ -34,14 +34,14 @@ class LiveTrace:
                      "lost_events": [], "cpus": None}
         self._formats = {}
         for ev in plan.events:
-            fmt = events.tracefs_format(tracefs, ev)
+            fmt = recordplan.tracefs_format(tracefs, ev)
             if fmt is not None:
                 self._formats[ev] = fmt
         self._by_id = {f.id: f for f in self._formats.values()}
         self.rows = {ev: [] for ev in self._formats}      # (ts, cpu, pid, fields)
         self._comms = {}
         self.wanted = {self._formats[ev].id: sorted(cols)
-                       for ev, cols in events.wanted(self).items() if ev in self._formats}
+                       for ev, cols in tables.wanted(self).items() if ev in self._formats}
 
     def event_names(self):
         return set(self._formats)
@@ -145,7 +145,7 @@ class _Tracker:
 
     def __init__(self, live, out, dir_fileid, start_ns):
         self.live, self.out, self.dir, self.start = live, out, dir_fileid, start_ns
-        self.map = events.stream_sources(live)
+        self.map = tables.stream_sources(live)
         calls = [f for t, _, f in self.map.values() if t == "calls"]
         self.usable = bool(calls) and any(t == "rpc" for t, _, _ in self.map.values())
         self.keyed_by_file = any("file" in f for f in calls)
@@ -309,9 +309,9 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
         except OSError as e:
             raise tracing.Refused(f"--dir {directory}: {e.strerror}") from None
     tracing.check_root()
-    tfs = events.find_tracefs()
+    tfs = recordplan.find_tracefs()
     group = f"{events.KPROBE_SYSTEM}_w{os.getpid()}"
-    plan = events.plan(tfs, group=group)
+    plan = recordplan.plan(tfs, group=group)
     tracing.trap_sigterm()
     session = tracing.Session(tfs, instance=f"nfs-readdir-watch-{os.getpid()}")
     reader = None

@@ -263,13 +263,13 @@ lb_events_have() { grep -qx "$1" "$TRACEFS/available_events"; }
 
 # lb_readdir_events SET: EVENTS=(...) to record, with the kprobes they need added (and removed by
 # the cleanup). The events and kprobes are the ones `nfs-readdir record` uses on this kernel
-# (nfsreaddir/events.py plans them from tracefs and kallsyms). SET is readdir (that plan),
+# (nfsreaddir/recordplan.py plans them from tracefs and kallsyms). SET is readdir (that plan),
 # broad (every nfs and nfs4 event and sunrpc:rpc_request, with the plan's kprobes), or a
 # comma-separated list of system:event, recorded as given plus the READDIR cookie kprobes where
 # the kernel needs them (readdir-overhead's --events new measures exactly the series' events).
 lb_readdir_events() {
 	local plan line f
-	plan=$(python3 -m nfsreaddir.events plan 2>&1) || lb_die "$plan"
+	plan=$(python3 -m nfsreaddir.recordplan plan 2>&1) || lb_die "$plan"
 	EVENTS=()
 	while IFS= read -r line; do
 		case $line in
@@ -296,7 +296,7 @@ lb_readdir_events() {
 }
 
 # lb_kprobe EVENT DEFINITION...: add the kprobe in the first form the kernel takes (BTF names,
-# $argN, registers: events.py says which this kernel reads), remove it again on exit.
+# $argN, registers: recordplan.py says which this kernel reads), remove it again on exit.
 lb_kprobe() {
 	local ev=$1 d
 	shift

@@ -56,7 +56,8 @@ class DatFile:
         try:
             self._f = open(path, "rb")
             self._size = os.fstat(self._f.fileno()).st_size
-            self._mm = mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if self._size else b""
+            self._mm = (mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ)
+                        if self._size else b"")
         except (OSError, ValueError) as e:
             raise TraceError(f"cannot open {path!r}: {e}") from None
         self._fmt_src = {}       # id -> (system, name, format text); parsed on demand

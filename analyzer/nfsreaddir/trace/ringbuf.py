@@ -306,7 +306,8 @@ class RingWalk:
         base = np.arange(npages, dtype=np.int64) * P
         b32 = block.view(_udt(e, 4))
         page_ts = block.view(_udt(e, 8))[base >> 3].astype(np.uint64)
-        commit = _gather_uint(block, base + hp["commit_off"], hp["commit_size"], e).astype(np.uint64)
+        commit = _gather_uint(block, base + hp["commit_off"], hp["commit_size"],
+                              e).astype(np.uint64)
         size = (commit & np.uint64(_COMMIT_MASK)).astype(np.int64)
         data_off = hp["data_off"]
         limit = P - data_off

@@ -1,0 +1,272 @@
+"""A trace's events read into the canonical tables every analysis works on.
+
+Which events fill each table, and how their fields map, is the kernel knowledge's (events.py);
+this reads them:
+
+    rpc            a READDIR/READDIRPLUS sent: ts, pid, comm, dev, fileid, cookie, dtsize, plus,
+                   version (the directory's change attribute), error
+    invalidations  the directory's page cache thrown away: ts, pid, dev, fileid, reason
+    revalidations  attribute checks that can lead to one: ts, pid, dev, fileid, step,
+                   cache_validity, version
+    calls          what the reader did: ts, pid, call, dev, fileid, file (the open file), fd,
+                   pos, cookie, old_pos, ret, eof, error; call is one of opendir, closedir,
+                   getdents (entering the file system, with the reader's position where the
+                   kernel says), getdents_done (how it returned), llseek, and the system calls
+                   sys_getdents, sys_getdents_ret, sys_lseek
+    markers        the reproducer's trace_marker lines: ts, pid, text
+
+load() reads a whole trace; wanted() says what it reads (for a reader that reads once for
+several analyses); stream_sources() maps events to tables for a reader that takes them one at a
+time.
+"""
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .events import (CALL_SOURCES, INVALIDATION_SOURCES, MARKER_SOURCE, OPTIONAL_FIELDS,
+                     PAIRED_DIRECTORY, RANGE_INVALIDATION, REVALIDATION_SOURCES, RPC_SOURCES,
+                     SYSCALL_SOURCES, Source)
+
+TABLE_COLUMNS = {
+    "rpc": ["dev", "fileid", "cookie", "dtsize", "plus", "version", "error"],
+    "invalidations": ["dev", "fileid", "reason"],
+    "revalidations": ["dev", "fileid", "step", "cache_validity", "version"],
+    "calls": ["dev", "fileid", "call", "file", "fd", "pos", "cookie", "old_pos", "ret", "eof",
+              "error", "whence"],
+}
+
+
+
+
+def symbols(fmt, field_name):
+    """The value -> name table of a field printed with __print_symbolic, from the event's
+    print format (the kernel's own names, e.g. a drop reason), or {}."""
+    text = getattr(fmt, "print_fmt", "") or ""
+    m = re.search(r"__print_symbolic\(REC->" + re.escape(field_name) + r"\s*,(.*?)\)\s*(?:,|$)",
+                  text)
+    if not m:
+        return {}
+    return {int(v, 0): name for v, name in
+            re.findall(r'\{\s*(-?(?:0x[0-9a-fA-F]+|\d+))\s*,\s*"([^"]*)"\s*\}', m.group(1))}
+
+
+def _names(trace, src):
+    """The trace's event names a source stands for: itself, or for "*:fn" every kprobe named
+    fn whatever its group (text input has no group: the bare name)."""
+    if not src.event.startswith("*:"):
+        return [src.event]
+    bare = src.event[2:]
+    return sorted(n for n in trace.event_names() if n.replace("/", ":").rsplit(":", 1)[-1] == bare)
+
+
+def _raw_fields(trace, src, name):
+    """{canonical: raw field} this event has, or None when it lacks a required field."""
+    fmt = trace.event_format(name)
+    if fmt is None:
+        return None
+    have = set(fmt.user_fields())
+    need = set(src.fields.values()) | ({src.where[0]} if src.where else set())
+    if not need <= have:
+        return None
+    out = dict(src.fields)
+    for canon in src.optional:
+        raw = next((r for r in OPTIONAL_FIELDS.get(canon, (canon,)) if r in have), None)
+        if raw is not None:
+            out[canon] = raw
+    return out
+
+
+@dataclass(frozen=True)
+class _Use:
+    """One event of the trace standing for a source, with the fields it has."""
+    src: Source
+    name: str
+    fields: tuple       # ((canonical, raw), ...)
+
+
+def _uses(trace, sources):
+    out = []
+    for s in sources:
+        for name in _names(trace, s):
+            f = _raw_fields(trace, s, name)
+            if f is not None:
+                out.append(_Use(s, name, tuple(sorted(f.items()))))
+    return out
+
+
+def _request(uses):
+    """{event: fields} to read for these uses."""
+    wanted = {}
+    for u in uses:
+        cols = {raw for _, raw in u.fields} | ({u.src.where[0]} if u.src.where else set())
+        wanted.setdefault(u.name, set()).update(cols)
+    return wanted
+
+
+def _frame(trace, use, frames):
+    """The canonical columns of one use's frame (already read)."""
+    raw = frames[use.name]
+    if use.src.where:
+        col, allowed = use.src.where
+        raw = raw[raw[col].isin(allowed)]
+    out = pd.DataFrame({"ts": raw["ts"].to_numpy(), "pid": raw["pid"].to_numpy(),
+                        "comm": raw["comm"].to_numpy(), "cpu": raw["cpu"].to_numpy()})
+    for canon, rawname in use.fields:
+        out[canon] = raw[rawname].to_numpy()
+        if canon == "reason":
+            names = symbols(trace.event_format(use.name), rawname)
+            out[canon] = [names.get(v, v) if isinstance(v, (int, np.integer)) else v
+                          for v in out[canon]]
+    for canon, value in use.src.constants.items():
+        out[canon] = value
+    out["source"] = use.name
+    return out
+
+
+def _all_sources():
+    return ([s for g in RPC_SOURCES + INVALIDATION_SOURCES + CALL_SOURCES for s in g]
+            + REVALIDATION_SOURCES + SYSCALL_SOURCES
+            + [PAIRED_DIRECTORY, RANGE_INVALIDATION, MARKER_SOURCE])
+
+
+def has_readdir_source(trace):
+    """Whether the trace recorded any event READDIRs are counted from (without one, the readdir
+    analysis has nothing to read)."""
+    return bool(_uses(trace, [s for g in RPC_SOURCES for s in g]))
+
+
+def wanted(trace):
+    """{event: fields} of everything load() reads from this trace (for trace.OnePass)."""
+    return _request(_uses(trace, _all_sources()))
+
+
+# The canonical fields that are unsigned 64-bit wherever they come from; every other integer
+# field is signed (a position is a loff_t, a return a long), so that one column has one type
+# whichever event a row came from (numpy's casts wrap, as the kernel's do).
+UNSIGNED = {"cookie", "fileid", "file", "dev"}
+
+
+def _nullable(df):
+    ints = [c for c in df.columns if c not in ("ts", "cpu", "pid")
+            and isinstance(df[c].dtype, np.dtype) and df[c].dtype.kind in "iu"]
+    wrapped = df.astype({c: "uint64" if c in UNSIGNED else "int64" for c in ints})
+    return wrapped.astype({c: "UInt64" if c in UNSIGNED else "Int64" for c in ints})
+
+
+def _concat(parts, exact=False):
+    """One table from per-event frames, in time order. exact: integer fields stay integers
+    where another event lacks them (pandas' nullable types): a struct file pointer or a 64-bit
+    cookie in a float64 column loses its low bits, and two open files become one."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return None
+    if exact:
+        parts = [_nullable(p) for p in parts]
+    return pd.concat(parts, ignore_index=True).sort_values("ts", kind="stable")
+
+
+def _pair_directory(rpc, paired):
+    """Give kprobe READDIRs the directory and error of the nfs4:nfs4_readdir event the same task
+    logs after the RPC (before its next READDIR)."""
+    if paired is None or not len(paired) or not len(rpc):
+        return rpc
+    rpc = rpc.reset_index(drop=True)
+    nxt = rpc.groupby("pid")["ts"].shift(-1)
+    left = rpc[["ts", "pid"]].assign(_row=np.arange(len(rpc)), _next=nxt.to_numpy())
+    right = paired[["ts", "pid", "dev", "fileid", "error"]].rename(columns={"ts": "_pts"})
+    m = pd.merge_asof(left.sort_values("ts"), right.sort_values("_pts"), left_on="ts",
+                      right_on="_pts", by="pid", direction="forward")
+    ok = m["_pts"].notna() & (m["_next"].isna() | (m["_pts"] <= m["_next"]))
+    m = m[ok]
+    for c in ("dev", "fileid", "error"):
+        if c not in rpc:
+            rpc[c] = np.nan
+        rpc[c] = rpc[c].astype("object")
+        rpc.loc[m["_row"].to_numpy(), c] = m[c].to_numpy()
+    return rpc
+
+
+def stream_sources(trace):
+    """For a reader that takes events one at a time (watch): {event name: (table, Source,
+    {canonical: raw field})} of the events load() reads the rpc, invalidations and calls
+    tables from. Each table comes from its first group the trace has (load() takes the first
+    whose events fired, which a live reader cannot wait for); kprobe READDIRs add the event
+    that names their directory, as table "rpc_directory". The reader's system calls are left
+    out: they matter only where no open is seen."""
+    out = {}
+    for table, groups in (("rpc", RPC_SOURCES), ("invalidations", INVALIDATION_SOURCES),
+                          ("calls", CALL_SOURCES)):
+        for group in groups:
+            uses = _uses(trace, group)
+            if uses:
+                for u in uses:
+                    out[u.name] = (table, u.src, dict(u.fields))
+                break
+    if any(t == "rpc" and src.event.startswith("*:") for t, src, _ in out.values()):
+        for u in _uses(trace, [PAIRED_DIRECTORY]):
+            out.setdefault(u.name, ("rpc_directory", u.src, dict(u.fields)))
+    return out
+
+
+def load(trace):
+    """Read a trace into the canonical tables. Returns a dict of DataFrames plus 'sources' (per
+    table, the events it was read from) and 'recorded' (per table, the events the trace recorded
+    whether or not they fired)."""
+    uses = _uses(trace, _all_sources())
+    req = _request(uses)
+    frames = trace.read({ev: sorted(cols) for ev, cols in req.items()}) if req else {}
+
+    def frames_of(sources):
+        return [u for u in uses if u.src in sources]
+
+    tables, used, recorded = {}, {}, {}
+    for name, groups in (("rpc", RPC_SOURCES), ("invalidations", INVALIDATION_SOURCES),
+                         ("calls", CALL_SOURCES)):
+        recorded[name] = [u.name for g in groups for u in frames_of(g)]
+        tables[name], used[name] = None, []
+        for group in groups:
+            gu = frames_of(group)
+            df = _concat([_frame(trace, u, frames) for u in gu], exact=name == "calls")
+            if df is not None or (gu and name == "calls"):
+                tables[name], used[name] = df, [u.name for u in gu]
+                break
+    if used["rpc"] and any(u.src.event.startswith("*:") for u in uses if u.name in used["rpc"]):
+        paired = frames_of([PAIRED_DIRECTORY])
+        if paired and tables["rpc"] is not None:
+            tables["rpc"] = _pair_directory(tables["rpc"], _frame(trace, paired[0], frames))
+            used["rpc_directory"] = [paired[0].name]
+    syscalls = frames_of(SYSCALL_SOURCES)
+    if syscalls:
+        tables["calls"] = _concat([tables["calls"] if tables["calls"] is not None
+                                   else pd.DataFrame()]
+                                  + [_frame(trace, u, frames) for u in syscalls], exact=True)
+        used["calls"] = used["calls"] + [u.name for u in syscalls]
+        recorded["calls"] = recorded["calls"] + [u.name for u in syscalls]
+    revals = frames_of(REVALIDATION_SOURCES)
+    tables["revalidations"] = _concat([_frame(trace, u, frames) for u in revals])
+    used["revalidations"] = recorded["revalidations"] = [u.name for u in revals]
+    ranges = frames_of([RANGE_INVALIDATION])
+    tables["ranges"] = _frame(trace, ranges[0], frames) if ranges else None
+    marks = frames_of([MARKER_SOURCE])
+    tables["markers"] = _frame(trace, marks[0], frames) if marks else None
+    for name, cols in TABLE_COLUMNS.items():
+        df = tables[name]
+        if df is None:
+            df = pd.DataFrame({c: pd.Series(dtype="float64") for c in ["ts", "pid", "cpu"]})
+            df["comm"] = pd.Series(dtype="object")
+            df["source"] = pd.Series(dtype="object")
+        for c in cols:
+            if c not in df:
+                df[c] = np.nan
+        tables[name] = df.reset_index(drop=True)
+    tables["sources"] = used
+    tables["recorded"] = recorded
+    # The cookie a 5.18+ cache fill asks for is the reader's own position (the cache is indexed
+    # by cookie), so a fill at cookie 0 means the reader was at the start.
+    tables["cookie_is_position"] = any(
+        u.name in used["rpc"] and u.src.event.startswith("nfs:nfs_readdir_")
+        and "index" in trace.event_format(u.name).user_fields() for u in uses)
+    return tables
