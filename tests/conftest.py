@@ -96,12 +96,24 @@ def _run_main(args):
                                            out.read().decode(), err.read().decode())
 
 
+def installed(tool):
+    """The path of a tool the tests run. Missing is a failure, not a skip: `make test` installs
+    every one (reproducers/setup-host), so its absence is a broken setup, and a skipped test
+    would pass in silence."""
+    path = shutil.which(tool)
+    if not path:
+        pytest.fail(f"{tool} is not installed: run reproducers/setup-host", pytrace=False)
+    return path
+
+
 @pytest.fixture(scope="session")
 def trace_cmd():
-    path = shutil.which("trace-cmd")
-    if not path:
-        pytest.fail("trace-cmd is not installed: run reproducers/setup-host")
-    return path
+    return installed("trace-cmd")
+
+
+@pytest.fixture(scope="session")
+def editcap():
+    return installed("editcap")
 
 
 def report_text(trace_cmd, dat, out, raw=False):

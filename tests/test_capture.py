@@ -8,7 +8,6 @@ from them here with Wireshark's own tools (editcap), so every input is a real ca
 import gzip
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -16,7 +15,7 @@ import time
 import pandas as pd
 import pytest
 
-from conftest import FIXTURES, TOP, run_cli
+from conftest import FIXTURES, TOP, installed, run_cli
 
 from nfsreaddir import analysis, capture, verdict, wire
 from nfsreaddir.trace import open_trace
@@ -47,14 +46,6 @@ def _pcap(d, phase):
         if os.path.exists(p):
             return p
     pytest.fail(f"{d} has no {phase} capture")
-
-
-@pytest.fixture(scope="session")
-def editcap():
-    path = shutil.which("editcap")
-    if not path:
-        pytest.fail("editcap (Wireshark) is not installed: run reproducers/setup-host")
-    return path
 
 
 def _main(a, phase):
@@ -283,7 +274,7 @@ def test_wrong_link_type_is_no_nfs(tmp_path, editcap):
 
 def test_capture_without_nfs(tmp_path):
     # Frames that are TCP but no RPC at all: the first 3 of a capture (handshake or acks).
-    tshark = shutil.which("tshark")
+    tshark = installed("tshark")
     out = tmp_path / "nothing.pcap"
     subprocess.run([tshark, "-r", _pcap(SOURCE, "idle"), "-Y", "!rpc", "-w", str(out)],
                    check=True, capture_output=True)
@@ -303,8 +294,7 @@ def test_not_a_capture_is_left_to_the_trace_readers(tmp_path):
 def test_capture_stops_with_the_reproducer(tmp_path):
     """lb_capture_start registers tcpdump with the undo stack: SIGINT of the reproducer's shell
     leaves no tcpdump behind (on the host's own loopback: no NFS needed)."""
-    if not shutil.which("tcpdump"):
-        pytest.fail("tcpdump is not installed: run reproducers/setup-host")
+    installed("tcpdump")
     script = f"""
         set -euo pipefail
         NAME=test RESULTS={tmp_path}

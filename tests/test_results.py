@@ -5,7 +5,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 
 from conftest import run_cli
 from nfsreaddir import results

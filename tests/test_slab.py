@@ -23,13 +23,16 @@ from nfsreaddir import render, slab
 from nfsreaddir.trace.text import ReportText
 from nfsreaddir.trace import open_trace
 
+from conftest import installed
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HOST = FIXTURES / "kmem-host" / "kmem.dat"
 KMALLOC = [FIXTURES / "dcache-memcg-5.10" / "dcache.dat",
            FIXTURES / "dcache-memcg-6.1" / "dcache.dat"]
 NFS = FIXTURES / "6.1-v4.1" / "modified.dat"
 TRACE_CMD = shutil.which("trace-cmd")
-needs_trace_cmd = pytest.mark.skipif(TRACE_CMD is None, reason="trace-cmd is not installed")
+# Without trace-cmd these fail (conftest.installed), they do not skip.
+needs_trace_cmd = pytest.mark.usefixtures("trace_cmd")
 
 _LINE = re.compile(r"\[(\d+)\]\s+(\d+)\.(\d+):\s+(kmem_cache_alloc|kmem_cache_alloc_node|"
                    r"kmem_cache_free|kmalloc|kmalloc_node|kfree):\s+(.*)$")
@@ -122,8 +125,7 @@ def check_against(summary, exp, unknown):
 
 @pytest.fixture(scope="module")
 def host_events():
-    if TRACE_CMD is None:
-        pytest.skip("trace-cmd is not installed")
+    installed("trace-cmd")
     return report_events(HOST)
 
 

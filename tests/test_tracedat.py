@@ -26,13 +26,16 @@ import pytest
 from nfsreaddir.trace.text import ReportText
 from nfsreaddir.trace import BASE_COLUMNS, TraceError, field_column, open_trace
 
+from conftest import installed
+
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
 TRACE_CMD = shutil.which("trace-cmd")
 TRACEFS = Path("/sys/kernel/tracing")
 HOST_INSTANCE = "nfsreaddir_test"
 
-needs_trace_cmd = pytest.mark.skipif(TRACE_CMD is None, reason="trace-cmd is not installed")
+# Without trace-cmd these fail (conftest.installed), they do not skip.
+needs_trace_cmd = pytest.mark.usefixtures("trace_cmd")
 
 
 # ------------------------------------------------------------------ helpers
@@ -234,8 +237,7 @@ def _write(path, value):
 @pytest.fixture(scope="session")
 def host_trace(tmp_path_factory):
     """A short real trace of this host (kmem, sched, trace_marker, one instance)."""
-    if TRACE_CMD is None:
-        pytest.skip("trace-cmd is not installed")
+    installed("trace-cmd")
     if not (TRACEFS / "tracing_on").exists():
         subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
