@@ -24,6 +24,29 @@ from .trace import pipe as ringbuf
 
 BUFFER_KB = 4096        # per CPU; read every POLL_SECONDS, a listing's events fit many times
 POLL_SECONDS = 0.2
+# The dirent type of a directory (DT_DIR, include/linux/fs_types.h), as the inode events that
+# carry the inode's type (the nfs_inode_event_done class: nfs_umode_to_dtype(i_mode)) give it.
+DT_DIR = 4
+
+
+def watched(live, plan):
+    """What watch enables, from the plan: only the events analyze() reads (events.wanted: the
+    context events the plan adds for a person reading `trace-cmd report` are read by no table),
+    and {event: tracefs filter}. Inode events of the revalidations and invalidations tables
+    that say the inode's type are kept to directories: 6.x and 7.x log
+    nfs:nfs_set_cache_invalid for every name a READDIR caches (nfs_fhget, nfs_update_inode of
+    each child), 100,000 events a 100,000-name listing, none of which analyze() selects (its
+    rows are the listing's directory's, analysis._select)."""
+    read = set(events.wanted(live))
+    evs = [e for e in plan.events if e in read]
+    inode_tables = ([s for g in events.INVALIDATION_SOURCES for s in g]
+                    + events.REVALIDATION_SOURCES + [events.RANGE_INVALIDATION])
+    filters = {}
+    for s in inode_tables:
+        fmt = live.event_format(s.event)
+        if s.event in evs and fmt is not None and {"type", "fileid"} <= set(fmt.user_fields()):
+            filters[s.event] = f"type == {DT_DIR}"
+    return evs, filters
 
 
 class LiveTrace:
@@ -324,9 +347,10 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
             clock = "mono" if "mono" in f.read().replace("[", " ").replace("]", " ").split() \
                 else None
         live = LiveTrace(tfs, plan)
+        plan.events, filters = watched(live, plan)
         reader = _Reader(session.root, tfs)
         live.info["cpus"] = len(reader.fds)
-        session.enable(plan.events, BUFFER_KB, clock)
+        session.enable(plan.events, BUFFER_KB, clock, filters)
         start = _now_ns()
         # With --json, stdout is the summary alone; what runs and the lines go to stderr.
         say = sys.stderr if as_json else out
@@ -337,6 +361,8 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
         for w in plan.warnings + [f"watching without {ev}: the kernel refused it: {why}"
                                   for ev, why in refused.items()]:
             say.write(f"  warning: {w}\n")
+        for ev, expr in filters.items():
+            say.write(f"  {ev} only where {expr} (filtered in the kernel)\n")
         say.flush()
         tracker = _Tracker(live, say, dir_fileid, start)
         # Without opens to delimit listings, the lines come from analyze() over everything so
