@@ -158,39 +158,25 @@ def _now_ns():
 
 class _Tracker:
     """Restarts and invalidations printed the moment their event is read. The analyzer's
-    reader model for one open (opens._Open: a READDIR at cookie 0, or for a whole page below
-    its position, while the reader is past the start is a restart) is driven one event at a
-    time, with the events load() would read (events.stream_sources), so a line costs
-    microseconds; analyzing every event so far on each one took seconds under emulation, and
-    the lines came 10-16 s late. Used where listings are delimited by opens (the open kprobes
-    or the series' events); the summary at the end is analyze()'s over all the events either
-    way."""
+    reader model (opens.Opens, what analyze() runs over a whole trace: a READDIR at cookie 0,
+    or for a whole page below its position, while the reader is past the start is a restart)
+    is fed one event at a time, with the events load() would read (events.stream_sources),
+    so a line costs microseconds; analyzing every event so far on each one took seconds under
+    emulation, and the lines came 10-16 s late. Used where listings are delimited by opens
+    (the open kprobes or the series' events); the summary at the end is analyze()'s over all
+    the events either way."""
 
     def __init__(self, live, out, dir_fileid, start_ns):
         self.live, self.out, self.dir, self.start = live, out, dir_fileid, start_ns
         self.map = events.stream_sources(live)
         calls = [f for t, _, f in self.map.values() if t == "calls"]
         self.usable = bool(calls) and any(t == "rpc" for t, _, _ in self.map.values())
-        self.keyed_by_file = any("file" in f for f in calls)
         # The kernel watched is the running one.
-        self.below = events.searches_from_first_page(os.uname().release)
-        self.opens, self.current = {}, {}       # key -> _Open; pid -> key
+        self.model = opens.Opens(any("file" in f for f in calls),
+                                 events.searches_from_first_page(os.uname().release))
         self.rows = 0
         self.restarts = self.invalidations = 0  # lines printed
         self._invals = {}                       # id(open) -> invalidations seen
-
-    def _open_of(self, pid, ts):
-        key = self.current.get(pid)
-        o = self.opens.get(key) if key is not None else None
-        if o is None:
-            mine = [o2 for k, o2 in self.opens.items() if k[0] == pid]
-            o = mine[0] if len(mine) == 1 else None
-        if o is None:       # a READDIR outside any open seen: its own listing, as analyze()
-            o = opens._Open(pid, self.live.comm(pid), ts, "readdirs", key=("orphan", pid))
-            o.began_before_trace = True
-            self.opens[o.key] = o
-            self.current[pid] = o.key
-        return o
 
     def _shown(self, o):
         return self.dir is None or o.fileid in (None, self.dir)
@@ -204,6 +190,7 @@ class _Tracker:
     def feed(self, new):
         """Take the events drain() returned; print a line for each restart and invalidation."""
         wrote = False
+        model = self.model
         for ts, _cpu, eid, pid, fields in new:
             m = self.map.get(self.live._by_id[eid].full_name)
             if m is None:
@@ -214,7 +201,7 @@ class _Tracker:
             row = {canon: fields.get(raw) for canon, raw in fmap.items()}
             row.update(src.constants)
             if table == "rpc":
-                o = self._open_of(pid, ts)
+                o = model.of_readdir(pid, self.live.comm(pid), ts)
                 before = len(o.restart_rows)
                 o.readdir(self.rows, ts, row.get("cookie"))
                 self.rows += 1
@@ -229,14 +216,14 @@ class _Tracker:
                                f"{(ts - o.start) / NS:.3f}s")
                     wrote = True
             elif table == "rpc_directory":
-                key = self.current.get(pid)
-                o = self.opens.get(key) if key is not None else None
+                key = model.current.get(pid)
+                o = model.live.get(key) if key is not None else None
                 if o is not None and o.fileid is None:
                     o.dev, o.fileid = row.get("dev"), row.get("fileid")
             elif table == "invalidations":
                 fileid = row.get("fileid")
-                mine = [o for o in self.opens.values() if o.fileid == fileid] or \
-                    [o for k, o in self.opens.items() if k == self.current.get(pid)]
+                mine = [o for o in model.live.values() if o.fileid == fileid] or \
+                    [o for k, o in model.live.items() if k == model.current.get(pid)]
                 for o in mine:
                     if not self._shown(o):
                         continue
@@ -248,38 +235,9 @@ class _Tracker:
                                f"{(ts - o.start) / NS:.3f}s into the listing")
                     wrote = True
             else:
-                self._call(ts, pid, row)
+                model.call(dict(row, pid=pid, ts=ts, comm=self.live.comm(pid)))
         if wrote:
             self.out.flush()
-
-    def _call(self, ts, pid, row):
-        call = row["call"]
-        key = (pid, row.get("file")) if self.keyed_by_file else \
-            (pid, row.get("dev"), row.get("fileid"))
-        if call == "opendir":
-            self.opens[key] = opens._Open(pid, self.live.comm(pid), ts, "opens", key=key,
-                                          below_restarts=self.below)
-        elif call in ("getdents", "llseek", "closedir"):
-            o = self.opens.get(key)
-            if o is None:
-                if call == "closedir":
-                    return
-                o = self.opens[key] = opens._Open(pid, self.live.comm(pid), ts, "opens",
-                                                  key=key, below_restarts=self.below)
-            if call == "getdents":
-                pos = row.get("pos")
-                o.position(ts, int(pos) if pos is not None else None)
-                self.current[pid] = key
-            elif call == "llseek":
-                if row.get("pos") == 0:
-                    o.rewind(ts)
-            else:
-                self.opens.pop(key, None)
-                if self.current.get(pid) == key:
-                    del self.current[pid]
-                return
-            if not self.keyed_by_file and row.get("fileid") is not None:
-                o.dev, o.fileid = row.get("dev"), row["fileid"]
 
 
 class _Printer:
