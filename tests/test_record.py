@@ -148,6 +148,49 @@ def test_ring_buffer_pages_decode_real_events(tmp_path):
     assert times and all(0 < now - t < 60 * 10**9 for t in times), (now, times[:3])
 
 
+@host_tracefs
+def test_filter_keeps_records_out_of_the_buffer():
+    """A filter an instance's event gets is applied by the kernel before the buffer: a child
+    `ls` leaves getdents64 records where the filter lets them through and none where it
+    does not; the filter goes with the instance and tracefs is as it was."""
+    before = snapshot(TRACEFS)
+    ev = "syscalls:sys_enter_getdents64"
+    fmt = events.tracefs_format(TRACEFS, ev)
+    with open(os.path.join(TRACEFS, "events/header_page")) as f:
+        header = _parse_header_page(f.read(), 8)
+    counts = {}
+    for expr in ("fd >= 0", "fd == 999999"):
+        s = tracing.Session(TRACEFS, instance=f"nfs-readdir-test-{os.getpid()}")
+        try:
+            s.enable([ev], 1024, "mono", {ev: expr})
+            with open(os.path.join(s.root, "events/syscalls/sys_enter_getdents64/filter")) as f:
+                assert f.read().strip() == expr
+            p = subprocess.run(["ls", "-f", TOP], capture_output=True)
+            assert p.returncode == 0
+            n = 0
+            for cpu in os.listdir(os.path.join(s.root, "per_cpu")):
+                fd = os.open(os.path.join(s.root, "per_cpu", cpu, "trace_pipe_raw"),
+                             os.O_RDONLY | os.O_NONBLOCK)
+                try:
+                    while True:
+                        try:
+                            page = os.read(fd, os.sysconf("SC_PAGE_SIZE"))
+                        except BlockingIOError:
+                            break
+                        if not page:
+                            break
+                        n += sum(1 for item in ringbuf.decode_page(
+                            page, header, {fmt.id: fmt}, {fmt.id: ["fd"]})
+                            if item[0] != "lost")
+                finally:
+                    os.close(fd)
+            counts[expr] = n
+        finally:
+            assert s.close() == []
+        assert snapshot(TRACEFS) == before
+    assert counts["fd >= 0"] > 0 and counts["fd == 999999"] == 0, counts
+
+
 def test_plan_by_kernel_knowledge(tmp_path):
     """The plan from a tracefs: a stock 5.10 (no readdir tracepoints) gets the cookie and open
     kprobes in the best argument form its README offers; 6.1 gets the tracepoints and only the
@@ -258,6 +301,56 @@ def test_watch_lines_are_the_restarts_analyze_finds(trace):
     assert sorted((int(pid), round(float(s), 3)) for s, pid in lines) == sorted(
         (pid, round((ts - replay.items[0][0]) / 1e9, 3)) for pid, ts in restarts)
     assert ("5.10-v4.1" in trace) == bool(restarts)
+
+
+class _Filtered:
+    """A recorded trace as watch's kernel-side filters would have let it through: rows of a
+    filtered event whose `type` is not the filter's are gone."""
+
+    def __init__(self, trace, filters):
+        self.trace, self.filters, self.info = trace, filters, trace.info
+        self.dropped = 0
+
+    def event_names(self):
+        return self.trace.event_names()
+
+    def event_format(self, name):
+        return self.trace.event_format(name)
+
+    def read(self, req, **kw):
+        from nfsreaddir.trace import field_column
+        extra = {ev: sorted(set(cols) | {"type"}) for ev, cols in req.items()
+                 if ev in self.filters}
+        out = self.trace.read({**req, **extra}, **kw)
+        for ev in extra:
+            want = int(self.filters[ev].split("==")[1])
+            df = out[ev]
+            keep = df[field_column("type")] == want
+            self.dropped += int((~keep).sum())
+            out[ev] = df[keep].drop(columns=[field_column("type")]
+                                    if "type" not in req[ev] else []).reset_index(drop=True)
+        return out
+
+
+@pytest.mark.parametrize("trace", ["6.1-v3/modified.dat", "6.1-v4.1/modified.dat",
+                                   "6.12-v4.1/modified.dat", "multi-6.1/multi.dat"])
+def test_watch_filters_change_no_analysis(trace):
+    """What watch keeps out of its ring buffer (nfs_set_cache_invalid and the other inode
+    events of the revalidation tables, for inodes that are not directories: one per name a
+    READDIR caches on 6.x and 7.x) changes nothing analyze() finds: on real traces that have
+    such events, the analysis without them is the analysis with them."""
+    from nfsreaddir import analysis, watch
+    from nfsreaddir.trace import open_trace
+    t = open_trace(os.path.join(TOP, "tests", "fixtures", trace))
+    plan = events.Plan("", "", sorted(t.event_names()), [], {}, [])
+    evs, filters = watch.watched(t, plan)
+    assert filters.get("nfs:nfs_set_cache_invalid") == "type == 4", filters
+    assert not set(evs) & set(events.CONTEXT_EVENTS)
+    f = _Filtered(t, filters)
+    whole, kept = analysis.analyze(t).to_dict(), analysis.analyze(f).to_dict()
+    assert f.dropped > 0
+    assert json.dumps(kept, sort_keys=True, default=str) == \
+        json.dumps(whole, sort_keys=True, default=str)
 
 
 # ------------------------------------------------------------------------------------- VMs

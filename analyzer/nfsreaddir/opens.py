@@ -145,63 +145,96 @@ class _Open:
         self.progressed = True
 
 
-def by_opens(rpc, calls, cookies_known, keyed_by_file, below_restarts):
-    """Listings from opendir/closedir and the reader's position (mode "opens")."""
-    rows = _merged(rpc, calls)
-    done, live, current = [], {}, {}     # live: key -> _Open; current: pid -> key
-    for r in rows:
-        pid, ts, kind = r["pid"], r["ts"], r["kind"]
-        if kind == "rpc":
-            key = current.get(pid)
-            o = live.get(key) if key is not None else None
-            if o is None:
-                mine = [o2 for k, o2 in live.items() if k[0] == pid]
-                o = mine[0] if len(mine) == 1 else None
-            if o is None:       # a READDIR outside any open we saw: its own listing
-                o = _Open(pid, r["comm"], ts, "readdirs", key=("orphan", pid))
-                o.began_before_trace = True
-                live[o.key] = o
-                current[pid] = o.key
-            o.readdir(r["row"], ts, int_or_none(r["cookie"]) if cookies_known else None)
-            continue
-        call = r["call"]
-        key = (pid, r["file"]) if keyed_by_file else (pid, r["dev"], r["fileid"])
+class Opens:
+    """The opens of a trace, fed one event at a time in the trace's order (mode "opens"):
+    by_opens() feeds it a whole trace, `watch` the events as the ring buffer hands them out.
+    READDIRs go to the open their process is reading (readdir()); the reader's calls open,
+    position, rewind and close them (call()). done: the opens closed so far; live: key ->
+    _Open of those still open; current: pid -> the key of the open it last read."""
+
+    def __init__(self, keyed_by_file, below_restarts):
+        self.keyed_by_file, self.below_restarts = keyed_by_file, below_restarts
+        self.done, self.live, self.current = [], {}, {}
+
+    def of_readdir(self, pid, comm, ts):
+        """The open a READDIR of process pid belongs to; one outside any open seen is its
+        own listing."""
+        key = self.current.get(pid)
+        o = self.live.get(key) if key is not None else None
+        if o is None:
+            mine = [o2 for k, o2 in self.live.items() if k[0] == pid]
+            o = mine[0] if len(mine) == 1 else None
+        if o is None:
+            o = _Open(pid, comm, ts, "readdirs", key=("orphan", pid))
+            o.began_before_trace = True
+            self.live[o.key] = o
+            self.current[pid] = o.key
+        return o
+
+    def readdir(self, pid, comm, ts, row, cookie):
+        """A READDIR (rpc table row `row`, cookie None: not known); returns its open."""
+        o = self.of_readdir(pid, comm, ts)
+        o.readdir(row, ts, cookie)
+        return o
+
+    def call(self, r):
+        """One of the reader's calls: a dict with pid, comm, ts, call and the calls table's
+        columns that the call has (file, dev, fileid, pos, eof, error, ret, in_fs)."""
+        pid, ts, call = r["pid"], r["ts"], r["call"]
+        live = self.live
+        key = (pid, r.get("file")) if self.keyed_by_file else (pid, r.get("dev"),
+                                                               r.get("fileid"))
         if call == "opendir":
             if key in live:
-                done.append(_close(live.pop(key), None))
-            o = _Open(pid, r["comm"], ts, "opens", key=key, below_restarts=below_restarts)
-            live[key] = o
+                self.done.append(_close(live.pop(key), None))
+            live[key] = _Open(pid, r["comm"], ts, "opens", key=key,
+                              below_restarts=self.below_restarts)
         elif call in ("getdents", "llseek", "closedir", "getdents_done"):
             o = live.get(key)
             if o is None:
                 if call in ("closedir", "getdents_done"):
-                    continue
-                o = _Open(pid, r["comm"], ts, "opens", key=key, below_restarts=below_restarts)
+                    return
+                o = _Open(pid, r["comm"], ts, "opens", key=key,
+                          below_restarts=self.below_restarts)
                 o.began_before_trace = call == "llseek"
                 live[key] = o
             if call == "getdents":
-                o.position(ts, int_or_none(r["pos"]))
-                current[pid] = key
+                o.position(ts, int_or_none(r.get("pos")))
+                self.current[pid] = key
             elif call == "llseek":
-                if int_or_none(r["pos"]) == 0:
+                if int_or_none(r.get("pos")) == 0:
                     o.rewind(ts)
             elif call == "getdents_done":
-                _returned(o, ts, eof=r["eof"], err=r["error"])
+                _returned(o, ts, eof=r.get("eof"), err=r.get("error"))
             else:
-                done.append(_close(live.pop(key), ts))
-                if current.get(pid) == key:
-                    del current[pid]
+                self.done.append(_close(live.pop(key), ts))
+                if self.current.get(pid) == key:
+                    del self.current[pid]
         elif call == "sys_getdents_ret":
-            key = current.get(pid)
+            key = self.current.get(pid)
             o = live.get(key) if key is not None else None
             if o is not None and r.get("in_fs"):
-                _returned(o, ts, ret=r["ret"])
-        if not keyed_by_file and not pd.isna(r.get("dev")):
+                _returned(o, ts, ret=r.get("ret"))
+        dev = r.get("dev")
+        if not self.keyed_by_file and dev is not None and not pd.isna(dev):
             o2 = live.get(key)
             if o2 is not None:
-                o2.dev, o2.fileid = int_or_none(r["dev"]), int_or_none(r["fileid"])
-    done.extend(live.values())
-    return done
+                o2.dev, o2.fileid = int_or_none(dev), int_or_none(r.get("fileid"))
+
+    def all(self):
+        return self.done + list(self.live.values())
+
+
+def by_opens(rpc, calls, cookies_known, keyed_by_file, below_restarts):
+    """Listings from opendir/closedir and the reader's position (mode "opens")."""
+    m = Opens(keyed_by_file, below_restarts)
+    for r in _merged(rpc, calls):
+        if r["kind"] == "rpc":
+            m.readdir(r["pid"], r["comm"], r["ts"], r["row"],
+                      int_or_none(r["cookie"]) if cookies_known else None)
+        else:
+            m.call(r)
+    return m.all()
 
 
 def _returned(o, ts, ret=None, eof=None, err=None):

@@ -95,6 +95,7 @@ class Session:
         self.instance = None
         self.kprobes = []           # events this session added, to remove
         self.enabled = []           # events this session enabled (instance mode)
+        self.filters = {}           # event -> the filter it had before this session set one
         self._saved = {}
         if instance:
             d = os.path.join(tracefs, "instances", instance)
@@ -147,8 +148,10 @@ class Session:
         return used, refused
 
     # -------------------------------------------------------------------------- instance
-    def enable(self, events, buffer_kb, clock=None):
+    def enable(self, events, buffer_kb, clock=None, filters=None):
         """Instance mode: enable the events, size the buffer, pick the clock, then trace.
+        filters: {event: tracefs filter expression}, set before the event goes on, so that
+        the kernel drops the records the filter rejects before they reach the buffer.
 
         The events go on before the buffer is sized: before 6.x "expanded" is one flag for
         all buffers, and writing an instance's buffer_size_kb while the top buffer is still
@@ -158,6 +161,15 @@ class Session:
         _write(os.path.join(self.root, "tracing_on"), "0")
         for ev in events:
             system, name = ev.split(":", 1)
+            expr = (filters or {}).get(ev)
+            if expr:
+                path = os.path.join(self.root, "events", system, name, "filter")
+                self.filters.setdefault(ev, _read(path).strip())
+                try:
+                    _write(path, expr)
+                except OSError as e:
+                    raise KernelLacks(f"cannot filter {ev} with {expr!r}: {e.strerror}"
+                                      + _kernel_says(self.tracefs, name)) from None
             try:
                 _write(os.path.join(self.root, "events", system, name, "enable"), "1")
             except OSError as e:
@@ -185,6 +197,12 @@ class Session:
             system, name = ev.split(":", 1)
             step(f"disable {ev}", lambda s=system, n=name: _write(
                 os.path.join(self.root, "events", s, n, "enable"), "0"))
+        for ev, old in sorted(self.filters.items()):
+            system, name = ev.split(":", 1)
+            # "none" is how an event without a filter reads; "0" clears one.
+            step(f"restore the filter of {ev}", lambda s=system, n=name, v=old: _write(
+                os.path.join(self.root, "events", s, n, "filter"), "0" if v == "none" else v))
+        self.filters = {}
         if self.instance:
             step(f"remove {self.instance}", lambda: os.rmdir(self.instance))
         else:

@@ -24,6 +24,29 @@ from .trace import pipe as ringbuf
 
 BUFFER_KB = 4096        # per CPU; read every POLL_SECONDS, a listing's events fit many times
 POLL_SECONDS = 0.2
+# The dirent type of a directory (DT_DIR, include/linux/fs_types.h), as the inode events that
+# carry the inode's type (the nfs_inode_event_done class: nfs_umode_to_dtype(i_mode)) give it.
+DT_DIR = 4
+
+
+def watched(live, plan):
+    """What watch enables, from the plan: only the events analyze() reads (events.wanted: the
+    context events the plan adds for a person reading `trace-cmd report` are read by no table),
+    and {event: tracefs filter}. Inode events of the revalidations and invalidations tables
+    that say the inode's type are kept to directories: 6.x and 7.x log
+    nfs:nfs_set_cache_invalid for every name a READDIR caches (nfs_fhget, nfs_update_inode of
+    each child), 100,000 events a 100,000-name listing, none of which analyze() selects (its
+    rows are the listing's directory's, analysis._select)."""
+    read = set(events.wanted(live))
+    evs = [e for e in plan.events if e in read]
+    inode_tables = ([s for g in events.INVALIDATION_SOURCES for s in g]
+                    + events.REVALIDATION_SOURCES + [events.RANGE_INVALIDATION])
+    filters = {}
+    for s in inode_tables:
+        fmt = live.event_format(s.event)
+        if s.event in evs and fmt is not None and {"type", "fileid"} <= set(fmt.user_fields()):
+            filters[s.event] = f"type == {DT_DIR}"
+    return evs, filters
 
 
 class LiveTrace:
@@ -135,39 +158,25 @@ def _now_ns():
 
 class _Tracker:
     """Restarts and invalidations printed the moment their event is read. The analyzer's
-    reader model for one open (opens._Open: a READDIR at cookie 0, or for a whole page below
-    its position, while the reader is past the start is a restart) is driven one event at a
-    time, with the events load() would read (events.stream_sources), so a line costs
-    microseconds; analyzing every event so far on each one took seconds under emulation, and
-    the lines came 10-16 s late. Used where listings are delimited by opens (the open kprobes
-    or the series' events); the summary at the end is analyze()'s over all the events either
-    way."""
+    reader model (opens.Opens, what analyze() runs over a whole trace: a READDIR at cookie 0,
+    or for a whole page below its position, while the reader is past the start is a restart)
+    is fed one event at a time, with the events load() would read (events.stream_sources),
+    so a line costs microseconds; analyzing every event so far on each one took seconds under
+    emulation, and the lines came 10-16 s late. Used where listings are delimited by opens
+    (the open kprobes or the series' events); the summary at the end is analyze()'s over all
+    the events either way."""
 
     def __init__(self, live, out, dir_fileid, start_ns):
         self.live, self.out, self.dir, self.start = live, out, dir_fileid, start_ns
         self.map = tables.stream_sources(live)
         calls = [f for t, _, f in self.map.values() if t == "calls"]
         self.usable = bool(calls) and any(t == "rpc" for t, _, _ in self.map.values())
-        self.keyed_by_file = any("file" in f for f in calls)
         # The kernel watched is the running one.
-        self.below = events.searches_from_first_page(os.uname().release)
-        self.opens, self.current = {}, {}       # key -> _Open; pid -> key
+        self.model = opens.Opens(any("file" in f for f in calls),
+                                 events.searches_from_first_page(os.uname().release))
         self.rows = 0
         self.restarts = self.invalidations = 0  # lines printed
         self._invals = {}                       # id(open) -> invalidations seen
-
-    def _open_of(self, pid, ts):
-        key = self.current.get(pid)
-        o = self.opens.get(key) if key is not None else None
-        if o is None:
-            mine = [o2 for k, o2 in self.opens.items() if k[0] == pid]
-            o = mine[0] if len(mine) == 1 else None
-        if o is None:       # a READDIR outside any open seen: its own listing, as analyze()
-            o = opens._Open(pid, self.live.comm(pid), ts, "readdirs", key=("orphan", pid))
-            o.began_before_trace = True
-            self.opens[o.key] = o
-            self.current[pid] = o.key
-        return o
 
     def _shown(self, o):
         return self.dir is None or o.fileid in (None, self.dir)
@@ -181,6 +190,7 @@ class _Tracker:
     def feed(self, new):
         """Take the events drain() returned; print a line for each restart and invalidation."""
         wrote = False
+        model = self.model
         for ts, _cpu, eid, pid, fields in new:
             m = self.map.get(self.live._by_id[eid].full_name)
             if m is None:
@@ -191,7 +201,7 @@ class _Tracker:
             row = {canon: fields.get(raw) for canon, raw in fmap.items()}
             row.update(src.constants)
             if table == "rpc":
-                o = self._open_of(pid, ts)
+                o = model.of_readdir(pid, self.live.comm(pid), ts)
                 before = len(o.restart_rows)
                 o.readdir(self.rows, ts, row.get("cookie"))
                 self.rows += 1
@@ -206,14 +216,14 @@ class _Tracker:
                                f"{(ts - o.start) / NS:.3f}s")
                     wrote = True
             elif table == "rpc_directory":
-                key = self.current.get(pid)
-                o = self.opens.get(key) if key is not None else None
+                key = model.current.get(pid)
+                o = model.live.get(key) if key is not None else None
                 if o is not None and o.fileid is None:
                     o.dev, o.fileid = row.get("dev"), row.get("fileid")
             elif table == "invalidations":
                 fileid = row.get("fileid")
-                mine = [o for o in self.opens.values() if o.fileid == fileid] or \
-                    [o for k, o in self.opens.items() if k == self.current.get(pid)]
+                mine = [o for o in model.live.values() if o.fileid == fileid] or \
+                    [o for k, o in model.live.items() if k == model.current.get(pid)]
                 for o in mine:
                     if not self._shown(o):
                         continue
@@ -225,38 +235,9 @@ class _Tracker:
                                f"{(ts - o.start) / NS:.3f}s into the listing")
                     wrote = True
             else:
-                self._call(ts, pid, row)
+                model.call(dict(row, pid=pid, ts=ts, comm=self.live.comm(pid)))
         if wrote:
             self.out.flush()
-
-    def _call(self, ts, pid, row):
-        call = row["call"]
-        key = (pid, row.get("file")) if self.keyed_by_file else \
-            (pid, row.get("dev"), row.get("fileid"))
-        if call == "opendir":
-            self.opens[key] = opens._Open(pid, self.live.comm(pid), ts, "opens", key=key,
-                                          below_restarts=self.below)
-        elif call in ("getdents", "llseek", "closedir"):
-            o = self.opens.get(key)
-            if o is None:
-                if call == "closedir":
-                    return
-                o = self.opens[key] = opens._Open(pid, self.live.comm(pid), ts, "opens",
-                                                  key=key, below_restarts=self.below)
-            if call == "getdents":
-                pos = row.get("pos")
-                o.position(ts, int(pos) if pos is not None else None)
-                self.current[pid] = key
-            elif call == "llseek":
-                if row.get("pos") == 0:
-                    o.rewind(ts)
-            else:
-                self.opens.pop(key, None)
-                if self.current.get(pid) == key:
-                    del self.current[pid]
-                return
-            if not self.keyed_by_file and row.get("fileid") is not None:
-                o.dev, o.fileid = row.get("dev"), row["fileid"]
 
 
 class _Printer:
@@ -324,9 +305,10 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
             clock = "mono" if "mono" in f.read().replace("[", " ").replace("]", " ").split() \
                 else None
         live = LiveTrace(tfs, plan)
+        plan.events, filters = watched(live, plan)
         reader = _Reader(session.root, tfs)
         live.info["cpus"] = len(reader.fds)
-        session.enable(plan.events, BUFFER_KB, clock)
+        session.enable(plan.events, BUFFER_KB, clock, filters)
         start = _now_ns()
         # With --json, stdout is the summary alone; what runs and the lines go to stderr.
         say = sys.stderr if as_json else out
@@ -337,6 +319,8 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
         for w in plan.warnings + [f"watching without {ev}: the kernel refused it: {why}"
                                   for ev, why in refused.items()]:
             say.write(f"  warning: {w}\n")
+        for ev, expr in filters.items():
+            say.write(f"  {ev} only where {expr} (filtered in the kernel)\n")
         say.flush()
         tracker = _Tracker(live, say, dir_fileid, start)
         # Without opens to delimit listings, the lines come from analyze() over everything so
