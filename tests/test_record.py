@@ -155,7 +155,7 @@ def test_filter_keeps_records_out_of_the_buffer():
     does not; the filter goes with the instance and tracefs is as it was."""
     before = snapshot(TRACEFS)
     ev = "syscalls:sys_enter_getdents64"
-    fmt = events.tracefs_format(TRACEFS, ev)
+    fmt = recordplan.tracefs_format(TRACEFS, ev)
     with open(os.path.join(TRACEFS, "events/header_page")) as f:
         header = _parse_header_page(f.read(), 8)
     counts = {}
@@ -342,7 +342,7 @@ def test_watch_filters_change_no_analysis(trace):
     from nfsreaddir import analysis, watch
     from nfsreaddir.trace import open_trace
     t = open_trace(os.path.join(TOP, "tests", "fixtures", trace))
-    plan = events.Plan("", "", sorted(t.event_names()), [], {}, [])
+    plan = recordplan.Plan("", "", sorted(t.event_names()), [], {}, [])
     evs, filters = watch.watched(t, plan)
     assert filters.get("nfs:nfs_set_cache_invalid") == "type == 4", filters
     assert not set(evs) & set(events.CONTEXT_EVENTS)

@@ -1,6 +1,6 @@
 """`nfs-readdir record`: trace a listing on the machine itself with what its kernel has.
 
-The events and kprobes come from events.plan (the running kernel's tracefs and kallsyms); the
+The events and kprobes come from recordplan.plan (the running kernel's tracefs and kallsyms); the
 kprobes are added here, `trace-cmd record` records, and tracing.Session puts tracefs back as it
 was on any exit. The exact command and kprobe definitions are printed first, so a user can
 repeat them by hand or paste them into a bug report. All of record's own lines go to stderr:

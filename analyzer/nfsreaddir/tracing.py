@@ -4,7 +4,7 @@ the events enabled, the buffer size, tracing_on and the clock.
 `record` and `watch` change tracefs through a Session; whatever they exit by (success, an error,
 SIGINT, SIGTERM), Session.close() removes the kprobes it added, turns off every event that was
 off before, and writes back the buffer size, tracing_on and the trace clock it found. Nothing
-here knows an event name: the plan (events.plan) says what to add.
+here knows an event name: the plan (recordplan.plan) says what to add.
 """
 
 import os
