@@ -106,6 +106,26 @@ def test_session_puts_back_what_a_recorder_changed(private_tracefs):
     put("events/sched/sched_switch/enable", "0")
 
 
+def _drain(root, header, fmt, fields):
+    """Every record an instance's per-CPU buffers hold now, decoded as watch reads them."""
+    out = []
+    for cpu in os.listdir(os.path.join(root, "per_cpu")):
+        fd = os.open(os.path.join(root, "per_cpu", cpu, "trace_pipe_raw"),
+                     os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            while True:
+                try:
+                    page = os.read(fd, os.sysconf("SC_PAGE_SIZE"))
+                except BlockingIOError:
+                    break
+                if not page:
+                    break
+                out.extend(ringbuf.decode_page(page, header, {fmt.id: fmt}, {fmt.id: fields}))
+        finally:
+            os.close(fd)
+    return out
+
+
 @host_tracefs
 def test_ring_buffer_pages_decode_real_events(tmp_path):
     """A watch-style instance on the host: getdents64 system calls of a child `ls` come out of
@@ -119,25 +139,9 @@ def test_ring_buffer_pages_decode_real_events(tmp_path):
         p = subprocess.run(["ls", "-f", TOP], capture_output=True)
         with open(os.path.join(TRACEFS, "events/header_page")) as f:
             header = _parse_header_page(f.read(), 8)
-        seen, times = [], []
-        for cpu in os.listdir(os.path.join(s.root, "per_cpu")):
-            fd = os.open(os.path.join(s.root, "per_cpu", cpu, "trace_pipe_raw"),
-                         os.O_RDONLY | os.O_NONBLOCK)
-            try:
-                while True:
-                    try:
-                        page = os.read(fd, os.sysconf("SC_PAGE_SIZE"))
-                    except BlockingIOError:
-                        break
-                    if not page:
-                        break
-                    for item in ringbuf.decode_page(page, header, {fmt.id: fmt},
-                                                    {fmt.id: ["fd", "count"]}):
-                        assert item[0] != "lost"
-                        seen.append(item)
-                        times.append(item[0])
-            finally:
-                os.close(fd)
+        seen = _drain(s.root, header, fmt, ["fd", "count"])
+        assert all(item[0] != "lost" for item in seen)
+        times = [item[0] for item in seen]
     finally:
         assert s.close() == []
     assert snapshot(TRACEFS) == before
@@ -167,24 +171,8 @@ def test_filter_keeps_records_out_of_the_buffer():
                 assert f.read().strip() == expr
             p = subprocess.run(["ls", "-f", TOP], capture_output=True)
             assert p.returncode == 0
-            n = 0
-            for cpu in os.listdir(os.path.join(s.root, "per_cpu")):
-                fd = os.open(os.path.join(s.root, "per_cpu", cpu, "trace_pipe_raw"),
-                             os.O_RDONLY | os.O_NONBLOCK)
-                try:
-                    while True:
-                        try:
-                            page = os.read(fd, os.sysconf("SC_PAGE_SIZE"))
-                        except BlockingIOError:
-                            break
-                        if not page:
-                            break
-                        n += sum(1 for item in ringbuf.decode_page(
-                            page, header, {fmt.id: fmt}, {fmt.id: ["fd"]})
-                            if item[0] != "lost")
-                finally:
-                    os.close(fd)
-            counts[expr] = n
+            counts[expr] = sum(1 for item in _drain(s.root, header, fmt, ["fd"])
+                               if item[0] != "lost")
         finally:
             assert s.close() == []
         assert snapshot(TRACEFS) == before
