@@ -107,14 +107,21 @@ def print_analysis(analyses, out=None, details=10):
         ev = a.evidence
         dirs = (f" (directories from {', '.join(ev['rpc_directory'])})"
                 if ev.get("rpc_directory") else "")
+        # A capture has, in place of invalidations, their cause: the directory's version.
+        changes = (f"; directory changes from {', '.join(ev['version'])}"
+                   if ev.get("version") else "")
         out.write(f"  READDIRs from {', '.join(ev['rpc']) or '-'}{dirs}; invalidations from "
-                  f"{', '.join(a.recorded.get('invalidations') or []) or '-'}; listings by "
-                  f"{', '.join(sorted({x.delimited_by for x in a.listings})) or '-'}\n")
+                  f"{', '.join(a.recorded.get('invalidations') or []) or '-'}{changes}; "
+                  f"listings by {', '.join(sorted({x.delimited_by for x in a.listings})) or '-'}"
+                  "\n")
         missing = set()
         if not a.cookies_known:
             out.write("  READDIR cookies are not in this trace, so restarts cannot be seen\n")
             missing.add("rpc")
-        if not a.recorded.get("invalidations"):
+        if ev.get("version") and not a.recorded.get("invalidations"):
+            out.write("  the wire carries no invalidation, only its cause, so they are counted "
+                      "as unknown (trace the client to count them)\n")
+        elif not a.recorded.get("invalidations"):
             out.write("  invalidation events were not recorded\n")
             missing.add("invalidations")
         if missing:

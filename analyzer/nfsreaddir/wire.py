@@ -268,8 +268,7 @@ def analyze(path, tshark=None):
     evidence = {"rpc": ["the capture's READDIR calls and replies"], "invalidations": [],
                 "version": [version]}
     info["notes"] = _notes(cap, dropped)
-    a = Analysis(out, run, None, evidence, True, info,
-                 recorded={"invalidations": [f"(capture) {version}"]},
+    a = Analysis(out, run, None, evidence, True, info, recorded={"invalidations": []},
                  tables={"rpc": _rpc_table(cap.readdirs, out), "readdirs": cap.readdirs,
                          "attrs": cap.attrs})
     a.capture = cap
