@@ -156,11 +156,15 @@ class Opens:
         self.keyed_by_file, self.below_restarts = keyed_by_file, below_restarts
         self.done, self.live, self.current = [], {}, {}
 
+    def reading(self, pid):
+        """The open process pid last read from, if it is still open."""
+        key = self.current.get(pid)
+        return self.live.get(key) if key is not None else None
+
     def of_readdir(self, pid, comm, ts):
         """The open a READDIR of process pid belongs to; one outside any open seen is its
         own listing."""
-        key = self.current.get(pid)
-        o = self.live.get(key) if key is not None else None
+        o = self.reading(pid)
         if o is None:
             mine = [o2 for k, o2 in self.live.items() if k[0] == pid]
             o = mine[0] if len(mine) == 1 else None
@@ -211,15 +215,14 @@ class Opens:
                 if self.current.get(pid) == key:
                     del self.current[pid]
         elif call == "sys_getdents_ret":
-            key = self.current.get(pid)
-            o = live.get(key) if key is not None else None
+            o = self.reading(pid)
             if o is not None and r.get("in_fs"):
                 _returned(o, ts, ret=r.get("ret"))
-        dev = r.get("dev")
-        if not self.keyed_by_file and dev is not None and not pd.isna(dev):
+        dev = int_or_none(r.get("dev"))
+        if not self.keyed_by_file and dev is not None:
             o2 = live.get(key)
             if o2 is not None:
-                o2.dev, o2.fileid = int_or_none(dev), int_or_none(r.get("fileid"))
+                o2.dev, o2.fileid = dev, int_or_none(r.get("fileid"))
 
     def all(self):
         return self.done + list(self.live.values())

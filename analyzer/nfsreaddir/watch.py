@@ -217,14 +217,14 @@ class _Tracker:
                                f"{(ts - o.start) / NS:.3f}s")
                     wrote = True
             elif table == "rpc_directory":
-                key = model.current.get(pid)
-                o = model.live.get(key) if key is not None else None
+                o = model.reading(pid)
                 if o is not None and o.fileid is None:
                     o.dev, o.fileid = row.get("dev"), row.get("fileid")
             elif table == "invalidations":
                 fileid = row.get("fileid")
-                mine = [o for o in model.live.values() if o.fileid == fileid] or \
-                    [o for k, o in model.live.items() if k == model.current.get(pid)]
+                # The opens of that directory, else the one the invalidating process reads.
+                mine = ([o for o in model.live.values() if o.fileid == fileid]
+                        or [o for o in (model.reading(pid),) if o is not None])
                 for o in mine:
                     if not self._shown(o):
                         continue
