@@ -109,3 +109,47 @@ def test_dcache_samples_cover_each_listing(fixture):
     d = lst.dentries["nr_dentry"]
     assert d["after"] - d["before"] == d["added"]
     assert len(a.samples) >= 2 and a.samples["nr_dentry"].min() > 0
+
+
+class _Without:
+    """A recorded trace that lacks some of its events, as a trace recorded without them."""
+
+    def __init__(self, trace, hidden):
+        self.trace, self.hidden = trace, set(hidden)
+
+    def event_names(self):
+        return set(self.trace.event_names()) - self.hidden
+
+    def event_format(self, name):
+        return None if name in self.hidden else self.trace.event_format(name)
+
+    def __getattr__(self, name):
+        return getattr(self.trace, name)
+
+
+# The series' page-fill events, under the names of v1-v2 (upstream's, with other fields) and of
+# v3 on (its own); each fixture was recorded with one set.
+SERIES_FILLS = {"5.10-series-v4.1": ("nfs:nfs_readdir_cache_fill", "nfs:nfs_readdir_uncached"),
+                "5.10-series3-v4.1": ("nfs:nfs_readdir_cache_page_filled",
+                                      "nfs:nfs_readdir_uncached_page_filled")}
+
+
+@pytest.mark.parametrize("name", sorted(SERIES_FILLS))
+@pytest.mark.parametrize("phase", ["idle", "modified"])
+def test_the_series_fill_events_read_as_its_nfs4_readdirs(name, phase):
+    """Each READDIR of the series fires nfs4:nfs4_readdir and one page-fill event (cache or
+    uncached). Read without nfs4:nfs4_readdir, as an NFSv3 trace is, a trace gives the same
+    READDIRs (cookies, in order), the same restarts and the same verdict from its fill events,
+    whichever names and layout its series version gave them."""
+    path = os.path.join(FIXTURES, name, f"{phase}.dat")
+    trace = open_trace(path)
+    full = analyze(trace)
+    fills = analyze(_Without(trace, ["nfs4:nfs4_readdir"]))
+    assert full.evidence["rpc"] == ["nfs4:nfs4_readdir"]
+    assert sorted(fills.evidence["rpc"]) == sorted(
+        set(SERIES_FILLS[name]) & set(trace.event_names()))
+    (a,) = [x for x in full.listings if x.phase == phase]
+    (b,) = [x for x in fills.listings if x.phase == phase]
+    assert list(a.rpcs["cookie"]) == list(b.rpcs["cookie"]) and len(a.rpcs) > 1
+    assert a.summary() == b.summary()
+    assert judge([full]).code == judge([fills]).code

@@ -109,14 +109,19 @@ RPC_SOURCES = [
     (Source("nfs4:nfs4_readdir", {"dev": "dev", "fileid": "fileid", "cookie": "cookie",
                                  "dtsize": "count", "plus": "plus"},
             optional=("error",), kernels="5.10 with kernel-patches/v5.10"),),
-    # 5.18 and later, and 5.10 with this project's series over NFSv3: the page cache fill and
-    # the uncached read, each one READDIR.
-    (Source("nfs:nfs_readdir_cache_fill", {"dev": "dev", "fileid": "fileid", "cookie": "cookie",
-                                          "dtsize": "dtsize"}, optional=("version", "error"),
-            kernels="5.18+ (6.1, 6.12)"),
-     Source("nfs:nfs_readdir_uncached", {"dev": "dev", "fileid": "fileid", "cookie": "cookie",
-                                         "dtsize": "dtsize"}, optional=("version", "error"),
-            kernels="5.18+ (6.1, 6.12)")),
+    # The page cache fill and the uncached read, each one READDIR: 5.18 and later, and 5.10
+    # with this project's series over NFSv3. Upstream's names fire before the RPC (fields
+    # verifier char[8], index); the series' v1-v2 used the same names for events that fire
+    # after it (a u64 verifier, page_index, last_cookie, entries, eof, error), and the series
+    # since v3 gives those its own names. Each name here has one layout per kernel, and the
+    # fields read from them are common to all: traces of every version read the same.
+    tuple(Source(ev, {"dev": "dev", "fileid": "fileid", "cookie": "cookie", "dtsize": "dtsize"},
+                 optional=("version", "error"), kernels=kernels)
+          for ev, kernels in (
+              ("nfs:nfs_readdir_cache_fill", "5.18+ (6.1, 6.12), 5.10 with the series v1-v2"),
+              ("nfs:nfs_readdir_uncached", "5.18+ (6.1, 6.12), 5.10 with the series v1-v2"),
+              ("nfs:nfs_readdir_cache_page_filled", "5.10 with kernel-patches/v5.10"),
+              ("nfs:nfs_readdir_uncached_page_filled", "5.10 with kernel-patches/v5.10"))),
     # Stock 5.0-5.10: the kprobe on nfs{4,3}_proc_readdir, with the cookie but not the
     # directory (NFSv4 gets it from nfs4:nfs4_readdir, see PAIRED_DIRECTORY).
     tuple(Source(f"*:{fn}", {"cookie": "cookie"}, optional=("dtsize", "plus"),
