@@ -2,7 +2,7 @@
 
 In `make test`: a commit that does not build is skipped (125), never judged good or bad.
 With NFSRT_TEST_BISECT=1 (`make test-bisect`): a whole `git bisect run` between the base
-(broken) and the top of the series (fixed) names the cookie-resume patch (patch 5 of 6) as the
+(broken) and the top of the series (fixed) names the cookie-resume patch (patch 5 of 7) as the
 first fixed commit, with no manual step: the uncached_readdir() fix, the trace events and the
 ->readdir() verifier argument before it do not change how a listing restarts."""
 

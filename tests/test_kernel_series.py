@@ -54,10 +54,11 @@ def test_patched_kernel_lists_without_restarts(tmp_path, nfs):
     # Only the listing's first READDIR asks for cookie 0: nothing is read again from the start.
     assert mod["cookie_zero_readdirs"] == 1, mod
     # After an invalidation the rest of the listing is read outside the cache, from the reader's
-    # cookie; the entries of a READDIR that do not fit the 4 KiB getdents() buffer are asked for
-    # again by the next call: up to one extra READDIR per call (patch 5's commit message: 62
-    # against 40 idle after one invalidation). Stock 5.10 restarts and needs at least twice the
-    # idle READDIRs (test_vm.py; 165 against 40 in patch 5's measurement).
-    assert mod["readdir_rpcs"] < 2 * idle["readdir_rpcs"], (mod, idle)
+    # cookie, and the entries of a READDIR that do not fit the 4 KiB getdents() buffer are kept
+    # for the next call (patch 7): about the idle READDIRs, a few more for the files the writer
+    # added. Without patch 7 the next call asked for them again (63 against 40 idle in
+    # tests/fixtures/5.10-series-v4.1); stock 5.10 restarts (165 against 40 in patch 5's
+    # measurement).
+    assert mod["readdir_rpcs"] <= 1.1 * idle["readdir_rpcs"], (mod, idle)
     # The series' own events are what the analyzer used.
     assert "nfs4:nfs4_readdir" in mod["evidence"]["rpc"] or nfs == "3"

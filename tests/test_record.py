@@ -409,7 +409,7 @@ def test_stock_record_check_good(tmp_path, kernel):
         assert w["verdict"]["word"] == "good" and w["restart_lines"] == 0, w["verdict"]
 
 
-SERIES_IMAGE = "/work/build/images/bzImage-series-v1"
+SERIES_IMAGE = "/work/build/images/bzImage-series-v3"
 
 
 @pytest.mark.kernel
