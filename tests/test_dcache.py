@@ -264,8 +264,10 @@ def test_every_phase_is_framed_by_samples(name):
         assert p.end is not None, p.name
         assert (ts <= p.start).any() and (ts >= p.end).any(), p.name
         # The phase's own clock and the trace's agree: the markers frame the timed part
-        # (spawning `date` and `awk` takes a second or so under emulation).
-        assert 0 <= p.seconds - float(f[p.name]["seconds"]) < 5.0, p.name
+        # (spawning `date` and `awk` takes a second or so under emulation, and a guest on a
+        # busy host stalls for several: 6.9 s around a 61 s cell), never a phase's length.
+        lag = p.seconds - float(f[p.name]["seconds"])
+        assert 0 <= lag < max(5.0, 0.25 * p.seconds), p.name
     assert m.run["reproducer"] == f["run"]["name"]
     s = dcache.summary(m, events=events)
     json.dumps(s)
@@ -664,10 +666,24 @@ def test_memcg_grid_5_10_follows_the_code_law(built):
         pytest.skip("no dcache-memcg-grid-5.10 fixture: tests/fixtures/record-dcache memcg-grid-5.10")
     r = res(built, "memcg-grid-5.10")
     f = r["figures"]
-    assert f["eager"] is True and f["law_max_rel_error"] < 0.01
-    assert f["capacity_cells_matching_code"] == f["law_cells"]
-    assert abs(f["model_bytes_per_P"]) < 1
-    assert 0.5 < f["report_law_ratio"] < 2
+    c = cells(r)
+    assert r["touch_mounts"] == 2 and len(c) == 9 and f["model_cells"] == 9
+    # The code's law, to the byte, in every cell: two list_lrus per new superblock at the
+    # capacity C the memcgs made so far (4 for k1-m1 and k1-m8; 46 once 32 memcgs took ids).
+    assert f["eager"] is True and f["law_max_rel_error"] == 0
+    assert f["capacity_cells_matching_code"] == f["law_cells"] == 9
+    assert c["k1-m1"]["lru_bytes_mount"] == 512 and c["k4-m32"]["lru_bytes_mount"] == 16_384
+    # Eager: the lookups allocate nothing, and making memcgs costs only where C grew.
+    assert all(x["lru_allocs_touch"] == 0 for x in c.values())
+    assert set(f["growth_cells"].split(",")) == {"k1-m8", "k1-m32"}
+    # The linear fit: per superblock and memcg id 2 x (32-byte list + 8-byte pointer) = 80
+    # bytes, a little more for kmalloc's rounding of the pointer array. The used pairs get
+    # less than the smallest kmalloc object (8 bytes) a pair would cost if it cost anything:
+    # what P takes is the rounding the linear fit cannot follow.
+    assert f["model_max_rel_error"] < 0.05
+    assert 80 <= f["model_bytes_per_KC"] < 100
+    assert abs(f["model_bytes_per_P"]) < 8
+    assert 0.5 < f["report_law_ratio"] < 2 and 0.5 < f["report_model_ratio"] < 2
 
 
 @pytest.mark.parametrize("kernel", ["5.10", "6.1"])
