@@ -383,7 +383,8 @@ def _memcg_model(res, grid):
     rows = [{"cell": n, "K": c["mounts"], "M": c["memcgs"], "P": c["pairs"], "C": caps[n],
              "bytes": (c.get("lru_bytes_mount") or 0) + (c.get("lru_bytes_touch") or 0)}
             for n, c in order]
-    fit = listlru.fit(rows) if len(rows) >= len(listlru.FEATURES) + 2 else None
+    features = listlru.FEATURES if eager else listlru.LAZY_FEATURES
+    fit = listlru.fit(rows, features) if len(rows) >= len(features) + 2 else None
     if fit is not None:
         f.update({"model_cells": len(fit["cells"]),
                   **{f"model_bytes_per_{k}": v for k, v in fit["coef"].items()},

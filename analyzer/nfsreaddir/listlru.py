@@ -29,7 +29,8 @@ cell measured above that capacity is expected to fall short of the law by the ar
 measured).
 
 The fit: bytes of a cell (mount and lookup steps; the growth of C is a separate, one-time cost)
-  bytes = a K + b K C + c P + d M
+  bytes = a K + b K C + c P + d M      (eager kernels)
+  bytes = a K + c P + d M              (lazy kernels: C is in none of their code paths)
 K superblocks, C the 5.10 capacity when they were mounted, P used (superblock, memcg) pairs,
 M memcgs; coefficients by least squares weighted by 1/bytes (each cell's relative error
 counts alike).
@@ -46,6 +47,10 @@ MIN_CAPACITY = 4            # MEMCG_CACHES_MIN_SIZE
 REPORT = {"memcgs": 10_000, "superblocks": 10_000, "nodes": 2, "mb_before": 24_464,
           "mb_after": (6_895, 4_367)}
 FEATURES = ("K", "KC", "P", "M")
+# A lazy kernel's cells do not depend on C; given the K x C column, the fit would spend it on
+# whatever else differs between the k1 cells (small C) and the others (2.1 bytes per K x C on
+# 6.1's nine-cell grid, 500 MiB at the report's size).
+LAZY_FEATURES = ("K", "P", "M")
 
 
 def capacity(ids, start=MIN_CAPACITY):
@@ -92,14 +97,16 @@ def cell_capacities(cells, memcgs_before):
     return out
 
 
-def fit(rows):
-    """rows: dicts with K, C, P, M and bytes. Returns {"coef": {feature: value}, "cells":
-    [row + predicted + rel_error], "max_rel_error", "rms_rel_error"}; None with fewer rows
-    than features. Features that are constant zero (or equal to another column) get 0."""
+def fit(rows, features=FEATURES):
+    """rows: dicts with K, C, P, M and bytes; features: FEATURES or LAZY_FEATURES. Returns
+    {"coef": {feature: value}, "cells": [row + predicted + rel_error], "max_rel_error",
+    "rms_rel_error"}; None with fewer rows than features. Features that are constant zero (or
+    equal to another column) get 0."""
     rows = [r for r in rows if r.get("bytes") not in (None, 0)]
-    if len(rows) < len(FEATURES):
+    if len(rows) < len(features):
         return None
-    x = np.array([[r["K"], r["K"] * r["C"], r["P"], r["M"]] for r in rows], dtype=float)
+    x = np.array([[r["K"] * r["C"] if f == "KC" else r[f] for f in features] for r in rows],
+                 dtype=float)
     y = np.array([r["bytes"] for r in rows], dtype=float)
     w = 1.0 / y
     coef, *_ = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)
@@ -109,7 +116,7 @@ def fit(rows):
         out.append({**r, "predicted": round(float(p)),
                     "rel_error": round(float(p / r["bytes"] - 1), 4)})
     rel = np.array([o["rel_error"] for o in out])
-    return {"coef": {f: round(float(v), 3) for f, v in zip(FEATURES, coef)}, "cells": out,
+    return {"coef": {f: round(float(v), 3) for f, v in zip(features, coef)}, "cells": out,
             "max_rel_error": round(float(np.abs(rel).max()), 4),
             "rms_rel_error": round(float(np.sqrt((rel ** 2).mean())), 4)}
 
@@ -117,9 +124,10 @@ def fit(rows):
 def predict(coef, superblocks, memcgs, pairs, nodes=1):
     """Bytes for a host: the fitted per-superblock terms scale with the nodes (every list_lru
     has them per node on both kernels); on 5.10 the capacity C is that of `memcgs` ids. The
-    per-pair term (6.1) is one kmalloc-64 per list_lru for one or two nodes, so it does not."""
+    per-pair term (6.1) is one kmalloc-64 per list_lru for one or two nodes, so it does not.
+    A fit without the K x C feature (lazy) counts it as 0."""
     c = capacity(memcgs)
-    return (nodes * (coef["K"] * superblocks + coef["KC"] * superblocks * c) +
+    return (nodes * (coef["K"] * superblocks + coef.get("KC", 0) * superblocks * c) +
             coef["P"] * pairs + coef["M"] * memcgs)
 
 
