@@ -703,13 +703,15 @@ def test_memcg_grid_5_10_follows_the_code_law(built):
 def test_memcg_touch_counts_pairs_and_splits_the_setup(built, kernel):
     """--touch-mounts 1 on two mounts: each memcg uses one superblock, so a cell has M used
     pairs, not K x M; the mount and mkdir steps are sampled apart; the list_lru allocations
-    are counted in the kernel (hist trigger) and carried by the samples."""
+    are counted in the kernel (hist trigger) and carried by the samples where the kernel has
+    hist triggers (6.1), recorded one by one where it has not (Debian's 5.10)."""
     if not have(f"memcg-touch-{kernel}"):
         pytest.skip(f"no dcache-memcg-touch-{kernel} fixture: "
                     f"tests/fixtures/record-dcache memcg-touch-{kernel}")
     r = res(built, f"memcg-touch-{kernel}")
     c, f = cells(r), r["figures"]
-    assert r["lru_count"] == "hist" and str(r["touch_mounts"]) == "1"
+    assert r["lru_count"] == ("trace" if kernel == "5.10" else "hist")
+    assert str(r["touch_mounts"]) == "1"
     assert set(c) == {"k1-m1", "k1-m8", "k2-m1", "k2-m8"}
     for name, x in c.items():
         assert x["pairs"] == x["memcgs"], name
