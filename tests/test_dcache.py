@@ -608,6 +608,20 @@ def test_capacity_follows_the_5_10_rule():
     assert listlru.capacity(1024) == 1534 and listlru.capacity(10_000) == 12_286
 
 
+def test_5_10_pointer_arrays_above_8_kib_are_not_counted():
+    """Measured on 5.10 at C = 1,534 (`dcache-memcg --mounts 1,16,256 --memcgs 1,64,1024`, a
+    run too big for a fixture): 256 superblocks made 785,920 list_lru allocations of
+    25,165,824 bytes, C lists and a node array per list_lru and no pointer array (a 12,288-byte
+    kvmalloc, kmalloc_large, whose event names kvmalloc_node)."""
+    from nfsreaddir import listlru
+    assert listlru.array_traced(1022) and not listlru.array_traced(1023)
+    assert 2 * 256 * listlru.lru_bytes_510(1534, traced=True) == 25_165_824
+    assert 2 * 256 * listlru.lru_bytes_510(1534) == 2 * 256 * 65_536
+    assert listlru.capacity_of_allocs(785_920 // 512) == 1534
+    assert listlru.capacity_of_allocs(48) == 46           # the array counted: 1 + C + 1
+    assert listlru.lru_bytes_510(46, traced=True) == listlru.lru_bytes_510(46) == 2048
+
+
 def test_5_10_code_law_gives_the_recorded_bytes_exactly(built):
     """The 2x2 fixture recorded before the law was written down: a new superblock's two
     list_lrus at the capacity of the time, and the capacity's growth paid by every
