@@ -793,3 +793,19 @@ def test_memcg_6_1_bytes_follow_the_used_pairs_not_the_superblocks(built):
         assert c[f"k1-m{m}"]["lru_bytes_touch"] == c[f"k2-m{m}"]["lru_bytes_touch"], m
     assert c["k1-m8"]["lru_allocs_touch"] >= 2 * 8
     assert r["figures"]["pair_lru_bytes"] == 0
+
+
+@pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v mkfs.xfs"],
+                                   capture_output=True).returncode != 0,
+                    reason="no mkfs.xfs on this host")
+def test_mkfs_gives_xfs_the_size_it_needs(tmp_path):
+    """lb_mkfs: xfsprogs refuses a file system under 300 MB, and --via local --fs xfs sizes
+    its image by the files (161 MiB for 100,000): the image is grown to 320 MiB (sparse)."""
+    lib = os.path.join(REPRODUCERS, "lib", "loopback.sh")
+    img = tmp_path / "x.img"
+    p = subprocess.run(["bash", "-c", f". {lib}; lb_mkfs xfs {img} 161 100000"], text=True,
+                       capture_output=True, timeout=60, env={**os.environ, "RESULTS": str(tmp_path)})
+    assert p.returncode == 0, (p.stderr, (tmp_path / "log").read_text())
+    assert img.stat().st_size == 320 << 20
+    with open(img, "rb") as f:
+        assert f.read(4) == b"XFSB"
