@@ -809,3 +809,49 @@ def test_mkfs_gives_xfs_the_size_it_needs(tmp_path):
     assert img.stat().st_size == 320 << 20
     with open(img, "rb") as f:
         assert f.read(4) == b"XFSB"
+
+
+def test_unlink_storm_via_local_keeps_a_negative_dentry_per_removed_file(built):
+    """--via local: the storm on the xfs itself, no NFS (no nfs events, no server share); the
+    workers' own count says every file went, and each removed name stays as one negative
+    dentry (memory to spare), freed by the unmount of that xfs."""
+    if not have("unlink-local-6.1"):
+        pytest.skip("no dcache-unlink-local-6.1 fixture: "
+                    "tests/fixtures/record-dcache unlink-local-6.1")
+    r = res(built, "unlink-local-6.1")
+    f, fx = r["figures"], facts("unlink-local-6.1")
+    assert r["via"] == "local" and r["fs"] == "xfs"
+    n = int(fx["run"]["files"])
+    assert int(fx["storm"]["removed"]) == n and int(fx["storm"]["left_on_export"]) == 0
+    assert f["nfs_unlinks_traced"] == 0 and f["nfs_lookups_traced"] == 0
+    assert f["storm_negative_delta"] == pytest.approx(n, rel=0.02)
+    assert f["client_negative_from_unlink"] == pytest.approx(n, rel=0.02)
+    assert f["restat_negative_delta"] == 0          # the re-lookups find them in the dcache
+
+
+def test_negative_exec_loop_and_misses_by_cat(built):
+    """--miss-by cat --exec-loop N: every miss is an exec of cat on a missing name (each leaves
+    one negative dentry), and each loop times N execs of cat on each target; the figures are
+    the ratios of the children's system time the driver reported (its facts)."""
+    if not have("negative-exec-6.1"):
+        pytest.skip("no dcache-negative-exec-6.1 fixture: "
+                    "tests/fixtures/record-dcache negative-exec-6.1")
+    r = res(built, "negative-exec-6.1")
+    f, fx = r["figures"], facts("negative-exec-6.1")
+    assert fx["run"]["miss_by"] == "cat"
+    n = int(fx["run"]["exec_loop"])
+    for tag, key in (("nfs", "nfs-misses"), ("local", "local-misses")):
+        count = int(fx[key]["count"])
+        assert int(fx[key]["missing"]) == count and int(fx[key]["found"]) == 0
+        assert f[f"{tag}_negative_added"] == count, tag
+    for target in ("nfs", "local"):
+        loops = {}
+        for loop in ("before", "after", "dropped"):
+            kv = dict(w.split("=") for w in fx[loop][f"{target}.exec"].split())
+            assert int(kv["runs"]) == n and int(kv["failed"]) == 0, (target, loop)
+            loops[loop] = float(kv["sys_s"])
+            assert f[f"{target}_exec_{loop}_sys_us"] == round(loops[loop] * 1e6 / n)
+        assert f[f"{target}_exec_sys_slowdown"] == pytest.approx(
+            loops["after"] / loops["before"], abs=1e-3)
+        assert f[f"{target}_control_exec_sys_slowdown"] == pytest.approx(
+            loops["dropped"] / loops["before"], abs=1e-3)
