@@ -264,8 +264,10 @@ def test_every_phase_is_framed_by_samples(name):
         assert p.end is not None, p.name
         assert (ts <= p.start).any() and (ts >= p.end).any(), p.name
         # The phase's own clock and the trace's agree: the markers frame the timed part
-        # (spawning `date` and `awk` takes a second or so under emulation).
-        assert 0 <= p.seconds - float(f[p.name]["seconds"]) < 5.0, p.name
+        # (spawning `date` and `awk` takes a second or so under emulation, and a guest on a
+        # busy host stalls for several: 6.9 s around a 61 s cell), never a phase's length.
+        lag = p.seconds - float(f[p.name]["seconds"])
+        assert 0 <= lag < max(5.0, 0.25 * p.seconds), p.name
     assert m.run["reproducer"] == f["run"]["name"]
     s = dcache.summary(m, events=events)
     json.dumps(s)
@@ -606,6 +608,20 @@ def test_capacity_follows_the_5_10_rule():
     assert listlru.capacity(1024) == 1534 and listlru.capacity(10_000) == 12_286
 
 
+def test_5_10_pointer_arrays_above_8_kib_are_not_counted():
+    """Measured on 5.10 at C = 1,534 (`dcache-memcg --mounts 1,16,256 --memcgs 1,64,1024`, a
+    run too big for a fixture): 256 superblocks made 785,920 list_lru allocations of
+    25,165,824 bytes, C lists and a node array per list_lru and no pointer array (a 12,288-byte
+    kvmalloc, kmalloc_large, whose event names kvmalloc_node)."""
+    from nfsreaddir import listlru
+    assert listlru.array_traced(1022) and not listlru.array_traced(1023)
+    assert 2 * 256 * listlru.lru_bytes_510(1534, traced=True) == 25_165_824
+    assert 2 * 256 * listlru.lru_bytes_510(1534) == 2 * 256 * 65_536
+    assert listlru.capacity_of_allocs(785_920 // 512) == 1534
+    assert listlru.capacity_of_allocs(48) == 46           # the array counted: 1 + C + 1
+    assert listlru.lru_bytes_510(46, traced=True) == listlru.lru_bytes_510(46) == 2048
+
+
 def test_5_10_code_law_gives_the_recorded_bytes_exactly(built):
     """The 2x2 fixture recorded before the law was written down: a new superblock's two
     list_lrus at the capacity of the time, and the capacity's growth paid by every
@@ -631,6 +647,13 @@ def test_fit_recovers_known_coefficients():
     assert fit["max_rel_error"] < 1e-6
     assert fit["coef"] == pytest.approx({"K": 300, "KC": 80, "P": 150, "M": 20}, rel=1e-6)
     assert listlru.fit(rows[:3]) is None
+    # Lazy: no K x C column, and the prediction takes it as 0.
+    for r in rows:
+        r["bytes"] = 128 * r["K"] + 190 * r["P"] + 140 * r["M"]
+    fit = listlru.fit(rows, listlru.LAZY_FEATURES)
+    assert fit["coef"] == pytest.approx({"K": 128, "P": 190, "M": 140}, rel=1e-6)
+    assert listlru.predict(fit["coef"], 10, 5, 7) == pytest.approx(1280 + 1330 + 700)
+    assert listlru.fit(rows[:2], listlru.LAZY_FEATURES) is None
 
 
 def test_memcg_grid_6_1_fits_a_cost_per_used_pair(built):
@@ -650,8 +673,14 @@ def test_memcg_grid_6_1_fits_a_cost_per_used_pair(built):
         # At least the dentry and inode lists of every used pair.
         assert x["lru_allocs_touch"] >= 2 * x["pairs"], name
     assert f["eager"] is False and f["growth_bytes"] == 0
-    assert f["model_bytes_per_P"] >= 2 * 64          # two kmalloc-64 lists per pair, or more
-    assert abs(f["model_bytes_per_KC"]) < 1
+    # The lazy fit (no K x C term: C is in none of 6.1's paths): a superblock costs its two
+    # list heads (2 x kmalloc-64), a used pair its two kmalloc-64 lists or more (the
+    # transient ancestor table), and each memcg something of its own (the lists its process
+    # fills on the other file systems it touches).
+    assert "model_bytes_per_KC" not in f
+    assert abs(f["model_bytes_per_K"] / 128 - 1) < 0.25
+    assert f["model_bytes_per_P"] >= 2 * 64
+    assert f["model_bytes_per_M"] > 0
     assert f["model_max_rel_error"] < 0.25
     # The same pairs over more superblocks cost the same: k2 and k4 with M memcgs use 2M pairs.
     for m in (8, 32):
@@ -664,23 +693,39 @@ def test_memcg_grid_5_10_follows_the_code_law(built):
         pytest.skip("no dcache-memcg-grid-5.10 fixture: tests/fixtures/record-dcache memcg-grid-5.10")
     r = res(built, "memcg-grid-5.10")
     f = r["figures"]
-    assert f["eager"] is True and f["law_max_rel_error"] < 0.01
-    assert f["capacity_cells_matching_code"] == f["law_cells"]
-    assert abs(f["model_bytes_per_P"]) < 1
-    assert 0.5 < f["report_law_ratio"] < 2
+    c = cells(r)
+    assert r["touch_mounts"] == 2 and len(c) == 9 and f["model_cells"] == 9
+    # The code's law, to the byte, in every cell: two list_lrus per new superblock at the
+    # capacity C the memcgs made so far (4 for k1-m1 and k1-m8; 46 once 32 memcgs took ids).
+    assert f["eager"] is True and f["law_max_rel_error"] == 0
+    assert f["capacity_cells_matching_code"] == f["law_cells"] == 9
+    assert c["k1-m1"]["lru_bytes_mount"] == 512 and c["k4-m32"]["lru_bytes_mount"] == 16_384
+    # Eager: the lookups allocate nothing, and making memcgs costs only where C grew.
+    assert all(x["lru_allocs_touch"] == 0 for x in c.values())
+    assert set(f["growth_cells"].split(",")) == {"k1-m8", "k1-m32"}
+    # The linear fit: per superblock and memcg id 2 x (32-byte list + 8-byte pointer) = 80
+    # bytes, a little more for kmalloc's rounding of the pointer array. The used pairs get
+    # less than the smallest kmalloc object (8 bytes) a pair would cost if it cost anything:
+    # what P takes is the rounding the linear fit cannot follow.
+    assert f["model_max_rel_error"] < 0.05
+    assert 80 <= f["model_bytes_per_KC"] < 100
+    assert abs(f["model_bytes_per_P"]) < 8
+    assert 0.5 < f["report_law_ratio"] < 2 and 0.5 < f["report_model_ratio"] < 2
 
 
 @pytest.mark.parametrize("kernel", ["5.10", "6.1"])
 def test_memcg_touch_counts_pairs_and_splits_the_setup(built, kernel):
     """--touch-mounts 1 on two mounts: each memcg uses one superblock, so a cell has M used
     pairs, not K x M; the mount and mkdir steps are sampled apart; the list_lru allocations
-    are counted in the kernel (hist trigger) and carried by the samples."""
+    are counted in the kernel (hist trigger) and carried by the samples where the kernel has
+    hist triggers (6.1), recorded one by one where it has not (Debian's 5.10)."""
     if not have(f"memcg-touch-{kernel}"):
         pytest.skip(f"no dcache-memcg-touch-{kernel} fixture: "
                     f"tests/fixtures/record-dcache memcg-touch-{kernel}")
     r = res(built, f"memcg-touch-{kernel}")
     c, f = cells(r), r["figures"]
-    assert r["lru_count"] == "hist" and str(r["touch_mounts"]) == "1"
+    assert r["lru_count"] == ("trace" if kernel == "5.10" else "hist")
+    assert str(r["touch_mounts"]) == "1"
     assert set(c) == {"k1-m1", "k1-m8", "k2-m1", "k2-m8"}
     for name, x in c.items():
         assert x["pairs"] == x["memcgs"], name
@@ -748,3 +793,65 @@ def test_memcg_6_1_bytes_follow_the_used_pairs_not_the_superblocks(built):
         assert c[f"k1-m{m}"]["lru_bytes_touch"] == c[f"k2-m{m}"]["lru_bytes_touch"], m
     assert c["k1-m8"]["lru_allocs_touch"] >= 2 * 8
     assert r["figures"]["pair_lru_bytes"] == 0
+
+
+@pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v mkfs.xfs"],
+                                   capture_output=True).returncode != 0,
+                    reason="no mkfs.xfs on this host")
+def test_mkfs_gives_xfs_the_size_it_needs(tmp_path):
+    """lb_mkfs: xfsprogs refuses a file system under 300 MB, and --via local --fs xfs sizes
+    its image by the files (161 MiB for 100,000): the image is grown to 320 MiB (sparse)."""
+    lib = os.path.join(REPRODUCERS, "lib", "loopback.sh")
+    img = tmp_path / "x.img"
+    p = subprocess.run(["bash", "-c", f". {lib}; lb_mkfs xfs {img} 161 100000"], text=True,
+                       capture_output=True, timeout=60, env={**os.environ, "RESULTS": str(tmp_path)})
+    assert p.returncode == 0, (p.stderr, (tmp_path / "log").read_text())
+    assert img.stat().st_size == 320 << 20
+    with open(img, "rb") as f:
+        assert f.read(4) == b"XFSB"
+
+
+def test_unlink_storm_via_local_keeps_a_negative_dentry_per_removed_file(built):
+    """--via local: the storm on the xfs itself, no NFS (no nfs events, no server share); the
+    workers' own count says every file went, and each removed name stays as one negative
+    dentry (memory to spare), freed by the unmount of that xfs."""
+    if not have("unlink-local-6.1"):
+        pytest.skip("no dcache-unlink-local-6.1 fixture: "
+                    "tests/fixtures/record-dcache unlink-local-6.1")
+    r = res(built, "unlink-local-6.1")
+    f, fx = r["figures"], facts("unlink-local-6.1")
+    assert r["via"] == "local" and r["fs"] == "xfs"
+    n = int(fx["run"]["files"])
+    assert int(fx["storm"]["removed"]) == n and int(fx["storm"]["left_on_export"]) == 0
+    assert f["nfs_unlinks_traced"] == 0 and f["nfs_lookups_traced"] == 0
+    assert f["storm_negative_delta"] == pytest.approx(n, rel=0.02)
+    assert f["client_negative_from_unlink"] == pytest.approx(n, rel=0.02)
+    assert f["restat_negative_delta"] == 0          # the re-lookups find them in the dcache
+
+
+def test_negative_exec_loop_and_misses_by_cat(built):
+    """--miss-by cat --exec-loop N: every miss is an exec of cat on a missing name (each leaves
+    one negative dentry), and each loop times N execs of cat on each target; the figures are
+    the ratios of the children's system time the driver reported (its facts)."""
+    if not have("negative-exec-6.1"):
+        pytest.skip("no dcache-negative-exec-6.1 fixture: "
+                    "tests/fixtures/record-dcache negative-exec-6.1")
+    r = res(built, "negative-exec-6.1")
+    f, fx = r["figures"], facts("negative-exec-6.1")
+    assert fx["run"]["miss_by"] == "cat"
+    n = int(fx["run"]["exec_loop"])
+    for tag, key in (("nfs", "nfs-misses"), ("local", "local-misses")):
+        count = int(fx[key]["count"])
+        assert int(fx[key]["missing"]) == count and int(fx[key]["found"]) == 0
+        assert f[f"{tag}_negative_added"] == count, tag
+    for target in ("nfs", "local"):
+        loops = {}
+        for loop in ("before", "after", "dropped"):
+            kv = dict(w.split("=") for w in fx[loop][f"{target}.exec"].split())
+            assert int(kv["runs"]) == n and int(kv["failed"]) == 0, (target, loop)
+            loops[loop] = float(kv["sys_s"])
+            assert f[f"{target}_exec_{loop}_sys_us"] == round(loops[loop] * 1e6 / n)
+        assert f[f"{target}_exec_sys_slowdown"] == pytest.approx(
+            loops["after"] / loops["before"], abs=1e-3)
+        assert f[f"{target}_control_exec_sys_slowdown"] == pytest.approx(
+            loops["dropped"] / loops["before"], abs=1e-3)

@@ -302,19 +302,12 @@ dc_word() { sed -n "s/.*\\b$1=\\([0-9]*\\).*/\\1/p" <<<"$2"; }
 # dc_local_fs FS DIR SIZE_MB [INODES]: a fresh local file system (ext4 or xfs on a loop file,
 # or tmpfs) at DIR; ext4 gets at least INODES inodes (its default ratio gives one per 16 KiB).
 dc_local_fs() {
-	local fs=$1 dir=$2 size=$3 inodes=${4:-0} opts=()
+	local fs=$1 dir=$2 size=$3 inodes=${4:-0}
 	mkdir -p "$dir"
 	case $fs in
 	tmpfs) mount -t tmpfs -o "size=${size}m" nfsrt-local "$dir" || lb_die "cannot mount tmpfs at $dir" ;;
 	ext4 | xfs)
-		command -v "mkfs.$fs" >/dev/null || lb_die "mkfs.$fs not found (e2fsprogs/xfsprogs)"
-		truncate -s "${size}M" "$dir.img"
-		if [ "$fs" = ext4 ]; then
-			[ "$inodes" -gt 0 ] && opts=(-N $((inodes + 1000)))
-			mkfs.ext4 -q -F "${opts[@]}" "$dir.img"
-		else
-			mkfs.xfs -q -f "$dir.img"
-		fi >>"$RESULTS/log" 2>&1 || lb_die "mkfs.$fs failed"
+		lb_mkfs "$fs" "$dir.img" "$size" "$inodes"
 		mount -o loop "$dir.img" "$dir" || lb_die "cannot loop-mount the $fs image at $dir"
 		;;
 	*) lb_die "unknown local file system '$fs' (ext4, xfs, tmpfs)" ;;

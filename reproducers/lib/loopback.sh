@@ -55,6 +55,22 @@ lb_init() {
 	lb_log "kernel $(uname -r), work directory $WORK, results in $RESULTS"
 }
 
+# lb_mkfs FS IMAGE SIZE_MB INODES: a sparse IMAGE file of SIZE_MB (at least 320 MiB for xfs:
+# xfsprogs 5.19 and later refuse a file system under 300 MB) made an ext4 (room for INODES
+# inodes, 0 for mkfs's default) or xfs file system.
+lb_mkfs() {
+	local fs=$1 img=$2 size=$3 inodes=$4 opts=()
+	command -v "mkfs.$fs" >/dev/null || lb_die "mkfs.$fs not found (e2fsprogs/xfsprogs)"
+	[ "$fs" != xfs ] || [ "$size" -ge 320 ] || size=320
+	truncate -s "${size}M" "$img"
+	if [ "$fs" = ext4 ]; then
+		[ "$inodes" -gt 0 ] && opts=(-N $((inodes + 1000)))
+		mkfs.ext4 -q -F "${opts[@]}" "$img"
+	else
+		mkfs.xfs -q -f "$img"
+	fi >>"$RESULTS/log" 2>&1 || lb_die "mkfs.$fs failed"
+}
+
 # lb_export_fs FS SIZE_MB INODES: a fresh file system at $WORK/export (tmpfs, ext4 or xfs on a
 # loop file in /run), exported with the options from exports/readdir.exports.
 lb_export_fs() {
@@ -67,13 +83,7 @@ lb_export_fs() {
 			lb_die "cannot mount tmpfs"
 		;;
 	ext4 | xfs)
-		command -v "mkfs.$fs" >/dev/null || lb_die "mkfs.$fs not found (e2fsprogs/xfsprogs)"
-		truncate -s "${size}M" "$WORK/export.img"
-		if [ "$fs" = ext4 ]; then
-			mkfs.ext4 -q -F -N "$((inodes + 1000))" "$WORK/export.img" >>"$RESULTS/log" 2>&1
-		else
-			mkfs.xfs -q -f "$WORK/export.img" >>"$RESULTS/log" 2>&1
-		fi || lb_die "mkfs.$fs failed"
+		lb_mkfs "$fs" "$WORK/export.img" "$size" "$inodes"
 		mount -o loop "$WORK/export.img" "$EXPORT" || lb_die "cannot loop-mount the $fs image"
 		;;
 	*) lb_die "unknown file system '$fs' (tmpfs, ext4, xfs)" ;;
