@@ -252,15 +252,28 @@ def _summarize(trace, request, frames):
         f_ptr.append(df["ptr"].to_numpy().astype(np.uint64, copy=False))
         f_cache.append(caches.remap(*_factorize(df["name"])) if "name" in df
                        else np.full(len(df), -1, np.int32))
-    del frames
+    frames.clear()       # the only copy of the columns from here on is what was taken above
     cat = (lambda parts, dt: np.concatenate(parts).astype(dt, copy=False) if parts
            else np.zeros(0, dt))
     na = sum(len(x) for x in a_ts)
+    # one column at a time, each dropped once joined: memory holds about one copy
     ts = np.concatenate(a_ts + f_ts).astype(np.int64, copy=False)
+    del a_ts, f_ts
     ptr = np.concatenate(a_ptr + f_ptr).astype(np.uint64, copy=False)
+    del a_ptr, f_ptr
     cache = np.concatenate(a_cache + f_cache).astype(np.int32, copy=False)
+    del a_cache, f_cache
     a_bytes = cat(a_bytes, np.int64)
-    del a_ts, f_ts, a_ptr, f_ptr, a_cache, f_cache
+    k = len(caches.labels)
+    # object size per cache (constant within a cache: bytes_alloc is s->size)
+    obj = np.zeros(k, np.int64)
+    a_codes = cache[:na]
+    okc = a_codes >= 0
+    if not okc.all():               # (no copies where every allocation has a cache)
+        a_codes, a_bytes = a_codes[okc], a_bytes[okc]
+    obj[a_codes] = a_bytes
+    alloc_bytes = np.bincount(a_codes, weights=a_bytes, minlength=k)[:k]
+    del a_codes, okc, a_bytes
     n = len(ts)
     t0, t1 = (int(ts.min()), int(ts.max())) if n else (0, 0)
     # events without an object: failed allocations, kfree(NULL)
@@ -270,15 +283,22 @@ def _summarize(trace, request, frames):
     # the sort is stable); ``order`` maps back to the event
     if failed or not real.all():
         keep = np.flatnonzero(real)
-        order = keep[np.argsort(ts[keep], kind="stable")]
+        ts = ts[keep]
+        order = keep[np.argsort(ts, kind="stable")]
         del keep
     else:
         order = np.argsort(ts, kind="stable")
     del real
+    # each column is needed only in time order from here on; the times sorted in place are
+    # ts[order] without a copy
+    ts.sort(kind="stable")
+    ts_t = ts
+    del ts
     ptr_t = ptr[order]
     del ptr
     isalloc = order < na
     cache_t = cache[order]
+    del order, cache
 
     # match each free to the allocation of its pointer just before it
     prev = _previous(ptr_t)
@@ -306,7 +326,6 @@ def _summarize(trace, request, frames):
     n_unpaired = len(implicit_at)
     del prev, mpos, free_named, alloc_cache
 
-    k = len(caches.labels)
     isfree = ~isalloc
     unknown_free = isfree & (cache_t < 0)
     cnt = lambda mask: np.bincount(cache_t[mask & (cache_t >= 0)], minlength=k)[:k]  # noqa
@@ -315,14 +334,6 @@ def _summarize(trace, request, frames):
     frees_matched = cnt(isfree & is_matched_t)
     live_n = cnt(is_live_t)
     implicit = np.bincount(implicit_cache[implicit_cache >= 0], minlength=k)[:k]
-    # object size per cache (constant within a cache: bytes_alloc is s->size)
-    a_real = np.flatnonzero(a_bytes > 0)
-    obj = np.zeros(k, np.int64)
-    a_codes = cache[:na]
-    okc = a_codes >= 0
-    obj[a_codes[okc]] = a_bytes[okc]
-    alloc_bytes = np.bincount(a_codes[okc], weights=a_bytes[okc], minlength=k)[:k]
-    del cache, a_codes, okc, a_real
     # running counts per cache, in time order: objects allocated in the trace and not
     # freed yet (by ptr; an implicit free just before the allocation that proves it), and
     # allocations minus frees
@@ -346,8 +357,8 @@ def _summarize(trace, request, frames):
         peak_live_at[got] -= np.searchsorted(shifted, peak_live_at[got], side="left")
     peak_live_ts = np.zeros(k, np.int64)
     got = peak_live_at >= 0
-    peak_live_ts[got] = ts[order[peak_live_at[got]]]
-    del d_live, d_net, ts, order, group
+    peak_live_ts[got] = ts_t[peak_live_at[got]]
+    del d_live, d_net, ts_t, group
     secs = (t1 - t0) / NS
 
     def row(i):
