@@ -13,6 +13,13 @@
  *
  * Only the buffer protocol is used (no numpy C API): the caller passes the block and the
  * output arrays, which it allocates once and reuses.
+ *
+ * Why not libtracecmd/libtraceevent (the trace-cmd project's own readers): measured on the
+ * same 8.44 M-record kmem trace (v7 zstd, 2 cores under load), reading ptr and bytes_alloc of
+ * every kmem event through tracecmd_iterate_events() and tep_read_number_field() takes 54 s
+ * (28 s CPU; analyzer/bench/tracecmd-loop.c), no faster than `trace-cmd report`: 80% of it in
+ * one loop of libtracecmd 3.1.6 that walks a linked list per record.  This walk lists the
+ * same records at 3-5 M/s.  docs/measurements/bench.md has the figures.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -19,13 +19,11 @@ import json
 import os
 import sys
 
-from . import (__version__, capture, dcache, dcache_judge, events, recordplan, results, slab,
-               tables, verdict, wire)
-from .analysis import AnalysisError, analyze
-from .export import ExportError
-from .render import dcache_report, print_analysis, slab_text
+from . import __version__, events, results
 from .trace import OnePass, TraceError, open_trace
-from .tracing import Refused
+
+# The analyses, renderers and capture reader import pandas (about 0.5 s): each command imports
+# what it uses, so `--help`, `results --verdict` and the like do not pay for it.
 
 # The exit statuses of every command, in one place: check (and results --verdict, watch) give
 # git bisect run its answer in the first and the next-to-last.
@@ -62,6 +60,8 @@ def expand(paths):
 def load_all(paths, with_slab=False):
     """The readdir analysis of each trace; with_slab: (path, analysis, slab summary) triples,
     where a trace with kmem allocation events but no READDIR has no analysis (None)."""
+    from . import capture, slab, tables, wire
+    from .analysis import AnalysisError, analyze
     res = []
     paths = expand(paths)
     big = sum(os.path.getsize(p) for p in paths if p != "-" and os.path.isfile(p)) > PROGRESS_BYTES
@@ -110,12 +110,14 @@ def progress(what):
 def split_dcache(paths):
     """(dcache runs, other traces): a dcache reproducer's directory or trace has its own
     analysis, from its markers and facts rather than from READDIRs."""
+    from . import dcache
     runs = [p for p in paths if dcache.is_dcache_run(p)]
     return runs, [p for p in paths if p not in runs]
 
 
 def dcache_results(path):
     """results.json of a dcache run, made afresh from its trace and facts."""
+    from . import dcache_judge
     d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
     return dcache_judge.build_results(d)
 
@@ -127,6 +129,8 @@ def cmd_analyze(args):
         return EXIT_GOOD
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
+    from . import verdict
+    from .render import dcache_report, print_analysis, slab_text
     runs, traces = split_dcache(args.traces)
     loaded = load_all(traces, with_slab=True) if traces else []
     analyses = [a for _, a, _ in loaded if a is not None]
@@ -164,6 +168,7 @@ def cmd_analyze(args):
 def run_checks(paths, max_ratio=None):
     """What the verdict takes besides the traces: the name checks and the READDIR ratio limit of
     the readdir reproducer runs among the paths (a run is judged as its results.json is)."""
+    from . import verdict
     names, ratio = {}, None
     for p in paths:
         if os.path.isdir(p) and results.is_readdir_run(p):
@@ -175,12 +180,14 @@ def run_checks(paths, max_ratio=None):
 
 def judge_paths(paths, max_restarts=0, max_ratio=None):
     """The verdict on traces and results directories, as `check` gives it."""
+    from . import verdict
     names, ratio = run_checks(paths, max_ratio)
     return verdict.judge(load_all(paths), max_restarts=max_restarts, max_ratio=ratio,
                          names=names)
 
 
 def cmd_check(args):
+    from .analysis import AnalysisError
     try:
         v = judge_paths(args.traces, args.max_restarts, args.max_ratio)
     except (TraceError, AnalysisError, UsageError, OSError) as e:
@@ -191,7 +198,8 @@ def cmd_check(args):
 
 
 def cmd_export(args):
-    from . import export
+    from . import capture, export, verdict, wire
+    from .analysis import AnalysisError, analyze
     for path in expand(args.traces):
         t = None if capture.is_capture(path) else open_trace(path)
         try:
@@ -282,6 +290,8 @@ def cmd_results(args):
 
 
 def cmd_slab(args):
+    from . import slab
+    from .render import slab_text
     s = slab.summarize(open_trace(args.trace))
     if s is None:
         raise UsageError(f"{args.trace}: no kmem allocation/free events; record with "
@@ -403,6 +413,19 @@ def parser():
     return p
 
 
+def input_errors():
+    """The exceptions that mean the input could not be used: UsageError, TraceError and
+    those of the modules this run imported (a module never imported raised nothing)."""
+    errors = [UsageError, TraceError]
+    for module, name in (("analysis", "AnalysisError"), ("dcache", "DcacheError"),
+                         ("export", "ExportError"), ("recordplan", "KernelLacks"),
+                         ("tracing", "Refused")):
+        loaded = sys.modules.get(f"{__package__}.{module}")
+        if loaded is not None:
+            errors.append(getattr(loaded, name))
+    return tuple(errors)
+
+
 def main(argv=None):
     # File names are bytes: one that is not UTF-8 is written back as the bytes it was.
     for stream in (sys.stdout, sys.stderr):
@@ -411,8 +434,7 @@ def main(argv=None):
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (TraceError, AnalysisError, UsageError, dcache.DcacheError, ExportError,
-            recordplan.KernelLacks, Refused) as e:
+    except input_errors() as e:
         print(f"nfs-readdir: {e}", file=sys.stderr)
         return EXIT_INPUT
     except BrokenPipeError:     # the reader of our output went away (| head): not an error

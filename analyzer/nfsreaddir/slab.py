@@ -21,9 +21,11 @@ A free with no allocation of its ``ptr`` earlier in the trace freed an object al
 before the trace began: it counts against the cache named in the free event where there is
 one, else it is reported only as a total (``frees_of_earlier_unknown``).
 
-Everything is whole-array numpy work on the columns ``trace.read`` returns (no per-event
-Python): one merge of the events by time, one sort by ``ptr`` to match frees to
-allocations, one (radix) sort by cache for the running counts.
+Everything is whole-array work on the columns ``trace.read`` returns (no per-event Python):
+one merge of the events by time, then two passes in time order, compiled
+(:mod:`nfsreaddir._slab`): each event's previous event of the same ``ptr`` (which matches
+frees to allocations), and the running counts per cache.  Where that is not built, numpy
+does them with a stable sort by ``ptr`` and a radix sort by cache.
 
 API (for ``nfs-readdir analyze``)::
 
@@ -41,6 +43,11 @@ import pandas as pd
 from . import events
 from .tuning import heap_reuse
 from .units import NS
+
+try:
+    from . import _slab        # the compiled passes (setup.py builds them with the reader's)
+except ImportError:            # (the reader says once that it is not built)
+    _slab = None
 
 __all__ = ["EVENTS", "summarize", "read_request", "DENTRY_OBJECT_SIZE"]
 
@@ -127,7 +134,35 @@ def _sort_by_ptr(ptr):
     return key
 
 
+def _previous(ptr):
+    """For each element of ``ptr`` (uint64), the index (int64) of the last element before it
+    with the same pointer, or -1: compiled (one pass with a table of the pointers seen) where
+    it is built, else the neighbours in a stable sort by pointer."""
+    prev = np.empty(len(ptr), np.int64)
+    if _slab is not None:
+        _slab.previous(np.ascontiguousarray(ptr, np.uint64), prev)
+        return prev
+    sp = _sort_by_ptr(ptr)
+    same = ptr[sp[1:]] == ptr[sp[:-1]]
+    prev[...] = -1
+    prev[sp[1:][same]] = sp[:-1][same]
+    return prev
+
+
 def _group_max_of_running_sum(group, delta, ngroups):
+    """Per group (int32, -1: none): the largest running sum of ``delta`` (int8; in the
+    given order, from 0 at the group's start; at least 0) and where it was first reached
+    (index into the input, or -1).  Compiled: one pass; else :func:`_running_max_sorted`."""
+    if _slab is None:
+        return _running_max_sorted(group, delta, ngroups)
+    peak = np.zeros(ngroups, np.int64)
+    at = np.full(ngroups, -1, np.int64)
+    _slab.running_max(np.ascontiguousarray(group, np.int32),
+                      np.ascontiguousarray(delta, np.int8), peak, at)
+    return peak, at
+
+
+def _running_max_sorted(group, delta, ngroups):
     """Per group: the largest running sum of ``delta`` (in the given order, from 0 at the
     group's start; at least 0) and where it was first reached (index into the input, or
     -1).  One radix sort by group, one cumulative sum; memory about 15 bytes an entry."""
@@ -217,15 +252,28 @@ def _summarize(trace, request, frames):
         f_ptr.append(df["ptr"].to_numpy().astype(np.uint64, copy=False))
         f_cache.append(caches.remap(*_factorize(df["name"])) if "name" in df
                        else np.full(len(df), -1, np.int32))
-    del frames
+    frames.clear()       # the only copy of the columns from here on is what was taken above
     cat = (lambda parts, dt: np.concatenate(parts).astype(dt, copy=False) if parts
            else np.zeros(0, dt))
     na = sum(len(x) for x in a_ts)
+    # one column at a time, each dropped once joined: memory holds about one copy
     ts = np.concatenate(a_ts + f_ts).astype(np.int64, copy=False)
+    del a_ts, f_ts
     ptr = np.concatenate(a_ptr + f_ptr).astype(np.uint64, copy=False)
+    del a_ptr, f_ptr
     cache = np.concatenate(a_cache + f_cache).astype(np.int32, copy=False)
+    del a_cache, f_cache
     a_bytes = cat(a_bytes, np.int64)
-    del a_ts, f_ts, a_ptr, f_ptr, a_cache, f_cache
+    k = len(caches.labels)
+    # object size per cache (constant within a cache: bytes_alloc is s->size)
+    obj = np.zeros(k, np.int64)
+    a_codes = cache[:na]
+    okc = a_codes >= 0
+    if not okc.all():               # (no copies where every allocation has a cache)
+        a_codes, a_bytes = a_codes[okc], a_bytes[okc]
+    obj[a_codes] = a_bytes
+    alloc_bytes = np.bincount(a_codes, weights=a_bytes, minlength=k)[:k]
+    del a_codes, okc, a_bytes
     n = len(ts)
     t0, t1 = (int(ts.min()), int(ts.max())) if n else (0, 0)
     # events without an object: failed allocations, kfree(NULL)
@@ -235,50 +283,49 @@ def _summarize(trace, request, frames):
     # the sort is stable); ``order`` maps back to the event
     if failed or not real.all():
         keep = np.flatnonzero(real)
-        order = keep[np.argsort(ts[keep], kind="stable")]
+        ts = ts[keep]
+        order = keep[np.argsort(ts, kind="stable")]
         del keep
     else:
         order = np.argsort(ts, kind="stable")
     del real
+    # each column is needed only in time order from here on; the times sorted in place are
+    # ts[order] without a copy
+    ts.sort(kind="stable")
+    ts_t = ts
+    del ts
     ptr_t = ptr[order]
     del ptr
     isalloc = order < na
     cache_t = cache[order]
+    del order, cache
 
     # match each free to the allocation of its pointer just before it
-    sp = _sort_by_ptr(ptr_t)
-    p = ptr_t[sp]
-    a = isalloc[sp]
-    same_next = np.zeros(len(sp), bool)
-    if len(sp) > 1:
-        same_next[:-1] = p[1:] == p[:-1]
-    del p
-    prev_alloc = np.zeros(len(sp), bool)          # the event before (same ptr) is an alloc
-    prev_alloc[1:] = same_next[:-1] & a[:-1]
-    matched = ~a & prev_alloc                     # frees of objects allocated in the trace
-    live = a & ~same_next                         # allocations never freed
-    next_is_alloc = np.zeros(len(sp), bool)
-    next_is_alloc[:-1] = a[1:]
-    unpaired = a & same_next & next_is_alloc      # allocated again with no free between
-    # ... which proves a free, untraced, before the second allocation (kmem_cache_free_bulk,
-    # RCU frees and kfree of cache objects have no kmem_cache_free event; lost events)
-    upos = np.flatnonzero(unpaired)
-    implicit_cache = cache_t[sp[upos]]
-    implicit_at = sp[upos + 1]                    # time index of the next allocation
-    mpos = np.flatnonzero(matched)
-    free_named = cache_t[sp[mpos]]
-    alloc_cache = cache_t[sp[mpos - 1]]
+    prev = _previous(ptr_t)
+    del ptr_t
+    has_prev = prev >= 0
+    after_alloc = np.zeros(len(prev), bool)       # the event before (same ptr) is an alloc
+    after_alloc[has_prev] = isalloc[prev[has_prev]]
+    has_next = np.zeros(len(prev), bool)          # another event of the ptr follows
+    has_next[prev[has_prev]] = True
+    del has_prev
+    is_matched_t = ~isalloc & after_alloc         # frees of objects allocated in the trace
+    is_live_t = isalloc & ~has_next               # allocations never freed
+    del has_next
+    # allocated again with no free between, which proves a free, untraced, before the second
+    # allocation (kmem_cache_free_bulk, RCU frees and kfree of cache objects have no
+    # kmem_cache_free event; lost events): at the second allocation, for the first one's cache
+    implicit_at = np.flatnonzero(isalloc & after_alloc)
+    implicit_cache = cache_t[prev[implicit_at]]
+    del after_alloc
+    mpos = np.flatnonzero(is_matched_t)
+    free_named = cache_t[mpos]
+    alloc_cache = cache_t[prev[mpos]]
     name_mismatch = int(np.count_nonzero((free_named >= 0) & (free_named != alloc_cache)))
-    cache_t[sp[mpos]] = alloc_cache               # a matched free counts for the alloc's cache
-    is_matched_t = np.zeros(len(sp), bool)
-    is_matched_t[sp[mpos]] = True
-    is_live_t = np.zeros(len(sp), bool)
-    is_live_t[sp[live]] = True
-    n_unpaired = int(np.count_nonzero(unpaired))
-    del sp, a, same_next, prev_alloc, matched, live, next_is_alloc, unpaired, mpos, upos
-    del free_named, alloc_cache
+    cache_t[mpos] = alloc_cache                   # a matched free counts for the alloc's cache
+    n_unpaired = len(implicit_at)
+    del prev, mpos, free_named, alloc_cache
 
-    k = len(caches.labels)
     isfree = ~isalloc
     unknown_free = isfree & (cache_t < 0)
     cnt = lambda mask: np.bincount(cache_t[mask & (cache_t >= 0)], minlength=k)[:k]  # noqa
@@ -287,14 +334,6 @@ def _summarize(trace, request, frames):
     frees_matched = cnt(isfree & is_matched_t)
     live_n = cnt(is_live_t)
     implicit = np.bincount(implicit_cache[implicit_cache >= 0], minlength=k)[:k]
-    # object size per cache (constant within a cache: bytes_alloc is s->size)
-    a_real = np.flatnonzero(a_bytes > 0)
-    obj = np.zeros(k, np.int64)
-    a_codes = cache[:na]
-    okc = a_codes >= 0
-    obj[a_codes[okc]] = a_bytes[okc]
-    alloc_bytes = np.bincount(a_codes[okc], weights=a_bytes[okc], minlength=k)[:k]
-    del cache, a_codes, okc, a_real
     # running counts per cache, in time order: objects allocated in the trace and not
     # freed yet (by ptr; an implicit free just before the allocation that proves it), and
     # allocations minus frees
@@ -304,13 +343,12 @@ def _summarize(trace, request, frames):
     d_net -= isfree & (cache_t >= 0)
     group = cache_t
     if len(implicit_at):
-        # the implicit frees go in just before the allocation that proves them
-        srt = np.argsort(implicit_at, kind="stable")
-        ins_at = implicit_at[srt].astype(np.int64)
-        group = np.insert(cache_t, ins_at, implicit_cache[srt])
-        d_live = np.insert(d_live, ins_at, -1)
-        d_net = np.insert(d_net, ins_at, -1)
-        shifted = ins_at + np.arange(len(ins_at))       # their places in the merged order
+        # the implicit frees go in just before the allocation that proves them (implicit_at
+        # is in time order)
+        group = np.insert(cache_t, implicit_at, implicit_cache)
+        d_live = np.insert(d_live, implicit_at, -1)
+        d_net = np.insert(d_net, implicit_at, -1)
+        shifted = implicit_at + np.arange(len(implicit_at))  # their places in the merged order
     peak_live, peak_live_at = _group_max_of_running_sum(group, d_live, k)
     peak_net, _ = _group_max_of_running_sum(group, d_net, k)
     if len(implicit_at):
@@ -319,8 +357,8 @@ def _summarize(trace, request, frames):
         peak_live_at[got] -= np.searchsorted(shifted, peak_live_at[got], side="left")
     peak_live_ts = np.zeros(k, np.int64)
     got = peak_live_at >= 0
-    peak_live_ts[got] = ts[order[peak_live_at[got]]]
-    del d_live, d_net, ts, order, group
+    peak_live_ts[got] = ts_t[peak_live_at[got]]
+    del d_live, d_net, ts_t, group
     secs = (t1 - t0) / NS
 
     def row(i):
