@@ -102,6 +102,57 @@ def test_duckdb_answers_restarts_and_readdirs_per_listing(dataset):
                                                                 kernels)
 
 
+@pytest.fixture(scope="module")
+def dcache_dataset(tmp_path_factory):
+    """The Parquet export of every dcache fixture into one folder."""
+    out = tmp_path_factory.mktemp("dcache") / "tables"
+    names = [d for r in ("dcache-negative", "dcache-unlink-storm", "dcache-readdirplus",
+                         "dcache-memcg") for d in fixture_dirs(r)]
+    assert len(names) >= 8
+    for name in names:
+        run_cli("export", os.path.join(FIXTURES, name), "-o", out, "--format", "parquet",
+                check=0)
+    return out, names
+
+
+@pytest.mark.slow
+def test_a_dcache_run_exports_phases_not_listings(dcache_dataset):
+    import duckdb
+    import pyarrow.parquet as pq
+    out, names = dcache_dataset
+    # A readdirplus run's umount phases are no listings: no readdir table at all.
+    assert sorted(os.listdir(out)) == ["dcache_figures", "dcache_phases", "dcache_runs",
+                                       "dcache_samples"]
+    for table in os.listdir(out):
+        files = [os.path.join(out, table, f) for f in os.listdir(out / table)]
+        assert len({str(pq.read_schema(f)) for f in files}) == 1, table
+        assert pq.read_schema(files[0]).names[:5] == ["trace_id", "trace", "kernel", "nfs",
+                                                      "reproducer"]
+    runs = duckdb.sql(f"SELECT reproducer, verdict FROM read_parquet('{out}/dcache_runs/*')")
+    assert len(runs.fetchall()) == len(names)
+    # The storm's own count: run.files names removed, one nfs_unlink_exit each in the storm.
+    removed = dict(duckdb.sql(f"""
+        SELECT trace, delta FROM read_parquet('{out}/dcache_phases/*')
+        WHERE phase = 'storm' AND counter = 'event:nfs_unlink_exit'""").fetchall())
+    # Negative dentries over time: the storm's samples climb by at least one per removed file.
+    rise = dict(duckdb.sql(f"""
+        SELECT trace, max(value) - min(value) FROM read_parquet('{out}/dcache_samples/*')
+        WHERE phase = 'storm' AND counter = 'nr_negative' GROUP BY trace""").fetchall())
+    storms = fixture_dirs("dcache-unlink-storm")
+    assert len(removed) == len(rise) == len(storms)
+    for name in storms:
+        with open(os.path.join(FIXTURES, name, "facts")) as f:
+            files = int(next(ln for ln in f if ln.startswith("run.files=")).split("=")[1])
+        (n,) = [v for t, v in removed.items() if f"/{name}/" in t]
+        (r,) = [v for t, v in rise.items() if f"/{name}/" in t]
+        assert n == files and r >= files
+    # A figure the run could not measure is null, never 0.
+    unknown = duckdb.sql(f"""
+        SELECT value, text FROM read_parquet('{out}/dcache_figures/*')
+        WHERE kernel LIKE '6.1.%' AND figure = 'growth_cells'""").fetchall()
+    assert unknown and all(row == (None, None) for row in unknown)
+
+
 def test_export_of_a_trace_without_readdirs_says_so(tmp_path):
     p = run_cli("export", os.path.join(FIXTURES, "kmem-host", "kmem.dat"), "-o", tmp_path / "x")
     assert p.returncode == 2 and "nothing to export" in p.stderr and "no READDIR" in p.stderr

@@ -200,7 +200,16 @@ def cmd_check(args):
 def cmd_export(args):
     from . import capture, export, verdict, wire
     from .analysis import AnalysisError, analyze
-    for path in expand(args.traces):
+    from .dcache import read_trace
+    runs, traces = split_dcache(expand(args.traces))
+    for path in runs:
+        d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+        res = dcache_results(path)
+        trace = os.path.join(d, res["trace"])
+        written, kept = export.write_dcache(res, read_trace(trace)[0], trace, path,
+                                            args.output, args.format)
+        _say_exported(written, kept)
+    for path in traces:
         t = None if capture.is_capture(path) else open_trace(path)
         try:
             a = wire.analyze(path) if t is None else analyze(t)
@@ -211,11 +220,15 @@ def cmd_export(args):
         findings = {id(lst): verdict.judge_listing(lst) for lst in a.listings}
         written, kept = export.write(a, path if t is None else t.path, args.output, args.format,
                                      findings)
-        for w in written:
-            print(w)
-        for k in kept:
-            print(f"{k}: the same trace was exported before; left as it was")
+        _say_exported(written, kept)
     return EXIT_GOOD
+
+
+def _say_exported(written, kept):
+    for w in written:
+        print(w)
+    for k in kept:
+        print(f"{k}: the same trace was exported before; left as it was")
 
 
 def cmd_plot(args):

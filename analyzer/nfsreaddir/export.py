@@ -14,6 +14,17 @@ trace says), and listing (the listing's number within its trace, null outside an
 columns in the same order with the same types for every kernel; a value a trace does not have is
 null. The same trace exported again is left as it is; nothing is ever overwritten. An engine
 reads the whole dataset at once, e.g. DuckDB: `read_parquet('OUT/rpc/*.parquet')`.
+
+A dcache reproducer's run (reproducers/dcache-*) has phases, not listings, and its own tables,
+whose rows carry reproducer in place of listing:
+
+    OUT/dcache_runs/       one row per run: its verdict and why
+    OUT/dcache_figures/    one row per figure of the run (the figures of results.json)
+    OUT/dcache_phases/     one row per phase and sampled counter: before, after, delta, peak
+    OUT/dcache_samples/    one row per sample and counter: the dcache over time
+
+They are long (a row per figure or counter, not a column) because each reproducer samples and
+figures different things and one schema has to hold them all.
 """
 
 import hashlib
@@ -58,6 +69,17 @@ SCHEMA = {
                 ("nr_negative", "Int64"), ("slab_active", "Int64"), ("slab_total", "Int64"),
                 ("slab_objsize", "Int64"), ("readdir", "Int64"), ("readdirplus", "Int64")],
 }
+RUN_COLUMNS = TRACE_COLUMNS[:4] + [("reproducer", "string")]
+DCACHE_SCHEMA = {
+    "dcache_runs": [("verdict", "string"), ("reasons", "string"), ("phases", "string")],
+    "dcache_figures": [("figure", "string"), ("value", "Float64"), ("text", "string")],
+    "dcache_phases": [("phase", "string"), ("seq", "Int64"), ("start_ns", "Int64"),
+                      ("end_ns", "Int64"), ("seconds", "Float64"), ("counter", "string"),
+                      ("before", "Int64"), ("after", "Int64"), ("delta", "Int64"),
+                      ("peak", "Int64"), ("rate_per_s", "Float64")],
+    "dcache_samples": [("ts", "Int64"), ("phase", "string"), ("label", "string"),
+                       ("counter", "string"), ("value", "Int64")],
+}
 FORMATS = ("csv", "parquet")
 
 
@@ -74,11 +96,11 @@ def trace_id(path):
     return h.hexdigest()
 
 
-def _typed(df, table):
-    """The table's columns in schema order and types; a missing column is all null."""
+def _typed(df, columns):
+    """The columns in their order and types; a missing column is all null."""
     out = {}
     n = len(df)
-    for col, dtype in TRACE_COLUMNS + SCHEMA[table]:
+    for col, dtype in columns:
         v = df[col] if col in df else pd.Series([None] * n, index=df.index, dtype="object")
         if dtype in ("Int64", "UInt64"):
             v = pd.to_numeric(v, errors="coerce")
@@ -139,9 +161,7 @@ def frames(analysis, findings=None):
     return out
 
 
-def write(analysis, path, outdir, fmt, findings=None):
-    """Write one file per table into the dataset at outdir; return (written, kept): the paths
-    written and those left as they were (the same trace exported before)."""
+def _check_format(fmt):
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}: csv or parquet")
     if fmt == "parquet":
@@ -150,15 +170,17 @@ def write(analysis, path, outdir, fmt, findings=None):
         except ImportError:
             raise ExportError("Parquet needs pyarrow: pip install 'nfs-readdir-trace[parquet]' "
                               "(or export --format csv)") from None
+
+
+def _write_tables(tables, columns, path, outdir, fmt):
+    """Write {table: DataFrame} (typed by columns(table)) into the dataset at outdir, one file
+    per table named by the trace's hash; return (written, kept)."""
     tid = trace_id(path)
-    shown = os.fsencode(analysis.info.get("path", path)).decode("utf-8", "backslashreplace")
-    common = {"trace_id": tid, "trace": shown,
-              "kernel": analysis.kernel, "nfs": analysis.run.get("nfs")}
     written, kept = [], []
-    for table, df in frames(analysis, findings).items():
+    for table, df in tables.items():
         if df is None or not len(df):
             continue
-        df = _typed(df.assign(**common), table)
+        df = _typed(df.assign(trace_id=tid), columns(table))
         d = os.path.join(outdir, table)
         os.makedirs(d, exist_ok=True)
         out = os.path.join(d, f"{tid}.{fmt}")
@@ -177,3 +199,96 @@ def write(analysis, path, outdir, fmt, findings=None):
                 os.unlink(tmp)
         written.append(out)
     return written, kept
+
+
+def _shown(path):
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def write(analysis, path, outdir, fmt, findings=None):
+    """Write one file per table into the dataset at outdir; return (written, kept): the paths
+    written and those left as they were (the same trace exported before)."""
+    _check_format(fmt)
+    common = {"trace": _shown(analysis.info.get("path", path)),
+              "kernel": analysis.kernel, "nfs": analysis.run.get("nfs")}
+    tables = {t: df.assign(**common) for t, df in frames(analysis, findings).items()
+              if df is not None}
+    return _write_tables(tables, lambda t: TRACE_COLUMNS + SCHEMA[t], path, outdir, fmt)
+
+
+def _flat(x, key=""):
+    """(dotted key, leaf) of every leaf of nested dicts and lists."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _flat(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(x, (list, tuple)):
+        for i, v in enumerate(x):
+            yield from _flat(v, f"{key}.{i}")
+    else:
+        yield key, x
+
+
+def dcache_frames(results, markers):
+    """{table: DataFrame} of one dcache run: results as dcache_judge.build_results gives it,
+    markers (markers.Markers) of its trace for the phases' spans and the samples."""
+    def number(v):
+        # A figure the run could not measure stays null: unknown is never 0.
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def text(v):
+        if v is None or number(v) is not None:
+            return None
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    out = {"dcache_runs": pd.DataFrame([{
+        "verdict": results.get("verdict"), "reasons": "; ".join(results.get("reasons") or []),
+        "phases": " ".join(results.get("phase_order") or [])}])}
+    out["dcache_figures"] = pd.DataFrame(
+        [{"figure": k, "value": number(v), "text": text(v)}
+         for k, v in _flat(results.get("figures") or {})],
+        columns=["figure", "value", "text"])
+    # results' phases are the markers' phases in order, a phase run twice named NAME#2.
+    spans = dict(zip(results.get("phase_order") or [], markers.phases))
+    rows = []
+    for seq, (name, ph) in enumerate((results.get("phases") or {}).items()):
+        span = spans.get(name)
+        base = {"phase": name, "seq": seq, "seconds": number(ph.get("seconds")),
+                "start_ns": span.start if span else None, "end_ns": span.end if span else None}
+        for counter in ph.get("delta") or {}:
+            rows.append(dict(base, counter=counter,
+                             before=(ph.get("before") or {}).get(counter),
+                             after=(ph.get("after") or {}).get(counter),
+                             delta=ph["delta"][counter],
+                             peak=(ph.get("peak") or {}).get(counter),
+                             rate_per_s=(ph.get("rate_per_s") or {}).get(counter)))
+        for event, n in (ph.get("events") or {}).items():
+            rows.append(dict(base, counter=f"event:{event}", delta=n))
+    out["dcache_phases"] = pd.DataFrame(rows)
+    out["dcache_samples"] = _long_samples(markers)
+    return out
+
+
+def _long_samples(markers):
+    """One row per sample and counter, each sample in the phase whose span holds it."""
+    s = markers.samples
+    if s is None or not len(s):
+        return None
+    phase = pd.Series([None] * len(s), index=s.index, dtype="object")
+    for p in reversed(markers.phases):      # the first phase holding a sample names it
+        end = p.end if p.end is not None else s["ts"].max()
+        phase[(s["ts"] >= p.start) & (s["ts"] <= end)] = p.name
+    counters = [c for c in s.columns if c not in ("ts", "label")]
+    wide = s.assign(phase=phase, label=s["label"] if "label" in s else None)
+    return wide.melt(id_vars=["ts", "phase", "label"], value_vars=counters,
+                     var_name="counter", value_name="value").dropna(subset=["value"])
+
+
+def write_dcache(results, markers, trace, shown, outdir, fmt):
+    """Write a dcache run's tables (dcache_frames) into the dataset at outdir; trace is its
+    trace file (named by its hash), shown the path the user gave. Returns (written, kept)."""
+    _check_format(fmt)
+    common = {"trace": _shown(shown), "kernel": results.get("kernel"),
+              "nfs": results.get("nfs"), "reproducer": results.get("name")}
+    tables = {t: df.assign(**common) for t, df in dcache_frames(results, markers).items()
+              if df is not None}
+    return _write_tables(tables, lambda t: RUN_COLUMNS + DCACHE_SCHEMA[t], trace, outdir, fmt)

@@ -69,6 +69,19 @@ EXPORT_COLUMNS = {
     "text (markers)": "the reproducer's trace_marker line",
     "nr_dentry ... readdirplus (samples)": "/proc/sys/fs/dentry-state, the dentry slab and the "
                                            "mounts' READDIR counts, sampled by the reproducer",
+    "reproducer (dcache tables)": "the dcache reproducer that made the run: with trace_id, the "
+                                  "key of its rows",
+    "verdict, reasons, phases (dcache_runs)": "the run's PASS or FAIL, why, and its phases in "
+                                              "order",
+    "figure, value, text (dcache_figures)": "a figure of the run's results (nested ones as "
+        "a.b.c), its number, or its text when it is not a number; both null when the run "
+        "could not measure it",
+    "phase, seq, counter, before, after, delta, peak, rate_per_s (dcache_phases)": "a sampled "
+        "counter at the samples framing the phase, its change, its highest sample inside and "
+        "its change per second; `event:NAME` rows count a kernel event in the phase (delta)",
+    "ts, phase, label, counter, value (dcache_samples)": "one counter of one sample: its time "
+        "(ns), the phase it fell in (null between phases), the reproducer's label of an "
+        "explicit sample",
 }
 
 
