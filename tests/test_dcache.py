@@ -688,6 +688,30 @@ def test_memcg_grid_6_1_fits_a_cost_per_used_pair(built):
         assert abs(b / a - 1) < 0.25, (m, a, b)
 
 
+def test_a_cell_cut_short_before_its_lookups_is_left_out_of_the_model(monkeypatch):
+    """A run stopped during a cell's lookups has no `touched` sample there: what they cost is
+    unknown. Taken as 0, the lazy 6.1 would look eager and be held to 5.10's law."""
+    if not have("memcg-grid-6.1"):
+        pytest.skip("no dcache-memcg-grid-6.1 fixture: tests/fixtures/record-dcache memcg-grid-6.1")
+    read = dcache_judge.read_trace
+
+    def figures(until):
+        """The run's figures with the `touched` samples after time `until` taken away."""
+        def cut(path):
+            markers, events = read(path)
+            s = markers.samples
+            markers.samples = s[(s["label"] != "touched") | (s["ts"] < until(s["ts"]))]
+            return markers, events
+        monkeypatch.setattr(dcache_judge, "read_trace", cut)
+        return dcache_judge.build_results(fixture_path("memcg-grid-6.1"))["figures"]
+
+    f = figures(lambda ts: ts.quantile(0.8))     # the last cells cut short
+    assert f["eager"] is False and "law_max_rel_error" not in f
+    assert 0 < f["model_cells"] < 9
+    f = figures(lambda ts: ts.min())             # every cell cut short
+    assert "eager" not in f and "model_cells" not in f
+
+
 def test_memcg_grid_5_10_follows_the_code_law(built):
     if not have("memcg-grid-5.10"):
         pytest.skip("no dcache-memcg-grid-5.10 fixture: tests/fixtures/record-dcache memcg-grid-5.10")

@@ -352,7 +352,11 @@ def _memcg_model(res, grid):
     and the prediction for the 2021 report's host. Only for runs that sample the mount step
     apart from the mkdir step."""
     from . import listlru
-    order = [(n, c) for n, c in grid.items() if c.get("lru_bytes_mount") is not None]
+    # Only cells whose mount and lookup steps were both counted: a cell cut short before its
+    # lookups says nothing of what they cost, and taken as 0 it would make a lazy kernel look
+    # eager.
+    order = [(n, c) for n, c in grid.items() if all(
+        c.get(k) is not None for k in ("lru_bytes_mount", "lru_bytes_touch", "lru_allocs_touch"))]
     if not order:
         return {}
     before = int(res.get("memcgs_before") or 0)
@@ -387,8 +391,7 @@ def _memcg_model(res, grid):
         f["capacity_largest"] = max(caps.values())
         f["untraced_bytes"] = sum(untraced.values())
     rows = [{"cell": n, "K": c["mounts"], "M": c["memcgs"], "P": c["pairs"], "C": caps[n],
-             "bytes": ((c.get("lru_bytes_mount") or 0) + (c.get("lru_bytes_touch") or 0)
-                       + untraced[n])}
+             "bytes": c["lru_bytes_mount"] + c["lru_bytes_touch"] + untraced[n]}
             for n, c in order]
     features = listlru.FEATURES if eager else listlru.LAZY_FEATURES
     fit = listlru.fit(rows, features) if len(rows) >= len(features) + 2 else None
