@@ -32,7 +32,9 @@ HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
 TRACE_CMD = shutil.which("trace-cmd")
 TRACEFS = Path("/sys/kernel/tracing")
-HOST_INSTANCE = "nfsreaddir_test"
+# One instance per test process: two runs of the suite at once (two checkouts on one host)
+# share tracefs, and one would find the other's instance, or see it removed mid-extract.
+HOST_INSTANCE = f"nfsreaddir_test_{os.getpid()}"
 
 # Without trace-cmd these fail (conftest.installed), they do not skip.
 needs_trace_cmd = pytest.mark.usefixtures("trace_cmd")
