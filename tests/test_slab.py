@@ -171,9 +171,9 @@ class _NoName:
         f2.fields = {k: v for k, v in fmt.fields.items() if k != "name"}
         return f2
 
-    def read(self, request, base=("ts", "cpu", "pid", "comm")):
+    def read_columns(self, request, base=("ts", "cpu", "pid", "comm"), ordered=True):
         assert all("name" not in f for f in request.values())
-        return self.t.read(request, base=base)
+        return self.t.read_columns(request, base=base, ordered=ordered)
 
 
 @needs_trace_cmd

@@ -38,9 +38,9 @@ render.slab_text() writes it as text; ``nfs-readdir slab TRACE [--json] [--top N
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from . import events
+from .trace.arrays import _Strs
 from .tuning import heap_reuse
 from .units import NS
 
@@ -78,12 +78,21 @@ def _fields(trace, event):
 
 
 def _factorize(col):
-    """(int64 codes, list of str labels) of a string column (categorical or not)."""
+    """(codes, list of str labels) of a string column: the trace.dat reader's codes and
+    values, else (the text reader's pandas column) a categorical's or pandas' factorization."""
+    if isinstance(col, _Strs):
+        return col.codes, [str(v) for v in col.values]
+    import pandas as pd         # the text reader's columns: pandas is loaded already
     if isinstance(col.dtype, pd.CategoricalDtype):
         codes = col.cat.codes.to_numpy()
         return codes, [str(c) for c in col.cat.categories]
     codes, uniq = pd.factorize(col.to_numpy(dtype=object), use_na_sentinel=True)
     return codes, [str(u) for u in uniq]
+
+
+def _array(col):
+    """A numeric column as a numpy array (the text reader's are pandas Series)."""
+    return col.to_numpy() if hasattr(col, "to_numpy") else col
 
 
 class _Caches:
@@ -107,8 +116,8 @@ class _Caches:
 
     def by_size(self, prefix, sizes):
         """Codes of caches named prefix + size for each element of ``sizes``."""
-        codes, uniq = pd.factorize(sizes)
-        return self.remap(codes, [f"{prefix}{int(u)}" for u in uniq])
+        uniq, codes = np.unique(sizes, return_inverse=True)
+        return self.remap(codes.reshape(-1), [f"{prefix}{int(u)}" for u in uniq])
 
 
 def _sort_by_ptr(ptr):
@@ -212,15 +221,16 @@ def summarize(trace):
     request = read_request(trace)
     if not request:
         return None
-    # of the base columns only the time (the trace.dat reader can skip the others)
-    frames = trace.read(request, base=("ts",))
+    # of the base columns only the time (the trace.dat reader can skip the others), and not
+    # sorted: the events are put in time order here, all kinds together, by a stable sort
+    frames = trace.read_columns(request, base=("ts",), ordered=False)
     with heap_reuse():
         return _summarize(trace, request, frames)
 
 
 def _summarize(trace, request, frames):
     """summarize() on the frames read."""
-    counts = {ev: int(len(df)) for ev, df in frames.items() if len(df)}
+    counts = {ev: int(len(df["ts"])) for ev, df in frames.items() if len(df["ts"])}
     if not counts:
         return None
     caches = _Caches()
@@ -230,28 +240,28 @@ def _summarize(trace, request, frames):
     a_ts, a_ptr, a_bytes, a_cache = [], [], [], []
     for ev in ALLOC_EVENTS:
         df = frames.get(ev)
-        if df is None or not len(df):
+        if df is None or not len(df["ts"]):
             continue
-        size = df["bytes_alloc"].to_numpy().astype(np.int64)
+        size = _array(df["bytes_alloc"]).astype(np.int64)
         if ev.startswith("kmem:kmalloc"):
             code = caches.by_size("kmalloc-", size)
         elif "name" in df:
             code = caches.remap(*_factorize(df["name"]))
         else:
             code = caches.by_size("size-", size)
-        a_ts.append(df["ts"].to_numpy())
-        a_ptr.append(df["ptr"].to_numpy().astype(np.uint64, copy=False))
+        a_ts.append(_array(df["ts"]))
+        a_ptr.append(_array(df["ptr"]).astype(np.uint64, copy=False))
         a_bytes.append(size)
         a_cache.append(code)
     f_ts, f_ptr, f_cache = [], [], []
     for ev in FREE_EVENTS:
         df = frames.get(ev)
-        if df is None or not len(df):
+        if df is None or not len(df["ts"]):
             continue
-        f_ts.append(df["ts"].to_numpy())
-        f_ptr.append(df["ptr"].to_numpy().astype(np.uint64, copy=False))
+        f_ts.append(_array(df["ts"]))
+        f_ptr.append(_array(df["ptr"]).astype(np.uint64, copy=False))
         f_cache.append(caches.remap(*_factorize(df["name"])) if "name" in df
-                       else np.full(len(df), -1, np.int32))
+                       else np.full(len(df["ts"]), -1, np.int32))
     frames.clear()       # the only copy of the columns from here on is what was taken above
     cat = (lambda parts, dt: np.concatenate(parts).astype(dt, copy=False) if parts
            else np.zeros(0, dt))

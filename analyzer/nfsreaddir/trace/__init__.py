@@ -47,7 +47,7 @@ import time
 
 __all__ = ["open_trace", "TraceError", "BASE_COLUMNS", "field_column", "OnePass"]
 
-from .base import BASE_COLUMNS, TraceError, field_column
+from .base import BASE_COLUMNS, TraceError, columns_of, field_column
 
 TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
 
@@ -163,3 +163,7 @@ class OnePass:
         base = [c for c in BASE_COLUMNS if c in base or c == "ts"]
         return {ev: self._frames[ev][base + [field_column(c) for c in cols]]
                 for ev, cols in events.items()}
+
+    def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS, ordered=True):
+        """{name: {column: Series}} of :meth:`read` (rows in time order)."""
+        return columns_of(self.read(events, base=base))
