@@ -55,6 +55,8 @@ class ColumnBuilder:
         goes), in the row order ``order`` (None: as they come).  ``scratch(dtype)`` gives
         a buffer reused between columns, so the only new memory is the result."""
         dtype = np.dtype(dtype)
+        if order is None and out is None and len(parts) == 1 and parts[0].dtype == dtype:
+            return parts.pop()          # one piece (the compiled extract's): no copy
         if order is not None and dtype == object:
             tmp = np.concatenate(parts)
             parts.clear()
