@@ -1,7 +1,9 @@
 /*
  * The ring-buffer walk of nfsreaddir.trace in C: one pass over a block of whole
  * ring-buffer pages that lists the event records (data offset, time stamp, data length,
- * event id) of the wanted events, the lost-events markers, and where the data is damaged.
+ * event id) of the wanted events, the lost-events markers, and where the data is damaged
+ * (walk(), for the decoders: ints(), strings()); and the same pass writing the wanted fields
+ * of those records straight into columns (the Extract type, below).
  *
  * It computes exactly what the numpy walk (_chain, then _walk) computes, record by
  * record in file order, without the numpy passes over every record; the numpy walk stays

@@ -116,7 +116,16 @@ class _Caches:
 
     def by_size(self, prefix, sizes):
         """Codes of caches named prefix + size for each element of ``sizes``."""
-        uniq, codes = np.unique(sizes, return_inverse=True)
+        if len(sizes) and 0 <= sizes.min() and sizes.max() < (1 << 24):
+            # object sizes are small: a direct table instead of sorting them
+            seen = np.zeros(int(sizes.max()) + 1, bool)
+            seen[sizes] = True
+            uniq = np.flatnonzero(seen)
+            table = np.zeros(len(seen), np.int32)
+            table[uniq] = np.arange(len(uniq), dtype=np.int32)
+            codes = table[sizes]
+        else:
+            uniq, codes = np.unique(sizes, return_inverse=True)
         return self.remap(codes.reshape(-1), [f"{prefix}{int(u)}" for u in uniq])
 
 

@@ -17,6 +17,10 @@ Both give the same interface::
     frames = t.read({"nfs:nfs_invalidate_mapping_enter": ["dev", "fileid"],
                      "ftrace:print": ["buf"]})
 
+``t.read_columns(...)`` takes the same arguments and gives ``{name: {column: array}}``
+without pandas (trace.dat: numpy arrays, a string column as codes and values; with
+``ordered=False`` not sorted by time, for a consumer that sorts anyway).
+
 Every frame has the columns ``ts`` (int64 ns), ``cpu``, ``pid`` (common_pid),
 ``comm`` and the requested fields, and its rows are sorted by ``ts`` (ties by
 cpu, then by order within the cpu).  A requested field whose name is one of

@@ -4,8 +4,10 @@ in file order with whole-block array operations (type, length, event id, time st
 per-page running sum), with the lost-events markers and damage found on the way. CPUs are
 independent streams, read by parallel threads when there are idle cores. The compiled
 :mod:`nfsreaddir._ringbuf` does the walk where it is built (``pip install -e .``, as
-``reproducers/setup-host`` runs it); the numpy walk is the fallback, with a one-line notice on
-stderr, and the tests' oracle for it (``NFSRT_READER=numpy`` selects it).
+``reproducers/setup-host`` runs it): where every requested field is an integer or a
+``__data_loc`` string, in one pass per block that writes the fields straight into the columns
+(``Extract``), else listing the records for the decoders. The numpy walk is the fallback, with
+a one-line notice on stderr, and the tests' oracle for both (``NFSRT_READER=numpy`` selects it).
 """
 
 from __future__ import annotations
