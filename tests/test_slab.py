@@ -171,9 +171,9 @@ class _NoName:
         f2.fields = {k: v for k, v in fmt.fields.items() if k != "name"}
         return f2
 
-    def read(self, request, base=("ts", "cpu", "pid", "comm")):
+    def read_columns(self, request, base=("ts", "cpu", "pid", "comm"), ordered=True):
         assert all("name" not in f for f in request.values())
-        return self.t.read(request, base=base)
+        return self.t.read_columns(request, base=base, ordered=ordered)
 
 
 @needs_trace_cmd
@@ -275,9 +275,10 @@ def test_compiled_passes_on_many_pointers(monkeypatch):
     ptr = rng.integers(1, 300_000, 2_000_000, dtype=np.uint64) << np.uint64(16)
     group = rng.integers(-1, 500, len(ptr), dtype=np.int32)
     delta = rng.integers(-1, 2, len(ptr), dtype=np.int8)
-    fast = slab._previous(ptr), *slab._group_max_of_running_sum(group, delta, 500)
+    order = rng.permutation(len(ptr)).astype(np.int32)     # ptr read through a permutation
+    fast = slab._previous(ptr, order), *slab._group_max_of_running_sum(group, delta, 500)
     monkeypatch.setattr(slab, "_slab", None)
-    oracle = slab._previous(ptr), *slab._group_max_of_running_sum(group, delta, 500)
+    oracle = slab._previous(ptr, order), *slab._group_max_of_running_sum(group, delta, 500)
     for a, b in zip(fast, oracle):
         assert (a == b).all()
     assert (fast[0] >= 0).sum() > len(ptr) // 2 and fast[1].max() > 0

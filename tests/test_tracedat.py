@@ -720,6 +720,8 @@ def recompress_v7(src, dst, algo="zlib"):
 
 # ------------------------------------------- the compiled walk against the numpy walk
 
+EXTRACT_CPU = __import__("nfsreaddir.trace.ringbuf", fromlist=["RingWalk"]).RingWalk._extract_cpu
+
 needs_compiled = pytest.mark.skipif(
     __import__("nfsreaddir.trace.ringbuf", fromlist=["_ringbuf"])._ringbuf is None,
     reason="the compiled walk (nfsreaddir._ringbuf) is not built")
@@ -750,6 +752,93 @@ def test_compiled_reader_equals_numpy_reader(dat_files, numpy_walk):
         assert t.info["lost_events"] == t2.info["lost_events"]
         assert t.info["lost_total"] == t2.info["lost_total"]
         assert t.event_counts() == numpy_walk(open_trace(dat).event_counts)
+
+
+def extractable(t, events):
+    """{event: its fields the one-pass compiled extract decodes} (integers, __data_loc and
+    __rel_loc strings) of the events of ``t`` among ``events``."""
+    out = {}
+    for ev in events:
+        fmt = t.event_format(ev)
+        if fmt is not None:
+            out[ev] = [f for f in fmt.user_fields()
+                       if (fmt.fields[f].loc is None and fmt.fields[f].kind == "int")
+                       or (fmt.fields[f].loc in ("data", "rel") and fmt.fields[f].kind == "str")]
+    return out
+
+
+@pytest.mark.slow
+@needs_compiled
+def test_extract_equals_numpy_reader(dat_files, numpy_walk, monkeypatch):
+    """The one-pass compiled extract (integers and __data_loc strings, straight into the
+    columns) against the numpy walk: every event of every fixture, field by field, with the
+    base columns, the lost-events markers, and the unsorted columns of read_columns()."""
+    from nfsreaddir.trace import ringbuf
+    used = []
+    monkeypatch.setattr(ringbuf.RingWalk, "_extract_cpu",
+                        lambda self, *a: used.append(1) or EXTRACT_CPU(self, *a))
+    for dat in dat_files:
+        t = open_trace(dat)
+        req = extractable(t, present_events(dat))
+        used.clear()
+        fr = t.read(req)
+        assert used, f"{dat}: the extract was not used"
+        t2 = open_trace(dat)
+        fr2 = numpy_walk(lambda: t2.read(req))
+        frames_equal(fr, fr2, f"{dat} extract vs numpy")
+        assert t.info["lost_events"] == t2.info["lost_events"], dat
+        cols = open_trace(dat).read_columns(req, base=("ts",), ordered=False)
+        cols2 = numpy_walk(lambda: open_trace(dat).read_columns(req, base=("ts",),
+                                                                ordered=False))
+        for ev in req:
+            for c, v in cols[ev].items():
+                w = cols2[ev][c]
+                if hasattr(v, "codes"):
+                    v, w = np.asarray(v.values)[v.codes], np.asarray(w.values)[w.codes]
+                assert np.array_equal(v, w), (dat, ev, c)
+
+
+@pytest.mark.slow
+@needs_compiled
+def test_extract_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
+    """Seeded random bytes in the ring-buffer pages: the extract keeps the records the
+    numpy walk lists (time stamps and ids), and finds the same lost-events markers and the
+    same damage."""
+    from nfsreaddir import _ringbuf
+    from nfsreaddir.trace.ringbuf import _damage_text
+    rnd = random.Random(20261124)
+    for dat in dat_files[::2]:
+        t = open_trace(dat)
+        b, hp, idf = t._buf, t._hp, t._id_field
+        for cpu, off, size in b.cpus:
+            for block0 in t._cpu_blocks(cpu, off, size, b.compressed, b.page_size):
+                for _ in range(10):
+                    block = block0.copy()
+                    for _ in range(rnd.randint(1, 20)):
+                        block[rnd.randrange(len(block))] = rnd.randrange(256)
+                    lost = []
+                    parts = numpy_walk(lambda: list(t._walks(block, b.page_size, None, cpu,
+                                                             lost)))
+                    ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
+                    ts = np.concatenate([np.asarray(p[0][1], np.uint64) for p in parts])
+                    keep = ids != (1 << 8 * idf.size) - 1
+                    # every event into one slot, its id as the one column
+                    slots = np.zeros((1 << (8 * idf.size)) if idf.size <= 2 else (1 << 20),
+                                     np.int16)
+                    slots[-1] = -1
+                    ext = _ringbuf.Extract(slots, [[(0, idf.offset, idf.size, False, False,
+                                                     8)]])
+                    marks, bad, why, detail = ext.walk(
+                        block, b.page_size, hp["commit_off"], hp["commit_size"],
+                        hp["data_off"], t._e == ">", t.long_size, idf.offset, idf.size)
+                    n = ext.rows(0)
+                    got_ts = np.frombuffer(ext.take(0, -1), np.uint64, count=n)
+                    got_ids = np.frombuffer(ext.take(0, 0), np.uint64, count=n)
+                    assert np.array_equal(got_ts, ts[keep]), dat
+                    assert np.array_equal(got_ids.astype(np.int64), ids[keep]), dat
+                    assert [{"cpu": cpu, "ts": m[1], "count": m[2]} for m in marks] == lost
+                    assert _damage_text(cpu, why, bad, detail,
+                                        b.page_size - hp["data_off"]) == parts[-1][1], dat
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
 /*
  * The ring-buffer walk of nfsreaddir.trace in C: one pass over a block of whole
  * ring-buffer pages that lists the event records (data offset, time stamp, data length,
- * event id) of the wanted events, the lost-events markers, and where the data is damaged.
+ * event id) of the wanted events, the lost-events markers, and where the data is damaged
+ * (walk(), for the decoders: ints(), strings()); and the same pass writing the wanted fields
+ * of those records straight into columns (the Extract type, below).
  *
  * It computes exactly what the numpy walk (_chain, then _walk) computes, record by
  * record in file order, without the numpy passes over every record; the numpy walk stays
@@ -26,6 +28,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>           /* (Python.h defines _GNU_SOURCE: mremap) */
+#include <unistd.h>
 
 #define COMMIT_MASK ((1u << 27) - 1)
 #define MISSED_EVENTS (1ull << 31)
@@ -88,6 +92,115 @@ static int get_out(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const ch
 	return 0;
 }
 
+/* Page ``p`` says events were lost before it: (page, page time stamp, count or None) onto
+ * ``lost``, the count where the page stores it after its data.  Called without the GIL (it
+ * takes it); 0 when the list could not grow (a Python error is set). */
+static int lost_marker(PyObject *lost, const struct layout *l, int64_t p, int64_t base,
+		       uint64_t page_ts, uint64_t commit, int64_t size, int64_t limit,
+		       int64_t data_off, int64_t long_size)
+{
+	int stored = (commit & MISSED_STORED) && size + long_size <= limit;
+	uint64_t cnt = stored ? rd(l, base + data_off + size, (int)long_size) : 0;
+	PyGILState_STATE g = PyGILState_Ensure();
+	PyObject *item = stored ? Py_BuildValue("(LKK)", (long long)p, page_ts, cnt)
+				: Py_BuildValue("(LKO)", (long long)p, page_ts, Py_None);
+	int ok = item && PyList_Append(lost, item) == 0;
+
+	Py_XDECREF(item);
+	PyGILState_Release(g);
+	return ok;
+}
+
+/* The records of one page's data, [start, end) of the block: ``emit(ctx, data offset, data
+ * length, event id, time stamp)`` for each event record in order, the time being the page's
+ * time stamp plus the deltas before it (a time stamp record sets it).  Returns 0 at the end
+ * of the page's data, 1 where the chain is broken (a record runs past the data or is too short
+ * to hold an event id: the caller drops the page's records), -1 when emit failed.  Inlined
+ * into each walk below with its own emit. */
+typedef int (*emit_fn)(void *ctx, const struct layout *l, int64_t dpos, int64_t dl,
+		       uint32_t id, uint64_t ts);
+
+static inline int walk_page(const struct layout *l, int64_t start, int64_t end,
+			    uint64_t page_ts, int64_t min_dlen, int64_t id_off, int id_size,
+			    emit_fn emit, void *ctx)
+{
+	int big = l->big;
+	int64_t cur = start;
+	uint64_t ts = page_ts;
+
+	while (1) {
+		uint32_t w = (uint32_t)rd(l, cur, 4);
+		uint32_t tl = big ? w >> 27 : w & 31;
+		uint64_t delta = big ? (w & COMMIT_MASK) : (w >> 5);
+		int64_t nx, dpos = -1, dl = 0;
+		int broken = 0;
+
+		if (tl >= 1 && tl <= 28) {
+			dl = 4 * (int64_t)tl;
+			dpos = cur + 4;
+			nx = cur + 4 + dl;
+			if (min_dlen > 4 && dl < min_dlen)
+				broken = 1;
+			ts += delta;
+		} else {
+			uint64_t a0 = next_word(l, cur);
+
+			if (tl == 0) {
+				dl = ((int64_t)a0 - 4 + 3) & ~(int64_t)3;
+				dpos = cur + 8;
+				nx = cur + 8 + dl;
+				ts += delta;
+			} else if (tl == TYPE_PADDING) {
+				nx = cur + 4 + (int64_t)a0;
+				if (nx > end)
+					nx = end;
+				ts += delta;
+			} else if (tl == TYPE_TIME_EXTEND) {
+				nx = cur + 8;
+				ts += (a0 << TS_SHIFT) + delta;
+			} else {
+				nx = cur + 8;
+				ts = ((a0 << TS_SHIFT) + delta) | (page_ts & TS_MSB);
+			}
+			if (nx <= cur || (tl == 0 && dl < min_dlen))
+				broken = 1;
+		}
+		if (broken || nx > end)
+			return 1;
+		if (dpos >= 0 && emit(ctx, l, dpos, dl, (uint32_t)rd(l, dpos + id_off, id_size), ts) < 0)
+			return -1;
+		if (nx >= end)
+			return 0;
+		cur = nx;
+	}
+}
+
+/* walk()'s records: the wanted ones listed into its arrays (room checked per page). */
+struct listing {
+	int32_t *pos;
+	uint64_t *ts;
+	int32_t *dlen;
+	uint32_t *ids;
+	const uint8_t *lut;     /* NULL: every event */
+	int64_t lut_last;
+	int64_t n;
+};
+
+static inline int list_record(void *ctx, const struct layout *l, int64_t dpos, int64_t dl,
+			      uint32_t id, uint64_t ts)
+{
+	struct listing *c = ctx;
+
+	if (!c->lut || c->lut[id < c->lut_last ? id : c->lut_last]) {
+		c->pos[c->n] = (int32_t)dpos;
+		c->ts[c->n] = ts;
+		c->dlen[c->n] = (int32_t)dl;
+		c->ids[c->n] = id;
+		c->n++;
+	}
+	return 0;
+}
+
 PyDoc_STRVAR(walk_doc,
 "walk(block, first_page, page_size, commit_off, commit_size, data_off, big_endian,\n"
 "     long_size, id_off, id_size, lut, pos, ts, dlen, ids)\n"
@@ -144,11 +257,8 @@ static PyObject *walk(PyObject *self, PyObject *args)
 		int64_t limit = P - data_off, min_dlen = id_off + id_size;
 		int64_t bad_page = -1, detail = 0;
 		const char *why = NULL;
-		int32_t *opos = vpos.buf, *odlen = vdlen.buf;
-		uint64_t *ots = vts.buf;
-		uint32_t *oids = vids.buf;
-		const uint8_t *lutb = have_lut ? vlut.buf : NULL;
-		int64_t lut_last = have_lut ? vlut.len - 1 : 0;
+		struct listing lc = { vpos.buf, vts.buf, vdlen.buf, vids.buf,
+				      have_lut ? vlut.buf : NULL, have_lut ? vlut.len - 1 : 0, 0 };
 		int walking = 1;        /* until the first broken record chain */
 
 		cap = vpos.len / 4;
@@ -168,8 +278,7 @@ static PyObject *walk(PyObject *self, PyObject *args)
 			uint64_t page_ts = rd(&l, base, 8);
 			uint64_t commit = rd(&l, base + commit_off, (int)commit_size);
 			int64_t size = (int64_t)(commit & COMMIT_MASK);
-			int64_t start, end, cur, page_n;
-			uint64_t ts;
+			int64_t start, end;
 
 			if (walking && n + P / 8 > cap)
 				break;          /* the caller goes on from this page */
@@ -181,91 +290,25 @@ static PyObject *walk(PyObject *self, PyObject *args)
 				}
 				break;
 			}
-			if (commit & MISSED_EVENTS) {
-				int stored = (commit & MISSED_STORED) && size + long_size <= limit;
-				uint64_t cnt = stored ? rd(&l, base + data_off + size, (int)long_size) : 0;
-				PyObject *item;
-
-				Py_BLOCK_THREADS
-				item = stored ? Py_BuildValue("(LKK)", (long long)p, page_ts, cnt)
-					      : Py_BuildValue("(LKO)", (long long)p, page_ts, Py_None);
-				if (!item || PyList_Append(lost, item) < 0) {
-					Py_XDECREF(item);
-					Py_UNBLOCK_THREADS
-					n = -1;
-					break;
-				}
-				Py_DECREF(item);
-				Py_UNBLOCK_THREADS
+			if ((commit & MISSED_EVENTS) &&
+			    !lost_marker(lost, &l, p, base, page_ts, commit, size, limit, data_off,
+					 long_size)) {
+				n = -1;
+				break;
 			}
 			if (!walking || size == 0)
 				continue;
 			start = base + data_off;
 			end = start + size;
-			cur = start;
-			ts = page_ts;
-			page_n = n;
-			while (1) {
-				uint32_t w = (uint32_t)rd(&l, cur, 4);
-				uint32_t tl = big ? w >> 27 : w & 31;
-				uint64_t delta = big ? (w & COMMIT_MASK) : (w >> 5);
-				int64_t nx, dpos = -1, dl = 0;
-				int broken = 0;
-
-				if (tl >= 1 && tl <= 28) {
-					dl = 4 * (int64_t)tl;
-					dpos = cur + 4;
-					nx = cur + 4 + dl;
-					if (min_dlen > 4 && dl < min_dlen)
-						broken = 1;
-					ts += delta;
-				} else {
-					uint64_t a0 = next_word(&l, cur);
-
-					if (tl == 0) {
-						dl = ((int64_t)a0 - 4 + 3) & ~(int64_t)3;
-						dpos = cur + 8;
-						nx = cur + 8 + dl;
-						ts += delta;
-					} else if (tl == TYPE_PADDING) {
-						nx = cur + 4 + (int64_t)a0;
-						if (nx > end)
-							nx = end;
-						ts += delta;
-					} else if (tl == TYPE_TIME_EXTEND) {
-						nx = cur + 8;
-						ts += (a0 << TS_SHIFT) + delta;
-					} else {
-						nx = cur + 8;
-						ts = ((a0 << TS_SHIFT) + delta) | (page_ts & TS_MSB);
-					}
-					if (nx <= cur || (tl == 0 && dl < min_dlen))
-						broken = 1;
-				}
-				if (!broken && nx > end)
-					broken = 1;
-				if (broken) {
-					bad_page = p;
-					why = "chain";
-					n = page_n;     /* this page's records are dropped */
-					walking = 0;
-					break;
-				}
-				if (dpos >= 0) {
-					uint32_t id = (uint32_t)rd(&l, dpos + id_off, (int)id_size);
-
-					if (!lutb || lutb[id < lut_last ? id : lut_last]) {
-						opos[n] = (int32_t)dpos;
-						ots[n] = ts;
-						odlen[n] = (int32_t)dl;
-						oids[n] = id;
-						n++;
-					}
-				}
-				if (nx >= end)
-					break;
-				cur = nx;
+			lc.n = n;
+			if (walk_page(&l, start, end, page_ts, min_dlen, id_off, (int)id_size,
+				      list_record, &lc) > 0) {
+				bad_page = p;
+				why = "chain";
+				walking = 0;    /* this page's records are dropped: n stays */
+				continue;
 			}
+			n = lc.n;
 		}
 		Py_END_ALLOW_THREADS
 		if (n < 0)
@@ -488,6 +531,589 @@ out:
 	return res;
 }
 
+/* ------------------------------------------------------------------------------------------
+ * Extract: the walk and the field decoding in one pass, straight into the columns.
+ *
+ * walk() above lists the records of a block into fixed arrays from which the fields are then
+ * gathered (ints(), strings()), part after part.  An Extract object instead writes the time
+ * stamp and the requested fields of each wanted record into columns of its own as it meets
+ * the record, and keeps them from block to block: no per-record offset arrays, nothing held
+ * of a block once it is walked.  Columns are mappings of their own that grow by mremap (no
+ * copy, never two copies in memory, whatever malloc's thresholds are set to; the pages past
+ * the rows are not resident until rows fill them) and are handed to the caller without a
+ * copy (take()).  Strings are numbered in a dictionary kept across blocks.
+ */
+
+struct col {
+	int kind;               /* 0 int, 1 __data_loc string, 2 __rel_loc string */
+	int64_t off, size;
+	int sgn, isz;           /* sign-extend; bytes per output item (8, or 4 for the pid) */
+	int pid;                /* the pid column: -1 where the record is too short */
+	uint8_t *data;          /* n * isz bytes (codes: int32), a mapping of ``mapped`` bytes */
+	size_t mapped;
+	/* the strings' dictionary: open addressing over the distinct values, kept in arena */
+	struct sslot { uint64_t hash; int64_t at; int32_t len, code; } *tab;
+	int64_t tcap, used;
+	char *arena;
+	int64_t alen, acap;
+	int64_t *vat;           /* per code: offset in arena; length in vlen */
+	int32_t *vlen;
+};
+
+struct eslot {
+	int64_t n, cap;         /* rows, and rows every column has room for */
+	uint64_t *ts;
+	size_t ts_mapped;
+	int ncols;
+	struct col *cols;
+};
+
+typedef struct {
+	PyObject_HEAD
+	int nslots;
+	struct eslot *slots;
+	int16_t *map;           /* event id -> slot, -1: not wanted; ids >= maplen - 1 use the last */
+	int64_t maplen;
+} Extract;
+
+/* A column's memory handed to Python: a read-write buffer that frees it when released. */
+typedef struct {
+	PyObject_HEAD
+	void *data;
+	Py_ssize_t len;
+	size_t mapped;
+} Mem;
+
+static size_t page_round(size_t n)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (n + pg - 1) / pg * pg;
+}
+
+/* The mapping ``*p`` of ``*mapped`` bytes (NULL, 0: none yet) made at least ``n`` bytes long;
+ * 0: no memory (then it is as it was). */
+static int remap(void **p, size_t *mapped, size_t n)
+{
+	void *q;
+
+	n = page_round(n);
+	if (n == *mapped)
+		return 1;
+	if (!*p)
+		q = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	else
+		q = mremap(*p, *mapped, n, MREMAP_MAYMOVE);
+	if (q == MAP_FAILED)
+		return 0;
+	*p = q;
+	*mapped = n;
+	return 1;
+}
+
+static void unmap(void **p, size_t *mapped)
+{
+	if (*p)
+		munmap(*p, *mapped);
+	*p = NULL;
+	*mapped = 0;
+}
+
+static int mem_getbuffer(PyObject *self, Py_buffer *view, int flags)
+{
+	Mem *m = (Mem *)self;
+
+	return PyBuffer_FillInfo(view, self, m->data ? m->data : (void *)"", m->len, 0, flags);
+}
+
+static void mem_dealloc(PyObject *self)
+{
+	unmap(&((Mem *)self)->data, &((Mem *)self)->mapped);
+	Py_TYPE(self)->tp_free(self);
+}
+
+static PyBufferProcs mem_as_buffer = { mem_getbuffer, NULL };
+
+static PyTypeObject MemType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "nfsreaddir._ringbuf.Mem",
+	.tp_basicsize = sizeof(Mem),
+	.tp_dealloc = mem_dealloc,
+	.tp_as_buffer = &mem_as_buffer,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Memory of one column, freed with the last reference to it.",
+};
+
+static void col_free(struct col *c)
+{
+	unmap((void **)&c->data, &c->mapped);
+	free(c->tab);
+	free(c->arena);
+	free(c->vat);
+	free(c->vlen);
+	memset(c, 0, sizeof(*c));
+}
+
+static void extract_dealloc(PyObject *self)
+{
+	Extract *x = (Extract *)self;
+	int i, j;
+
+	for (i = 0; i < x->nslots; i++) {
+		for (j = 0; j < x->slots[i].ncols; j++)
+			col_free(&x->slots[i].cols[j]);
+		free(x->slots[i].cols);
+		unmap((void **)&x->slots[i].ts, &x->slots[i].ts_mapped);
+	}
+	free(x->slots);
+	free(x->map);
+	Py_TYPE(self)->tp_free(self);
+}
+
+/* Room for one more row in every column of the slot; 0 when out of memory. */
+static int slot_grow(struct eslot *s)
+{
+	int64_t cap = s->cap ? s->cap + s->cap / 2 : 4096;
+	int j;
+
+	if (!remap((void **)&s->ts, &s->ts_mapped, cap * 8))
+		return 0;
+	for (j = 0; j < s->ncols; j++)
+		if (!remap((void **)&s->cols[j].data, &s->cols[j].mapped, cap * s->cols[j].isz))
+			return 0;
+	s->cap = cap;
+	return 1;
+}
+
+/* The code of the string sp[0:len] in the column's dictionary (added if new); -1: no memory. */
+static int32_t str_code(struct col *c, const uint8_t *sp, int32_t len)
+{
+	uint64_t h = hash_bytes(sp, len);
+	int64_t j;
+
+	if (!c->tab || (c->used + 1) * 2 > c->tcap) {
+		int64_t ncap = c->tcap ? c->tcap * 2 : 256, k, m;
+		struct sslot *t = malloc(ncap * sizeof(*t));
+
+		if (!t)
+			return -1;
+		for (k = 0; k < ncap; k++)
+			t[k].at = -1;
+		for (k = 0; k < c->tcap; k++) {
+			if (c->tab[k].at < 0)
+				continue;
+			for (m = c->tab[k].hash & (ncap - 1); t[m].at >= 0; m = (m + 1) & (ncap - 1))
+				;
+			t[m] = c->tab[k];
+		}
+		free(c->tab);
+		c->tab = t;
+		c->tcap = ncap;
+	}
+	for (j = h & (c->tcap - 1); c->tab[j].at >= 0; j = (j + 1) & (c->tcap - 1))
+		if (c->tab[j].hash == h && c->tab[j].len == len &&
+		    !memcmp(c->arena + c->tab[j].at, sp, len))
+			return c->tab[j].code;
+	if (c->alen + len > c->acap) {
+		int64_t ncap = (c->acap + len) * 2;
+		char *a = realloc(c->arena, ncap);
+
+		if (!a)
+			return -1;
+		c->arena = a;
+		c->acap = ncap;
+	}
+	if ((c->used & (c->used - 1)) == 0) {   /* 0, 1, 2, 4, ...: double the value index */
+		int64_t ncap = c->used ? c->used * 2 : 1;
+		int64_t *va = realloc(c->vat, ncap * sizeof(*va));
+		int32_t *vl;
+
+		if (!va)
+			return -1;
+		c->vat = va;
+		vl = realloc(c->vlen, ncap * sizeof(*vl));
+		if (!vl)
+			return -1;
+		c->vlen = vl;
+	}
+	memcpy(c->arena + c->alen, sp, len);
+	c->tab[j].hash = h;
+	c->tab[j].at = c->alen;
+	c->tab[j].len = len;
+	c->tab[j].code = (int32_t)c->used;
+	c->vat[c->used] = c->alen;
+	c->vlen[c->used] = len;
+	c->alen += len;
+	return (int32_t)c->used++;
+}
+
+/* One wanted record into its slot's columns (as ints() and strings() decode it); 0: no memory. */
+static int put(struct eslot *s, const struct layout *l, int64_t dpos, int64_t dl, uint64_t ts)
+{
+	int64_t i = s->n;
+	int j;
+
+	if (i == s->cap && !slot_grow(s))
+		return 0;
+	s->ts[i] = ts;
+	for (j = 0; j < s->ncols; j++) {
+		struct col *c = &s->cols[j];
+
+		if (c->kind == 0) {
+			uint64_t v = 0;
+			int shift = 64 - 8 * (int)c->size;
+
+			if (dl >= c->off + c->size)
+				v = rd(l, dpos + c->off, (int)c->size);
+			else if (c->pid)
+				v = (uint64_t)-1;
+			if (c->sgn && shift)
+				v = (uint64_t)((int64_t)(v << shift) >> shift);
+			if (c->isz == 8)
+				((uint64_t *)c->data)[i] = v;
+			else
+				((uint32_t *)c->data)[i] = (uint32_t)v;
+		} else {
+			int64_t start = 0, len = 0, at;
+			const uint8_t *sp, *nul;
+			int32_t code;
+
+			if (dl >= c->off + 4) {
+				uint32_t w = (uint32_t)rd(l, dpos + c->off, 4);
+
+				start = w & 0xFFFF;
+				if (c->kind == 2)
+					start += c->off + 4;
+				len = (w >> 16) & 0xFFFF;
+				if (len > dl - start)
+					len = dl - start;
+				if (len < 0)
+					len = 0;
+			}
+			at = dpos + start;
+			if (len == 0 || at < 0 || at + len > l->len) {
+				at = 0;
+				len = 0;
+			}
+			sp = l->b + at;
+			nul = len ? memchr(sp, 0, len) : NULL;
+			if (nul)
+				len = nul - sp;
+			code = str_code(c, sp, (int32_t)len);
+			if (code < 0)
+				return 0;
+			((int32_t *)c->data)[i] = code;
+		}
+	}
+	s->n = i + 1;
+	return 1;
+}
+
+/* Extract.walk()'s records: the wanted ones (by the id's slot) into their columns. */
+static inline int extract_record(void *ctx, const struct layout *l, int64_t dpos, int64_t dl,
+				 uint32_t id, uint64_t ts)
+{
+	Extract *x = ctx;
+	int16_t sl = x->map[id < x->maplen - 1 ? id : x->maplen - 1];
+
+	return sl < 0 || put(&x->slots[sl], l, dpos, dl, ts) ? 0 : -1;
+}
+
+static int extract_init(PyObject *self, PyObject *args, PyObject *kw)
+{
+	Extract *x = (Extract *)self;
+	Py_buffer vmap = {0};
+	PyObject *plan, *seq = NULL;
+	int i, j, ok = -1;
+
+	if (!PyArg_ParseTuple(args, "y*O", &vmap, &plan))
+		return -1;
+	if (x->slots) {
+		PyErr_SetString(PyExc_RuntimeError, "Extract: already initialised");
+		goto out;
+	}
+	if (vmap.len % 2) {
+		PyErr_SetString(PyExc_ValueError, "Extract: the map is int16");
+		goto out;
+	}
+	x->maplen = vmap.len / 2;
+	if (x->maplen < 1) {
+		PyErr_SetString(PyExc_ValueError, "Extract: empty map");
+		goto out;
+	}
+	x->map = malloc(vmap.len);
+	seq = PySequence_Fast(plan, "Extract: the plan is a sequence");
+	if (!x->map || !seq)
+		goto out;
+	memcpy(x->map, vmap.buf, vmap.len);
+	x->nslots = (int)PySequence_Fast_GET_SIZE(seq);
+	x->slots = calloc(x->nslots ? x->nslots : 1, sizeof(*x->slots));
+	if (!x->slots) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (i = 0; i < x->nslots; i++) {
+		PyObject *cols = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, i),
+						 "Extract: a slot is a sequence of columns");
+		struct eslot *s = &x->slots[i];
+
+		if (!cols)
+			goto out;
+		s->ncols = (int)PySequence_Fast_GET_SIZE(cols);
+		s->cols = calloc(s->ncols ? s->ncols : 1, sizeof(*s->cols));
+		if (!s->cols) {
+			Py_DECREF(cols);
+			PyErr_NoMemory();
+			goto out;
+		}
+		for (j = 0; j < s->ncols; j++) {
+			struct col *c = &s->cols[j];
+			long long off, size;
+
+			if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(cols, j), "iLLppi", &c->kind,
+					      &off, &size, &c->sgn, &c->pid, &c->isz)) {
+				Py_DECREF(cols);
+				goto out;
+			}
+			c->off = off;
+			c->size = size;
+			if (c->kind < 0 || c->kind > 2 || off < 0 || size < 1 || size > 8 ||
+			    (c->kind == 0 && c->isz != 8 && c->isz != 4) ||
+			    (c->kind != 0 && c->isz != 4)) {
+				Py_DECREF(cols);
+				PyErr_SetString(PyExc_ValueError, "Extract: bad column");
+				goto out;
+			}
+		}
+		Py_DECREF(cols);
+	}
+	ok = 0;
+out:
+	Py_XDECREF(seq);
+	PyBuffer_Release(&vmap);
+	return ok;
+}
+
+PyDoc_STRVAR(extract_walk_doc,
+"walk(block, page_size, commit_off, commit_size, data_off, big_endian, long_size, id_off,\n"
+"     id_size) -> (lost, bad_page, why, detail)\n"
+"\n"
+"Walk all pages of ``block`` as walk() does and append each wanted record (its id's entry\n"
+"of the map is its slot) to its slot's columns.  ``lost``, ``bad_page``, ``why``, ``detail``\n"
+"as walk() gives them; records from the damaged page on are not appended.");
+
+static PyObject *extract_walk(PyObject *self, PyObject *args)
+{
+	Extract *x = (Extract *)self;
+	Py_buffer blk;
+	Py_ssize_t P, commit_off, commit_size, data_off, long_size, id_off, id_size;
+	int big, nomem = 0;
+	PyObject *lost = NULL, *res = NULL;
+
+	if (!PyArg_ParseTuple(args, "y*nnnnpnnn", &blk, &P, &commit_off, &commit_size, &data_off,
+			      &big, &long_size, &id_off, &id_size))
+		return NULL;
+	if (!x->slots) {
+		PyErr_SetString(PyExc_RuntimeError, "Extract: not initialised");
+		goto out;
+	}
+	if (P < 64 || (commit_size != 4 && commit_size != 8) || id_size < 1 || id_size > 8 ||
+	    long_size < 1 || long_size > 8 || data_off >= P) {
+		PyErr_SetString(PyExc_ValueError, "walk: implausible layout");
+		goto out;
+	}
+	lost = PyList_New(0);
+	if (!lost)
+		goto out;
+	{
+		struct layout l = { blk.buf, blk.len, big };
+		int64_t npages = blk.len / P, p;
+		int64_t limit = P - data_off, min_dlen = id_off + id_size;
+		int64_t bad_page = -1, detail = 0;
+		const char *why = NULL;
+		int walking = 1;        /* until the first broken record chain */
+		int64_t *undo = calloc(x->nslots ? x->nslots : 1, sizeof(int64_t));
+
+		if (!undo) {
+			PyErr_NoMemory();
+			goto out;
+		}
+		Py_BEGIN_ALLOW_THREADS
+		for (p = 0; p < npages && !nomem; p++) {
+			int64_t base = p * P;
+			uint64_t page_ts = rd(&l, base, 8);
+			uint64_t commit = rd(&l, base + commit_off, (int)commit_size);
+			int64_t size = (int64_t)(commit & COMMIT_MASK);
+			int64_t start, end;
+			int k, r;
+
+			if (size > limit) {
+				if (bad_page < 0) {
+					bad_page = p;
+					why = "size";
+					detail = size;
+				}
+				break;
+			}
+			if ((commit & MISSED_EVENTS) &&
+			    !lost_marker(lost, &l, p, base, page_ts, commit, size, limit, data_off,
+					 long_size)) {
+				nomem = 2;
+				break;
+			}
+			if (!walking || size == 0)
+				continue;
+			start = base + data_off;
+			end = start + size;
+			for (k = 0; k < x->nslots; k++)
+				undo[k] = x->slots[k].n;
+			r = walk_page(&l, start, end, page_ts, min_dlen, id_off, (int)id_size,
+				      extract_record, x);
+			if (r < 0) {
+				nomem = 1;
+				break;
+			}
+			if (r > 0) {
+				bad_page = p;
+				why = "chain";
+				for (k = 0; k < x->nslots; k++)     /* drop this page's records */
+					x->slots[k].n = undo[k];
+				walking = 0;
+			}
+		}
+		Py_END_ALLOW_THREADS
+		free(undo);
+		if (nomem == 1)
+			PyErr_NoMemory();
+		if (nomem)
+			goto out;
+		res = Py_BuildValue("(OLzL)", lost, (long long)bad_page, why, (long long)detail);
+	}
+out:
+	Py_XDECREF(lost);
+	PyBuffer_Release(&blk);
+	return res;
+}
+
+static struct eslot *get_slot(Extract *x, int i)
+{
+	if (!x->slots || i < 0 || i >= x->nslots) {
+		PyErr_SetString(PyExc_IndexError, "Extract: no such slot");
+		return NULL;
+	}
+	return &x->slots[i];
+}
+
+static PyObject *extract_rows(PyObject *self, PyObject *args)
+{
+	int i;
+	struct eslot *s;
+
+	if (!PyArg_ParseTuple(args, "i", &i) || !(s = get_slot((Extract *)self, i)))
+		return NULL;
+	return PyLong_FromLongLong(s->n);
+}
+
+PyDoc_STRVAR(extract_take_doc,
+"take(slot, column) -> buffer\n"
+"\n"
+"The memory of a column of ``slot`` (-1: the raw time stamps, uint64), ``rows(slot)`` items,\n"
+"handed over without a copy: the Extract forgets it (take it once).");
+
+static PyObject *extract_take(PyObject *self, PyObject *args)
+{
+	int i, j;
+	struct eslot *s;
+	Mem *m;
+	void **data;
+	size_t *mapped;
+	int isz;
+
+	if (!PyArg_ParseTuple(args, "ii", &i, &j) || !(s = get_slot((Extract *)self, i)))
+		return NULL;
+	if (j < -1 || j >= s->ncols) {
+		PyErr_SetString(PyExc_IndexError, "Extract: no such column");
+		return NULL;
+	}
+	data = j < 0 ? (void **)&s->ts : (void **)&s->cols[j].data;
+	mapped = j < 0 ? &s->ts_mapped : &s->cols[j].mapped;
+	isz = j < 0 ? 8 : s->cols[j].isz;
+	if (!*data && s->n) {
+		PyErr_SetString(PyExc_ValueError, "Extract: column already taken");
+		return NULL;
+	}
+	m = PyObject_New(Mem, &MemType);
+	if (!m)
+		return NULL;
+	if (s->n)
+		remap(data, mapped, s->n * isz);   /* give back the room beyond the rows */
+	else
+		unmap(data, mapped);
+	m->data = *data;
+	m->mapped = *mapped;
+	m->len = s->n * isz;
+	*data = NULL;
+	*mapped = 0;
+	return (PyObject *)m;
+}
+
+PyDoc_STRVAR(extract_values_doc,
+"values(slot, column) -> list of str\n"
+"\n"
+"The distinct strings of a string column, by code (utf-8, bad bytes replaced).");
+
+static PyObject *extract_values(PyObject *self, PyObject *args)
+{
+	int i, j;
+	int64_t k;
+	struct eslot *s;
+	struct col *c;
+	PyObject *out;
+
+	if (!PyArg_ParseTuple(args, "ii", &i, &j) || !(s = get_slot((Extract *)self, i)))
+		return NULL;
+	if (j < 0 || j >= s->ncols || s->cols[j].kind == 0) {
+		PyErr_SetString(PyExc_IndexError, "Extract: no such string column");
+		return NULL;
+	}
+	c = &s->cols[j];
+	out = PyList_New(c->used);
+	if (!out)
+		return NULL;
+	for (k = 0; k < c->used; k++) {
+		PyObject *v = PyUnicode_DecodeUTF8(c->arena + c->vat[k], c->vlen[k], "replace");
+
+		if (!v) {
+			Py_DECREF(out);
+			return NULL;
+		}
+		PyList_SET_ITEM(out, k, v);
+	}
+	return out;
+}
+
+static PyMethodDef extract_methods[] = {
+	{"walk", extract_walk, METH_VARARGS, extract_walk_doc},
+	{"rows", extract_rows, METH_VARARGS, "rows(slot) -> the number of records appended"},
+	{"take", extract_take, METH_VARARGS, extract_take_doc},
+	{"values", extract_values, METH_VARARGS, extract_values_doc},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ExtractType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "nfsreaddir._ringbuf.Extract",
+	.tp_basicsize = sizeof(Extract),
+	.tp_dealloc = extract_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Extract(map, plan): map, int16 per event id (-1: not wanted) its slot; plan,\n"
+		  "per slot the columns (kind 0 int / 1 __data_loc / 2 __rel_loc string, offset,\n"
+		  "size, signed, pid, output item size).  Not thread safe: one per thread.",
+	.tp_methods = extract_methods,
+	.tp_init = extract_init,
+	.tp_new = PyType_GenericNew,
+};
+
 static PyMethodDef methods[] = {
 	{"walk", walk, METH_VARARGS, walk_doc},
 	{"ints", ints, METH_VARARGS, ints_doc},
@@ -502,5 +1128,18 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__ringbuf(void)
 {
-	return PyModule_Create(&module);
+	PyObject *m;
+
+	if (PyType_Ready(&MemType) < 0 || PyType_Ready(&ExtractType) < 0)
+		return NULL;
+	m = PyModule_Create(&module);
+	if (!m)
+		return NULL;
+	Py_INCREF(&ExtractType);
+	if (PyModule_AddObject(m, "Extract", (PyObject *)&ExtractType) < 0) {
+		Py_DECREF(&ExtractType);
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
 }

@@ -73,24 +73,37 @@ static int get(PyObject *obj, Py_buffer *v, Py_ssize_t itemsize, int writable, c
 }
 
 PyDoc_STRVAR(previous_doc,
-"previous(ptr, prev)\n"
+"previous(ptr, prev[, order])\n"
 "\n"
 "For each element of ``ptr`` (uint64), the index of the last element before it with the\n"
-"same value, or -1, into ``prev`` (int64, as long as ``ptr``).");
+"same value, or -1, into ``prev`` (int64, as long as ``ptr``).  With ``order`` (int32, a\n"
+"permutation): of ``ptr[order]``, without making it.");
 
 static PyObject *previous(PyObject *self, PyObject *args)
 {
-	PyObject *ptr_obj, *prev_obj, *res = NULL;
-	Py_buffer vp = {0}, vo = {0};
+	PyObject *ptr_obj, *prev_obj, *order_obj = Py_None, *res = NULL;
+	Py_buffer vp = {0}, vo = {0}, vr = {0};
 	struct entry *tab = NULL;
 	int bits = 16, nomem = 0;
+	const int32_t *order = NULL;
 
-	if (!PyArg_ParseTuple(args, "OO", &ptr_obj, &prev_obj))
+	if (!PyArg_ParseTuple(args, "OO|O", &ptr_obj, &prev_obj, &order_obj))
 		return NULL;
 	if (get(ptr_obj, &vp, 8, 0, "previous: ptr") < 0 ||
-	    get(prev_obj, &vo, 8, 1, "previous: prev") < 0)
+	    get(prev_obj, &vo, 8, 1, "previous: prev") < 0 ||
+	    (order_obj != Py_None && get(order_obj, &vr, 4, 0, "previous: order") < 0))
 		goto out;
-	if (vo.len != vp.len) {
+	if (vr.obj) {
+		Py_ssize_t i, n = vr.len / 4;
+
+		order = vr.buf;
+		for (i = 0; i < n; i++)
+			if (order[i] < 0 || order[i] >= vp.len / 8) {
+				PyErr_SetString(PyExc_ValueError, "previous: order out of range");
+				goto out;
+			}
+	}
+	if (vo.len != (order ? vr.len * 2 : vp.len)) {
 		PyErr_SetString(PyExc_ValueError, "previous: ptr and prev differ in length");
 		goto out;
 	}
@@ -100,9 +113,9 @@ static PyObject *previous(PyObject *self, PyObject *args)
 		goto out;
 	}
 	{
-		const uint64_t *ptr = vp.buf;
+		const uint64_t *ptrs = vp.buf;
 		int64_t *prev = vo.buf;
-		Py_ssize_t i, n = vp.len / 8, used = 0;
+		Py_ssize_t i, n = vo.len / 8, used = 0;
 		size_t k;
 
 		Py_BEGIN_ALLOW_THREADS
@@ -110,9 +123,10 @@ static PyObject *previous(PyObject *self, PyObject *args)
 			tab[k].at = -1;
 		for (i = 0; i < n; i++) {
 			uint64_t s, mask = ((uint64_t)1 << bits) - 1;
+			uint64_t ptr = ptrs[order ? order[i] : i];
 
-			s = slot_of(ptr[i], bits);
-			while (tab[s].at >= 0 && tab[s].key != ptr[i])
+			s = slot_of(ptr, bits);
+			while (tab[s].at >= 0 && tab[s].key != ptr)
 				s = (s + 1) & mask;
 			if (tab[s].at >= 0) {
 				prev[i] = tab[s].at;
@@ -120,7 +134,7 @@ static PyObject *previous(PyObject *self, PyObject *args)
 				continue;
 			}
 			prev[i] = -1;
-			tab[s].key = ptr[i];
+			tab[s].key = ptr;
 			tab[s].at = i;
 			if (++used * 2 > (Py_ssize_t)mask && !grow(&tab, &bits)) {
 				nomem = 1;
@@ -139,6 +153,7 @@ out:
 	free(tab);
 	if (vp.obj) PyBuffer_Release(&vp);
 	if (vo.obj) PyBuffer_Release(&vo);
+	if (vr.obj) PyBuffer_Release(&vr);
 	return res;
 }
 

@@ -30,8 +30,6 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-import pandas as pd
-
 from .trace import TraceError
 
 NFS_PROGRAM = 100003
@@ -125,8 +123,8 @@ class Capture:
     """What read() found: the tables and the facts that limit them."""
     path: str
     kind: str
-    readdirs: pd.DataFrame
-    attrs: pd.DataFrame
+    readdirs: "pandas.DataFrame"
+    attrs: "pandas.DataFrame"
     frames: int = 0                 # frames with an RPC message (or damaged)
     messages: int = 0
     truncated_frames: int = 0       # cut by the snaplen
@@ -430,6 +428,7 @@ class _Reader:
 
     # -- the end ---------------------------------------------------------------------------
     def finish(self):
+        import pandas as pd     # only a capture's tables need it (0.5 s to import)
         cap = self.cap
         cols = ["ts", "client", "fh", "xid", "vers", "plus", "cookie", "verifier", "dircount",
                 "maxcount", "reply_ts", "status", "entries", "last_cookie", "eof", "cookies",

@@ -60,8 +60,7 @@ def expand(paths):
 def load_all(paths, with_slab=False):
     """The readdir analysis of each trace; with_slab: (path, analysis, slab summary) triples,
     where a trace with kmem allocation events but no READDIR has no analysis (None)."""
-    from . import capture, slab, tables, wire
-    from .analysis import AnalysisError, analyze
+    from . import capture, slab, tables
     res = []
     paths = expand(paths)
     big = sum(os.path.getsize(p) for p in paths if p != "-" and os.path.isfile(p)) > PROGRESS_BYTES
@@ -69,6 +68,7 @@ def load_all(paths, with_slab=False):
         if len(paths) > 1 or big:
             progress(f"reading {n}/{len(paths)}: {path}")
         if capture.is_capture(path):    # a packet capture: its own reader, the same listings
+            from . import wire
             a = wire.analyze(path)
             res.append((path, a, None) if with_slab else a)
             continue
@@ -83,6 +83,8 @@ def load_all(paths, with_slab=False):
         summary = slab.summarize(t) if kmem else None
         a = None
         if readdir or summary is None:      # (without a source: the "no READDIR" error)
+            # (the readdir analysis needs pandas: a trace of kmem events alone never loads it)
+            from .analysis import AnalysisError, analyze
             try:
                 a = analyze(t)
                 a.info = dict(a.info, path=path)
@@ -110,8 +112,8 @@ def progress(what):
 def split_dcache(paths):
     """(dcache runs, other traces): a dcache reproducer's directory or trace has its own
     analysis, from its markers and facts rather than from READDIRs."""
-    from . import dcache
-    runs = [p for p in paths if dcache.is_dcache_run(p)]
+    from .facts import is_dcache_run
+    runs = [p for p in paths if is_dcache_run(p)]
     return runs, [p for p in paths if p not in runs]
 
 
@@ -129,13 +131,13 @@ def cmd_analyze(args):
         return EXIT_GOOD
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
-    from . import verdict
     from .render import dcache_report, print_analysis, slab_text
     runs, traces = split_dcache(args.traces)
     loaded = load_all(traces, with_slab=True) if traces else []
     analyses = [a for _, a, _ in loaded if a is not None]
     v = None
     if analyses:
+        from . import verdict
         names, ratio = run_checks(traces)
         v = verdict.judge(analyses, max_ratio=ratio, names=names)
     if args.json:

@@ -283,15 +283,3 @@ def _trace_of(directory):
     return found[0]
 
 
-# ------------------------------------------------------------------------------ for the CLI
-def is_dcache_run(path):
-    """True for a results directory of a dcache-* reproducer (its facts say so), or for a
-    trace file in one."""
-    d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    try:
-        with open(os.path.join(d, "facts")) as f:
-            return any(line.startswith("run.name=dcache-") for line in f)
-    except OSError:
-        return False
-
-

@@ -5,10 +5,11 @@ lost, the restarts and invalidations of each listing that had any: `nfs-readdir 
 import os
 import sys
 
-import pandas as pd
-
-from . import dcache_judge, events
+from . import events
 from .units import NS
+
+# pandas (0.5 s to import) and the dcache judgement are imported by the functions that use
+# them: the slab section of a kmem trace is written without either.
 
 
 def _fmt_dentries(d):
@@ -34,6 +35,7 @@ def _quiet(lst):
 
 
 def listing_table(analyses):
+    import pandas as pd
     rows = []
     for a in analyses:
         trace = os.path.basename(a.info.get("path", ""))
@@ -173,6 +175,9 @@ def print_analysis(analyses, out=None, details=10):
 def dcache_report(x):
     """A results directory (or its results dict) as text: the verdict, the figures, and the
     per-phase changes of the dcache."""
+    import pandas as pd
+
+    from . import dcache_judge
     if isinstance(x, str) and os.path.isfile(x) and x.endswith(".dat"):
         x = os.path.dirname(os.path.abspath(x))
     r = dcache_judge.load(x)

@@ -38,9 +38,9 @@ render.slab_text() writes it as text; ``nfs-readdir slab TRACE [--json] [--top N
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from . import events
+from .trace.arrays import _Strs
 from .tuning import heap_reuse
 from .units import NS
 
@@ -78,12 +78,21 @@ def _fields(trace, event):
 
 
 def _factorize(col):
-    """(int64 codes, list of str labels) of a string column (categorical or not)."""
+    """(codes, list of str labels) of a string column: the trace.dat reader's codes and
+    values, else (the text reader's pandas column) a categorical's or pandas' factorization."""
+    if isinstance(col, _Strs):
+        return col.codes, [str(v) for v in col.values]
+    import pandas as pd         # the text reader's columns: pandas is loaded already
     if isinstance(col.dtype, pd.CategoricalDtype):
         codes = col.cat.codes.to_numpy()
         return codes, [str(c) for c in col.cat.categories]
     codes, uniq = pd.factorize(col.to_numpy(dtype=object), use_na_sentinel=True)
     return codes, [str(u) for u in uniq]
+
+
+def _array(col):
+    """A numeric column as a numpy array (the text reader's are pandas Series)."""
+    return col.to_numpy() if hasattr(col, "to_numpy") else col
 
 
 class _Caches:
@@ -107,8 +116,17 @@ class _Caches:
 
     def by_size(self, prefix, sizes):
         """Codes of caches named prefix + size for each element of ``sizes``."""
-        codes, uniq = pd.factorize(sizes)
-        return self.remap(codes, [f"{prefix}{int(u)}" for u in uniq])
+        if len(sizes) and 0 <= sizes.min() and sizes.max() < (1 << 24):
+            # object sizes are small: a direct table instead of sorting them
+            seen = np.zeros(int(sizes.max()) + 1, bool)
+            seen[sizes] = True
+            uniq = np.flatnonzero(seen)
+            table = np.zeros(len(seen), np.int32)
+            table[uniq] = np.arange(len(uniq), dtype=np.int32)
+            codes = table[sizes]
+        else:
+            uniq, codes = np.unique(sizes, return_inverse=True)
+        return self.remap(codes.reshape(-1), [f"{prefix}{int(u)}" for u in uniq])
 
 
 def _sort_by_ptr(ptr):
@@ -134,14 +152,53 @@ def _sort_by_ptr(ptr):
     return key
 
 
-def _previous(ptr):
-    """For each element of ``ptr`` (uint64), the index (int64) of the last element before it
-    with the same pointer, or -1: compiled (one pass with a table of the pointers seen) where
-    it is built, else the neighbours in a stable sort by pointer."""
-    prev = np.empty(len(ptr), np.int64)
-    if _slab is not None:
-        _slab.previous(np.ascontiguousarray(ptr, np.uint64), prev)
+def _sort_times(ts):
+    """Sort ``ts`` (int64, an array of its own) stably in place; returns the permutation
+    (int32 where that holds it).
+
+    Like :func:`_sort_by_ptr`: the time since the first event and the rank in one int64 key,
+    made in ``ts`` itself and sorted in place, so the only memory added is the permutation
+    (a stable argsort needs an int64 index and its merge buffer beside the times). Falls
+    back to that argsort where the key would not fit (long traces of many events)."""
+    n = len(ts)
+    idt = np.int32 if n < (1 << 31) else np.int64
+    if n == 0:
+        return np.zeros(0, idt)
+    lo = int(ts.min())
+    rbits = max(1, (n - 1).bit_length())
+    if (int(ts.max()) - lo).bit_length() + rbits > 62:
+        order = np.argsort(ts, kind="stable")
+        ts.sort(kind="stable")
+        return order.astype(idt, copy=False)
+    step = 1 << 20                      # in slices: no temporary of the whole size
+    for i in range(0, n, step):
+        c = ts[i:i + step]
+        c -= lo
+        c <<= rbits
+        c |= np.arange(i, i + len(c), dtype=np.int64)
+    # (keys are unique, so any sort is stable; "stable" is timsort, which merges the sorted
+    # runs the CPUs and events give: 3 times faster here than quicksort, for a buffer of
+    # half the keys at most)
+    ts.sort(kind="stable")
+    order = np.empty(n, idt)
+    for i in range(0, n, step):
+        c = ts[i:i + step]
+        order[i:i + len(c)] = c & ((1 << rbits) - 1)
+        c >>= rbits
+        c += lo
+    return order
+
+
+def _previous(ptr, order):
+    """For each element of ``ptr[order]`` (uint64; ``order`` int32), the index (int64) of the
+    last element before it with the same pointer, or -1: compiled (one pass with a table of
+    the pointers seen, reading ptr through order: no copy of it) where it is built, else the
+    neighbours in a stable sort by pointer."""
+    prev = np.empty(len(order), np.int64)
+    if _slab is not None and order.dtype == np.int32:
+        _slab.previous(np.ascontiguousarray(ptr, np.uint64), prev, order)
         return prev
+    ptr = ptr[order]
     sp = _sort_by_ptr(ptr)
     same = ptr[sp[1:]] == ptr[sp[:-1]]
     prev[...] = -1
@@ -212,15 +269,16 @@ def summarize(trace):
     request = read_request(trace)
     if not request:
         return None
-    # of the base columns only the time (the trace.dat reader can skip the others)
-    frames = trace.read(request, base=("ts",))
+    # of the base columns only the time (the trace.dat reader can skip the others), and not
+    # sorted: the events are put in time order here, all kinds together, by a stable sort
+    frames = trace.read_columns(request, base=("ts",), ordered=False)
     with heap_reuse():
         return _summarize(trace, request, frames)
 
 
 def _summarize(trace, request, frames):
     """summarize() on the frames read."""
-    counts = {ev: int(len(df)) for ev, df in frames.items() if len(df)}
+    counts = {ev: int(len(df["ts"])) for ev, df in frames.items() if len(df["ts"])}
     if not counts:
         return None
     caches = _Caches()
@@ -230,31 +288,33 @@ def _summarize(trace, request, frames):
     a_ts, a_ptr, a_bytes, a_cache = [], [], [], []
     for ev in ALLOC_EVENTS:
         df = frames.get(ev)
-        if df is None or not len(df):
+        if df is None or not len(df["ts"]):
             continue
-        size = df["bytes_alloc"].to_numpy().astype(np.int64)
+        size = _array(df["bytes_alloc"])
+        # (sizes are far below 2**63: the unsigned column read as signed, without a copy)
+        size = size.view(np.int64) if size.dtype == np.uint64 else size.astype(np.int64)
         if ev.startswith("kmem:kmalloc"):
             code = caches.by_size("kmalloc-", size)
         elif "name" in df:
             code = caches.remap(*_factorize(df["name"]))
         else:
             code = caches.by_size("size-", size)
-        a_ts.append(df["ts"].to_numpy())
-        a_ptr.append(df["ptr"].to_numpy().astype(np.uint64, copy=False))
+        a_ts.append(_array(df["ts"]))
+        a_ptr.append(_array(df["ptr"]).astype(np.uint64, copy=False))
         a_bytes.append(size)
         a_cache.append(code)
     f_ts, f_ptr, f_cache = [], [], []
     for ev in FREE_EVENTS:
         df = frames.get(ev)
-        if df is None or not len(df):
+        if df is None or not len(df["ts"]):
             continue
-        f_ts.append(df["ts"].to_numpy())
-        f_ptr.append(df["ptr"].to_numpy().astype(np.uint64, copy=False))
+        f_ts.append(_array(df["ts"]))
+        f_ptr.append(_array(df["ptr"]).astype(np.uint64, copy=False))
         f_cache.append(caches.remap(*_factorize(df["name"])) if "name" in df
-                       else np.full(len(df), -1, np.int32))
+                       else np.full(len(df["ts"]), -1, np.int32))
     frames.clear()       # the only copy of the columns from here on is what was taken above
-    cat = (lambda parts, dt: np.concatenate(parts).astype(dt, copy=False) if parts
-           else np.zeros(0, dt))
+    cat = (lambda parts, dt: (parts[0] if len(parts) == 1 else np.concatenate(parts))
+           .astype(dt, copy=False) if parts else np.zeros(0, dt))
     na = sum(len(x) for x in a_ts)
     # one column at a time, each dropped once joined: memory holds about one copy
     ts = np.concatenate(a_ts + f_ts).astype(np.int64, copy=False)
@@ -272,7 +332,11 @@ def _summarize(trace, request, frames):
     if not okc.all():               # (no copies where every allocation has a cache)
         a_codes, a_bytes = a_codes[okc], a_bytes[okc]
     obj[a_codes] = a_bytes
-    alloc_bytes = np.bincount(a_codes, weights=a_bytes, minlength=k)[:k]
+    # in slices: bincount makes float64 weights and intp codes of what it is given
+    alloc_bytes = np.zeros(k)
+    for i in range(0, len(a_codes), 1 << 20):
+        alloc_bytes += np.bincount(a_codes[i:i + (1 << 20)], weights=a_bytes[i:i + (1 << 20)],
+                                   minlength=k)[:k]
     del a_codes, okc, a_bytes
     n = len(ts)
     t0, t1 = (int(ts.min()), int(ts.max())) if n else (0, 0)
@@ -280,35 +344,31 @@ def _summarize(trace, request, frames):
     real = ptr > np.uint64(_NO_OBJECT)
     failed = int(np.count_nonzero(~real[:na]))
     # in time order (allocation before free at equal times: the allocations come first and
-    # the sort is stable); ``order`` maps back to the event
-    if failed or not real.all():
-        keep = np.flatnonzero(real)
-        ts = ts[keep]
-        order = keep[np.argsort(ts, kind="stable")]
-        del keep
-    else:
-        order = np.argsort(ts, kind="stable")
+    # the sort is stable); ``order`` maps back to the event. Each column is needed only in
+    # time order from here on: the times are sorted in place
+    order = _sort_times(ts)
+    if failed or not real.all():        # then without the events that have no object
+        sel = real[order]
+        order = order[sel]
+        ts = ts[sel]
+        del sel
     del real
-    # each column is needed only in time order from here on; the times sorted in place are
-    # ts[order] without a copy
-    ts.sort(kind="stable")
     ts_t = ts
     del ts
-    ptr_t = ptr[order]
+    # match each free to the allocation of its pointer just before it
+    prev = _previous(ptr, order)
     del ptr
     isalloc = order < na
     cache_t = cache[order]
     del order, cache
-
-    # match each free to the allocation of its pointer just before it
-    prev = _previous(ptr_t)
-    del ptr_t
-    has_prev = prev >= 0
-    after_alloc = np.zeros(len(prev), bool)       # the event before (same ptr) is an alloc
-    after_alloc[has_prev] = isalloc[prev[has_prev]]
+    # (no index arrays made from prev: a prev of -1 picks the last event, which is no
+    # event's previous, so it is masked or cleared)
+    after_alloc = isalloc[prev]                   # the event before (same ptr) is an alloc
+    after_alloc &= prev >= 0
     has_next = np.zeros(len(prev), bool)          # another event of the ptr follows
-    has_next[prev[has_prev]] = True
-    del has_prev
+    has_next[prev] = True
+    if len(has_next):
+        has_next[-1] = False
     is_matched_t = ~isalloc & after_alloc         # frees of objects allocated in the trace
     is_live_t = isalloc & ~has_next               # allocations never freed
     del has_next
@@ -316,15 +376,14 @@ def _summarize(trace, request, frames):
     # allocation (kmem_cache_free_bulk, RCU frees and kfree of cache objects have no
     # kmem_cache_free event; lost events): at the second allocation, for the first one's cache
     implicit_at = np.flatnonzero(isalloc & after_alloc)
-    implicit_cache = cache_t[prev[implicit_at]]
     del after_alloc
-    mpos = np.flatnonzero(is_matched_t)
-    free_named = cache_t[mpos]
-    alloc_cache = cache_t[prev[mpos]]
-    name_mismatch = int(np.count_nonzero((free_named >= 0) & (free_named != alloc_cache)))
-    cache_t[mpos] = alloc_cache                   # a matched free counts for the alloc's cache
+    before = cache_t[prev]        # the cache of each event's previous one (junk where none)
+    del prev
+    implicit_cache = before[implicit_at]
+    name_mismatch = int(np.count_nonzero(is_matched_t & (cache_t >= 0) & (cache_t != before)))
+    np.copyto(cache_t, before, where=is_matched_t)  # a matched free counts for the alloc's cache
     n_unpaired = len(implicit_at)
-    del prev, mpos, free_named, alloc_cache
+    del before
 
     isfree = ~isalloc
     unknown_free = isfree & (cache_t < 0)

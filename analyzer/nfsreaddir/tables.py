@@ -24,11 +24,13 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from .events import (CALL_SOURCES, INVALIDATION_SOURCES, MARKER_SOURCE, OPTIONAL_FIELDS,
                      PAIRED_DIRECTORY, RANGE_INVALIDATION, REVALIDATION_SOURCES, RPC_SOURCES,
                      SYSCALL_SOURCES, Source)
+
+# pandas (0.5 s to import) is imported by the functions that build tables: asking what a trace
+# offers (has_readdir_source, wanted) does without it.
 
 TABLE_COLUMNS = {
     "rpc": ["dev", "fileid", "cookie", "dtsize", "plus", "version", "error"],
@@ -108,6 +110,7 @@ def _request(uses):
 
 def _frame(trace, use, frames):
     """The canonical columns of one use's frame (already read)."""
+    import pandas as pd
     raw = frames[use.name]
     if use.src.where:
         col, allowed = use.src.where
@@ -160,6 +163,7 @@ def _concat(parts, exact=False):
     """One table from per-event frames, in time order. exact: integer fields stay integers
     where another event lacks them (pandas' nullable types): a struct file pointer or a 64-bit
     cookie in a float64 column loses its low bits, and two open files become one."""
+    import pandas as pd
     parts = [p for p in parts if len(p)]
     if not parts:
         return None
@@ -171,6 +175,7 @@ def _concat(parts, exact=False):
 def _pair_directory(rpc, paired):
     """Give kprobe READDIRs the directory and error of the nfs4:nfs4_readdir event the same task
     logs after the RPC (before its next READDIR)."""
+    import pandas as pd
     if paired is None or not len(paired) or not len(rpc):
         return rpc
     rpc = rpc.reset_index(drop=True)
@@ -215,6 +220,7 @@ def load(trace):
     """Read a trace into the canonical tables. Returns a dict of DataFrames plus 'sources' (per
     table, the events it was read from) and 'recorded' (per table, the events the trace recorded
     whether or not they fired)."""
+    import pandas as pd
     uses = _uses(trace, _all_sources())
     req = _request(uses)
     frames = trace.read({ev: sorted(cols) for ev, cols in req.items()}) if req else {}

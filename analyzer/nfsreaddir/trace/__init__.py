@@ -17,6 +17,10 @@ Both give the same interface::
     frames = t.read({"nfs:nfs_invalidate_mapping_enter": ["dev", "fileid"],
                      "ftrace:print": ["buf"]})
 
+``t.read_columns(...)`` takes the same arguments and gives ``{name: {column: array}}``
+without pandas (trace.dat: numpy arrays, a string column as codes and values; with
+``ordered=False`` not sorted by time, for a consumer that sorts anyway).
+
 Every frame has the columns ``ts`` (int64 ns), ``cpu``, ``pid`` (common_pid),
 ``comm`` and the requested fields, and its rows are sorted by ``ts`` (ties by
 cpu, then by order within the cpu).  A requested field whose name is one of
@@ -47,7 +51,7 @@ import time
 
 __all__ = ["open_trace", "TraceError", "BASE_COLUMNS", "field_column", "OnePass"]
 
-from .base import BASE_COLUMNS, TraceError, field_column
+from .base import BASE_COLUMNS, TraceError, columns_of, field_column
 
 TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
 
@@ -163,3 +167,7 @@ class OnePass:
         base = [c for c in BASE_COLUMNS if c in base or c == "ts"]
         return {ev: self._frames[ev][base + [field_column(c) for c in cols]]
                 for ev, cols in events.items()}
+
+    def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS, ordered=True):
+        """{name: {column: Series}} of :meth:`read` (rows in time order)."""
+        return columns_of(self.read(events, base=base))

@@ -7,7 +7,9 @@ from __future__ import annotations
 import mmap
 
 import numpy as np
-import pandas as pd
+
+# pandas (0.5 s to import) only where a pandas column is made (read(), not read_columns()) and
+# in the numpy reader's string keys.
 
 _STRMAT_LIMIT = 1 << 25          # max bytes of a padded string matrix
 
@@ -81,6 +83,7 @@ def _row_codes(words, lens):
             h += col
             h2 *= _HASH_MULT2
             h2 += col
+    import pandas as pd
     codes, _ = pd.factorize(h)
     first = _first_rows(codes)
     if nw > 1 and not (h2 == h2[first][codes]).all():   # hash collision: exact way
@@ -112,6 +115,7 @@ def _str_series(strs):
     column whatever the block or CPU order); the codes are the smallest integer type
     that holds them (int8 for up to 127 values).  Values are ``str``; ``==``,
     ``isin``, ``.str`` and ``astype(str)`` work as on a string column."""
+    import pandas as pd
     values = strs.values
     if not len(values):
         return pd.Series(pd.Categorical.from_codes(np.full(len(strs), -1, np.int8), []))
@@ -199,6 +203,7 @@ def _mapped(n, dtype):
 def _series(arr):
     if isinstance(arr, _Strs):
         return _str_series(arr)
+    import pandas as pd
     return pd.Series(arr, copy=False)
 
 

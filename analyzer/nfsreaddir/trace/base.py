@@ -19,3 +19,9 @@ class TraceError(Exception):
     def __init__(self, message, partial=None):
         super().__init__(message)
         self.partial = partial
+
+
+def columns_of(frames):
+    """``read_columns()`` of a reader whose own form is read()'s DataFrames: each frame as
+    {column: Series} (no copy)."""
+    return {k: {c: df[c] for c in df.columns} for k, df in frames.items()}

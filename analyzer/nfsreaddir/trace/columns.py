@@ -5,10 +5,9 @@ from __future__ import annotations
 
 
 import numpy as np
-import pandas as pd
 
 from .. import tuning
-from .arrays import _empty, _series, _Strs
+from .arrays import _empty, _Strs
 from .base import field_column
 
 _PARALLEL_BUILD_ROWS = 1 << 20   # events built by parallel threads only below this
@@ -44,8 +43,8 @@ class ColumnBuilder:
             table[uniq + 1] = np.arange(len(uniq), dtype=np.int32)
             codes = np.take(table, pid + 1, out=out)
         else:
-            c, uniq = pd.factorize(pid)
-            codes = c.astype(np.int32)
+            uniq, c = np.unique(pid, return_inverse=True)
+            codes = np.asarray(c, np.int32).reshape(-1)
         names = ["<idle>" if p == 0 else self.cmdlines.get(int(p), "<...>")
                  for p in uniq.tolist()]
         return _Strs(codes, names)
@@ -56,6 +55,8 @@ class ColumnBuilder:
         goes), in the row order ``order`` (None: as they come).  ``scratch(dtype)`` gives
         a buffer reused between columns, so the only new memory is the result."""
         dtype = np.dtype(dtype)
+        if order is None and out is None and len(parts) == 1 and parts[0].dtype == dtype:
+            return parts.pop()          # one piece (the compiled extract's): no copy
         if order is not None and dtype == object:
             tmp = np.concatenate(parts)
             parts.clear()
@@ -88,8 +89,10 @@ class ColumnBuilder:
             del p
         return pieces, list(index)
 
-    def _build(self, want, acc):
-        """Frames from the decoded pieces, sorted by time (ties: cpu, then file order).
+    def _build(self, want, acc, ordered=True):
+        """{key: {column: array or _Strs}} from the decoded pieces, sorted by time (ties: cpu,
+        then file order); ``ordered=False``: in CPU order, then file order within a CPU (a
+        stable sort by time gives the time order), without the cost of sorting here.
 
         Pieces are moved into the final columns one by one and dropped, and one scratch
         buffer serves all columns of an event, so memory stays near the size of the
@@ -104,25 +107,25 @@ class ColumnBuilder:
         if nthreads > 1:
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
-                done = list(pool.map(lambda j: self._build_event(*j), jobs))
+                done = list(pool.map(lambda j: self._build_event(*j, ordered), jobs))
         else:
-            done = [self._build_event(*j) for j in jobs]
+            done = [self._build_event(*j, ordered) for j in jobs]
         frames = {}
         for d in done:
             frames.update(d)
         return frames
 
-    def _build_event(self, w, a):
+    def _build_event(self, w, a, ordered):
         key, fmt, fields, keys = w
         series = {}
         if a["ts"]:
             n = sum(len(x) for x in a["ts"])
             raw = self._place(a.pop("ts"), n, None, np.uint64, None)
             ts = self._convert_ts(raw)
-            order = np.argsort(ts, kind="stable")
-            if (order[1:] > order[:-1]).all():
+            order = np.argsort(ts, kind="stable") if ordered else None
+            if order is not None and (order[1:] > order[:-1]).all():
                 order = None
-            else:
+            elif order is not None:
                 ts = np.take(ts, order, out=_empty(n, ts.dtype))
             # the raw time stamps' memory (8 bytes a row) is the scratch buffer of the
             # other columns from here on, unless the time column still uses it
@@ -134,7 +137,7 @@ class ColumnBuilder:
                 if box[0] is None:
                     box[0] = _empty(8 * n, np.uint8)
                 return box[0][:n * np.dtype(dtype).itemsize].view(dtype)
-            series["ts"] = _series(ts)
+            series["ts"] = ts
             cpus = a.pop("cpu")
             if "cpu" in self._base:
                 cpu = _empty(n, np.int64)
@@ -145,29 +148,27 @@ class ColumnBuilder:
                     at += k
                 if order is not None:
                     np.take(tmp, order, out=cpu)
-                series["cpu"] = _series(cpu)
+                series["cpu"] = cpu
             if self._want_pid:
                 pid = self._place(a.pop("pid"), n, order, np.int64, scratch)
                 if "pid" in self._base:
-                    series["pid"] = _series(pid)
+                    series["pid"] = pid
                 if "comm" in self._base:
-                    series["comm"] = _series(self._comm(pid, out=scratch(np.int32)))
+                    series["comm"] = self._comm(pid, out=_empty(n, np.int32))
                 del pid
             for f in fields:
                 parts = a.pop("f:" + f.name)
                 if isinstance(parts[0], _Strs):
                     pieces, values = self._merge_strs(parts)
-                    # the codes only live until the column is made: scratch memory
-                    codes = self._place(pieces, n, order, np.int32, scratch,
-                                        out=scratch(np.int64).view(np.int32)[n:2 * n])
+                    codes = self._place(pieces, n, order, np.int32, scratch)
                     s = _Strs(codes, values)
                     if fmt.system == "ftrace" and fmt.name == "print" and f.name == "buf":
                         # trace_marker text ends in "\n"; drop it as trace-cmd report does
                         s = s.map_values(lambda v: v[:-1] if v.endswith("\n") else v)
-                    series["f:" + f.name] = _series(s)
+                    series["f:" + f.name] = s
                 else:
-                    series["f:" + f.name] = _series(
-                        self._place(parts, n, order, parts[0].dtype, scratch))
+                    series["f:" + f.name] = self._place(parts, n, order, parts[0].dtype,
+                                                        scratch)
             del order, box
         else:
             cols = {"ts": np.zeros(0, np.int64), "cpu": np.zeros(0, np.int64),
@@ -175,12 +176,12 @@ class ColumnBuilder:
             for f in fields:
                 cols["f:" + f.name] = (_Strs(np.zeros(0, np.int32), []) if f.kind == "str"
                                        else np.empty(0, dtype=f.dtype))
-            series = {k: _series(v) for k, v in cols.items()}
+            series = cols
         frames = {}
         for k, flist in keys:
             data = {c: series[c] for c in self._base}
             for c in flist:
                 data[field_column(c)] = series["f:" + c]
-            frames[k] = pd.DataFrame(data, copy=False)
+            frames[k] = data
         return frames
 

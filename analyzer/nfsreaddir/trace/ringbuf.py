@@ -4,8 +4,10 @@ in file order with whole-block array operations (type, length, event id, time st
 per-page running sum), with the lost-events markers and damage found on the way. CPUs are
 independent streams, read by parallel threads when there are idle cores. The compiled
 :mod:`nfsreaddir._ringbuf` does the walk where it is built (``pip install -e .``, as
-``reproducers/setup-host`` runs it); the numpy walk is the fallback, with a one-line notice on
-stderr, and the tests' oracle for it (``NFSRT_READER=numpy`` selects it).
+``reproducers/setup-host`` runs it): where every requested field is an integer or a
+``__data_loc`` string, in one pass per block that writes the fields straight into the columns
+(``Extract``), else listing the records for the decoders. The numpy walk is the fallback, with
+a one-line notice on stderr, and the tests' oracle for both (``NFSRT_READER=numpy`` selects it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import threading
 import numpy as np
 
 from .. import tuning
-from .arrays import _gather_uint, _Pieces, _udt
+from .arrays import _gather_uint, _Pieces, _Strs, _udt
 from .raw import _Damage, _decompress, _zstd
 
 try:
@@ -134,6 +136,40 @@ def _chain(b32, start, end, le, min_dlen):
             cur = nxt
     m = np.stack(rows).T.ravel()
     return m[m >= 0], (broken if broken.any() else None)
+
+
+def _damage_text(cpu, why, bad, detail, limit):
+    """The message of the damage the compiled walks report (as the numpy walk words it)."""
+    if why == "size":
+        return (f"cpu {cpu}: page {bad} of a block has a garbage header (commit size {detail} "
+                f"> {limit})")
+    if why == "chain":
+        return (f"cpu {cpu}: the record chain in page {bad} of a block is broken (record runs "
+                "past the page's data)")
+    return None
+
+
+def _extractable(plan):
+    """Whether :class:`_ringbuf.Extract` decodes every field of this plan: integers, and
+    __data_loc / __rel_loc strings (others: fixed char arrays, arrays, the numpy way)."""
+    return all((f.loc is None and f.kind == "int") or (f.loc in ("data", "rel") and
+                                                       f.kind == "str")
+               for f in plan["fields"])
+
+
+def _columns(plan, want_pid):
+    """The columns of one event for :class:`_ringbuf.Extract`: (kind, offset, size, signed,
+    pid, output item size), the pid first where it is read."""
+    out = []
+    pf = plan["pf"]
+    if want_pid and pf is not None:
+        out.append((0, pf.offset, pf.size, pf.signed, True, 4))
+    for f in plan["fields"]:
+        if f.loc is None:
+            out.append((0, f.offset, f.size, f.signed, False, 8))
+        else:
+            out.append((1 if f.loc == "data" else 2, f.offset, 4, False, False, 4))
+    return out
 
 
 class RingWalk:
@@ -277,14 +313,8 @@ class RingWalk:
                 self._e == ">", self.long_size, idf.offset, idf.size, lut, *out)
             for _, page_ts, count in marks:
                 lost.append({"cpu": cpu, "ts": page_ts, "count": count})
-            damage = None
-            if why == "size":
-                damage = (f"cpu {cpu}: page {bad} of a block has a garbage header (commit "
-                          f"size {detail} > {P - hp['data_off']})")
-            elif why == "chain":
-                damage = (f"cpu {cpu}: the record chain in page {bad} of a block is broken "
-                          "(record runs past the page's data)")
-            yield tuple(a[:n] for a in out), damage
+            yield tuple(a[:n] for a in out), _damage_text(cpu, why, bad, detail,
+                                                          P - hp["data_off"])
             if page >= npages:
                 return
 
@@ -453,6 +483,8 @@ class RingWalk:
 
     def _scan_cpu(self, cpu, off, size, want, plans, lut):
         """One CPU's data: (pieces per event, lost events, damage, exception or None)."""
+        if _compiled_wanted() and all(_extractable(p) for p in plans.values()):
+            return self._extract_cpu(cpu, off, size, want, plans)
         P = self._buf.page_size
         part = {eid: {k: (_Pieces() if k != "cpu" else [])
                       for k in ("ts", "cpu", "pid", *("f:" + f.name for f in w[2]))}
@@ -480,6 +512,66 @@ class RingWalk:
         except (IndexError, ValueError, OverflowError, MemoryError) as e:
             return self._whole_records(part), lost, damage, e
         return part, lost, damage, None
+
+    def _extract_cpu(self, cpu, off, size, want, plans):
+        """:meth:`_scan_cpu` in one compiled pass per block (:class:`_ringbuf.Extract`):
+        each wanted record's time stamp and fields go straight into columns that grow as
+        they fill, one piece per column and CPU, handed over without a copy."""
+        P = self._buf.page_size
+        hp = self._hp
+        idf = self._id_field
+        eids = list(want)
+        slots = np.full((1 << (8 * idf.size)) if idf.size <= 2 else (1 << 20), -1, np.int16)
+        layout = []
+        for k, eid in enumerate(eids):
+            if 0 <= eid < len(slots) - 1:
+                slots[eid] = k
+            layout.append(_columns(plans[eid], self._want_pid))
+        ext = _ringbuf.Extract(slots, layout)
+        lost, damage = [], []
+        args = (P, hp["commit_off"], hp["commit_size"], hp["data_off"], self._e == ">",
+                self.long_size, idf.offset, idf.size)
+        exc = None
+        try:
+            for block in self._cpu_blocks(cpu, off, size, self._buf.compressed, P):
+                if len(block) >= (1 << 31):
+                    raise _Damage(f"cpu {cpu}: a data block of {len(block)} bytes is too large")
+                marks, bad, why, detail = ext.walk(block, *args)
+                for _, page_ts, count in marks:
+                    lost.append({"cpu": cpu, "ts": page_ts, "count": count})
+                if why:
+                    damage.append(_damage_text(cpu, why, bad, detail, P - hp["data_off"]))
+                    break
+        except _Damage as d:
+            damage.append(str(d))
+        except MemoryError as e:
+            exc = e
+        part = {}
+        for k, eid in enumerate(eids):
+            n = ext.rows(k)
+            fields = want[eid][2]
+            cols = {"ts": [], "cpu": [], "pid": [], **{"f:" + f.name: [] for f in fields}}
+            part[eid] = cols
+            if not n:
+                continue
+            cols["ts"].append(np.frombuffer(ext.take(k, -1), np.uint64, count=n))
+            cols["cpu"].append((cpu, n))
+            j = 0
+            if self._want_pid:
+                if plans[eid]["pf"] is not None:
+                    cols["pid"].append(np.frombuffer(ext.take(k, 0), np.int32, count=n))
+                    j = 1
+                else:
+                    cols["pid"].append(np.full(n, -1, np.int32))
+            for f in fields:
+                mem = ext.take(k, j)
+                if f.kind == "str":
+                    cols["f:" + f.name].append(
+                        _Strs(np.frombuffer(mem, np.int32, count=n), ext.values(k, j)))
+                else:
+                    cols["f:" + f.name].append(np.frombuffer(mem, f.dtype, count=n))
+                j += 1
+        return part, lost, damage, exc
 
     @staticmethod
     def _whole_records(part):

@@ -10,10 +10,10 @@ time.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from .. import tuning
 from .base import BASE_COLUMNS, TraceError, field_column
+from .arrays import _Strs
 from .columns import ColumnBuilder
 from .datfile import _LOST_STATS, OPT_KALLSYMS, DatFile
 from .decode import Decoder
@@ -144,6 +144,36 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
         damage; ``on_damage="partial"`` returns those frames instead.  Either way
         ``info["partial"]`` is set and ``info["damage"]`` says where.
         """
+        try:
+            cols, empty = self._read(events, on_damage, base, True)
+        except TraceError as e:
+            if e.partial is not None:
+                e.partial = _frames(*e.partial, self._base)
+            raise
+        return _frames(cols, empty, self._base)
+
+    def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS, ordered=True):
+        """:meth:`read` without pandas: ``{name: {column: array}}``, a string column as
+        :class:`~nfsreaddir.trace.arrays._Strs` (codes and distinct values).  ``ordered=False``:
+        rows in CPU order, then file order within a CPU, not sorted by time (a stable sort
+        by time gives read()'s order) -- for a consumer that sorts what it reads anyway."""
+        try:
+            cols, empty = self._read(events, on_damage, base, ordered)
+        except TraceError as e:
+            if e.partial is not None:
+                e.partial = self._with_empty(*e.partial)
+            raise
+        return self._with_empty(cols, empty)
+
+    def _with_empty(self, cols, empty):
+        for key, fields in empty.items():
+            cols[key] = {c: (_Strs(np.zeros(0, np.int32), []) if c == "comm"
+                             else np.zeros(0, np.int64)) for c in self._base} \
+                | {field_column(f): np.zeros(0, object) for f in fields}
+        return cols
+
+    def _read(self, events, on_damage, base, ordered):
+        """(columns per requested name, {name: fields} of the names with no format)."""
         if isinstance(events, (list, tuple, set)):
             events = {e: None for e in events}
         bad = set(base) - set(BASE_COLUMNS)
@@ -191,12 +221,7 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
                 # a damage pattern the checks above did not catch: still a TraceError
                 damage.append(f"undecodable ring-buffer data ({type(e).__name__}: {e})")
             with memory.building():
-                frames = self._build(want, acc)
-        for key, fields in empty.items():
-            frames[key] = pd.DataFrame({c: pd.Series(dtype=np.int64 if c != "comm" else "str")
-                                        for c in self._base}
-                                       | {field_column(f): pd.Series(dtype=object)
-                                          for f in fields})
+                frames = self._build(want, acc, ordered)
         if not damage:
             damage.extend(self._other_damage)
         self._set_lost(lost)
@@ -208,6 +233,22 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
                     f"{self.path}: the trace data is damaged; decoded only the events before "
                     f"the damage ({'; '.join(damage[:4])}{' ...' if len(damage) > 4 else ''}). "
                     "Use the events in .partial with care, or re-copy/re-record the trace",
-                    partial=frames)
-        return frames
+                    partial=(frames, empty))
+        return frames, empty
+
+
+def _frames(cols, empty, base):
+    """DataFrames of :meth:`TraceDat.read` from the columns (pandas is imported here only:
+    read_columns() does without it)."""
+    import pandas as pd
+
+    from .arrays import _series
+    frames = {k: pd.DataFrame({c: _series(v) for c, v in d.items()}, copy=False)
+              for k, d in cols.items()}
+    for key, fields in empty.items():
+        frames[key] = pd.DataFrame({c: pd.Series(dtype=np.int64 if c != "comm" else "str")
+                                    for c in base}
+                                   | {field_column(f): pd.Series(dtype=object)
+                                      for f in fields})
+    return frames
 
