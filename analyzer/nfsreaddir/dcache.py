@@ -15,7 +15,8 @@ and the kernel events each reproducer records (nfs:nfs_lookup_exit, nfs:nfs_read
 sunrpc:rpc_request, cgroup:cgroup_mkdir...), which are counted per phase.
 
     read_trace(path)          the markers and the counted events of a run's trace
-    summary(markers, ...)     per-phase deltas, growth rates, negative share, lookup slowdown
+    summary(markers, ...)     per-phase deltas, growth rates, negative share, lookup slowdown,
+                              the paired cycles of exec timings (paired_summary)
 
 Markers are parsed in markers.py, verdicts given in dcache_judge.py, plots drawn in plot.py,
 text written in render.py, runs compared in compare.py.
@@ -201,6 +202,71 @@ def lookup_summary(timings):
     return out
 
 
+def paired_summary(paired):
+    """Per target, the cycles of a --paired run: each polluted block of execs against the mean
+    of its two clean neighbours (the block before its misses and the one after they were
+    removed), so that a steady drift of the host's speed cancels.
+
+    Per cycle: polluted_sys_us and clean_sys_us (system time per exec; clean: the mean of
+    the neighbours), sys_ratio (their ratio, the thread's figure), ref_ratio (the same ratio
+    of the fstat() reference timed inside the blocks: the host's drift the pairing did not
+    cancel), sys_per_ref_ratio (sys_ratio / ref_ratio: the exec against the host's speed
+    measured beside it), negative_removed (nr_negative at the polluted block minus at the
+    next clean one), misses_per_s (the cycle's misses on the target). Over the cycles: the
+    median, quartiles, min and max of sys_ratio, the median, min and max of ref_ratio and of
+    sys_per_ref_ratio, the medians of the per-exec times, negative_removed and misses_per_s.
+    """
+    blocks = [b for b in paired if b.get("step") == "block" and b.get("runs")]
+    misses = {(str(b.get("target")), b.get("cycle")): b for b in paired
+              if b.get("step") == "misses"}
+    out = {}
+    for target in dict.fromkeys(str(b.get("target")) for b in blocks):
+        by = {(b.get("state"), b.get("cycle")): b for b in blocks if str(b.get("target")) == target}
+        cycles = []
+        for c in sorted(k for s, k in by if s == "polluted"):
+            pol, c0, c1 = by[("polluted", c)], by.get(("clean", c - 1)), by.get(("clean", c))
+            if c0 is None or c1 is None:
+                continue
+
+            def per_exec(key, *bs):
+                v = [b.get(key) / b["runs"] for b in bs if b.get(key) is not None]
+                return sum(v) / len(v) if len(v) == len(bs) else None
+            sys_p, sys_c = per_exec("sys_s", pol), per_exec("sys_s", c0, c1)
+            sys_ratio = _ratio(sys_p, sys_c)
+            ref_ratio = _ratio(pol.get("ref_ns"), (c0["ref_ns"] + c1["ref_ns"]) / 2
+                               if c0.get("ref_ns") and c1.get("ref_ns") else None)
+            miss = misses.get((target, c), {})
+            cycles.append({
+                "cycle": c, "polluted_sys_us": _round_us(sys_p), "clean_sys_us": _round_us(sys_c),
+                "sys_ratio": sys_ratio,
+                "wall_ratio": _ratio(per_exec("wall_s", pol), per_exec("wall_s", c0, c1)),
+                "ref_ratio": ref_ratio, "sys_per_ref_ratio": _ratio(sys_ratio, ref_ratio),
+                "negative_removed": (pol["nr_negative"] - c1["nr_negative"]
+                                     if "nr_negative" in pol and "nr_negative" in c1 else None),
+                "misses_per_s": _ratio(miss.get("count"), miss.get("seconds"), 1)})
+        if not cycles:
+            continue
+        t = {"cycles": cycles, "n": _num(by[next(iter(by))].get("n"))}
+        sr = sorted(x["sys_ratio"] for x in cycles if x["sys_ratio"] is not None)
+        if sr:
+            q = statistics.quantiles(sr, n=4, method="inclusive") if len(sr) > 1 else sr * 3
+            t.update(sys_ratio_median=round(statistics.median(sr), 3), sys_ratio_q1=round(q[0], 3),
+                     sys_ratio_q3=round(q[2], 3), sys_ratio_min=sr[0], sys_ratio_max=sr[-1])
+        for k in ("ref_ratio", "sys_per_ref_ratio"):
+            v = [x[k] for x in cycles if x[k] is not None]
+            if v:
+                t.update({f"{k}_median": round(statistics.median(v), 3), f"{k}_min": min(v),
+                          f"{k}_max": max(v)})
+        for k in ("polluted_sys_us", "clean_sys_us", "negative_removed", "misses_per_s"):
+            t[k + "_median"] = _median([x[k] for x in cycles])
+        out[target] = t
+    return out
+
+
+def _round_us(seconds):
+    return None if seconds is None else round(seconds * 1e6)
+
+
 def summary(markers_or_samples, phases=None, timings=None, events=None):
     """Per-phase deltas of nr_dentry/nr_negative/slab (and the other sampled counters), growth
     rates per second, the negative share, and the lookup-loop slowdown when timed.
@@ -247,6 +313,9 @@ def summary(markers_or_samples, phases=None, timings=None, events=None):
                                          (x.get("before") or {}).get("wall_s"))
     if lk:
         out["lookup"] = lk
+    cycles = paired_summary(m.paired) if isinstance(markers_or_samples, Markers) else {}
+    if cycles:
+        out["paired"] = cycles
     return _jsonable(out)
 
 
