@@ -210,6 +210,8 @@ def test_help_and_bad_options(name):
     ("dcache-negative", ["--miss-by", "open"], "--miss-by must be stat or cat"),
     ("dcache-negative", ["--paired", "3"], "--paired needs --exec-loop N"),
     ("dcache-negative", ["--miss-dir", "dev"], "--miss-dir must be beside or own"),
+    ("dcache-negative", ["--local-misses", "10", "--relookup", "11"],
+     "--relookup must not exceed --local-misses"),
     ("dcache-unlink-storm", ["--via", "smb"], "--via must be nfs or local"),
     ("dcache-memcg", ["--nfs", "3"], "--nfs must be 4.0, 4.1 or 4.2"),
     ("dcache-unlink-storm", ["--files", "2", "--workers", "3"], "must not exceed --files"),
@@ -767,6 +769,7 @@ def test_exec_driver_counts_runs_failures_and_child_time():
     p = _dcache_sh(f'perl -e "$DC_PERL" run 0 3 --ref 50 {REPRODUCERS}/dcache-negative true')
     kv = dict(w.split("=") for w in p.stdout.split())
     assert kv["runs"] == "3" and kv["failed"] == "0" and float(kv["ref_ns"]) > 0, p.stderr
+    assert 0 < float(kv["exec_med_us"]) <= float(kv["wall_s"]) * 1e6
     p = _dcache_sh('perl -e "$DC_PERL" run 0 3 --ref 50 /nonexistent-nfsrt true')
     assert p.returncode == 3 and "cannot open /nonexistent-nfsrt" in p.stderr
 
@@ -866,10 +869,10 @@ def test_negative_exec_loop_and_misses_by_cat(built):
 
 
 # ------------------------------------------------------------------ --paired
-def _block(t, cycle, state, sys_s, ref_ns, neg, target="nfs"):
+def _block(t, cycle, state, sys_s, ref_ns, neg, target="nfs", med=None):
     return (t, f"nfsrt: paired cycle={cycle} step=block state={state} target={target} n=10 "
                f"nr_negative={neg} runs=10 failed=0 wall_s=2.0 user_s=0.1 sys_s={sys_s} "
-               f"ref_ns={ref_ns}")
+               f"ref_ns={ref_ns} exec_med_us={med or sys_s * 1e5:.0f}")
 
 
 def test_paired_cycles_compare_each_polluted_block_with_both_clean_neighbours():
@@ -893,6 +896,7 @@ def test_paired_cycles_compare_each_polluted_block_with_both_clean_neighbours():
     assert [c["sys_ratio"] for c in t["cycles"]] == [1.0, 1.0]
     assert [c["ref_ratio"] for c in t["cycles"]] == [1.0, 1.0]
     assert [c["sys_per_ref_ratio"] for c in t["cycles"]] == [1.0, 1.0]
+    assert [c["exec_med_ratio"] for c in t["cycles"]] == [1.0, 1.0]
     assert [c["misses_per_s"] for c in t["cycles"]] == [333.3, None]
     assert [c["negative_removed"] for c in t["cycles"]] == [499, 499]
     assert t["cycles"][0]["polluted_sys_us"] == 150000 and t["cycles"][0]["clean_sys_us"] == 150000
@@ -903,12 +907,15 @@ def test_paired_verdict_is_the_median_of_the_cycles():
     """Three cycles, one an outlier: the median decides, the spread is reported."""
     lines = [(0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative"),
              _block(1, 0, "clean", 1.0, 100.0, 10)]
-    for c, pol in ((1, 1.6), (2, 9.0), (3, 1.7)):
-        lines += [_block(2 * c, c, "polluted", pol, 100.0, 510), _block(2 * c + 1, c, "clean", 1.0, 100.0, 10)]
+    # The outlier cycle is a burst inside one block: its sum moved, its median exec did not.
+    for c, pol, med in ((1, 1.6, 1.6e5), (2, 9.0, 1.5e5), (3, 1.7, 1.7e5)):
+        lines += [_block(2 * c, c, "polluted", pol, 100.0, 510, med=med),
+                  _block(2 * c + 1, c, "clean", 1.0, 100.0, 10)]
     s = dcache.summary(markers.parse(table(lines)))
     t = s["paired"]["nfs"]
     assert t["sys_ratio_median"] == 1.7 and t["sys_ratio_max"] == 9.0
     assert t["sys_ratio_q1"] == 1.65 and t["sys_ratio_q3"] == 5.35
+    assert t["exec_med_ratio_median"] == 1.6 and t["exec_med_ratio_max"] == 1.7
     res = {"paired": s["paired"], "phases": {}, "max_slowdown": 1.5}
     f, fail, ok = dcache_judge.JUDGES["dcache-negative"](res, {}, None, None)
     assert f["nfs_paired_sys_ratio_median"] == 1.7 and f["nfs_paired_cycles"] == 3
@@ -936,11 +943,13 @@ def test_negative_paired_cycles_remove_the_misses_and_time_both_states(built):
         t = r["paired"][target]
         assert f[f"{target}_paired_cycles"] == cycles == len(t["cycles"])
         sys_of = {}
-        for key, v in fx["paired"].items():
+        for key, v in fx["cycle"].items():
             c, state, tg = key.split(".")
             if tg == target and state != "misses":
                 kv = dict(w.split("=") for w in v.split())
                 assert int(kv["runs"]) == n and int(kv["failed"]) == 0 and float(kv["ref_ns"]) > 0
+                # one exec's median wall time lies within the block's wall time
+                assert 0 < float(kv["exec_med_us"]) < float(kv["wall_s"]) * 1e6
                 sys_of[(state, int(c))] = float(kv["sys_s"])
         for c in t["cycles"]:
             i = c["cycle"]
@@ -955,5 +964,26 @@ def test_negative_paired_cycles_remove_the_misses_and_time_both_states(built):
         assert f[f"{target}_paired_sys_ratio_min"] == ratios[0]
     for c in range(1, cycles + 1):
         for target in ("nfs", "local"):
-            kv = dict(w.split("=") for w in fx["paired"][f"{c}.misses.{target}"].split())
+            kv = dict(w.split("=") for w in fx["cycle"][f"{c}.misses.{target}"].split())
             assert int(kv["missing"]) == int(kv["count"]) and int(kv["found"]) == 0
+
+
+def test_relookup_rate_is_the_known_missing_names_a_second():
+    """--relookup N: the phase's count over its seconds, and the negative dentries it added
+    (none: every name is answered by the dentry its miss left)."""
+    m = markers.parse(table([
+        (0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative"),
+        (0.5, "nfsrt: sample nr_dentry=100 nr_unused=50 nr_negative=10"),
+        (1.0, "nfsrt: phase=local-misses event=start count=1000"),
+        (3.0, "nfsrt: phase=local-misses event=end seconds=2.0 count=1000 found=0 missing=1000"),
+        (3.1, "nfsrt: sample nr_dentry=1100 nr_unused=1050 nr_negative=1010"),
+        (3.2, "nfsrt: phase=local-relookup event=start count=500"),
+        (3.4, "nfsrt: phase=local-relookup event=end seconds=0.25 count=500 found=0 missing=500"),
+        (3.5, "nfsrt: sample nr_dentry=1100 nr_unused=1050 nr_negative=1010"),
+    ]))
+    s = dcache.summary(m)
+    res = {"phases": s["phases"], "local_misses": 1000, "nfs_misses": 0}
+    f, _, _ = dcache_judge.JUDGES["dcache-negative"](res, {}, m, None)
+    assert f["local_misses_per_s"] == 500.0 and f["local_negative_per_miss"] == 1.0
+    assert f["local_relookups"] == 500 and f["local_relookups_per_s"] == 2000.0
+    assert f["local_relookup_negative_added"] == 0

@@ -212,9 +212,12 @@ def paired_summary(paired):
     of the fstat() reference timed inside the blocks: the host's drift the pairing did not
     cancel), sys_per_ref_ratio (sys_ratio / ref_ratio: the exec against the host's speed
     measured beside it), negative_removed (nr_negative at the polluted block minus at the
-    next clean one), misses_per_s (the cycle's misses on the target). Over the cycles: the
-    median, quartiles, min and max of sys_ratio, the median, min and max of ref_ratio and of
-    sys_per_ref_ratio, the medians of the per-exec times, negative_removed and misses_per_s.
+    next clean one), misses_per_s (the cycle's misses on the target), exec_med_ratio (the
+    same comparison of each block's median wall time of one exec, exec_med_us: a burst of
+    the host's load inside a block moves its sum of system time, not its median). Over the
+    cycles: the median, quartiles, min and max of sys_ratio and exec_med_ratio, the median,
+    min and max of ref_ratio and sys_per_ref_ratio, the medians of the per-exec times,
+    negative_removed and misses_per_s.
     """
     blocks = [b for b in paired if b.get("step") == "block" and b.get("runs")]
     misses = {(str(b.get("target")), b.get("cycle")): b for b in paired
@@ -233,31 +236,40 @@ def paired_summary(paired):
                 return sum(v) / len(v) if len(v) == len(bs) else None
             sys_p, sys_c = per_exec("sys_s", pol), per_exec("sys_s", c0, c1)
             sys_ratio = _ratio(sys_p, sys_c)
-            ref_ratio = _ratio(pol.get("ref_ns"), (c0["ref_ns"] + c1["ref_ns"]) / 2
-                               if c0.get("ref_ns") and c1.get("ref_ns") else None)
+
+            def neighbours(key):
+                """pol[key] against the mean of the clean neighbours' (None if any lacks it)."""
+                v = [b.get(key) for b in (pol, c0, c1)]
+                return None if None in v else _ratio(v[0], (v[1] + v[2]) / 2)
+            ref_ratio = neighbours("ref_ns")
             miss = misses.get((target, c), {})
             cycles.append({
                 "cycle": c, "polluted_sys_us": _round_us(sys_p), "clean_sys_us": _round_us(sys_c),
                 "sys_ratio": sys_ratio,
                 "wall_ratio": _ratio(per_exec("wall_s", pol), per_exec("wall_s", c0, c1)),
                 "ref_ratio": ref_ratio, "sys_per_ref_ratio": _ratio(sys_ratio, ref_ratio),
+                "polluted_exec_med_us": pol.get("exec_med_us"),
+                "exec_med_ratio": neighbours("exec_med_us"),
                 "negative_removed": (pol["nr_negative"] - c1["nr_negative"]
                                      if "nr_negative" in pol and "nr_negative" in c1 else None),
                 "misses_per_s": _ratio(miss.get("count"), miss.get("seconds"), 1)})
         if not cycles:
             continue
         t = {"cycles": cycles, "n": _num(by[next(iter(by))].get("n"))}
-        sr = sorted(x["sys_ratio"] for x in cycles if x["sys_ratio"] is not None)
-        if sr:
-            q = statistics.quantiles(sr, n=4, method="inclusive") if len(sr) > 1 else sr * 3
-            t.update(sys_ratio_median=round(statistics.median(sr), 3), sys_ratio_q1=round(q[0], 3),
-                     sys_ratio_q3=round(q[2], 3), sys_ratio_min=sr[0], sys_ratio_max=sr[-1])
+        for k in ("sys_ratio", "exec_med_ratio"):
+            v = sorted(x[k] for x in cycles if x[k] is not None)
+            if v:
+                q = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else v * 3
+                t.update({f"{k}_median": round(statistics.median(v), 3),
+                          f"{k}_q1": round(q[0], 3), f"{k}_q3": round(q[2], 3),
+                          f"{k}_min": v[0], f"{k}_max": v[-1]})
         for k in ("ref_ratio", "sys_per_ref_ratio"):
             v = [x[k] for x in cycles if x[k] is not None]
             if v:
                 t.update({f"{k}_median": round(statistics.median(v), 3), f"{k}_min": min(v),
                           f"{k}_max": max(v)})
-        for k in ("polluted_sys_us", "clean_sys_us", "negative_removed", "misses_per_s"):
+        for k in ("polluted_sys_us", "clean_sys_us", "polluted_exec_med_us", "negative_removed",
+                  "misses_per_s"):
             t[k + "_median"] = _median([x[k] for x in cycles])
         out[target] = t
     return out

@@ -144,7 +144,9 @@ dc_drop_caches() { sync; echo 2 >/proc/sys/vm/drop_caches; }
 #   run FROM TO --ref K PATH CMD ARG...
 #                                 the same, with K fstat()s of PATH (open since the start)
 #                                 timed after each exec: the host's speed during the loop, as
-#                                 " ref_ns=NS" per fstat (a guest's CPU time follows it)
+#                                 " ref_ns=NS" per fstat (a guest's CPU time follows it), and
+#                                 " exec_med_us=US": the median wall time of one fork+exec+wait
+#                                 (a burst of the host's load moves a few runs, not the median)
 #   mount TYPE SOURCE OPTIONS DIR...
 #                                 make each DIR and mount SOURCE there with mount(2) (OPTIONS
 #                                 as the kernel takes them, e.g. vers=4.1,addr=...): "mounted=N"
@@ -205,17 +207,19 @@ if ($mode eq "run") {
 		open($rfh, "<", $rp) or do { print STDERR "cannot open $rp: $!\n"; exit 3 };
 	}
 	@cmd or exit 2;
-	my ($runs, $failed) = (0, 0);
+	my ($runs, $failed, @each) = (0, 0);
 	my @t0 = times;
 	my $w0 = clock_gettime(CLOCK_MONOTONIC);
 	for (my $i = $from; $i < $to; $i++) {
 		my @argv = map { (my $a = $_) =~ s/%d/$i/g; $a } @cmd;
+		my $e0 = clock_gettime(CLOCK_MONOTONIC);
 		my $pid = fork() // die "fork: $!\n";
 		if (!$pid) {
 			open(STDOUT, ">", "/dev/null"); open(STDERR, ">", "/dev/null");
 			exec { $argv[0] } @argv or exit 127;
 		}
 		waitpid($pid, 0);
+		push @each, clock_gettime(CLOCK_MONOTONIC) - $e0;
 		$runs++;
 		$failed++ if $?;
 		next unless $refs;
@@ -228,7 +232,11 @@ if ($mode eq "run") {
 	my @t1 = times;
 	printf "runs=%d failed=%d wall_s=%.3f user_s=%.2f sys_s=%.2f", $runs, $failed, $w,
 		$t1[2] - $t0[2], $t1[3] - $t0[3];
-	printf " ref_ns=%.1f", $rt * 1e9 / ($refs * $runs) if $refs and $runs;
+	if ($refs and $runs) {
+		my @w = sort { $a <=> $b } @each;
+		printf " ref_ns=%.1f exec_med_us=%.0f", $rt * 1e9 / ($refs * $runs),
+			($w[$#w / 2] + $w[@w / 2]) / 2 * 1e6;
+	}
 	print "\n";
 	exit 0;
 }
