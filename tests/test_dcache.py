@@ -901,6 +901,9 @@ def test_paired_cycles_compare_each_polluted_block_with_both_clean_neighbours():
     assert [c["negative_removed"] for c in t["cycles"]] == [499, 499]
     assert t["cycles"][0]["polluted_sys_us"] == 150000 and t["cycles"][0]["clean_sys_us"] == 150000
     assert t["sys_ratio_median"] == 1.0 and t["sys_ratio_min"] == t["sys_ratio_max"] == 1.0
+    # the reference moved 1.5x and 2x between the blocks of each cycle: no steady cycle
+    assert [c["ref_spread"] for c in t["cycles"]] == [2.0, 1.5] and t["steady_cycles"] == 0
+    assert t["steady_exec_med_ratio_median"] is None
 
 
 def test_paired_verdict_is_the_median_of_the_cycles():
@@ -916,6 +919,8 @@ def test_paired_verdict_is_the_median_of_the_cycles():
     assert t["sys_ratio_median"] == 1.7 and t["sys_ratio_max"] == 9.0
     assert t["sys_ratio_q1"] == 1.65 and t["sys_ratio_q3"] == 5.35
     assert t["exec_med_ratio_median"] == 1.6 and t["exec_med_ratio_max"] == 1.7
+    # the reference never moved: every cycle is steady
+    assert t["steady_cycles"] == 3 and t["steady_exec_med_ratio_median"] == 1.6
     res = {"paired": s["paired"], "phases": {}, "max_slowdown": 1.5}
     f, fail, ok = dcache_judge.JUDGES["dcache-negative"](res, {}, None, None)
     assert f["nfs_paired_sys_ratio_median"] == 1.7 and f["nfs_paired_cycles"] == 3

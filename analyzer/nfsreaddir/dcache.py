@@ -202,6 +202,12 @@ def lookup_summary(timings):
     return out
 
 
+# A cycle whose three blocks' fstat() references lie within this factor of each other ran on a
+# steady host: under emulation on a loaded host the references of neighbouring blocks differ by
+# up to 3x, on a quiet one by a few per cent.
+STEADY_REF_SPREAD = 1.10
+
+
 def paired_summary(paired):
     """Per target, the cycles of a --paired run: each polluted block of execs against the mean
     of its two clean neighbours (the block before its misses and the one after they were
@@ -217,7 +223,9 @@ def paired_summary(paired):
     the host's load inside a block moves its sum of system time, not its median). Over the
     cycles: the median, quartiles, min and max of sys_ratio and exec_med_ratio, the median,
     min and max of ref_ratio and sys_per_ref_ratio, the medians of the per-exec times,
-    negative_removed and misses_per_s.
+    negative_removed and misses_per_s. And over the steady cycles only (ref_spread, the
+    largest of the three blocks' references over the smallest, <= STEADY_REF_SPREAD): their
+    count and the medians of sys_ratio and exec_med_ratio.
     """
     blocks = [b for b in paired if b.get("step") == "block" and b.get("runs")]
     misses = {(str(b.get("target")), b.get("cycle")): b for b in paired
@@ -242,12 +250,15 @@ def paired_summary(paired):
                 v = [b.get(key) for b in (pol, c0, c1)]
                 return None if None in v else _ratio(v[0], (v[1] + v[2]) / 2)
             ref_ratio = neighbours("ref_ns")
+            refs = [b.get("ref_ns") for b in (pol, c0, c1)]
             miss = misses.get((target, c), {})
             cycles.append({
                 "cycle": c, "polluted_sys_us": _round_us(sys_p), "clean_sys_us": _round_us(sys_c),
                 "sys_ratio": sys_ratio,
                 "wall_ratio": _ratio(per_exec("wall_s", pol), per_exec("wall_s", c0, c1)),
                 "ref_ratio": ref_ratio, "sys_per_ref_ratio": _ratio(sys_ratio, ref_ratio),
+                "ref_spread": (_ratio(max(refs), min(refs)) if None not in refs and min(refs)
+                               else None),
                 "polluted_exec_med_us": pol.get("exec_med_us"),
                 "exec_med_ratio": neighbours("exec_med_us"),
                 "negative_removed": (pol["nr_negative"] - c1["nr_negative"]
@@ -271,6 +282,11 @@ def paired_summary(paired):
         for k in ("polluted_sys_us", "clean_sys_us", "polluted_exec_med_us", "negative_removed",
                   "misses_per_s"):
             t[k + "_median"] = _median([x[k] for x in cycles])
+        steady = [x for x in cycles
+                  if x["ref_spread"] is not None and x["ref_spread"] <= STEADY_REF_SPREAD]
+        t["steady_cycles"] = len(steady)
+        for k in ("sys_ratio", "exec_med_ratio"):
+            t[f"steady_{k}_median"] = _median([x[k] for x in steady])
         out[target] = t
     return out
 

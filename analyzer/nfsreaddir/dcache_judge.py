@@ -113,7 +113,8 @@ def _judge_negative(res, facts, markers, events):
                   "exec_med_ratio_median", "exec_med_ratio_q1", "exec_med_ratio_q3",
                   "exec_med_ratio_min", "exec_med_ratio_max", "polluted_sys_us_median",
                   "clean_sys_us_median", "polluted_exec_med_us_median",
-                  "negative_removed_median", "misses_per_s_median"):
+                  "negative_removed_median", "misses_per_s_median", "steady_cycles",
+                  "steady_sys_ratio_median", "steady_exec_med_ratio_median"):
             f[f"{target}_paired_{k}"] = t.get(k)
     limit = float(res.get("max_slowdown", 1.5))
     for target, t in paired.items():
