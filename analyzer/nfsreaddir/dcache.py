@@ -281,7 +281,8 @@ def paired_summary(paired):
                           f"{k}_max": max(v)})
         for k in ("polluted_sys_us", "clean_sys_us", "polluted_exec_med_us", "negative_removed",
                   "misses_per_s"):
-            t[k + "_median"] = _median([x[k] for x in cycles])
+            v = _median([x[k] for x in cycles])
+            t[k + "_median"] = round(v, 1) if isinstance(v, float) else v
         steady = [x for x in cycles
                   if x["ref_spread"] is not None and x["ref_spread"] <= STEADY_REF_SPREAD]
         t["steady_cycles"] = len(steady)
