@@ -921,7 +921,7 @@ def test_paired_verdict_is_the_median_of_the_cycles():
     assert t["exec_med_ratio_median"] == 1.6 and t["exec_med_ratio_max"] == 1.7
     # the reference never moved: every cycle is steady
     assert t["steady_cycles"] == 3 and t["steady_exec_med_ratio_median"] == 1.6
-    res = {"paired": s["paired"], "phases": {}, "max_slowdown": 1.5}
+    res = {"cycles": s["paired"], "phases": {}, "max_slowdown": 1.5}
     f, fail, ok = dcache_judge.JUDGES["dcache-negative"](res, {}, None, None)
     assert f["nfs_paired_sys_ratio_median"] == 1.7 and f["nfs_paired_cycles"] == 3
     # the reference did not move: the ratio against it is the same
@@ -945,7 +945,7 @@ def test_negative_paired_cycles_remove_the_misses_and_time_both_states(built):
     assert fx["run"]["miss_dir"] == "own" and cycles >= 2
     misses = int(fx["run"]["nfs_misses"]) + int(fx["run"]["local_misses"])
     for target in ("nfs", "local"):
-        t = r["paired"][target]
+        t = r["cycles"][target]
         assert f[f"{target}_paired_cycles"] == cycles == len(t["cycles"])
         sys_of = {}
         for key, v in fx["cycle"].items():
@@ -992,3 +992,10 @@ def test_relookup_rate_is_the_known_missing_names_a_second():
     assert f["local_misses_per_s"] == 500.0 and f["local_negative_per_miss"] == 1.0
     assert f["local_relookups"] == 500 and f["local_relookups_per_s"] == 2000.0
     assert f["local_relookup_negative_added"] == 0
+
+
+def test_a_sequential_run_with_the_paired_option_off_is_judged_on_its_loops():
+    """Runs since --paired have run.paired=0 among their facts (res["paired"]): no cycles."""
+    f, fail, _ = dcache_judge.JUDGES["dcache-negative"](
+        {"paired": 0, "phases": {}, "lookup": {}}, {}, None, None)
+    assert fail == ["no lookup timings in the trace"] and f["negative_added"] == 0

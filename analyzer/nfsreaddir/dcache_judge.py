@@ -47,7 +47,8 @@ def build_results(directory):
     if "lookup" in s:
         res["lookup"] = s["lookup"]
     if "paired" in s:
-        res["paired"] = s["paired"]
+        # Not res["paired"]: the run's facts put the --paired option there (0 when off).
+        res["cycles"] = s["paired"]
     figures, reasons_fail, reasons_ok = JUDGES[name](res, facts, markers, events)
     res["figures"] = _jsonable(figures)
     res["verdict"], res["reasons"] = verdict.from_reasons(reasons_fail, reasons_ok)
@@ -104,7 +105,7 @@ def _judge_negative(res, facts, markers, events):
                                                       if e.get("runs") else None)
             for k in ("exec_sys_slowdown", "control_exec_sys_slowdown", "exec_wall_slowdown"):
                 f[f"{target}_{k}"] = t.get(k)
-    paired = res.get("paired", {})
+    paired = res.get("cycles", {})
     for target, t in paired.items():
         f[f"{target}_paired_cycles"] = len(t["cycles"])
         for k in ("sys_ratio_median", "sys_ratio_q1", "sys_ratio_q3", "sys_ratio_min",

@@ -203,7 +203,7 @@ def dcache_report(x):
                 "slowdown": t.get("slowdown"), "walk slowdown": t.get("walk_slowdown")})
         lines += ["", "lookup loops (walk slowdown: against an fstat of the same file timed "
                   "alongside):", pd.DataFrame(rows).to_string(index=False, na_rep="-")]
-    rows = [{"target": target, **c} for target, t in r.get("paired", {}).items()
+    rows = [{"target": target, **c} for target, t in r.get("cycles", {}).items()
             for c in t["cycles"]]
     if rows:
         lines += ["", "paired cycles (each polluted block against the mean of its two clean "
