@@ -208,6 +208,10 @@ def test_help_and_bad_options(name):
     ("dcache-negative", ["--max-slowdown", "x"], "--max-slowdown must be a number"),
     ("dcache-negative", ["--exec-loop", "x"], "--exec-loop must be an integer >= 0"),
     ("dcache-negative", ["--miss-by", "open"], "--miss-by must be stat or cat"),
+    ("dcache-negative", ["--paired", "3"], "--paired needs --exec-loop N"),
+    ("dcache-negative", ["--miss-dir", "dev"], "--miss-dir must be beside or own"),
+    ("dcache-negative", ["--local-misses", "10", "--relookup", "11"],
+     "--relookup must not exceed --local-misses"),
     ("dcache-unlink-storm", ["--via", "smb"], "--via must be nfs or local"),
     ("dcache-memcg", ["--nfs", "3"], "--nfs must be 4.0, 4.1 or 4.2"),
     ("dcache-unlink-storm", ["--files", "2", "--workers", "3"], "must not exceed --files"),
@@ -784,7 +788,14 @@ def test_exec_driver_counts_runs_failures_and_child_time():
     assert p.returncode == 0 and kv["runs"] == "4" and kv["failed"] == "4", p.stderr
     assert float(kv["wall_s"]) > 0 and float(kv["sys_s"]) >= 0
     p = _dcache_sh('perl -e "$DC_PERL" run 0 2 true')
-    assert "runs=2 failed=0 " in p.stdout
+    assert "runs=2 failed=0 " in p.stdout and "ref_ns" not in p.stdout
+    # --ref K PATH: K timed fstat()s of PATH after each exec, their mean in ns.
+    p = _dcache_sh(f'perl -e "$DC_PERL" run 0 3 --ref 50 {REPRODUCERS}/dcache-negative true')
+    kv = dict(w.split("=") for w in p.stdout.split())
+    assert kv["runs"] == "3" and kv["failed"] == "0" and float(kv["ref_ns"]) > 0, p.stderr
+    assert 0 < float(kv["exec_med_us"]) <= float(kv["wall_s"]) * 1e6
+    p = _dcache_sh('perl -e "$DC_PERL" run 0 3 --ref 50 /nonexistent-nfsrt true')
+    assert p.returncode == 3 and "cannot open /nonexistent-nfsrt" in p.stderr
 
 
 def test_hist_counts_are_summed_over_call_sites(tmp_path):
@@ -879,3 +890,136 @@ def test_negative_exec_loop_and_misses_by_cat(built):
             loops["after"] / loops["before"], abs=1e-3)
         assert f[f"{target}_control_exec_sys_slowdown"] == pytest.approx(
             loops["dropped"] / loops["before"], abs=1e-3)
+
+
+# ------------------------------------------------------------------ --paired
+def _block(t, cycle, state, sys_s, ref_ns, neg, target="nfs", med=None):
+    return (t, f"nfsrt: paired cycle={cycle} step=block state={state} target={target} n=10 "
+               f"nr_negative={neg} runs=10 failed=0 wall_s=2.0 user_s=0.1 sys_s={sys_s} "
+               f"ref_ns={ref_ns} exec_med_us={med or sys_s * 1e5:.0f}")
+
+
+def test_paired_cycles_compare_each_polluted_block_with_both_clean_neighbours():
+    """A host that slows steadily (clean blocks 1.0, 2.0, 3.0 s) and misses that add nothing:
+    each polluted block lies halfway between its neighbours, so every ratio is 1.0, where the
+    comparison with the clean block before it alone would say 1.5 and 1.25."""
+    m = markers.parse(table([
+        (0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative"),
+        _block(1, 0, "clean", 1.0, 100.0, 10),
+        (2, "nfsrt: paired cycle=1 step=misses target=nfs count=500 found=0 missing=500 "
+            "other=0 seconds=1.5"),
+        _block(3, 1, "polluted", 1.5, 150.0, 510),
+        _block(4, 1, "clean", 2.0, 200.0, 11),
+        _block(5, 2, "polluted", 2.5, 250.0, 511),
+        _block(6, 2, "clean", 3.0, 300.0, 12),
+        # a polluted block without its clean neighbour (an interrupted run) is no cycle
+        _block(7, 3, "polluted", 9.0, 300.0, 512),
+    ]))
+    t = dcache.summary(m)["paired"]["nfs"]
+    assert [c["cycle"] for c in t["cycles"]] == [1, 2]
+    assert [c["sys_ratio"] for c in t["cycles"]] == [1.0, 1.0]
+    assert [c["ref_ratio"] for c in t["cycles"]] == [1.0, 1.0]
+    assert [c["sys_per_ref_ratio"] for c in t["cycles"]] == [1.0, 1.0]
+    assert [c["exec_med_ratio"] for c in t["cycles"]] == [1.0, 1.0]
+    assert [c["misses_per_s"] for c in t["cycles"]] == [333.3, None]
+    assert [c["negative_removed"] for c in t["cycles"]] == [499, 499]
+    assert t["cycles"][0]["polluted_sys_us"] == 150000 and t["cycles"][0]["clean_sys_us"] == 150000
+    assert t["sys_ratio_median"] == 1.0 and t["sys_ratio_min"] == t["sys_ratio_max"] == 1.0
+    # the reference moved 1.5x and 2x between the blocks of each cycle: no steady cycle
+    assert [c["ref_spread"] for c in t["cycles"]] == [2.0, 1.5] and t["steady_cycles"] == 0
+    assert t["steady_exec_med_ratio_median"] is None
+
+
+def test_paired_verdict_is_the_median_of_the_cycles():
+    """Three cycles, one an outlier: the median decides, the spread is reported."""
+    lines = [(0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative"),
+             _block(1, 0, "clean", 1.0, 100.0, 10)]
+    # The outlier cycle is a burst inside one block: its sum moved, its median exec did not.
+    for c, pol, med in ((1, 1.6, 1.6e5), (2, 9.0, 1.5e5), (3, 1.7, 1.7e5)):
+        lines += [_block(2 * c, c, "polluted", pol, 100.0, 510, med=med),
+                  _block(2 * c + 1, c, "clean", 1.0, 100.0, 10)]
+    s = dcache.summary(markers.parse(table(lines)))
+    t = s["paired"]["nfs"]
+    assert t["sys_ratio_median"] == 1.7 and t["sys_ratio_max"] == 9.0
+    assert t["sys_ratio_q1"] == 1.65 and t["sys_ratio_q3"] == 5.35
+    assert t["exec_med_ratio_median"] == 1.6 and t["exec_med_ratio_max"] == 1.7
+    # the reference never moved: every cycle is steady
+    assert t["steady_cycles"] == 3 and t["steady_exec_med_ratio_median"] == 1.6
+    res = {"cycles": s["paired"], "phases": {}, "max_slowdown": 1.5}
+    f, fail, ok = dcache_judge.JUDGES["dcache-negative"](res, {}, None, None)
+    assert f["nfs_paired_sys_ratio_median"] == 1.7 and f["nfs_paired_cycles"] == 3
+    # the reference did not move: the ratio against it is the same
+    assert f["nfs_paired_sys_per_ref_ratio_median"] == 1.7 and f["negative_added"] == 500
+    assert len(fail) == 1 and "1.7x the system time" in fail[0] and not ok
+    res["max_slowdown"] = 2.0
+    _, fail, ok = dcache_judge.JUDGES["dcache-negative"](res, {}, None, None)
+    assert not fail and "median of the cycles, <= 2.0x" in ok[0]
+
+
+def test_negative_paired_cycles_remove_the_misses_and_time_both_states(built):
+    """--paired R --miss-dir own: R cycles per target, each with its misses made (one negative
+    dentry each) and then removed by the rmdir of their directory; the figures are the ratios
+    of the system times the driver reported (the facts)."""
+    if not have("negative-paired-6.1"):
+        pytest.skip("no dcache-negative-paired-6.1 fixture: "
+                    "tests/fixtures/record-dcache negative-paired-6.1")
+    r = res(built, "negative-paired-6.1")
+    f, fx = r["figures"], facts("negative-paired-6.1")
+    cycles, n = int(fx["run"]["paired"]), int(fx["run"]["exec_loop"])
+    assert fx["run"]["miss_dir"] == "own" and cycles >= 2
+    misses = int(fx["run"]["nfs_misses"]) + int(fx["run"]["local_misses"])
+    for target in ("nfs", "local"):
+        t = r["cycles"][target]
+        assert f[f"{target}_paired_cycles"] == cycles == len(t["cycles"])
+        sys_of = {}
+        for key, v in fx["cycle"].items():
+            c, state, tg = key.split(".")
+            if tg == target and state != "misses":
+                kv = dict(w.split("=") for w in v.split())
+                assert int(kv["runs"]) == n and int(kv["failed"]) == 0 and float(kv["ref_ns"]) > 0
+                # one exec's median wall time lies within the block's wall time
+                assert 0 < float(kv["exec_med_us"]) < float(kv["wall_s"]) * 1e6
+                sys_of[(state, int(c))] = float(kv["sys_s"])
+        for c in t["cycles"]:
+            i = c["cycle"]
+            clean = (sys_of[("clean", i - 1)] + sys_of[("clean", i)]) / 2
+            assert c["sys_ratio"] == pytest.approx(sys_of[("polluted", i)] / clean, abs=1e-3)
+            # Both targets' misses are gone by the clean block (a few dentries of the
+            # removed directory and the renames come and go as well).
+            assert c["negative_removed"] == pytest.approx(misses, abs=0.02 * misses + 10), i
+        ratios = sorted(c["sys_ratio"] for c in t["cycles"])
+        assert f[f"{target}_paired_sys_ratio_median"] == pytest.approx(statistics.median(ratios),
+                                                                       abs=1e-3)
+        assert f[f"{target}_paired_sys_ratio_min"] == ratios[0]
+    for c in range(1, cycles + 1):
+        for target in ("nfs", "local"):
+            kv = dict(w.split("=") for w in fx["cycle"][f"{c}.misses.{target}"].split())
+            assert int(kv["missing"]) == int(kv["count"]) and int(kv["found"]) == 0
+
+
+def test_relookup_rate_is_the_known_missing_names_a_second():
+    """--relookup N: the phase's count over its seconds, and the negative dentries it added
+    (none: every name is answered by the dentry its miss left)."""
+    m = markers.parse(table([
+        (0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative"),
+        (0.5, "nfsrt: sample nr_dentry=100 nr_unused=50 nr_negative=10"),
+        (1.0, "nfsrt: phase=local-misses event=start count=1000"),
+        (3.0, "nfsrt: phase=local-misses event=end seconds=2.0 count=1000 found=0 missing=1000"),
+        (3.1, "nfsrt: sample nr_dentry=1100 nr_unused=1050 nr_negative=1010"),
+        (3.2, "nfsrt: phase=local-relookup event=start count=500"),
+        (3.4, "nfsrt: phase=local-relookup event=end seconds=0.25 count=500 found=0 missing=500"),
+        (3.5, "nfsrt: sample nr_dentry=1100 nr_unused=1050 nr_negative=1010"),
+    ]))
+    s = dcache.summary(m)
+    res = {"phases": s["phases"], "local_misses": 1000, "nfs_misses": 0}
+    f, _, _ = dcache_judge.JUDGES["dcache-negative"](res, {}, m, None)
+    assert f["local_misses_per_s"] == 500.0 and f["local_negative_per_miss"] == 1.0
+    assert f["local_relookups"] == 500 and f["local_relookups_per_s"] == 2000.0
+    assert f["local_relookup_negative_added"] == 0
+
+
+def test_a_sequential_run_with_the_paired_option_off_is_judged_on_its_loops():
+    """Runs since --paired have run.paired=0 among their facts (res["paired"]): no cycles."""
+    f, fail, _ = dcache_judge.JUDGES["dcache-negative"](
+        {"paired": 0, "phases": {}, "lookup": {}}, {}, None, None)
+    assert fail == ["no lookup timings in the trace"] and f["negative_added"] == 0

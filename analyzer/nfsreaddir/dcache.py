@@ -15,7 +15,8 @@ and the kernel events each reproducer records (nfs:nfs_lookup_exit, nfs:nfs_read
 sunrpc:rpc_request, cgroup:cgroup_mkdir...), which are counted per phase.
 
     read_trace(path)          the markers and the counted events of a run's trace
-    summary(markers, ...)     per-phase deltas, growth rates, negative share, lookup slowdown
+    summary(markers, ...)     per-phase deltas, growth rates, negative share, lookup slowdown,
+                              the paired cycles of exec timings (paired_summary)
 
 Markers are parsed in markers.py, verdicts given in dcache_judge.py, plots drawn in plot.py,
 text written in render.py, runs compared in compare.py.
@@ -201,6 +202,100 @@ def lookup_summary(timings):
     return out
 
 
+# A cycle whose three blocks' fstat() references lie within this factor of each other ran on a
+# steady host: under emulation on a loaded host the references of neighbouring blocks differ by
+# up to 3x, on a quiet one by a few per cent.
+STEADY_REF_SPREAD = 1.10
+
+
+def paired_summary(paired):
+    """Per target, the cycles of a --paired run: each polluted block of execs against the mean
+    of its two clean neighbours (the block before its misses and the one after they were
+    removed), so that a steady drift of the host's speed cancels.
+
+    Per cycle: polluted_sys_us and clean_sys_us (system time per exec; clean: the mean of
+    the neighbours), sys_ratio (their ratio, the thread's figure), ref_ratio (the same ratio
+    of the fstat() reference timed inside the blocks: the host's drift the pairing did not
+    cancel), sys_per_ref_ratio (sys_ratio / ref_ratio: the exec against the host's speed
+    measured beside it), negative_removed (nr_negative at the polluted block minus at the
+    next clean one), misses_per_s (the cycle's misses on the target), exec_med_ratio (the
+    same comparison of each block's median wall time of one exec, exec_med_us: a burst of
+    the host's load inside a block moves its sum of system time, not its median). Over the
+    cycles: the median, quartiles, min and max of sys_ratio and exec_med_ratio, the median,
+    min and max of ref_ratio and sys_per_ref_ratio, the medians of the per-exec times,
+    negative_removed and misses_per_s. And over the steady cycles only (ref_spread, the
+    largest of the three blocks' references over the smallest, <= STEADY_REF_SPREAD): their
+    count and the medians of sys_ratio and exec_med_ratio.
+    """
+    blocks = [b for b in paired if b.get("step") == "block" and b.get("runs")]
+    misses = {(str(b.get("target")), b.get("cycle")): b for b in paired
+              if b.get("step") == "misses"}
+    out = {}
+    for target in dict.fromkeys(str(b.get("target")) for b in blocks):
+        by = {(b.get("state"), b.get("cycle")): b for b in blocks if str(b.get("target")) == target}
+        cycles = []
+        for c in sorted(k for s, k in by if s == "polluted"):
+            pol, c0, c1 = by[("polluted", c)], by.get(("clean", c - 1)), by.get(("clean", c))
+            if c0 is None or c1 is None:
+                continue
+
+            def per_exec(key, *bs):
+                v = [b.get(key) / b["runs"] for b in bs if b.get(key) is not None]
+                return sum(v) / len(v) if len(v) == len(bs) else None
+            sys_p, sys_c = per_exec("sys_s", pol), per_exec("sys_s", c0, c1)
+            sys_ratio = _ratio(sys_p, sys_c)
+
+            def neighbours(key):
+                """pol[key] against the mean of the clean neighbours' (None if any lacks it)."""
+                v = [b.get(key) for b in (pol, c0, c1)]
+                return None if None in v else _ratio(v[0], (v[1] + v[2]) / 2)
+            ref_ratio = neighbours("ref_ns")
+            refs = [b.get("ref_ns") for b in (pol, c0, c1)]
+            miss = misses.get((target, c), {})
+            cycles.append({
+                "cycle": c, "polluted_sys_us": _round_us(sys_p), "clean_sys_us": _round_us(sys_c),
+                "sys_ratio": sys_ratio,
+                "wall_ratio": _ratio(per_exec("wall_s", pol), per_exec("wall_s", c0, c1)),
+                "ref_ratio": ref_ratio, "sys_per_ref_ratio": _ratio(sys_ratio, ref_ratio),
+                "ref_spread": (_ratio(max(refs), min(refs)) if None not in refs and min(refs)
+                               else None),
+                "polluted_exec_med_us": pol.get("exec_med_us"),
+                "exec_med_ratio": neighbours("exec_med_us"),
+                "negative_removed": (pol["nr_negative"] - c1["nr_negative"]
+                                     if "nr_negative" in pol and "nr_negative" in c1 else None),
+                "misses_per_s": _ratio(miss.get("count"), miss.get("seconds"), 1)})
+        if not cycles:
+            continue
+        t = {"cycles": cycles, "n": _num(by[next(iter(by))].get("n"))}
+        for k in ("sys_ratio", "exec_med_ratio"):
+            v = sorted(x[k] for x in cycles if x[k] is not None)
+            if v:
+                q = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else v * 3
+                t.update({f"{k}_median": round(statistics.median(v), 3),
+                          f"{k}_q1": round(q[0], 3), f"{k}_q3": round(q[2], 3),
+                          f"{k}_min": v[0], f"{k}_max": v[-1]})
+        for k in ("ref_ratio", "sys_per_ref_ratio"):
+            v = [x[k] for x in cycles if x[k] is not None]
+            if v:
+                t.update({f"{k}_median": round(statistics.median(v), 3), f"{k}_min": min(v),
+                          f"{k}_max": max(v)})
+        for k in ("polluted_sys_us", "clean_sys_us", "polluted_exec_med_us", "negative_removed",
+                  "misses_per_s"):
+            v = _median([x[k] for x in cycles])
+            t[k + "_median"] = round(v, 1) if isinstance(v, float) else v
+        steady = [x for x in cycles
+                  if x["ref_spread"] is not None and x["ref_spread"] <= STEADY_REF_SPREAD]
+        t["steady_cycles"] = len(steady)
+        for k in ("sys_ratio", "exec_med_ratio"):
+            t[f"steady_{k}_median"] = _median([x[k] for x in steady])
+        out[target] = t
+    return out
+
+
+def _round_us(seconds):
+    return None if seconds is None else round(seconds * 1e6)
+
+
 def summary(markers_or_samples, phases=None, timings=None, events=None):
     """Per-phase deltas of nr_dentry/nr_negative/slab (and the other sampled counters), growth
     rates per second, the negative share, and the lookup-loop slowdown when timed.
@@ -247,6 +342,9 @@ def summary(markers_or_samples, phases=None, timings=None, events=None):
                                          (x.get("before") or {}).get("wall_s"))
     if lk:
         out["lookup"] = lk
+    cycles = paired_summary(m.paired) if isinstance(markers_or_samples, Markers) else {}
+    if cycles:
+        out["paired"] = cycles
     return _jsonable(out)
 
 

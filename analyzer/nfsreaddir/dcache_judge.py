@@ -46,6 +46,9 @@ def build_results(directory):
         res["overall"] = s["overall"]
     if "lookup" in s:
         res["lookup"] = s["lookup"]
+    if "paired" in s:
+        # Not res["paired"]: the run's facts put the --paired option there (0 when off).
+        res["cycles"] = s["paired"]
     figures, reasons_fail, reasons_ok = JUDGES[name](res, facts, markers, events)
     res["figures"] = _jsonable(figures)
     res["verdict"], res["reasons"] = verdict.from_reasons(reasons_fail, reasons_ok)
@@ -63,6 +66,8 @@ def _ev(res, phase, key):
 def _judge_negative(res, facts, markers, events):
     f, fail, ok = {}, [], []
     for ph, count_key in (("nfs-misses", "nfs_misses"), ("local-misses", "local_misses")):
+        if ph not in res["phases"]:
+            continue        # --paired: the misses of each cycle are in its figures below
         tag = ph.split("-")[0]
         n = res.get(count_key) or 0
         dn = _delta(res, ph, "nr_negative")
@@ -71,15 +76,25 @@ def _judge_negative(res, facts, markers, events):
         f[f"{tag}_negative_per_miss"] = _ratio(dn, n)
         f[f"{tag}_dentry_bytes_added"] = _delta(res, ph, "slab_bytes")
         f[f"{tag}_misses_per_s"] = _ratio(n, res["phases"].get(ph, {}).get("seconds"), 1)
-    f["nfs_lookups_traced"] = _ev(res, "nfs-misses", "nfs_lookup_exit")
-    after = res["phases"].get("local-misses", {}).get("after", {})
-    f["nr_negative_after_misses"] = after.get("nr_negative")
-    f["nr_dentry_after_misses"] = after.get("nr_dentry")
-    f["nr_negative_after_drop"] = res["phases"].get("dropped", {}).get("after", {}).get(
-        "nr_negative")
+    if "local-relookup" in res["phases"]:
+        # The same missing names again: each answered by its negative dentry.
+        rl = res["phases"]["local-relookup"]
+        f["local_relookups"] = rl.get("count")
+        f["local_relookups_per_s"] = _ratio(rl.get("count"), rl.get("seconds"), 1)
+        f["local_relookup_negative_added"] = _delta(res, "local-relookup", "nr_negative")
+    if "local-misses" in res["phases"]:
+        f["nfs_lookups_traced"] = _ev(res, "nfs-misses", "nfs_lookup_exit")
+        after = res["phases"]["local-misses"].get("after", {})
+        f["nr_negative_after_misses"] = after.get("nr_negative")
+        f["nr_dentry_after_misses"] = after.get("nr_dentry")
+        f["nr_negative_after_drop"] = res["phases"].get("dropped", {}).get("after", {}).get(
+            "nr_negative")
     for target, t in res.get("lookup", {}).items():
         for loop in ("before", "after", "dropped"):
             f[f"{target}_{loop}_median_ns"] = t["loops"].get(loop, {}).get("median_ns")
+        # The same as a rate: stat()s of the existing name a second, clean dcache.
+        f[f"{target}_before_stats_per_s"] = (round(1e9 / f[f"{target}_before_median_ns"])
+                                             if f[f"{target}_before_median_ns"] else None)
         for k in ("slowdown", "walk_slowdown", "ref_slowdown", "control_slowdown",
                   "control_walk_slowdown"):
             f[f"{target}_{k}"] = t.get(k)
@@ -90,7 +105,32 @@ def _judge_negative(res, facts, markers, events):
                                                       if e.get("runs") else None)
             for k in ("exec_sys_slowdown", "control_exec_sys_slowdown", "exec_wall_slowdown"):
                 f[f"{target}_{k}"] = t.get(k)
+    paired = res.get("cycles", {})
+    for target, t in paired.items():
+        f[f"{target}_paired_cycles"] = len(t["cycles"])
+        for k in ("sys_ratio_median", "sys_ratio_q1", "sys_ratio_q3", "sys_ratio_min",
+                  "sys_ratio_max", "ref_ratio_median", "ref_ratio_min", "ref_ratio_max",
+                  "sys_per_ref_ratio_median", "sys_per_ref_ratio_min", "sys_per_ref_ratio_max",
+                  "exec_med_ratio_median", "exec_med_ratio_q1", "exec_med_ratio_q3",
+                  "exec_med_ratio_min", "exec_med_ratio_max", "polluted_sys_us_median",
+                  "clean_sys_us_median", "polluted_exec_med_us_median",
+                  "negative_removed_median", "misses_per_s_median", "steady_cycles",
+                  "steady_sys_ratio_median", "steady_exec_med_ratio_median"):
+            f[f"{target}_paired_{k}"] = t.get(k)
     limit = float(res.get("max_slowdown", 1.5))
+    for target, t in paired.items():
+        med = t.get("sys_ratio_median")
+        spread = (f"quartiles {t.get('sys_ratio_q1')}-{t.get('sys_ratio_q3')}, "
+                  f"{len(t['cycles'])} cycles; the host drifted {t.get('ref_ratio_min')}-"
+                  f"{t.get('ref_ratio_max')}x inside the pairs; median wall time of an exec "
+                  f"{t.get('exec_med_ratio_median')}x")
+        if med is None:
+            fail.append(f"{target}: no system time in the paired exec blocks")
+            continue
+        (fail if med > limit else ok).append(
+            f"{target}: exec of cat took {med}x the system time with the misses' negative "
+            f"dentries than without (median of the cycles, {'>' if med > limit else '<='} "
+            f"{limit}x; {spread})")
     for target, t in res.get("lookup", {}).items():
         w, raw, ctl = t.get("walk_slowdown"), t.get("slowdown"), t.get("control_walk_slowdown")
         if w is None:
@@ -104,10 +144,14 @@ def _judge_negative(res, facts, markers, events):
                    if w > limit else "")
             ok.append(f"{target} path walk {w}x after the misses (<= {limit}x; stat medians "
                       f"{raw}x, after drop_caches {ctl}x{why})")
-    if not res.get("lookup"):
+    if not res.get("lookup") and not paired:
         fail.append("no lookup timings in the trace")
     max_neg = int(res.get("max_negative") or 0)
-    left = sum(x or 0 for x in (f["nfs_negative_added"], f["local_negative_added"]))
+    left = sum(f.get(f"{t}_negative_added") or 0 for t in ("nfs", "local"))
+    if paired:
+        # Each cycle's misses on both targets, all gone by its clean block (any target's
+        # blocks see the same total).
+        left = max(t.get("negative_removed_median") or 0 for t in paired.values())
     f["negative_added"] = left
     if max_neg and left > max_neg:
         fail.append(f"the misses left {left} negative dentries (> {max_neg})")

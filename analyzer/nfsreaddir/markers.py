@@ -8,7 +8,7 @@ Each is one trace_marker write of `nfsrt: ` followed by space-separated key=valu
     nfsrt: sample nr_dentry=16974 nr_unused=165 nr_negative=10 slab_active=... readdir=3 ...
     nfsrt: phase=modified event=end status=0 entries=50000
 
-The dcache reproducers add timing, exec and per-phase key=value lines and sample every counter
+The dcache reproducers add timing, exec, paired and per-phase key=value lines and sample every counter
 they write; parse() reads them all, for either analysis.
 """
 
@@ -72,6 +72,8 @@ class Markers:
         columns=["ts", "loop", "target", "n", "ns", "ref_ns"]))
     # `nfsrt: exec loop=... target=... n=... sys_s=...`: the 2020 thread's exec-of-cat loops
     execs: list = field(default_factory=list)
+    # `nfsrt: paired cycle=... step=misses|block ...`: the same loops with the states alternated
+    paired: list = field(default_factory=list)
 
 
 def lines(markers_df, column="text"):
@@ -155,6 +157,8 @@ def parse(markers_df):
             samples.append(kv)
         elif words[0] == "exec":
             m.execs.append({"ts": ts, **_pairs(words[1:])})
+        elif words[0] == "paired":
+            m.paired.append({"ts": ts, **_pairs(words[1:])})
         elif words[0] == "timing":
             kv = _pairs(words[1:])
             for k in ("ns", "ref_ns"):

@@ -208,6 +208,12 @@ def dcache_report(x):
                 "slowdown": t.get("slowdown"), "walk slowdown": t.get("walk_slowdown")})
         lines += ["", "lookup loops (walk slowdown: against an fstat of the same file timed "
                   "alongside):", pd.DataFrame(rows).to_string(index=False, na_rep="-")]
+    rows = [{"target": target, **c} for target, t in r.get("cycles", {}).items()
+            for c in t["cycles"]]
+    if rows:
+        lines += ["", "paired cycles (each polluted block against the mean of its two clean "
+                  "neighbours; ref: fstat() timed inside the blocks):",
+                  pd.DataFrame(rows).to_string(index=False, na_rep="-")]
     fig = r.get("figures", {})
     if fig:
         width = max(len(k) for k in fig)

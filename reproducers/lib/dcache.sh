@@ -141,6 +141,12 @@ dc_drop_caches() { sync; echo 2 >/proc/sys/vm/drop_caches; }
 #                                 every "%d" in an ARG replaced by i (e.g. cat DIR/nx%d):
 #                                 "runs=N failed=F wall_s=W user_s=U sys_s=S" (user and system
 #                                 time of the children, from times(2))
+#   run FROM TO --ref K PATH CMD ARG...
+#                                 the same, with K fstat()s of PATH (open since the start)
+#                                 timed after each exec: the host's speed during the loop, as
+#                                 " ref_ns=NS" per fstat (a guest's CPU time follows it), and
+#                                 " exec_med_us=US": the median wall time of one fork+exec+wait
+#                                 (a burst of the host's load moves a few runs, not the median)
 #   mount TYPE SOURCE OPTIONS DIR...
 #                                 make each DIR and mount SOURCE there with mount(2) (OPTIONS
 #                                 as the kernel takes them, e.g. vers=4.1,addr=...): "mounted=N"
@@ -195,25 +201,43 @@ if ($mode eq "time") {
 }
 if ($mode eq "run") {
 	my ($from, $to, @cmd) = @ARGV;
+	my ($refs, $rfh, $rt) = (0, undef, 0);
+	if (@cmd and $cmd[0] eq "--ref") {
+		(undef, $refs, my $rp, @cmd) = @cmd;
+		open($rfh, "<", $rp) or do { print STDERR "cannot open $rp: $!\n"; exit 3 };
+	}
 	@cmd or exit 2;
-	my ($runs, $failed) = (0, 0);
+	my ($runs, $failed, @each) = (0, 0);
 	my @t0 = times;
 	my $w0 = clock_gettime(CLOCK_MONOTONIC);
 	for (my $i = $from; $i < $to; $i++) {
 		my @argv = map { (my $a = $_) =~ s/%d/$i/g; $a } @cmd;
+		my $e0 = clock_gettime(CLOCK_MONOTONIC);
 		my $pid = fork() // die "fork: $!\n";
 		if (!$pid) {
 			open(STDOUT, ">", "/dev/null"); open(STDERR, ">", "/dev/null");
 			exec { $argv[0] } @argv or exit 127;
 		}
 		waitpid($pid, 0);
+		push @each, clock_gettime(CLOCK_MONOTONIC) - $e0;
 		$runs++;
 		$failed++ if $?;
+		next unless $refs;
+		my $r0 = clock_gettime(CLOCK_MONOTONIC);
+		for (my $k = 0; $k < $refs; $k++) { stat($rfh) }
+		$rt += clock_gettime(CLOCK_MONOTONIC) - $r0;
 	}
+	# The reference fstat()s count in the wall time, not in the times of the children.
 	my $w = clock_gettime(CLOCK_MONOTONIC) - $w0;
 	my @t1 = times;
-	printf "runs=%d failed=%d wall_s=%.3f user_s=%.2f sys_s=%.2f\n", $runs, $failed, $w,
+	printf "runs=%d failed=%d wall_s=%.3f user_s=%.2f sys_s=%.2f", $runs, $failed, $w,
 		$t1[2] - $t0[2], $t1[3] - $t0[3];
+	if ($refs and $runs) {
+		my @w = sort { $a <=> $b } @each;
+		printf " ref_ns=%.1f exec_med_us=%.0f", $rt * 1e9 / ($refs * $runs),
+			($w[$#w / 2] + $w[@w / 2]) / 2 * 1e6;
+	}
+	print "\n";
 	exit 0;
 }
 # x86-64 system call numbers (the guests are x86-64).
