@@ -509,6 +509,39 @@ def test_unlink_storm_client_keeps_the_unlinked_dentry_as_negative(built, kernel
     assert r["verdict"] == "FAIL" and "negative dentries on the NFS client" in r["reasons"][0]
 
 
+def test_storm_steady_rate_leaves_out_the_workers_start_and_the_wait_for_the_last():
+    """Hand-made: nothing removed for the storm's first 2 s (workers starting), then 100
+    negative dentries a second until all 1,000 are there at 13 s, then 7 s of waiting. The
+    early, late and fitted rates are the 100 a second of the removals themselves."""
+    lines = [(0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-unlink-storm"),
+             (0.5, "nfsrt: sample nr_dentry=50 nr_unused=0 nr_negative=0"),
+             (1.0, "nfsrt: phase=storm event=start files=1000")]
+    for t in range(2, 21):
+        n = min(max(t - 3, 0), 10) * 100
+        lines.append((t, f"nfsrt: sample nr_dentry={1050 - n} nr_unused=0 nr_negative={n}"))
+    lines.append((20.5, "nfsrt: phase=storm event=end seconds=19.5"))
+    lines.append((21.0, "nfsrt: sample nr_dentry=50 nr_unused=0 nr_negative=1000"))
+    rates = dcache_judge._steady_rates(markers.parse(table(lines)), "storm")
+    assert rates == {"early": 100.0, "late": 100.0, "fit": 100.0}
+
+
+@pytest.mark.parametrize("kernel", ["5.10", "6.1"])
+def test_storm_steady_rates_follow_the_traced_unlinks(built, kernel):
+    """The rates read from the dcache samples against an oracle that never looks at them: the
+    nfs:nfs_unlink_exit events between the 10th and 30th, 70th and 90th, 10th and 90th
+    percentile of the unlinks, times the negative dentries each removed file left."""
+    f = res(built, f"unlink-storm-{kernel}")["figures"]
+    _, events = dcache.read_trace(os.path.join(fixture_path(f"unlink-storm-{kernel}"),
+                                               "dcache.dat"))
+    ts = sorted(events.loc[events["key"] == "nfs_unlink_exit", "ts"])
+    n = len(ts)
+    assert n == f["files"]
+    for lo, hi, name in ((0.1, 0.3, "early"), (0.7, 0.9, "late"), (0.1, 0.9, "fit")):
+        a, b = int(lo * n), int(hi * n)
+        oracle = f["storm_negative_per_file"] * (b - a) / ((ts[b] - ts[a]) / S)
+        assert f[f"storm_negative_per_s_{name}"] == pytest.approx(oracle, rel=0.15), name
+
+
 # ------------------------------------------------------------------ dcache-readdirplus
 def sizes_of(r):
     return [int(x) for x in str(r["sizes"]).split(",")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pandas as pd
 
 from . import __version__, verdict
@@ -171,10 +172,15 @@ def _judge_unlink_storm(res, facts, markers, events):
     f["storm_negative_per_s"] = storm.get("rate_per_s", {}).get("nr_negative")
     f["storm_peak_dentry"] = storm.get("peak", {}).get("nr_dentry")
     f["storm_negative_per_file"] = _ratio(f["storm_negative_delta"], files)
-    # The rate over time: negative dentries per second in the storm's first and last
-    # quarters (a steady state has the two alike; a slowing one does not).
-    for q, name in ((0, "first"), (3, "last")):
-        f[f"storm_negative_per_s_{name}_quarter"] = _quarter_rate(markers, "storm", q)
+    # The rate over time, a steady state when "early" and "late" are alike. Read between 10 %
+    # and 90 % of the negative dentries the storm added, not over quarters of its time: those
+    # also hold the workers' start (25 s of a 197 s storm on 5.10) and the wait for the last.
+    for k, v in _steady_rates(markers, "storm").items():
+        f[f"storm_negative_per_s_{k}"] = v
+    f["storm_late_over_early"] = _ratio(f["storm_negative_per_s_late"],
+                                        f["storm_negative_per_s_early"])
+    f["create_seconds"] = res["phases"].get("create", {}).get("seconds")
+    f["creates_per_s"] = _ratio(files, f["create_seconds"], 1)
     f["nfs_unlinks_traced"] = _ev(res, "storm", "nfs_unlink_exit")
     f["nfs_lookups_traced"] = _ev(res, "storm", "nfs_lookup_exit")
     if "restat" in res["phases"]:
@@ -218,19 +224,35 @@ def _judge_unlink_storm(res, facts, markers, events):
     return f, fail, ok
 
 
-def _quarter_rate(markers, phase, q):
-    """nr_negative per second over quarter q (0-3) of a phase, from the samples nearest its
-    edges; None without two distinct samples in it."""
+def _steady_rates(markers, phase):
+    """nr_negative per second while a phase added its 10-30 % ("early") and 70-90 % ("late")
+    of the negative dentries it added in all, and the least-squares slope over its 10-90 %
+    ("fit"), from the samples inside the phase; None where fewer than two samples fall in."""
+    out = dict.fromkeys(("early", "late", "fit"))
     p = next((x for x in markers.phases if x.name == phase and x.end is not None), None)
     s = markers.samples
     if p is None or not len(s) or "nr_negative" not in s:
-        return None
-    span = p.end - p.start
-    a, b = _row_after(s, p.start + span * q // 4), _row_before(s, p.start + span * (q + 1) // 4)
-    dt = (b["ts"] - a["ts"]) / NS
-    if dt <= 0:
-        return None
-    return round((b["nr_negative"] - a["nr_negative"]) / dt, 1)
+        return out
+    base = _row_before(s, p.start)["nr_negative"]
+    total = _row_after(s, p.end)["nr_negative"] - base
+    inside = s[(s["ts"] >= p.start) & (s["ts"] <= p.end)]
+    if total <= 0 or len(inside) < 2:
+        return out
+    t = (inside["ts"] - p.start) / NS
+    done = (inside["nr_negative"] - base) / total
+
+    def span(lo, hi):
+        a, b = inside[done >= lo], inside[done >= hi]
+        if not len(a) or not len(b):
+            return None
+        dt = (b["ts"].iloc[0] - a["ts"].iloc[0]) / NS
+        return round((b["nr_negative"].iloc[0] - a["nr_negative"].iloc[0]) / dt, 1) if dt > 0 else None
+
+    out["early"], out["late"] = span(0.1, 0.3), span(0.7, 0.9)
+    mid = (done >= 0.1) & (done <= 0.9)
+    if mid.sum() >= 2 and t[mid].nunique() >= 2:
+        out["fit"] = round(float(np.polyfit(t[mid], inside["nr_negative"][mid], 1)[0]), 1)
+    return out
 
 
 def _judge_readdirplus(res, facts, markers, events):
