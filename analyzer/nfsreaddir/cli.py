@@ -117,11 +117,15 @@ def split_dcache(paths):
     return runs, [p for p in paths if p not in runs]
 
 
+def dcache_run_dir(path):
+    """The results directory of a dcache run given as the directory or its trace."""
+    return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+
+
 def dcache_results(path):
     """results.json of a dcache run, made afresh from its trace and facts."""
     from . import dcache_judge
-    d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    return dcache_judge.build_results(d)
+    return dcache_judge.build_results(dcache_run_dir(path))
 
 
 def cmd_analyze(args):
@@ -202,13 +206,12 @@ def cmd_check(args):
 def cmd_export(args):
     from . import capture, export, verdict, wire
     from .analysis import AnalysisError, analyze
-    from .dcache import read_trace
+    from .dcache_judge import build
     runs, traces = split_dcache(expand(args.traces))
     for path in runs:
-        d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-        res = dcache_results(path)
-        trace = os.path.join(d, res["trace"])
-        written, kept = export.write_dcache(res, read_trace(trace)[0], trace, path,
+        d = dcache_run_dir(path)
+        res, markers = build(d)
+        written, kept = export.write_dcache(res, markers, os.path.join(d, res["trace"]), path,
                                             args.output, args.format)
         _say_exported(written, kept)
     for path in traces:

@@ -30,6 +30,11 @@ def load(x):
 def build_results(directory):
     """results.json of a dcache-* results directory: run facts, per-phase facts and summary,
     the reproducer's figures, "verdict" ("PASS"/"FAIL") and "reasons"."""
+    return build(directory)[0]
+
+
+def build(directory):
+    """(build_results(directory), the markers of its trace), the trace read once."""
     facts = _facts(directory)
     run = facts.pop("run", {})
     name = run.get("name")
@@ -53,7 +58,7 @@ def build_results(directory):
     figures, reasons_fail, reasons_ok = JUDGES[name](res, facts, markers, events)
     res["figures"] = _jsonable(figures)
     res["verdict"], res["reasons"] = verdict.from_reasons(reasons_fail, reasons_ok)
-    return _jsonable(res)
+    return _jsonable(res), markers
 
 
 def _delta(res, phase, key):
