@@ -798,6 +798,22 @@ def test_extract_equals_numpy_reader(dat_files, numpy_walk, monkeypatch):
                 assert np.array_equal(v, w), (dat, ev, c)
 
 
+def damaged_blocks(dat_files, seed, copies):
+    """(dat, trace, cpu, block) for `copies` copies of every ring-buffer block of every other
+    trace, each with 1-20 bytes set at random (seeded: the same damage on every run)."""
+    rnd = random.Random(seed)
+    for dat in dat_files[::2]:
+        t = open_trace(dat)
+        b = t._buf
+        for cpu, off, size in b.cpus:
+            for block0 in t._cpu_blocks(cpu, off, size, b.compressed, b.page_size):
+                for _ in range(copies):
+                    block = block0.copy()
+                    for _ in range(rnd.randint(1, 20)):
+                        block[rnd.randrange(len(block))] = rnd.randrange(256)
+                    yield dat, t, cpu, block
+
+
 @pytest.mark.slow
 @needs_compiled
 def test_extract_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
@@ -806,39 +822,31 @@ def test_extract_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
     same damage."""
     from nfsreaddir import _ringbuf
     from nfsreaddir.trace.ringbuf import _damage_text
-    rnd = random.Random(20261124)
-    for dat in dat_files[::2]:
-        t = open_trace(dat)
+    for dat, t, cpu, block in damaged_blocks(dat_files, 20261124, 10):
         b, hp, idf = t._buf, t._hp, t._id_field
-        for cpu, off, size in b.cpus:
-            for block0 in t._cpu_blocks(cpu, off, size, b.compressed, b.page_size):
-                for _ in range(10):
-                    block = block0.copy()
-                    for _ in range(rnd.randint(1, 20)):
-                        block[rnd.randrange(len(block))] = rnd.randrange(256)
-                    lost = []
-                    parts = numpy_walk(lambda: list(t._walks(block, b.page_size, None, cpu,
-                                                             lost)))
-                    ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
-                    ts = np.concatenate([np.asarray(p[0][1], np.uint64) for p in parts])
-                    keep = ids != (1 << 8 * idf.size) - 1
-                    # every event into one slot, its id as the one column
-                    slots = np.zeros((1 << (8 * idf.size)) if idf.size <= 2 else (1 << 20),
-                                     np.int16)
-                    slots[-1] = -1
-                    ext = _ringbuf.Extract(slots, [[(0, idf.offset, idf.size, False, False,
-                                                     8)]])
-                    marks, bad, why, detail = ext.walk(
-                        block, b.page_size, hp["commit_off"], hp["commit_size"],
-                        hp["data_off"], t._e == ">", t.long_size, idf.offset, idf.size)
-                    n = ext.rows(0)
-                    got_ts = np.frombuffer(ext.take(0, -1), np.uint64, count=n)
-                    got_ids = np.frombuffer(ext.take(0, 0), np.uint64, count=n)
-                    assert np.array_equal(got_ts, ts[keep]), dat
-                    assert np.array_equal(got_ids.astype(np.int64), ids[keep]), dat
-                    assert [{"cpu": cpu, "ts": m[1], "count": m[2]} for m in marks] == lost
-                    assert _damage_text(cpu, why, bad, detail,
-                                        b.page_size - hp["data_off"]) == parts[-1][1], dat
+        lost = []
+        parts = numpy_walk(lambda: list(t._walks(block, b.page_size, None, cpu,
+                                                 lost)))
+        ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
+        ts = np.concatenate([np.asarray(p[0][1], np.uint64) for p in parts])
+        keep = ids != (1 << 8 * idf.size) - 1
+        # every event into one slot, its id as the one column
+        slots = np.zeros((1 << (8 * idf.size)) if idf.size <= 2 else (1 << 20),
+                         np.int16)
+        slots[-1] = -1
+        ext = _ringbuf.Extract(slots, [[(0, idf.offset, idf.size, False, False,
+                                         8)]])
+        marks, bad, why, detail = ext.walk(
+            block, b.page_size, hp["commit_off"], hp["commit_size"],
+            hp["data_off"], t._e == ">", t.long_size, idf.offset, idf.size)
+        n = ext.rows(0)
+        got_ts = np.frombuffer(ext.take(0, -1), np.uint64, count=n)
+        got_ids = np.frombuffer(ext.take(0, 0), np.uint64, count=n)
+        assert np.array_equal(got_ts, ts[keep]), dat
+        assert np.array_equal(got_ids.astype(np.int64), ids[keep]), dat
+        assert [{"cpu": cpu, "ts": m[1], "count": m[2]} for m in marks] == lost
+        assert _damage_text(cpu, why, bad, detail,
+                            b.page_size - hp["data_off"]) == parts[-1][1], dat
 
 
 @pytest.mark.slow
@@ -846,31 +854,23 @@ def test_extract_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
 def test_compiled_walk_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
     """Seeded random bytes in the ring-buffer pages: both walks list the same records, the
     same lost-events markers and the same damage (message included)."""
-    rnd = random.Random(20261123)
-    for dat in dat_files[::2]:
-        t = open_trace(dat)
+    for dat, t, cpu, block in damaged_blocks(dat_files, 20261123, 20):
         b = t._buf
-        for cpu, off, size in b.cpus:
-            for block0 in t._cpu_blocks(cpu, off, size, b.compressed, b.page_size):
-                for _ in range(20):
-                    block = block0.copy()
-                    for _ in range(rnd.randint(1, 20)):
-                        block[rnd.randrange(len(block))] = rnd.randrange(256)
-                    got, want = [], []
-                    for out, run in ((got, lambda f: f()), (want, numpy_walk)):
-                        lost = []
-                        parts = run(lambda: list(t._walks(block, b.page_size, None, cpu, lost)))
-                        ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
-                        # the largest id marks "no event" in the numpy walk: a record whose
-                        # id was damaged into it counts as none in either
-                        keep = ids != (1 << 8 * t._id_field.size) - 1
-                        cols = [np.concatenate([np.asarray(p[0][i], np.int64 if i != 1
-                                                           else np.uint64) for p in parts])[keep]
-                                for i in range(3)]
-                        out += [cols, ids[keep], lost, parts[-1][1]]
-                    for g, w in zip(got[0], want[0]):
-                        assert np.array_equal(g, w), dat
-                    assert np.array_equal(got[1], want[1]) and got[2:] == want[2:], dat
+        got, want = [], []
+        for out, run in ((got, lambda f: f()), (want, numpy_walk)):
+            lost = []
+            parts = run(lambda: list(t._walks(block, b.page_size, None, cpu, lost)))
+            ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
+            # the largest id marks "no event" in the numpy walk: a record whose
+            # id was damaged into it counts as none in either
+            keep = ids != (1 << 8 * t._id_field.size) - 1
+            cols = [np.concatenate([np.asarray(p[0][i], np.int64 if i != 1
+                                               else np.uint64) for p in parts])[keep]
+                    for i in range(3)]
+            out += [cols, ids[keep], lost, parts[-1][1]]
+        for g, w in zip(got[0], want[0]):
+            assert np.array_equal(g, w), dat
+        assert np.array_equal(got[1], want[1]) and got[2:] == want[2:], dat
 
 
 def test_without_the_compiled_walk_one_notice(dat_files):
