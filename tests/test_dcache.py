@@ -895,6 +895,11 @@ def test_unlink_storm_via_local_keeps_a_negative_dentry_per_removed_file(built):
     assert f["storm_negative_delta"] == pytest.approx(n, rel=0.02)
     assert f["client_negative_from_unlink"] == pytest.approx(n, rel=0.02)
     assert f["restat_negative_delta"] == 0          # the re-lookups find them in the dcache
+    # the storm turned the files' own dentries negative: no share of the dentries it added
+    # (a handful) describes the thousands of negative ones
+    storm = r["phases"]["storm"]
+    assert storm["delta"]["nr_negative"] > storm["delta"]["nr_dentry"]
+    assert storm["negative_share"] is None
 
 
 def test_negative_exec_loop_and_misses_by_cat(built):

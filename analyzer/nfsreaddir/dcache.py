@@ -155,8 +155,11 @@ def phase_summary(samples, phase, events=None):
                    for k in ("nr_dentry", "nr_negative") if k in peak}
     dd, dn = delta.get("nr_dentry"), delta.get("nr_negative")
     # Of the dentries the phase added, the share that is negative; and of all dentries at
-    # its end, the negative fraction.
-    out["negative_share"] = _ratio(dn, dd) if dd and dd > 0 and dn is not None else None
+    # its end, the negative fraction. A phase that turns dentries it did not add negative
+    # (an unlink keeps the removed name's dentry as a negative one) adds more negative
+    # dentries than dentries: no share of what it added describes that, so there is none.
+    out["negative_share"] = (_ratio(dn, dd) if dd and dd > 0 and dn is not None
+                             and 0 <= dn <= dd else None)
     out["negative_fraction_after"] = _ratio(out["after"].get("nr_negative"),
                                             out["after"].get("nr_dentry"))
     if events is not None and len(events):

@@ -195,8 +195,11 @@ def dcache_report(x):
                      "negative share": p.get("negative_share"),
                      "events": ", ".join(f"{k} {v}" for k, v in p.get("events", {}).items())})
     if rows:
-        lines += ["", "change over each phase:",
-                  pd.DataFrame(rows).to_string(index=False, na_rep="-")]
+        df = pd.DataFrame(rows)
+        # a column with no figure in any phase is None throughout: numbers, so it shows "-"
+        num = df.columns.difference(["phase", "events"])
+        df[num] = df[num].apply(pd.to_numeric)
+        lines += ["", "change over each phase:", df.to_string(index=False, na_rep="-")]
     lk = r.get("lookup", {})
     if lk:
         rows = []
