@@ -257,7 +257,11 @@ def dcache_runs(directories, output):
     for ax, d in zip(axes[int(summary):, 0], directories):
         m, _ = dcache.read_trace(dcache._trace_of(d))
         dcache_samples(ax, m.samples, m.phases)
-        ax.set_title(f"{m.run.get('reproducer', '?')} on {m.run.get('kernel', '?')}")
+        # the run's own parameters: runs of one reproducer on one kernel differ only there
+        params = " ".join(f"{k}={v}" for k, v in m.run.items()
+                          if k not in ("reproducer", "kernel"))
+        ax.set_title(f"{m.run.get('reproducer', '?')} on {m.run.get('kernel', '?')}"
+                     + (f"\n{params}" if params else ""), fontsize=10)
     fig.tight_layout()
     save(fig, output)
     return output
