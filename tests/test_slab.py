@@ -23,6 +23,7 @@ import pytest
 from nfsreaddir import render, slab
 from nfsreaddir.trace.text import ReportText
 from nfsreaddir.trace import open_trace
+from nfsreaddir.trace.arrays import _Strs
 
 from conftest import installed
 
@@ -253,12 +254,12 @@ def _reread(path):
 KMEM_FIXTURES = [HOST, FIXTURES / "kmem-lost" / "kmem.dat", *KMALLOC, NFS]
 
 
-@pytest.mark.skipif(slab._slab is None, reason="the compiled slab passes are not built")
+@pytest.mark.skipif(slab._slab is None, reason="the compiled slab pass is not built")
 @pytest.mark.parametrize("dat", KMEM_FIXTURES, ids=lambda p: p.parent.name)
-def test_compiled_passes_give_what_the_sorts_give(dat, monkeypatch):
-    """The compiled pointer matching and running peaks (nfsreaddir._slab) against their
-    numpy versions (a stable sort by pointer, a radix sort by cache), on every kmem fixture,
-    also as the 5.10 way (no cache names)."""
+def test_compiled_pass_gives_what_the_sorts_give(dat, monkeypatch):
+    """The compiled pass in time order (nfsreaddir._slab) against the numpy version (a
+    stable sort by time, one by pointer, a radix sort by cache), on every kmem fixture, also
+    as the 5.10 way (no cache names)."""
     for wrap in (lambda t: t, _NoName):
         fast = slab.summarize(wrap(open_trace(dat)))
         with monkeypatch.context() as m:
@@ -267,18 +268,45 @@ def test_compiled_passes_give_what_the_sorts_give(dat, monkeypatch):
         assert fast == oracle
 
 
-@pytest.mark.skipif(slab._slab is None, reason="the compiled slab passes are not built")
-def test_compiled_passes_on_many_pointers(monkeypatch):
-    """More distinct pointers than the fixtures have (the compiled table grows several
-    times), aligned so that they share their low bits, and many caches."""
+@pytest.mark.skipif(slab._slab is None, reason="the compiled slab pass is not built")
+def test_compiled_pass_on_many_pointers_and_tied_times(monkeypatch):
+    """More objects than the fixtures have (the compiled table grows several times and
+    entries are erased from the middle of probe chains), pointers sharing their low bits,
+    many caches, times tied across event kinds, kinds in several runs (one wholly unsorted),
+    failed allocations, frees of no cache, names that disagree: the same summary both ways,
+    with every one of those cases met."""
     rng = np.random.default_rng(17)
-    ptr = rng.integers(1, 300_000, 2_000_000, dtype=np.uint64) << np.uint64(16)
-    group = rng.integers(-1, 500, len(ptr), dtype=np.int32)
-    delta = rng.integers(-1, 2, len(ptr), dtype=np.int8)
-    order = rng.permutation(len(ptr)).astype(np.int32)     # ptr read through a permutation
-    fast = slab._previous(ptr, order), *slab._group_max_of_running_sum(group, delta, 500)
+    names = [f"cache-{i}" for i in range(300)]
+    size_of = rng.integers(8, 4096, len(names))
+
+    def kind(n, alloc, named, runs):
+        ts = rng.integers(0, n // 4, n)             # about 4 events per instant
+        ts[:n // runs * runs].reshape(runs, -1).sort()   # per CPU: runs in time order
+        if runs == 1:
+            rng.shuffle(ts)                         # (one kind with no order at all)
+        ptr = rng.integers(1, 200_000, n, dtype=np.uint64) << np.uint64(16)
+        ptr[rng.random(n) < 0.001] = rng.integers(0, 17, 1)[0]   # failed, kfree(NULL)
+        code = rng.integers(-1 if not alloc else 0, len(names), n).astype(np.int32)
+        cols = {"ts": ts, "ptr": ptr}
+        if alloc:
+            cols["bytes_alloc"] = size_of[code].astype(np.uint64)
+        if named:
+            cols["name"] = _Strs(code, names)
+        return cols
+
+    frames = {"kmem:kmem_cache_alloc": kind(700_000, True, True, 2),
+              "kmem:kmalloc": kind(300_000, True, False, 5),
+              "kmem:kmem_cache_free": kind(600_000, False, True, 3),
+              "kmem:kfree": kind(30_000, False, False, 1)}
+    request = {ev: list(cols) for ev, cols in frames.items()}
+
+    class Trace:
+        info = {}
+    fresh = lambda: {ev: dict(cols) for ev, cols in frames.items()}   # noqa: E731
+    fast = slab._summarize(Trace(), request, fresh())
     monkeypatch.setattr(slab, "_slab", None)
-    oracle = slab._previous(ptr, order), *slab._group_max_of_running_sum(group, delta, 500)
-    for a, b in zip(fast, oracle):
-        assert (a == b).all()
-    assert (fast[0] >= 0).sum() > len(ptr) // 2 and fast[1].max() > 0
+    assert fast == slab._summarize(Trace(), request, fresh())
+    assert fast["failed_allocs"] and fast["frees_of_earlier_unknown"]
+    assert fast["reallocated_without_free"] and fast["free_name_mismatches"]
+    assert fast["total"]["live"] > 50_000 and len(fast["caches"]) > 300
+    assert all(r["peak_live"] >= r["live"] for r in fast["caches"])

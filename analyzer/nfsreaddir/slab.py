@@ -21,11 +21,11 @@ A free with no allocation of its ``ptr`` earlier in the trace freed an object al
 before the trace began: it counts against the cache named in the free event where there is
 one, else it is reported only as a total (``frees_of_earlier_unknown``).
 
-Everything is whole-array work on the columns ``trace.read`` returns (no per-event Python):
-one merge of the events by time, then two passes in time order, compiled
-(:mod:`nfsreaddir._slab`): each event's previous event of the same ``ptr`` (which matches
-frees to allocations), and the running counts per cache.  Where that is not built, numpy
-does them with a stable sort by ``ptr`` and a radix sort by cache.
+No per-event Python: one compiled pass (:mod:`nfsreaddir._slab`) visits the events in time
+order straight from the columns ``trace.read_columns`` returns, with a table of the objects
+live at that moment (which matches frees to allocations) and running counts per cache; no
+copy of the columns is made.  Where it is not built, numpy does the same with whole-array
+work: the columns merged and sorted by time, a stable sort by ``ptr``, a radix sort by cache.
 
 API (for ``nfs-readdir analyze``)::
 
@@ -96,7 +96,8 @@ def _array(col):
 
 
 class _Caches:
-    """Global cache numbering: label -> code."""
+    """Global cache numbering: label -> code.  An event's cache is ``table[key]``: the key is
+    the event's object size or the code of its name, the table maps keys to cache codes."""
 
     def __init__(self):
         self.index = {}
@@ -109,24 +110,32 @@ class _Caches:
             self.labels.append(label)
         return c
 
-    def remap(self, codes, labels):
-        """Local codes (-1: none) over ``labels`` -> global codes (-1 stays)."""
-        table = np.array([self.code(lb) for lb in labels] + [-1], dtype=np.int32)
-        return table[codes]             # -1 picks the last entry: -1
+    def by_name(self, col):
+        """(key, table) of a name column: its codes (-1: none) and their caches."""
+        codes, labels = _factorize(col)
+        return codes, np.array([self.code(lb) for lb in labels], dtype=np.int32)
 
     def by_size(self, prefix, sizes):
-        """Codes of caches named prefix + size for each element of ``sizes``."""
+        """(key, table) of caches named prefix + size for each element of ``sizes``."""
         if len(sizes) and 0 <= sizes.min() and sizes.max() < (1 << 24):
-            # object sizes are small: a direct table instead of sorting them
+            # object sizes are small: the sizes are the key, into a direct table
             seen = np.zeros(int(sizes.max()) + 1, bool)
             seen[sizes] = True
-            uniq = np.flatnonzero(seen)
-            table = np.zeros(len(seen), np.int32)
-            table[uniq] = np.arange(len(uniq), dtype=np.int32)
-            codes = table[sizes]
-        else:
-            uniq, codes = np.unique(sizes, return_inverse=True)
-        return self.remap(codes.reshape(-1), [f"{prefix}{int(u)}" for u in uniq])
+            table = np.full(len(seen), -1, np.int32)
+            for size in np.flatnonzero(seen).tolist():
+                table[size] = self.code(f"{prefix}{size}")
+            return sizes, table
+        uniq, codes = np.unique(sizes, return_inverse=True)
+        return codes.reshape(-1), np.array([self.code(f"{prefix}{int(u)}") for u in uniq],
+                                           dtype=np.int32)
+
+
+def _codes(piece):
+    """The cache code (int32, -1: none) of each event of a piece."""
+    _, ts, _, _, key, table = piece
+    if key is None:
+        return np.full(len(ts), -1, np.int32)
+    return np.append(table, np.int32(-1))[key]      # a key of -1 picks the last entry: -1
 
 
 def _sort_by_ptr(ptr):
@@ -189,36 +198,6 @@ def _sort_times(ts):
     return order
 
 
-def _previous(ptr, order):
-    """For each element of ``ptr[order]`` (uint64; ``order`` int32), the index (int64) of the
-    last element before it with the same pointer, or -1: compiled (one pass with a table of
-    the pointers seen, reading ptr through order: no copy of it) where it is built, else the
-    neighbours in a stable sort by pointer."""
-    prev = np.empty(len(order), np.int64)
-    if _slab is not None and order.dtype == np.int32:
-        _slab.previous(np.ascontiguousarray(ptr, np.uint64), prev, order)
-        return prev
-    ptr = ptr[order]
-    sp = _sort_by_ptr(ptr)
-    same = ptr[sp[1:]] == ptr[sp[:-1]]
-    prev[...] = -1
-    prev[sp[1:][same]] = sp[:-1][same]
-    return prev
-
-
-def _group_max_of_running_sum(group, delta, ngroups):
-    """Per group (int32, -1: none): the largest running sum of ``delta`` (int8; in the
-    given order, from 0 at the group's start; at least 0) and where it was first reached
-    (index into the input, or -1).  Compiled: one pass; else :func:`_running_max_sorted`."""
-    if _slab is None:
-        return _running_max_sorted(group, delta, ngroups)
-    peak = np.zeros(ngroups, np.int64)
-    at = np.full(ngroups, -1, np.int64)
-    _slab.running_max(np.ascontiguousarray(group, np.int32),
-                      np.ascontiguousarray(delta, np.int8), peak, at)
-    return peak, at
-
-
 def _running_max_sorted(group, delta, ngroups):
     """Per group: the largest running sum of ``delta`` (in the given order, from 0 at the
     group's start; at least 0) and where it was first reached (index into the input, or
@@ -250,81 +229,38 @@ def _running_max_sorted(group, delta, ngroups):
     return peak, at
 
 
-def read_request(trace):
-    """What summarize() reads: {event: fields} for the events of EVENTS the trace has
-    formats for (``name`` where the format has it)."""
-    request = {}
-    for ev in EVENTS:
-        f = _fields(trace, ev)
-        if f is not None:
-            request[ev] = f
-    return request
-
-
-def summarize(trace):
-    """Slab growth in ``trace`` (from :func:`nfsreaddir.trace.open_trace`), as a JSON-able
-    dict, or None when the trace has no kmem allocation/free records.
-
-    Raises TraceError when the trace cannot be read (as ``trace.read`` does)."""
-    request = read_request(trace)
-    if not request:
+def _key(key):
+    """A piece's key as the compiled pass reads it: contiguous, signed (-1: no cache)."""
+    if key is None:
         return None
-    # of the base columns only the time (the trace.dat reader can skip the others), and not
-    # sorted: the events are put in time order here, all kinds together, by a stable sort
-    frames = trace.read_columns(request, base=("ts",), ordered=False)
-    with heap_reuse():
-        return _summarize(trace, request, frames)
+    key = np.ascontiguousarray(key)
+    return key.astype(np.int64) if key.dtype.kind == "u" else key
 
 
-def _summarize(trace, request, frames):
-    """summarize() on the frames read."""
-    counts = {ev: int(len(df["ts"])) for ev, df in frames.items() if len(df["ts"])}
-    if not counts:
-        return None
-    caches = _Caches()
-    named = any(counts.get(ev) and "name" in request[ev] for ev in ALLOC_EVENTS)
+def _tally_compiled(pieces, k):
+    """The counts per cache and the totals of :func:`_tally_sorted`, in one compiled pass
+    in time order (nfsreaddir._slab) over the pieces' columns as they are."""
+    out = np.zeros(len(_slab.ROWS) * k, np.int64)
+    scalars = _slab.tally(pieces, k, out)
+    return dict(zip(_slab.ROWS, out.reshape(len(_slab.ROWS), k))), scalars
 
-    # allocations: ts, ptr, bytes, cache code
-    a_ts, a_ptr, a_bytes, a_cache = [], [], [], []
-    for ev in ALLOC_EVENTS:
-        df = frames.get(ev)
-        if df is None or not len(df["ts"]):
-            continue
-        size = _array(df["bytes_alloc"])
-        # (sizes are far below 2**63: the unsigned column read as signed, without a copy)
-        size = size.view(np.int64) if size.dtype == np.uint64 else size.astype(np.int64)
-        if ev.startswith("kmem:kmalloc"):
-            code = caches.by_size("kmalloc-", size)
-        elif "name" in df:
-            code = caches.remap(*_factorize(df["name"]))
-        else:
-            code = caches.by_size("size-", size)
-        a_ts.append(_array(df["ts"]))
-        a_ptr.append(_array(df["ptr"]).astype(np.uint64, copy=False))
-        a_bytes.append(size)
-        a_cache.append(code)
-    f_ts, f_ptr, f_cache = [], [], []
-    for ev in FREE_EVENTS:
-        df = frames.get(ev)
-        if df is None or not len(df["ts"]):
-            continue
-        f_ts.append(_array(df["ts"]))
-        f_ptr.append(_array(df["ptr"]).astype(np.uint64, copy=False))
-        f_cache.append(caches.remap(*_factorize(df["name"])) if "name" in df
-                       else np.full(len(df["ts"]), -1, np.int32))
-    frames.clear()       # the only copy of the columns from here on is what was taken above
-    cat = (lambda parts, dt: (parts[0] if len(parts) == 1 else np.concatenate(parts))
-           .astype(dt, copy=False) if parts else np.zeros(0, dt))
-    na = sum(len(x) for x in a_ts)
+
+def _tally_sorted(pieces, k):
+    """Per cache (arrays of ``k``): allocs, frees, frees_matched, live, untraced_frees,
+    peak_live (and peak_live_ts, its first time), peak_net, alloc_bytes, object_size; and
+    (failed allocations, frees of no known cache, allocations proving an untraced free,
+    frees naming another cache than their allocation, first time, last time).
+
+    With numpy: the events merged and put in time order by a stable sort (allocations first
+    at equal times), each event's previous one of the same ``ptr`` found by a stable sort by
+    pointer, the running counts by a radix sort by cache.  The fallback where the compiled
+    pass is not built, and its oracle."""
+    na = sum(len(p[1]) for p in pieces if p[0])
     # one column at a time, each dropped once joined: memory holds about one copy
-    ts = np.concatenate(a_ts + f_ts).astype(np.int64, copy=False)
-    del a_ts, f_ts
-    ptr = np.concatenate(a_ptr + f_ptr).astype(np.uint64, copy=False)
-    del a_ptr, f_ptr
-    cache = np.concatenate(a_cache + f_cache).astype(np.int32, copy=False)
-    del a_cache, f_cache
-    a_bytes = cat(a_bytes, np.int64)
-    k = len(caches.labels)
+    ts = np.concatenate([p[1] for p in pieces])       # (a copy: sorted in place below)
+    ptr = np.concatenate([p[2] for p in pieces])
+    cache = np.concatenate([_codes(p) for p in pieces])
+    a_bytes = np.concatenate([p[3] for p in pieces if p[0]] or [np.zeros(0, np.int64)])
     # object size per cache (constant within a cache: bytes_alloc is s->size)
     obj = np.zeros(k, np.int64)
     a_codes = cache[:na]
@@ -355,9 +291,16 @@ def _summarize(trace, request, frames):
     del real
     ts_t = ts
     del ts
-    # match each free to the allocation of its pointer just before it
-    prev = _previous(ptr, order)
+    # match each free to the allocation of its pointer just before it: for each event, the
+    # index of the last event before it with the same pointer (-1: none), from the
+    # neighbours in a stable sort by pointer
+    ptr = ptr[order]
+    sp = _sort_by_ptr(ptr)
+    same = ptr[sp[1:]] == ptr[sp[:-1]]
     del ptr
+    prev = np.full(len(order), -1, np.int64)
+    prev[sp[1:][same]] = sp[:-1][same]
+    del sp, same
     isalloc = order < na
     cache_t = cache[order]
     del order, cache
@@ -382,17 +325,16 @@ def _summarize(trace, request, frames):
     implicit_cache = before[implicit_at]
     name_mismatch = int(np.count_nonzero(is_matched_t & (cache_t >= 0) & (cache_t != before)))
     np.copyto(cache_t, before, where=is_matched_t)  # a matched free counts for the alloc's cache
-    n_unpaired = len(implicit_at)
     del before
 
     isfree = ~isalloc
-    unknown_free = isfree & (cache_t < 0)
+    n_unknown = int(np.count_nonzero(isfree & (cache_t < 0)))
     cnt = lambda mask: np.bincount(cache_t[mask & (cache_t >= 0)], minlength=k)[:k]  # noqa
-    allocs = cnt(isalloc)
-    frees = cnt(isfree)
-    frees_matched = cnt(isfree & is_matched_t)
-    live_n = cnt(is_live_t)
-    implicit = np.bincount(implicit_cache[implicit_cache >= 0], minlength=k)[:k]
+    tally = {"allocs": cnt(isalloc), "frees": cnt(isfree),
+             "frees_matched": cnt(isfree & is_matched_t), "live": cnt(is_live_t),
+             "untraced_frees": np.bincount(implicit_cache[implicit_cache >= 0],
+                                           minlength=k)[:k],
+             "alloc_bytes": alloc_bytes.astype(np.int64), "object_size": obj}
     # running counts per cache, in time order: objects allocated in the trace and not
     # freed yet (by ptr; an implicit free just before the allocation that proves it), and
     # allocations minus frees
@@ -408,32 +350,104 @@ def _summarize(trace, request, frames):
         d_live = np.insert(d_live, implicit_at, -1)
         d_net = np.insert(d_net, implicit_at, -1)
         shifted = implicit_at + np.arange(len(implicit_at))  # their places in the merged order
-    peak_live, peak_live_at = _group_max_of_running_sum(group, d_live, k)
-    peak_net, _ = _group_max_of_running_sum(group, d_net, k)
+    tally["peak_live"], peak_live_at = _running_max_sorted(group, d_live, k)
+    tally["peak_net"], _ = _running_max_sorted(group, d_net, k)
     if len(implicit_at):
         # a peak is reached at an allocation: back from the merged order to the time index
         got = peak_live_at >= 0
         peak_live_at[got] -= np.searchsorted(shifted, peak_live_at[got], side="left")
-    peak_live_ts = np.zeros(k, np.int64)
+    tally["peak_live_ts"] = np.zeros(k, np.int64)
     got = peak_live_at >= 0
-    peak_live_ts[got] = ts_t[peak_live_at[got]]
-    del d_live, d_net, ts_t, group
+    tally["peak_live_ts"][got] = ts_t[peak_live_at[got]]
+    return tally, (failed, n_unknown, len(implicit_at), name_mismatch, t0, t1)
+
+
+def read_request(trace):
+    """What summarize() reads: {event: fields} for the events of EVENTS the trace has
+    formats for (``name`` where the format has it)."""
+    request = {}
+    for ev in EVENTS:
+        f = _fields(trace, ev)
+        if f is not None:
+            request[ev] = f
+    return request
+
+
+def summarize(trace):
+    """Slab growth in ``trace`` (from :func:`nfsreaddir.trace.open_trace`), as a JSON-able
+    dict, or None when the trace has no kmem allocation/free records.
+
+    Raises TraceError when the trace cannot be read (as ``trace.read`` does)."""
+    request = read_request(trace)
+    if not request:
+        return None
+    # of the base columns only the time (the trace.dat reader can skip the others), and not
+    # sorted: the events are visited in time order here, all kinds together
+    frames = trace.read_columns(request, base=("ts",), ordered=False)
+    if _slab is not None:
+        return _summarize(trace, request, frames)
+    with heap_reuse():          # (numpy's many temporaries of the same size)
+        return _summarize(trace, request, frames)
+
+
+def _summarize(trace, request, frames):
+    """summarize() on the frames read."""
+    counts = {ev: int(len(df["ts"])) for ev, df in frames.items() if len(df["ts"])}
+    if not counts:
+        return None
+    caches = _Caches()
+    named = any(counts.get(ev) and "name" in request[ev] for ev in ALLOC_EVENTS)
+
+    # one piece per event kind, the allocations first: (alloc, ts, ptr, bytes, key, table),
+    # the event's cache being table[key]
+    pieces = []
+    for ev in ALLOC_EVENTS:
+        df = frames.get(ev)
+        if df is None or not len(df["ts"]):
+            continue
+        size = _array(df["bytes_alloc"])
+        # (sizes are far below 2**63: the unsigned column read as signed, without a copy)
+        size = size.view(np.int64) if size.dtype == np.uint64 else size.astype(np.int64)
+        if ev.startswith("kmem:kmalloc"):
+            key, table = caches.by_size("kmalloc-", size)
+        elif "name" in df:
+            key, table = caches.by_name(df["name"])
+        else:
+            key, table = caches.by_size("size-", size)
+        pieces.append((True, _array(df["ts"]), _array(df["ptr"]), size, key, table))
+    for ev in FREE_EVENTS:
+        df = frames.get(ev)
+        if df is None or not len(df["ts"]):
+            continue
+        key, table = caches.by_name(df["name"]) if "name" in df else (None, None)
+        pieces.append((False, _array(df["ts"]), _array(df["ptr"]), None, key, table))
+    frames.clear()       # the only reference to the columns from here on is the pieces'
+    pieces = [(a, np.ascontiguousarray(ts, np.int64), np.ascontiguousarray(ptr, np.uint64),
+               None if size is None else np.ascontiguousarray(size), _key(key), table)
+              for a, ts, ptr, size, key, table in pieces]
+    k = len(caches.labels)
+    tally, (failed, n_unknown, n_unpaired, name_mismatch, t0, t1) = (
+        _tally_compiled if _slab is not None else _tally_sorted)(pieces, k)
+    del pieces
     secs = (t1 - t0) / NS
 
     def row(i):
-        net = int(allocs[i] - frees[i] - implicit[i])
-        size = int(obj[i])
-        at = int(peak_live_at[i])
+        net = int(tally["allocs"][i] - tally["frees"][i] - tally["untraced_frees"][i])
+        size = int(tally["object_size"][i])
+        live = int(tally["live"][i])
+        peak_live = int(tally["peak_live"][i])
         return {
             "cache": caches.labels[i], "object_size": size,
-            "allocs": int(allocs[i]), "frees": int(frees[i]),
-            "untraced_frees": int(implicit[i]), "net": net,
-            "frees_of_earlier": int(frees[i] - frees_matched[i]),
-            "alloc_bytes": int(alloc_bytes[i]), "net_bytes": net * size,
-            "live": int(live_n[i]), "live_bytes": int(live_n[i]) * size,
-            "peak_live": int(peak_live[i]),
-            "peak_live_s": round((int(peak_live_ts[i]) - t0) / NS, 6) if at >= 0 else None,
-            "peak_net": int(peak_net[i]),
+            "allocs": int(tally["allocs"][i]), "frees": int(tally["frees"][i]),
+            "untraced_frees": int(tally["untraced_frees"][i]), "net": net,
+            "frees_of_earlier": int(tally["frees"][i] - tally["frees_matched"][i]),
+            "alloc_bytes": int(tally["alloc_bytes"][i]), "net_bytes": net * size,
+            "live": live, "live_bytes": live * size,
+            "peak_live": peak_live,
+            # (a peak above 0 is reached at an allocation, whose time is kept)
+            "peak_live_s": (round((int(tally["peak_live_ts"][i]) - t0) / NS, 6)
+                            if peak_live > 0 else None),
+            "peak_net": int(tally["peak_net"][i]),
             "growth_per_s": round(net / secs, 3) if secs > 0 else None,
             "growth_bytes_per_s": round(net * size / secs, 1) if secs > 0 else None,
         }
@@ -442,7 +456,6 @@ def _summarize(trace, request, frames):
     tot = {key: sum(r[key] for r in rows) for key in
            ("allocs", "frees", "untraced_frees", "net", "frees_of_earlier", "alloc_bytes",
             "net_bytes", "live", "live_bytes")}
-    n_unknown = int(np.count_nonzero(unknown_free))
     tot["frees"] += n_unknown
     tot["net"] -= n_unknown
     tot["growth_per_s"] = round(tot["net"] / secs, 3) if secs > 0 else None
