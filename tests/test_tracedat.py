@@ -798,6 +798,45 @@ def test_extract_equals_numpy_reader(dat_files, numpy_walk, monkeypatch):
                 assert np.array_equal(v, w), (dat, ev, c)
 
 
+@needs_compiled
+def test_extract_widens_string_codes_as_the_dictionary_grows():
+    """A string column's codes start a byte wide and are widened in place (to int16 past
+    127 values, int32 past 32,767) with the rows already written kept: pages made here of
+    one event whose __data_loc string takes 40,000 values, each once then all again (so
+    codes written before both widenings are read back)."""
+    import struct
+    from nfsreaddir import _ringbuf
+    P, data_off, evid = 4096, 16, 7
+    names = [f"s{i:05d}" for i in range(40_000)] * 2
+    pages, page, ts = [], bytearray(), 1000
+
+    def close():
+        pages.append(struct.pack("<QQ", ts, len(page)) + page.ljust(P - data_off, b"\0"))
+    for name in names:
+        s = name.encode() + b"\0"
+        # common_type, flags, preempt_count, pid; then the __data_loc word: offset | len << 16
+        data = struct.pack("<HBBiI", evid, 0, 0, 1, 12 | len(s) << 16) + s
+        data = data.ljust(-(-len(data) // 4) * 4, b"\0")
+        rec = struct.pack("<I", len(data) // 4 | 1 << 5) + data    # type_len, time delta 1
+        if len(page) + len(rec) > P - data_off:
+            close()
+            page = bytearray()
+        page += rec
+    close()
+    slots = np.full(1 << 16, -1, np.int16)
+    slots[evid] = 0
+    ext = _ringbuf.Extract(slots, [[(1, 8, 4, False, False, 1)]])
+    marks, bad, why, detail = ext.walk(np.frombuffer(b"".join(pages), np.uint8), P, 8, 8,
+                                       data_off, False, 8, 0, 2)
+    assert why is None and not marks
+    n = ext.rows(0)
+    mem = ext.take(0, 0)
+    assert n == len(names) and memoryview(mem).nbytes == 4 * n
+    values = ext.values(0, 0)
+    codes = np.frombuffer(mem, np.int32, count=n)
+    assert len(values) == 40_000 and [values[c] for c in codes] == names
+
+
 def damaged_blocks(dat_files, seed, copies):
     """(dat, trace, cpu, block) for `copies` copies of every ring-buffer block of every other
     trace, each with 1-20 bytes set at random (seeded: the same damage on every run)."""

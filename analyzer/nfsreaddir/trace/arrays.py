@@ -108,6 +108,11 @@ class _Strs:
         return _Strs(self.codes, [fn(v) for v in self.values])
 
 
+def _narrowest(k):
+    """The smallest signed integer type for the codes of ``k`` distinct values (and -1)."""
+    return np.dtype(np.int8 if k < (1 << 7) else np.int16 if k < (1 << 15) else np.int32)
+
+
 def _str_series(strs):
     """A categorical pandas Series from a :class:`_Strs` without per-row objects.
 
@@ -122,7 +127,7 @@ def _str_series(strs):
     uniq = sorted(set(values))
     pos = {v: i for i, v in enumerate(uniq)}
     k = len(uniq)
-    cdt = np.int8 if k < (1 << 7) else np.int16 if k < (1 << 15) else np.int32
+    cdt = _narrowest(k)
     remap = np.array([pos[v] for v in values], dtype=cdt)
     codes = np.asarray(strs.codes)
     out = _empty(len(codes), cdt)

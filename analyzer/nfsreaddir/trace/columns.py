@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import tuning
-from .arrays import _empty, _Strs
+from .arrays import _empty, _narrowest, _Strs
 from .base import field_column
 
 _PARALLEL_BUILD_ROWS = 1 << 20   # events built by parallel threads only below this
@@ -77,15 +77,18 @@ class ColumnBuilder:
 
     @staticmethod
     def _merge_strs(parts):
-        """Codes of string parts renumbered into one dictionary (parts consumed)."""
+        """Codes of string parts renumbered into one dictionary (parts consumed), each piece
+        in the narrowest type for the whole dictionary."""
         index = {}
+        remaps = [[index.setdefault(v, len(index)) for v in p.values] for p in parts]
+        dtype = _narrowest(len(index))
         pieces = []
-        while parts:
+        for remap in remaps:
             p = parts.pop(0)
-            remap = np.array([index.setdefault(v, len(index)) for v in p.values],
-                             dtype=np.int32)
-            ident = len(remap) == 0 or bool((remap == np.arange(len(remap))).all())
-            pieces.append(p.codes if ident else remap[p.codes])
+            if remap == list(range(len(remap))) and p.codes.dtype == dtype:
+                pieces.append(p.codes)
+            else:
+                pieces.append(np.array(remap + [-1], dtype=dtype)[p.codes])   # -1 stays -1
             del p
         return pieces, list(index)
 
@@ -160,7 +163,9 @@ class ColumnBuilder:
                 parts = a.pop("f:" + f.name)
                 if isinstance(parts[0], _Strs):
                     pieces, values = self._merge_strs(parts)
-                    codes = self._place(pieces, n, order, np.int32, scratch)
+                    # (the narrowest codes: cache and function names are few, so a byte
+                    # a row where the compiled extract gave that, without a copy)
+                    codes = self._place(pieces, n, order, _narrowest(len(values)), scratch)
                     s = _Strs(codes, values)
                     if fmt.system == "ftrace" and fmt.name == "print" and f.name == "buf":
                         # trace_marker text ends in "\n"; drop it as trace-cmd report does

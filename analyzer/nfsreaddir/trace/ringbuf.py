@@ -168,7 +168,8 @@ def _columns(plan, want_pid):
         if f.loc is None:
             out.append((0, f.offset, f.size, f.signed, False, 8))
         else:
-            out.append((1 if f.loc == "data" else 2, f.offset, 4, False, False, 4))
+            # (codes start a byte wide; the extract widens them as the dictionary grows)
+            out.append((1 if f.loc == "data" else 2, f.offset, 4, False, False, 1))
     return out
 
 
@@ -566,8 +567,9 @@ class RingWalk:
             for f in fields:
                 mem = ext.take(k, j)
                 if f.kind == "str":
+                    width = memoryview(mem).nbytes // n         # 1, 2 or 4
                     cols["f:" + f.name].append(
-                        _Strs(np.frombuffer(mem, np.int32, count=n), ext.values(k, j)))
+                        _Strs(np.frombuffer(mem, f"i{width}", count=n), ext.values(k, j)))
                 else:
                     cols["f:" + f.name].append(np.frombuffer(mem, f.dtype, count=n))
                 j += 1
