@@ -1,8 +1,9 @@
-"""The compiled ring-buffer walk (nfsreaddir._ringbuf) and slab passes (nfsreaddir._slab) are
-optional: without a C compiler or Python headers the build goes on without them and the reader
-and the slab analysis use their numpy versions."""
+"""The compiled ring-buffer walk (nfsreaddir._ringbuf), slab passes (nfsreaddir._slab) and zstd
+chunk inflation (nfsreaddir._zchunks, which needs libzstd's header) are optional: without a C
+compiler, Python headers or zstd.h the build goes on without them, and the reader and the slab
+analysis use their numpy and python-zstandard versions."""
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(f"nfsreaddir.{m}", [f"analyzer/nfsreaddir/{m}.c"],
-                             extra_compile_args=["-O2"], optional=True)
-                   for m in ("_ringbuf", "_slab")])
+                             extra_compile_args=["-O2"], libraries=libs, optional=True)
+                   for m, libs in (("_ringbuf", []), ("_slab", []), ("_zchunks", ["zstd"]))])

@@ -933,3 +933,139 @@ def test_without_the_compiled_walk_one_notice(dat_files):
         t = open_trace(p)
         assert _json.loads(line) == {k: len(v) for k, v in
                                      t.read(list(t.event_counts())).items()}
+
+
+# ------------------------------------------------- zstd chunks: libzstd vs python-zstandard
+
+needs_inflate = pytest.mark.skipif(
+    __import__("nfsreaddir.trace.ringbuf", fromlist=["_zchunks"])._zchunks is None,
+    reason="the compiled inflate (nfsreaddir._zchunks, libzstd) is not built")
+
+
+def zstd_chunks(path):
+    """(cpu, [(offset of the chunk header, csize, usize)]) of every CPU stream of a v7 zstd
+    trace."""
+    import struct
+    t = open_trace(path)
+    data = Path(path).read_bytes()
+    out = []
+    for cpu, off, size in t._buf.cpus:
+        if not size:
+            continue
+        n = struct.unpack_from(t._e + "I", data, off)[0]
+        pos, chunks = off + 4, []
+        for _ in range(n):
+            csize, usize = struct.unpack_from(t._e + "II", data, pos)
+            chunks.append((pos, csize, usize))
+            pos += 8 + csize
+        out.append((cpu, chunks))
+    return t, out
+
+
+def chunky(dat_files, n=3):
+    """The ``n`` traces with the most zstd chunks in one stream (several blocks' worth)."""
+    most = {dat: max((len(c) for _, c in zstd_chunks(dat)[1]), default=0) for dat in dat_files}
+    return sorted(dat_files, key=lambda d: -most[d])[:n]
+
+
+def read_both_ways(path, events, monkeypatch):
+    """(message, event counts, frames) of a partial read by the compiled inflate and by
+    python-zstandard."""
+    from nfsreaddir.trace import ringbuf
+    got = []
+    for inflate in (True, False):
+        monkeypatch.setattr(ringbuf, "_inflate_wanted", lambda inflate=inflate: inflate)
+        try:
+            open_trace(path).read({n: None for n in events})
+            got.append((None, None))
+        except TraceError as e:
+            assert e.partial is not None, str(e)
+            got.append((str(e), e.partial))
+    return got
+
+
+@needs_inflate
+def test_inflate_equals_python_zstd_on_damaged_chunks(dat_files, tmp_path, monkeypatch):
+    """Chunks damaged in each way the inflate tells apart (implausible size, data past the
+    stream's end, a frame of another size, corrupt data, a frame that gives less than the
+    file says): both paths keep the same events and name the same damage
+    (libzstd and python-zstandard word the corruption itself differently)."""
+    import struct
+    seen = set()
+    for dat in chunky(dat_files):
+        events = present_events(dat)
+        t, streams = zstd_chunks(dat)
+        data = Path(dat).read_bytes()
+        P = t._buf.page_size
+        for cpu, chunks in streams:
+            if len(chunks) < 3:
+                continue
+            pos, csize, usize = chunks[len(chunks) // 2]
+            hdr = lambda c, u: struct.pack(t._e + "II", c, u)       # noqa: E731
+            cases = {
+                "implausible size": hdr(csize, usize + 1),
+                "needs": hdr(csize + len(data), usize),
+                "corrupt": None,
+                # a valid frame of one page in the chunk's place, its size in its header
+                # or not
+                "zstd frame holds": True,
+                "gave": False,
+            }
+            for label, new in cases.items():
+                b = bytearray(data)
+                if new is None:             # the data after the frame header zeroed
+                    b[pos + 8 + 12:pos + 8 + csize] = bytes(csize - 12)
+                elif isinstance(new, bool):
+                    import zstandard
+                    frame = zstandard.ZstdCompressor(write_content_size=new).compress(
+                        bytes(P))
+                    b[pos:pos + 8 + csize] = hdr(len(frame), usize) + frame + bytes(
+                        csize - len(frame))
+                else:
+                    b[pos:pos + 8] = new
+                p = tmp_path / "chunk.dat"
+                p.write_bytes(bytes(b))
+                (msg_c, part_c), (msg_p, part_p) = read_both_ways(p, events, monkeypatch)
+                assert msg_c and msg_p, (dat, label)
+                assert label in msg_c, (dat, label, msg_c)
+                if label == "corrupt":      # (the libraries' own words, then the same)
+                    msg_c, msg_p = (re.sub(r"corrupt \(.*\)\)", "", m) for m in (msg_c, msg_p))
+                assert msg_c == msg_p, label
+                frames_equal(part_c, part_p, f"{dat} {label}")
+                seen.add(label)
+    assert seen == set(cases), seen
+
+
+@needs_inflate
+def test_inflate_in_blocks_smaller_and_larger_than_a_chunk(dat_files, monkeypatch):
+    """Blocks of one page (every chunk larger: the block grows) and of a few chunks: the
+    same frames as the usual blocks."""
+    from nfsreaddir.trace import ringbuf
+    for dat in chunky(dat_files):
+        events = present_events(dat)
+        _, want = read_all(dat, events=events)
+        for size in (4096, 3 * max(u for _, ch in zstd_chunks(dat)[1] for _, _, u in ch)):
+            monkeypatch.setattr(ringbuf, "_BLOCK_BYTES", size)
+            _, got = read_all(dat, events=events)
+            frames_equal(got, want, f"{dat} blocks of {size}")
+
+
+def test_without_the_compiled_inflate_one_notice(dat_files):
+    """Where libzstd's header was missing at install, python-zstandard decompresses the
+    chunks, with one notice on stderr, and the events are the same."""
+    import sys as _sys
+    code = ("import sys; sys.modules['nfsreaddir._zchunks'] = None\n"
+            "from nfsreaddir.trace import open_trace\n"
+            "for p in sys.argv[1:]:\n"
+            "    t = open_trace(p)\n"
+            "    print(sorted((k, len(v)) for k, v in t.read(list(t.event_counts())).items()))\n")
+    paths = [str(p) for p in dat_files[:2]]
+    r = subprocess.run([_sys.executable, "-c", code, *paths], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    notice = r.stderr.splitlines()
+    assert len(notice) == 1 and "python-zstandard" in notice[0], r.stderr
+    for p, line in zip(paths, r.stdout.splitlines()):
+        t = open_trace(p)
+        assert line == str(sorted((k, len(v)) for k, v in
+                                  t.read(list(t.event_counts())).items()))

@@ -2,7 +2,9 @@
 all pages followed at once (one lane per page, one record per step), then every record handled
 in file order with whole-block array operations (type, length, event id, time stamps as a
 per-page running sum), with the lost-events markers and damage found on the way. CPUs are
-independent streams, read by parallel threads when there are idle cores. The compiled
+independent streams, read by parallel threads on the usable cores; v7 zstd chunks are
+decompressed straight into the block by :mod:`nfsreaddir._zchunks` (libzstd) where it is
+built, else through python-zstandard chunk by chunk. The compiled
 :mod:`nfsreaddir._ringbuf` does the walk where it is built (``pip install -e .``, as
 ``reproducers/setup-host`` runs it): where every requested field is an integer or a
 ``__data_loc`` string, in one pass per block that writes the fields straight into the columns
@@ -29,6 +31,10 @@ try:
     from .. import _ringbuf       # the compiled ring-buffer walk (setup.py builds it)
 except ImportError:
     _ringbuf = None
+try:
+    from .. import _zchunks       # zstd chunks by libzstd (built where zstd.h was found)
+except ImportError:
+    _zchunks = None
 
 # ring buffer constants
 _COMMIT_MASK = (1 << 27) - 1
@@ -68,6 +74,44 @@ def _compiled_wanted():
         return False
     return True
 
+
+
+def _inflate_wanted():
+    """Whether zstd chunks go through the compiled inflate: with the compiled walk, where
+    it is built; without it, one notice on stderr."""
+    if not _compiled_wanted():
+        return False
+    if _zchunks is None:
+        _no_inflate_notice()
+        return False
+    return True
+
+
+@functools.cache
+def _no_inflate_notice():
+    sys.stderr.write("nfs-readdir: libzstd's header was not found at install; zstd chunks are "
+                     "decompressed through python-zstandard (slower; reproducers/setup-host "
+                     "installs libzstd-dev)\n")
+
+
+# why a compressed chunk stopped the stream (the numbers of _zchunks.inflate)
+_HEADER_CUT, _BAD_SIZE, _DATA_CUT, _SIZE_MISMATCH, _CORRUPT, _SHORT = range(1, 7)
+
+
+def _chunk_damage(cpu, i, why, a=0, b=0, text=None):
+    """The message of a damaged chunk ``i`` of a CPU's compressed stream."""
+    if why == _HEADER_CUT:
+        return f"cpu {cpu} chunk {i}: header cut short (truncated or corrupt)"
+    if why == _BAD_SIZE:
+        return f"cpu {cpu}: chunk {i} has implausible size {a}"
+    if why == _DATA_CUT:
+        return f"cpu {cpu} chunk {i}: needs {a} bytes at offset {b} (truncated or corrupt)"
+    if why == _SIZE_MISMATCH:
+        return f"cpu {cpu} chunk {i}: zstd frame holds {a} bytes, the file says {b} (corrupt)"
+    if why == _CORRUPT:
+        return f"cpu {cpu} chunk {i}: the zstd data is corrupt ({text})"
+    return (f"cpu {cpu} chunk {i}: zstd data gave {a} bytes, the file says {b} (corrupt or "
+            "truncated)")
 
 
 # step from a record header to the next for data records of 1..28 words (type_len);
@@ -214,9 +258,35 @@ class RingWalk:
             trunc_msg = None
         if off + 4 > stop:
             raise _Damage(trunc_msg or f"cpu {cpu}: compressed data header is missing")
-        hdr = struct.Struct(self._e + "II")
         nchunks = struct.unpack_from(self._e + "I", mm, off)[0]
-        pos = off + 4
+        if self.compression == "zstd" and _inflate_wanted():
+            yield from self._inflated(cpu, off + 4, stop, nchunks, P, trunc_msg, release)
+        else:
+            yield from self._decompressed(cpu, off + 4, stop, nchunks, P, trunc_msg, release)
+
+    def _inflated(self, cpu, pos, stop, nchunks, P, trunc_msg, release):
+        """The blocks of a zstd stream, each filled by one call of the compiled inflate."""
+        blk = np.empty(_BLOCK_BYTES, dtype=np.uint8)
+        i = 0
+        while i < nchunks:
+            start = pos
+            pos, k, fill, why, a, b, text = _zchunks.inflate(
+                self._mm, pos, stop, nchunks - i, blk, P, self._e == ">")
+            i += k
+            if fill:
+                yield blk[:fill]
+            if release:
+                self._release(start, pos - start)
+            if why:
+                raise _Damage(trunc_msg or _chunk_damage(cpu, i, why, a, b, text))
+            if not k:
+                blk = np.empty(a, dtype=np.uint8)       # one chunk larger than the block
+
+    def _decompressed(self, cpu, pos, stop, nchunks, P, trunc_msg, release):
+        """The blocks of a compressed stream, decompressed chunk by chunk in Python (the
+        fallback of :meth:`_inflated`, and zlib)."""
+        mm = self._mm
+        hdr = struct.Struct(self._e + "II")
         done = pos
         algo = self.compression
         if algo == "zstd":
@@ -229,14 +299,12 @@ class RingWalk:
         for i in range(nchunks):
             try:
                 if pos + 8 > stop:
-                    raise _Damage(f"cpu {cpu} chunk {i}: header cut short (truncated or "
-                                  "corrupt)")
+                    raise _Damage(_chunk_damage(cpu, i, _HEADER_CUT))
                 csize, usize = hdr.unpack_from(mm, pos)
                 if usize % P or usize > (1 << 30):
-                    raise _Damage(f"cpu {cpu}: chunk {i} has implausible size {usize}")
+                    raise _Damage(_chunk_damage(cpu, i, _BAD_SIZE, usize))
                 if pos + 8 + csize > stop:
-                    raise _Damage(f"cpu {cpu} chunk {i}: needs {csize} bytes at offset "
-                                  f"{pos + 8} (truncated or corrupt)")
+                    raise _Damage(_chunk_damage(cpu, i, _DATA_CUT, csize, pos + 8))
                 data = mm[pos + 8:pos + 8 + csize]
                 pos += 8 + csize
                 if algo == "zstd":
@@ -244,17 +312,15 @@ class RingWalk:
                     try:
                         declared = content_size(data)
                         if declared >= 0 and declared != usize:
-                            raise _Damage(f"cpu {cpu} chunk {i}: zstd frame holds {declared} "
-                                          f"bytes, the file says {usize} (corrupt)")
+                            raise _Damage(_chunk_damage(cpu, i, _SIZE_MISMATCH, declared,
+                                                        usize))
                         out = dctx.decompress(data, max_output_size=usize)
                     except _Damage:
                         raise
                     except Exception as e:
-                        raise _Damage(f"cpu {cpu} chunk {i}: the zstd data is corrupt "
-                                      f"({e})") from None
+                        raise _Damage(_chunk_damage(cpu, i, _CORRUPT, text=str(e))) from None
                     if len(out) != usize:
-                        raise _Damage(f"cpu {cpu} chunk {i}: zstd data gave {len(out)} bytes, "
-                                      f"the file says {usize} (corrupt or truncated)")
+                        raise _Damage(_chunk_damage(cpu, i, _SHORT, len(out), usize))
                 else:
                     out = _decompress(algo, data, usize, f"cpu {cpu} chunk {i}")
             except _Damage as d:
