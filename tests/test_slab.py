@@ -172,9 +172,9 @@ class _NoName:
         f2.fields = {k: v for k, v in fmt.fields.items() if k != "name"}
         return f2
 
-    def read_columns(self, request, base=("ts", "cpu", "pid", "comm"), ordered=True):
+    def read_pieces(self, request, base=("ts", "cpu", "pid", "comm")):
         assert all("name" not in f for f in request.values())
-        return self.t.read_columns(request, base=base, ordered=ordered)
+        return self.t.read_pieces(request, base=base)
 
 
 @needs_trace_cmd
@@ -248,7 +248,7 @@ def test_lost_events_noted_with_the_stored_count():
 def _reread(path):
     t = open_trace(path)
     request = slab.read_request(t)
-    return request, t.read(request, base=("ts",))
+    return request, t.read_pieces(request, base=("ts",))
 
 
 KMEM_FIXTURES = [HOST, FIXTURES / "kmem-lost" / "kmem.dat", *KMALLOC, NFS]
@@ -272,8 +272,8 @@ def test_compiled_pass_gives_what_the_sorts_give(dat, monkeypatch):
 def test_compiled_pass_on_many_pointers_and_tied_times(monkeypatch):
     """More objects than the fixtures have (the compiled table grows several times and
     entries are erased from the middle of probe chains), pointers sharing their low bits,
-    many caches, times tied across event kinds, kinds in several runs (one wholly unsorted),
-    failed allocations, frees of no cache, names that disagree: the same summary both ways,
+    many caches, times tied across event kinds, kinds in several runs (one wholly unsorted)
+    and in pieces with dictionaries of their own, failed allocations, frees of no cache, names that disagree: the same summary both ways,
     with every one of those cases met."""
     rng = np.random.default_rng(17)
     names = [f"cache-{i}" for i in range(300)]
@@ -302,7 +302,22 @@ def test_compiled_pass_on_many_pointers_and_tied_times(monkeypatch):
 
     class Trace:
         info = {}
-    fresh = lambda: {ev: dict(cols) for ev, cols in frames.items()}   # noqa: E731
+
+    def fresh():
+        """Each kind in two pieces (as from two CPUs), the second with its own dictionary
+        of names (reversed)."""
+        out = {}
+        for ev, cols in frames.items():
+            half = len(cols["ts"]) // 2
+            first = {c: v[:half] if not isinstance(v, _Strs) else _Strs(v.codes[:half], names)
+                     for c, v in cols.items()}
+            second = {c: v[half:] for c, v in cols.items() if not isinstance(v, _Strs)}
+            if "name" in cols:
+                code = cols["name"].codes[half:]
+                second["name"] = _Strs(np.where(code < 0, code, len(names) - 1 - code),
+                                       names[::-1])
+            out[ev] = [first, second]
+        return out
     fast = slab._summarize(Trace(), request, fresh())
     monkeypatch.setattr(slab, "_slab", None)
     assert fast == slab._summarize(Trace(), request, fresh())

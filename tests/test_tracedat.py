@@ -772,7 +772,7 @@ def extractable(t, events):
 def test_extract_equals_numpy_reader(dat_files, numpy_walk, monkeypatch):
     """The one-pass compiled extract (integers and __data_loc strings, straight into the
     columns) against the numpy walk: every event of every fixture, field by field, with the
-    base columns, the lost-events markers, and the unsorted columns of read_columns()."""
+    base columns, the lost-events markers, and the pieces of read_pieces()."""
     from nfsreaddir.trace import ringbuf
     used = []
     monkeypatch.setattr(ringbuf.RingWalk, "_extract_cpu",
@@ -787,15 +787,31 @@ def test_extract_equals_numpy_reader(dat_files, numpy_walk, monkeypatch):
         fr2 = numpy_walk(lambda: t2.read(req))
         frames_equal(fr, fr2, f"{dat} extract vs numpy")
         assert t.info["lost_events"] == t2.info["lost_events"], dat
-        cols = open_trace(dat).read_columns(req, base=("ts",), ordered=False)
-        cols2 = numpy_walk(lambda: open_trace(dat).read_columns(req, base=("ts",),
-                                                                ordered=False))
+        # the pieces: one per CPU from the extract, per block from the numpy walk; joined,
+        # the same rows in CPU then file order, and by a stable sort by time read()'s rows
+        got = open_trace(dat).read_pieces(req, base=("ts",))
+        want = numpy_walk(lambda: open_trace(dat).read_pieces(req, base=("ts",)))
+        ncpus = sum(1 for _, _, size in open_trace(dat)._buf.cpus if size)
         for ev in req:
-            for c, v in cols[ev].items():
-                w = cols2[ev][c]
-                if hasattr(v, "codes"):
-                    v, w = np.asarray(v.values)[v.codes], np.asarray(w.values)[w.codes]
+            assert len(got[ev]) <= ncpus, (dat, ev)
+            joined = {}
+            for c in got[ev][0] if got[ev] else ():
+                v, w = (joined_column([p[c] for p in pieces]) for pieces in (got[ev], want[ev]))
                 assert np.array_equal(v, w), (dat, ev, c)
+                joined[c] = v
+            if joined:
+                order = np.argsort(joined["ts"], kind="stable")
+                for c, v in joined.items():
+                    col = fr[ev][c]
+                    assert np.array_equal(v[order], np.asarray(col)), (dat, ev, c)
+            else:
+                assert not len(fr[ev]) and not want[ev], (dat, ev)
+
+
+def joined_column(parts):
+    """One array of the values of column pieces (strings: decoded from their codes)."""
+    return np.concatenate([np.asarray(p.values, object)[p.codes] if hasattr(p, "codes")
+                           else np.asarray(p) for p in parts])
 
 
 @needs_compiled

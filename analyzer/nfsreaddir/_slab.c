@@ -3,8 +3,8 @@
  * order, reading the reader's columns where they are: no merged copy, no sort, nothing
  * kept per event.
  *
- * The columns come per event kind, each in CPU order (the trace.dat reader's
- * ordered=False), so each is a few runs already in time order.  Merging the runs with a
+ * The columns come in pieces, per event kind and CPU as the trace.dat reader decoded them
+ * (read_pieces()), so each is one run in time order or a few.  Merging the runs with a
  * heap keyed by (time, run) visits the events in the order a stable sort of the
  * concatenated columns gives (the allocation kinds are passed first, so at equal times an
  * allocation comes before a free): the order of the numpy version, which slab.py keeps as

@@ -22,9 +22,9 @@ before the trace began: it counts against the cache named in the free event wher
 one, else it is reported only as a total (``frees_of_earlier_unknown``).
 
 No per-event Python: one compiled pass (:mod:`nfsreaddir._slab`) visits the events in time
-order straight from the columns ``trace.read_columns`` returns, with a table of the objects
-live at that moment (which matches frees to allocations) and running counts per cache; no
-copy of the columns is made.  Where it is not built, numpy does the same with whole-array
+order straight from the pieces ``trace.read_pieces`` returns (one per event kind and CPU),
+with a table of the objects live at that moment (which matches frees to allocations) and
+running counts per cache; no copy of the columns is made.  Where it is not built, numpy does the same with whole-array
 work: the columns merged and sorted by time, a stable sort by ``ptr``, a radix sort by cache.
 
 API (for ``nfs-readdir analyze``)::
@@ -381,47 +381,44 @@ def summarize(trace):
     request = read_request(trace)
     if not request:
         return None
-    # of the base columns only the time (the trace.dat reader can skip the others), and not
-    # sorted: the events are visited in time order here, all kinds together
-    frames = trace.read_columns(request, base=("ts",), ordered=False)
+    # of the base columns only the time (the trace.dat reader can skip the others), in the
+    # pieces decoded (one per CPU): the events are visited in time order here, all pieces
+    # merged, so joining or sorting them first would only copy them
+    pieces = trace.read_pieces(request, base=("ts",))
     if _slab is not None:
-        return _summarize(trace, request, frames)
+        return _summarize(trace, request, pieces)
     with heap_reuse():          # (numpy's many temporaries of the same size)
-        return _summarize(trace, request, frames)
+        return _summarize(trace, request, pieces)
 
 
-def _summarize(trace, request, frames):
-    """summarize() on the frames read."""
-    counts = {ev: int(len(df["ts"])) for ev, df in frames.items() if len(df["ts"])}
+def _summarize(trace, request, read):
+    """summarize() on the pieces read ({event: [{column: array}]})."""
+    counts = {ev: n for ev, p in read.items() if (n := sum(len(c["ts"]) for c in p))}
     if not counts:
         return None
     caches = _Caches()
     named = any(counts.get(ev) and "name" in request[ev] for ev in ALLOC_EVENTS)
 
-    # one piece per event kind, the allocations first: (alloc, ts, ptr, bytes, key, table),
-    # the event's cache being table[key]
+    # the allocations first: (alloc, ts, ptr, bytes, key, table) per piece, the event's
+    # cache being table[key]
     pieces = []
     for ev in ALLOC_EVENTS:
-        df = frames.get(ev)
-        if df is None or not len(df["ts"]):
-            continue
-        size = _array(df["bytes_alloc"])
-        # (sizes are far below 2**63: the unsigned column read as signed, without a copy)
-        size = size.view(np.int64) if size.dtype == np.uint64 else size.astype(np.int64)
-        if ev.startswith("kmem:kmalloc"):
-            key, table = caches.by_size("kmalloc-", size)
-        elif "name" in df:
-            key, table = caches.by_name(df["name"])
-        else:
-            key, table = caches.by_size("size-", size)
-        pieces.append((True, _array(df["ts"]), _array(df["ptr"]), size, key, table))
+        for df in read.get(ev, ()):
+            size = _array(df["bytes_alloc"])
+            # (sizes are far below 2**63: the unsigned column read as signed, no copy)
+            size = size.view(np.int64) if size.dtype == np.uint64 else size.astype(np.int64)
+            if ev.startswith("kmem:kmalloc"):
+                key, table = caches.by_size("kmalloc-", size)
+            elif "name" in df:
+                key, table = caches.by_name(df["name"])
+            else:
+                key, table = caches.by_size("size-", size)
+            pieces.append((True, _array(df["ts"]), _array(df["ptr"]), size, key, table))
     for ev in FREE_EVENTS:
-        df = frames.get(ev)
-        if df is None or not len(df["ts"]):
-            continue
-        key, table = caches.by_name(df["name"]) if "name" in df else (None, None)
-        pieces.append((False, _array(df["ts"]), _array(df["ptr"]), None, key, table))
-    frames.clear()       # the only reference to the columns from here on is the pieces'
+        for df in read.get(ev, ()):
+            key, table = caches.by_name(df["name"]) if "name" in df else (None, None)
+            pieces.append((False, _array(df["ts"]), _array(df["ptr"]), None, key, table))
+    read.clear()         # the only reference to the columns from here on is the pieces'
     pieces = [(a, np.ascontiguousarray(ts, np.int64), np.ascontiguousarray(ptr, np.uint64),
                None if size is None else np.ascontiguousarray(size), _key(key), table)
               for a, ts, ptr, size, key, table in pieces]

@@ -18,8 +18,10 @@ Both give the same interface::
                      "ftrace:print": ["buf"]})
 
 ``t.read_columns(...)`` takes the same arguments and gives ``{name: {column: array}}``
-without pandas (trace.dat: numpy arrays, a string column as codes and values; with
-``ordered=False`` not sorted by time, for a consumer that sorts anyway).
+without pandas (trace.dat: numpy arrays, a string column as codes and values);
+``t.read_pieces(...)`` the same rows in pieces, ``{name: [{column: array}, ...]}``, neither
+joined nor sorted by time (trace.dat: a piece per CPU), for a consumer that merges by time
+itself.
 
 Every frame has the columns ``ts`` (int64 ns), ``cpu``, ``pid`` (common_pid),
 ``comm`` and the requested fields, and its rows are sorted by ``ts`` (ties by
@@ -51,7 +53,7 @@ import time
 
 __all__ = ["open_trace", "TraceError", "BASE_COLUMNS", "field_column", "OnePass"]
 
-from .base import BASE_COLUMNS, TraceError, columns_of, field_column
+from .base import BASE_COLUMNS, TraceError, columns_of, field_column, one_piece
 
 TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
 
@@ -168,6 +170,10 @@ class OnePass:
         return {ev: self._frames[ev][base + [field_column(c) for c in cols]]
                 for ev, cols in events.items()}
 
-    def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS, ordered=True):
+    def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS):
         """{name: {column: Series}} of :meth:`read` (rows in time order)."""
         return columns_of(self.read(events, base=base))
+
+    def read_pieces(self, events, on_damage="raise", base=BASE_COLUMNS):
+        """:meth:`read_columns`, each event's rows as one piece (in time order)."""
+        return one_piece(self.read_columns(events, base=base))

@@ -25,3 +25,9 @@ def columns_of(frames):
     """``read_columns()`` of a reader whose own form is read()'s DataFrames: each frame as
     {column: Series} (no copy)."""
     return {k: {c: df[c] for c in df.columns} for k, df in frames.items()}
+
+
+def one_piece(columns):
+    """``read_pieces()`` of a reader without pieces of its own: each event's columns as its
+    one piece (none where it has no rows)."""
+    return {k: [c] if len(next(iter(c.values()), ())) else [] for k, c in columns.items()}

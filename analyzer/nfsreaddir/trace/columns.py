@@ -92,10 +92,9 @@ class ColumnBuilder:
             del p
         return pieces, list(index)
 
-    def _build(self, want, acc, ordered=True):
+    def _build(self, want, acc):
         """{key: {column: array or _Strs}} from the decoded pieces, sorted by time (ties: cpu,
-        then file order); ``ordered=False``: in CPU order, then file order within a CPU (a
-        stable sort by time gives the time order), without the cost of sorting here.
+        then file order).
 
         Pieces are moved into the final columns one by one and dropped, and one scratch
         buffer serves all columns of an event, so memory stays near the size of the
@@ -110,25 +109,25 @@ class ColumnBuilder:
         if nthreads > 1:
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
-                done = list(pool.map(lambda j: self._build_event(*j, ordered), jobs))
+                done = list(pool.map(lambda j: self._build_event(*j), jobs))
         else:
-            done = [self._build_event(*j, ordered) for j in jobs]
+            done = [self._build_event(*j) for j in jobs]
         frames = {}
         for d in done:
             frames.update(d)
         return frames
 
-    def _build_event(self, w, a, ordered):
+    def _build_event(self, w, a):
         key, fmt, fields, keys = w
         series = {}
         if a["ts"]:
             n = sum(len(x) for x in a["ts"])
             raw = self._place(a.pop("ts"), n, None, np.uint64, None)
             ts = self._convert_ts(raw)
-            order = np.argsort(ts, kind="stable") if ordered else None
-            if order is not None and (order[1:] > order[:-1]).all():
+            order = np.argsort(ts, kind="stable")
+            if (order[1:] > order[:-1]).all():
                 order = None
-            elif order is not None:
+            else:
                 ts = np.take(ts, order, out=_empty(n, ts.dtype))
             # the raw time stamps' memory (8 bytes a row) is the scratch buffer of the
             # other columns from here on, unless the time column still uses it
@@ -166,11 +165,7 @@ class ColumnBuilder:
                     # (the narrowest codes: cache and function names are few, so a byte
                     # a row where the compiled extract gave that, without a copy)
                     codes = self._place(pieces, n, order, _narrowest(len(values)), scratch)
-                    s = _Strs(codes, values)
-                    if fmt.system == "ftrace" and fmt.name == "print" and f.name == "buf":
-                        # trace_marker text ends in "\n"; drop it as trace-cmd report does
-                        s = s.map_values(lambda v: v[:-1] if v.endswith("\n") else v)
-                    series["f:" + f.name] = s
+                    series["f:" + f.name] = _text(fmt, f, _Strs(codes, values))
                 else:
                     series["f:" + f.name] = self._place(parts, n, order, parts[0].dtype,
                                                         scratch)
@@ -190,3 +185,37 @@ class ColumnBuilder:
             frames[k] = data
         return frames
 
+    def _pieces(self, want, acc):
+        """{key: [{column: array or _Strs}, ...]}: the decoded pieces as they are, each in
+        file order, neither joined nor sorted (what read_pieces() gives)."""
+        frames = {}
+        for eid, (key, fmt, fields, keys) in want.items():
+            a = acc.pop(eid)
+            pieces = []
+            for i, raw in enumerate(a["ts"]):
+                cpu, n = a["cpu"][i]
+                p = {"ts": self._convert_ts(raw)}
+                if "cpu" in self._base:
+                    p["cpu"] = np.full(n, cpu, np.int64)
+                if self._want_pid:
+                    pid = a["pid"][i]
+                    if "pid" in self._base:
+                        p["pid"] = pid.astype(np.int64)
+                    if "comm" in self._base:
+                        p["comm"] = self._comm(pid)
+                for f in fields:
+                    v = a["f:" + f.name][i]
+                    p["f:" + f.name] = _text(fmt, f, v) if isinstance(v, _Strs) else v
+                pieces.append(p)
+            for k, flist in keys:
+                frames[k] = [{c: p[c] for c in self._base}
+                             | {field_column(c): p["f:" + c] for c in flist} for p in pieces]
+        return frames
+
+
+def _text(fmt, f, s):
+    """A string column as the user sees it: trace_marker text without its final newline,
+    as trace-cmd report shows it."""
+    if fmt.system == "ftrace" and fmt.name == "print" and f.name == "buf":
+        return s.map_values(lambda v: v[:-1] if v.endswith("\n") else v)
+    return s

@@ -37,7 +37,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .base import BASE_COLUMNS, TraceError, columns_of, field_column
+from .base import BASE_COLUMNS, TraceError, columns_of, field_column, one_piece
 from .format import EventFormat, Field
 from .payload import normalised
 
@@ -255,10 +255,13 @@ class ReportText:
     def _inst_ok(self, inst):
         return (inst or "") == (self.instance or "")
 
-    def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS, ordered=True):
-        """{name: {column: Series}} of :meth:`read` (the trace.dat reader's interface;
-        rows always in time order)."""
+    def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS):
+        """{name: {column: Series}} of :meth:`read` (the trace.dat reader's interface)."""
         return columns_of(self.read(events, on_damage=on_damage, base=base))
+
+    def read_pieces(self, events, on_damage="raise", base=BASE_COLUMNS):
+        """:meth:`read_columns`, each event's rows as one piece (in time order)."""
+        return one_piece(self.read_columns(events, on_damage=on_damage, base=base))
 
     def read(self, events, on_damage="raise", typed=True, base=BASE_COLUMNS):
         """Parse the requested events; same contract as ``TraceDat.read``.

@@ -145,25 +145,38 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
         ``info["partial"]`` is set and ``info["damage"]`` says where.
         """
         try:
-            cols, empty = self._read(events, on_damage, base, True)
+            cols, empty = self._read(events, on_damage, base, False)
         except TraceError as e:
             if e.partial is not None:
                 e.partial = _frames(*e.partial, self._base)
             raise
         return _frames(cols, empty, self._base)
 
-    def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS, ordered=True):
+    def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS):
         """:meth:`read` without pandas: ``{name: {column: array}}``, a string column as
-        :class:`~nfsreaddir.trace.arrays._Strs` (codes and distinct values).  ``ordered=False``:
-        rows in CPU order, then file order within a CPU, not sorted by time (a stable sort
-        by time gives read()'s order) -- for a consumer that sorts what it reads anyway."""
+        :class:`~nfsreaddir.trace.arrays._Strs` (codes and distinct values)."""
         try:
-            cols, empty = self._read(events, on_damage, base, ordered)
+            cols, empty = self._read(events, on_damage, base, False)
         except TraceError as e:
             if e.partial is not None:
                 e.partial = self._with_empty(*e.partial)
             raise
         return self._with_empty(cols, empty)
+
+    def read_pieces(self, events, on_damage="raise", base=BASE_COLUMNS):
+        """:meth:`read_columns` in the pieces decoded, neither joined nor sorted by time:
+        ``{name: [{column: array}, ...]}``, a piece per CPU (or per block of pages where
+        the compiled extract is not used), each in file order; in turn they hold the rows
+        in CPU order, then file order (a stable sort by time gives read()'s order).  For a
+        consumer that merges the rows by time itself (the slab analysis), without the
+        copy of every column that joining them costs."""
+        try:
+            pieces, empty = self._read(events, on_damage, base, True)
+        except TraceError as e:
+            if e.partial is not None:
+                e.partial = e.partial[0] | {k: [] for k in e.partial[1]}
+            raise
+        return pieces | {k: [] for k in empty}
 
     def _with_empty(self, cols, empty):
         for key, fields in empty.items():
@@ -172,8 +185,9 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
                 | {field_column(f): np.zeros(0, object) for f in fields}
         return cols
 
-    def _read(self, events, on_damage, base, ordered):
-        """(columns per requested name, {name: fields} of the names with no format)."""
+    def _read(self, events, on_damage, base, pieces):
+        """(columns per requested name, or their pieces, {name: fields} of the names with no
+        format)."""
         if isinstance(events, (list, tuple, set)):
             events = {e: None for e in events}
         bad = set(base) - set(BASE_COLUMNS)
@@ -221,7 +235,7 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
                 # a damage pattern the checks above did not catch: still a TraceError
                 damage.append(f"undecodable ring-buffer data ({type(e).__name__}: {e})")
             with memory.building():
-                frames = self._build(want, acc, ordered)
+                frames = self._pieces(want, acc) if pieces else self._build(want, acc)
         if not damage:
             damage.extend(self._other_damage)
         self._set_lost(lost)
