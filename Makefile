@@ -41,8 +41,10 @@ test-bisect: setup-build
 # report` and `report -R`, and against the floor (decompressing the same pages, nothing
 # decoded), on real host traces of about 8.4, 17 and 50 M kmem/sched events (recorded once
 # through tracefs into ~/.cache/nfs-readdir-trace/bench, then reused): medians of 3 runs at 1x
-# and 1 run at 2x and 6x, tools interleaved (an hour or more on 2 busy cores: report alone
-# takes minutes at 50 M). Table, data and plot (time vs size) in $(RESULTS)/bench. E.g.:
+# and 1 run at 2x and 6x, tools interleaved, then 5 more rounds of analyze and analyze warm
+# (the analysis without start-up) at every size for the time per event (20-30 minutes on 2
+# cores, an hour or more when they are busy: report alone takes 7-18 minutes at 50 M). Table,
+# data and plot (time vs size) in $(RESULTS)/bench. E.g.:
 #   make bench BENCH_ARGS="--repeat 5 --repeat-large 2 --modes 'need slab all'"
 #   BENCH_SCALES=1 make bench BENCH_ARGS="--repeat 1 --skip 'report -R'"
 bench: setup
