@@ -98,6 +98,17 @@ def test_a_reproducers_255_is_not_a_lost_vm(tmp_path):
     assert (tmp_path / ".vm-status").read_text().strip() == "255"
 
 
+def test_a_guest_that_dies_leaves_its_console(tmp_path):
+    """A guest that panics is no verdict (125), and what its kernel said last reaches the
+    user: the console is kept in RESULTS/console.log and its last lines are printed."""
+    p = vm_run("debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "panic"))
+    assert p.returncode == 125, p.stdout + p.stderr
+    assert "guest died" in p.stderr and "no verdict" in p.stderr, p.stderr
+    assert "Kernel panic" in p.stderr.split("from its last report:")[-1], p.stderr
+    assert "sysrq: Trigger a crash" in (tmp_path / "console.log").read_text()
+    assert not (tmp_path / ".vm-status").exists()
+
+
 def test_sigint_to_readdir_multi_leaves_nothing_behind(tmp_path):
     """While all five readers run (ls and find under their perl wrappers) and the writer adds."""
     p = vm_run("debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "interrupt-check"),
