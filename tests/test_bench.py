@@ -1,0 +1,105 @@
+"""The benchmark's trace cutter: the smaller bench traces are the first part of one recording,
+byte for byte, so that their time per event compares sizes and nothing else. Checked against
+the recording itself, by this project's reader and by `trace-cmd report`."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(TOP, "analyzer"))
+from nfsreaddir.trace import open_trace  # noqa: E402
+
+CUT = os.path.join(TOP, "analyzer", "bench", "cut-trace")
+MAKE_TRACE = os.path.join(TOP, "analyzer", "bench", "make-trace")
+KMEM = os.path.join(TOP, "tests", "fixtures", "kmem-host", "kmem.dat")
+TRACE_CMD = shutil.which("trace-cmd")
+needs_trace_cmd = pytest.mark.skipif(not TRACE_CMD, reason="trace-cmd is not installed")
+
+
+def cut(src, dst, fraction):
+    return subprocess.run([sys.executable, CUT, str(src), str(dst), str(fraction)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def report_by_cpu(path):
+    """trace-cmd report's event lines of each CPU, in order."""
+    out = subprocess.run([TRACE_CMD, "report", str(path)], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    lines = defaultdict(list)
+    for line in out.splitlines():
+        m = re.search(r"\[(\d+)\] +\d+\.\d+: ", line)
+        if m:
+            lines[int(m.group(1))].append(line)
+    return lines
+
+
+@needs_trace_cmd
+@pytest.mark.parametrize("fraction", [0.25, 0.5])
+def test_a_cut_is_every_cpus_first_events(tmp_path, fraction):
+    dst = tmp_path / "cut.dat"
+    p = cut(KMEM, dst, fraction)
+    assert p.returncode == 0, p.stderr
+    whole, part = report_by_cpu(KMEM), report_by_cpu(dst)
+    n, total = sum(map(len, part.values())), sum(map(len, whole.values()))
+    # about the fraction (it cuts between chunks of pages), and on every CPU
+    assert 0.5 * fraction * total < n < 1.5 * fraction * total, (n, total)
+    assert set(part) == set(whole)
+    for cpu, lines in part.items():
+        assert 0 < len(lines) < len(whole[cpu])
+        assert lines == whole[cpu][:len(lines)], cpu
+    # the reader agrees with report, field by field on the prefix of each CPU
+    a, b = open_trace(KMEM), open_trace(dst)
+    events = sorted(set(b.event_names()) & {"kmem:kmem_cache_alloc", "kmem:kmem_cache_free",
+                                       "sched:sched_switch"})
+    ca, cb = a.read_columns(events), b.read_columns(events)
+    seen = 0
+    for ev in events:
+        for cpu in part:
+            ma, mb = ca[ev]["cpu"] == cpu, cb[ev]["cpu"] == cpu
+            seen += int(mb.sum())
+            for k, col in cb[ev].items():
+                if isinstance(col, np.ndarray):
+                    assert (ca[ev][k][ma][:mb.sum()] == col[mb]).all(), (ev, cpu, k)
+    assert seen > 0
+    assert b.info["damage"] == []
+
+
+def test_refusals_name_the_problem_and_leave_nothing(tmp_path):
+    text = tmp_path / "report.txt"
+    text.write_text("not a trace\n")
+    for args, code, words in (((KMEM, tmp_path / "o.dat", 0), 2, "FRACTION must be"),
+                              ((KMEM, tmp_path / "o.dat", "half"), 2, "FRACTION must be"),
+                              ((text, tmp_path / "o.dat", 0.5), 1, "not a trace.dat file"),
+                              ((tmp_path / "none.dat", tmp_path / "o.dat", 0.5), 1, "none.dat")):
+        p = cut(*args)
+        assert p.returncode == code and words in p.stderr, (args, p.stderr)
+        assert "Traceback" not in p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["report.txt"]
+
+
+@needs_trace_cmd
+def test_make_trace_cuts_the_smaller_scales_from_one_recording(tmp_path):
+    """With the largest recording in place, make-trace cuts the smaller scale from it (no
+    tracefs needed) and reuses the cut the next time."""
+    shutil.copy(KMEM, tmp_path / "kmem-2x.dat")
+    shutil.copy(KMEM + ".json", tmp_path / "kmem-2x.dat.json")   # 192 KiB per CPU = 2 x 96
+    env = dict(os.environ, BENCH_BUFFER_KB="96", BENCH_SCALES="1 2")
+    p = subprocess.run([MAKE_TRACE, str(tmp_path)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    meta = json.loads((tmp_path / "kmem-1x.dat.json").read_text())
+    src = json.loads((tmp_path / "kmem-2x.dat.json").read_text())
+    assert meta["cut_of"] == src["recorded"] and meta["fraction"] == "1/2", meta
+    assert meta["report_events"] == sum(map(len, report_by_cpu(tmp_path / "kmem-1x.dat")
+                                            .values()))
+    again = subprocess.run([MAKE_TRACE, str(tmp_path)], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert again.returncode == 0 and again.stderr.count("reusing") == 2, again.stderr
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".recording")]
