@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import time
+import warnings
 
 import pytest
 
@@ -343,9 +344,23 @@ def test_watch_filters_change_no_analysis(trace):
 
 # ------------------------------------------------------------------------------------- VMs
 def vm_run(kernel, results, *args, timeout=1200):
-    return subprocess.run([VM_RUN, "--kernel", kernel, "--results", str(results), "--timeout",
-                           str(timeout), "--", os.path.join(TOP, "tests", "vm", "record-watch")]
-                          + list(args), text=True, capture_output=True, timeout=timeout + 60)
+    """record-watch in a guest. A guest lost under emulation (vm-run's 125 when the guest died
+    or hung: no status came back from it) says nothing of record or watch, so it runs once
+    more; the first run's files move to RESULTS/lost-vm and a warning keeps what its console
+    said last (CI lost one guest in three runs: two died, one hung)."""
+    cmd = [VM_RUN, "--kernel", kernel, "--results", str(results), "--timeout", str(timeout),
+           "--", os.path.join(TOP, "tests", "vm", "record-watch")] + list(args)
+    p = subprocess.run(cmd, text=True, capture_output=True, timeout=timeout + 60)
+    if p.returncode == 125 and re.search(r"vm-run: (the guest died|timeout after)", p.stderr):
+        lost = results / "lost-vm"
+        lost.mkdir()
+        for name in os.listdir(results):
+            if name != "lost-vm":
+                os.rename(results / name, lost / name)
+        warnings.warn(f"{kernel}: the guest was lost, ran once more; vm-run said:\n"
+                      + p.stderr[-3000:], pytest.PytestWarning)
+        p = subprocess.run(cmd, text=True, capture_output=True, timeout=timeout + 60)
+    return p
 
 
 def check(d):
@@ -395,7 +410,8 @@ def test_stock_record_check_good(tmp_path, kernel):
     """Kernels that continue at the reader's cookie: good. On the newest (7.3) watch runs over
     the listing too and must agree."""
     newest = kernel == "7.3"
-    p = vm_run(f"debian:{kernel}", tmp_path, *(["--watch"] if newest else []))
+    # 150-225 s when all goes well; a guest that hangs is lost after 700 s and run once more
+    p = vm_run(f"debian:{kernel}", tmp_path, *(["--watch"] if newest else []), timeout=700)
     assert p.returncode == 0, p.stdout + p.stderr
     rec = (tmp_path / "record.txt").read_text()
     assert "record exit 0" in rec and "nfs:nfs_readdir_cache_fill" in rec, rec
