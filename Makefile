@@ -39,8 +39,9 @@ test-bisect: setup-build
 
 # Time the trace.dat reader and `nfs-readdir analyze` (its slab analysis) against `trace-cmd
 # report` and `report -R`, and against the floor (decompressing the same pages, nothing
-# decoded), on real host traces of about 8.4, 17 and 50 M kmem/sched events (recorded once
-# through tracefs into ~/.cache/nfs-readdir-trace/bench, then reused): medians of 3 runs at 1x
+# decoded), on real host traces of about 8.4, 17 and 50 M kmem/sched events (one recording of
+# 50 M through tracefs, the smaller two cut from its start; kept in
+# ~/.cache/nfs-readdir-trace/bench and reused): medians of 3 runs at 1x
 # and 1 run at 2x and 6x, tools interleaved, then 5 more rounds of analyze and analyze warm
 # (the analysis without start-up) at every size for the time per event (20-30 minutes on 2
 # cores, an hour or more when they are busy: report alone takes 7-18 minutes at 50 M). Table,

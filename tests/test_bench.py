@@ -23,8 +23,8 @@ TRACE_CMD = shutil.which("trace-cmd")
 needs_trace_cmd = pytest.mark.skipif(not TRACE_CMD, reason="trace-cmd is not installed")
 
 
-def cut(src, dst, fraction):
-    return subprocess.run([sys.executable, CUT, str(src), str(dst), str(fraction)],
+def cut(src, dst, *parts):
+    return subprocess.run([sys.executable, CUT, str(src), str(dst)] + [str(p) for p in parts],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -71,11 +71,25 @@ def test_a_cut_is_every_cpus_first_events(tmp_path, fraction):
     assert b.info["damage"] == []
 
 
+@needs_trace_cmd
+def test_slices_partition_the_recording(tmp_path):
+    """The slices of a sixth from 0, 1/6, ... 5/6 share no event and together are the whole:
+    each CPU's report lines, slice after slice, are the whole's."""
+    pieces = defaultdict(list)
+    for k in range(6):
+        p = cut(KMEM, tmp_path / f"s{k}.dat", "1/6", f"{k}/6")
+        assert p.returncode == 0, p.stderr
+        for cpu, lines in report_by_cpu(tmp_path / f"s{k}.dat").items():
+            pieces[cpu] += lines
+    assert dict(pieces) == dict(report_by_cpu(KMEM))
+
+
 def test_refusals_name_the_problem_and_leave_nothing(tmp_path):
     text = tmp_path / "report.txt"
     text.write_text("not a trace\n")
     for args, code, words in (((KMEM, tmp_path / "o.dat", 0), 2, "FRACTION must be"),
                               ((KMEM, tmp_path / "o.dat", "half"), 2, "FRACTION must be"),
+                              ((KMEM, tmp_path / "o.dat", "1/2", "1"), 2, "FROM must be"),
                               ((text, tmp_path / "o.dat", 0.5), 1, "not a trace.dat file"),
                               ((tmp_path / "none.dat", tmp_path / "o.dat", 0.5), 1, "none.dat")):
         p = cut(*args)
