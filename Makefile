@@ -48,6 +48,8 @@ test-bisect: setup-build
 # data and plot (time vs size) in $(RESULTS)/bench. E.g.:
 #   make bench BENCH_ARGS="--repeat 5 --repeat-large 2 --modes 'need slab all'"
 #   BENCH_SCALES=1 make bench BENCH_ARGS="--repeat 1 --skip 'report -R'"
+#   make bench BENCH_ARGS="--pieces --repeat-flat 10"   (the 50 M trace whole and in 2, 3 and
+#       6 slices: the time per event with the same events at every size; 5 minutes)
 bench: setup
 	analyzer/bench/make-trace
 	$(PY) analyzer/bench/run --out $(RESULTS)/bench $(BENCH_ARGS)
