@@ -117,3 +117,43 @@ def test_make_trace_cuts_the_smaller_scales_from_one_recording(tmp_path):
                            env=env, timeout=300)
     assert again.returncode == 0 and again.stderr.count("reusing") == 2, again.stderr
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".recording")]
+
+
+TRACEFS = "/sys/kernel/tracing"
+TRACING_STATE = ("tracing_on", "options/overwrite", "trace_clock", "set_event",
+                 "current_tracer")
+
+
+def tracing_state():
+    state = {}
+    for f in TRACING_STATE:
+        with open(os.path.join(TRACEFS, f)) as fh:
+            state[f] = fh.read()
+    with open(os.path.join(TRACEFS, "buffer_size_kb")) as fh:
+        # "7 (expanded: 1408)" until tracing is first used: 1408 is what it will be
+        state["buffer_size_kb"] = int(re.findall(r"\d+", fh.read())[-1])
+    return state
+
+
+@needs_trace_cmd
+def test_make_trace_records_and_leaves_tracing_as_it_found_it(tmp_path):
+    """A small real recording of this host; afterwards the top-level buffer has its size,
+    events, clock and switches back (on a freshly booted host its size reads "7 (expanded:
+    1408)", which cannot be written back: make-trace restores the 1408)."""
+    if not os.access(os.path.join(TRACEFS, "tracing_on"), os.W_OK):
+        pytest.skip("tracefs is not writable here (needs root); nothing to record")
+    before = tracing_state()
+    env = dict(os.environ, BENCH_BUFFER_KB="96", BENCH_SCALES="1", BENCH_MAX_SECONDS="60")
+    p = subprocess.run([MAKE_TRACE, str(tmp_path)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    if "top-level trace buffer is in use" in p.stderr:
+        pytest.skip(f"another tracer holds this host's top-level buffer: {p.stderr}")
+    assert p.returncode == 0, p.stderr
+    meta = json.loads((tmp_path / "kmem-1x.dat.json").read_text())
+    assert meta["report_events"] == sum(map(len, report_by_cpu(tmp_path / "kmem-1x.dat")
+                                            .values())) > 0
+    after = tracing_state()
+    # the kernel rounds a size to whole pages: 1408 KiB reads back as 1410
+    assert abs(after.pop("buffer_size_kb") - before.pop("buffer_size_kb")) <= 4, p.stderr
+    assert after == before, p.stderr
+    assert sorted(os.listdir(tmp_path)) == [".lock", "kmem-1x.dat", "kmem-1x.dat.json"]
