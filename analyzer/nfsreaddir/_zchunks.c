@@ -10,6 +10,10 @@
  * whole block's worth of chunks is decompressed without the GIL, so the CPU streams inflate
  * in parallel.  python-zstandard remains the path where libzstd's header was not found at
  * install; both make the same checks and the caller words the same messages.
+ *
+ * chain() follows the chunk headers alone, so that one CPU's stream can be cut at chunk
+ * boundaries into parts that inflate in parallel: a trace whose events sit mostly on one CPU
+ * would otherwise be read by one thread.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -125,8 +129,56 @@ out:
 	return res;
 }
 
+PyDoc_STRVAR(chain_doc,
+"chain(src, pos, stop, nchunks, big_endian, step) -> list of (pos, index)\n"
+"\n"
+"Follow the headers of ``nchunks`` chunks from offset ``pos`` and give the offset and index of\n"
+"the first chunk after each further ``step`` bytes of the stream (never the first chunk nor\n"
+"one past the last).  Stops at the first header that is cut short or whose chunk runs past\n"
+"``stop``: inflate() reports that damage, in the part that holds it.");
+
+static PyObject *chain(PyObject *self, PyObject *args)
+{
+	Py_buffer src;
+	Py_ssize_t pos, stop, nchunks, step, i, next;
+	int big;
+	PyObject *out = NULL, *item;
+
+	if (!PyArg_ParseTuple(args, "y*nnnpn", &src, &pos, &stop, &nchunks, &big, &step))
+		return NULL;
+	if (pos < 0 || stop > src.len || step < 1) {
+		PyErr_SetString(PyExc_ValueError, "chain: offsets outside the data");
+		goto out;
+	}
+	out = PyList_New(0);
+	if (!out)
+		goto out;
+	next = pos + step;
+	for (i = 0; i < nchunks; i++) {
+		const uint8_t *p = (const uint8_t *)src.buf + pos;
+
+		if (i && pos >= next) {
+			item = Py_BuildValue("(nn)", pos, i);
+			if (!item || PyList_Append(out, item) < 0) {
+				Py_XDECREF(item);
+				Py_CLEAR(out);
+				goto out;
+			}
+			Py_DECREF(item);
+			next = pos + step;
+		}
+		if (pos + 8 > stop || pos + 8 + (Py_ssize_t)u32(p, big) > stop)
+			break;
+		pos += 8 + u32(p, big);
+	}
+out:
+	PyBuffer_Release(&src);
+	return out;
+}
+
 static PyMethodDef methods[] = {
 	{"inflate", inflate, METH_VARARGS, inflate_doc},
+	{"chain", chain, METH_VARARGS, chain_doc},
 	{NULL, NULL, 0, NULL},
 };
 

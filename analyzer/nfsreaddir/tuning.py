@@ -121,6 +121,16 @@ def _undo(thresholds_set, huge):
         trim()
 
 
+def reader_stretch_bytes():
+    """The least of a CPU's stored stream read as one unit of parallel work (a stretch of
+    zstd chunks or pages): 1 MiB, about 150,000 kmem events and 15 ms of reading, against
+    well under a millisecond of setting one up; or $NFSRT_READER_STRETCH_KB."""
+    env = os.environ.get("NFSRT_READER_STRETCH_KB", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env) << 10
+    return 1 << 20
+
+
 def reader_threads():
     """Threads for reading CPU streams in parallel: the usable cores (at most 8), or
     $NFSRT_READER_THREADS."""

@@ -61,6 +61,15 @@ def _walk_arrays():
     return out
 
 
+def _inflate_block():
+    """This thread's block for inflated chunks: one per thread, reused by every stretch of
+    stream it reads (a fresh 16 MiB would be faulted in again for each)."""
+    blk = getattr(_walk_local, "blk", None)
+    if blk is None or len(blk) != _BLOCK_BYTES:
+        blk = _walk_local.blk = np.empty(_BLOCK_BYTES, dtype=np.uint8)
+    return blk
+
+
 @functools.lru_cache(maxsize=1)
 def _compiled_wanted():
     """Whether to use the compiled walk: yes when it is built, unless
@@ -219,8 +228,9 @@ def _columns(plan, want_pid):
 
 class RingWalk:
     # ------------------------------------------------------------ data walk
-    def _cpu_blocks(self, cpu, off, size, compressed, P):
-        """Yield uint8 arrays of whole pages; raise _Damage at the first damage."""
+    def _cpu_blocks(self, cpu, off, size, compressed, P, stretch=None):
+        """Yield uint8 arrays of whole pages; raise _Damage at the first damage. ``stretch``
+        (from :meth:`_stretches`): the part of the stream to read; None, all of it."""
         if not size:
             return
         if off >= self._size:
@@ -233,14 +243,15 @@ class RingWalk:
             avail = min(end, self._size) - off
             npages = avail // P
             step = max(1, _BLOCK_BYTES // P) * P
-            pos = off
-            stop = off + npages * P
+            pos, stop, last = (off, off + npages * P, True) if stretch is None else stretch[:3]
             while pos < stop:
                 n = min(step, stop - pos)
                 yield np.frombuffer(self._mm, dtype=np.uint8, count=n, offset=pos)
                 if release:
                     self._release(pos, n)
                 pos += n
+            if not last:
+                return
             if trunc:
                 raise _Damage(f"cpu {cpu}: data runs past the end of the file (needs "
                               f"{size} bytes at offset {off}, file has {self._size}; truncated)")
@@ -258,16 +269,46 @@ class RingWalk:
             trunc_msg = None
         if off + 4 > stop:
             raise _Damage(trunc_msg or f"cpu {cpu}: compressed data header is missing")
-        nchunks = struct.unpack_from(self._e + "I", mm, off)[0]
+        if stretch is None:
+            nchunks = struct.unpack_from(self._e + "I", mm, off)[0]
+            stretch = (off + 4, nchunks, True, 0)
+        pos, nchunks, last, first = stretch
         if self.compression == "zstd" and _inflate_wanted():
-            yield from self._inflated(cpu, off + 4, stop, nchunks, P, trunc_msg, release)
+            yield from self._inflated(cpu, pos, stop, nchunks, P, trunc_msg if last else None,
+                                      release, first)
         else:
-            yield from self._decompressed(cpu, off + 4, stop, nchunks, P, trunc_msg, release)
+            yield from self._decompressed(cpu, pos, stop, nchunks, P, trunc_msg, release)
 
-    def _inflated(self, cpu, pos, stop, nchunks, P, trunc_msg, release):
-        """The blocks of a zstd stream, each filled by one call of the compiled inflate."""
-        blk = np.empty(_BLOCK_BYTES, dtype=np.uint8)
-        i = 0
+    def _stretches(self, cpu, off, size, step):
+        """One CPU's stream cut into stretches of about ``step`` stored bytes that can be read
+        apart, in order: (offset, end offset or chunks, last, first chunk's index) of pages
+        or of zstd chunks (their boundaries from the headers, :func:`_zchunks.chain`); the
+        whole stream, one stretch, where it cannot be cut (other compression, damage at its
+        start). Damage in a stretch is the damage of the whole stream there: the caller drops
+        what the stretches after it hold."""
+        P = self._buf.page_size
+        if not self._buf.compressed:
+            stop = off + min(size, max(0, self._size - off)) // P * P
+            step = max(P, step // P * P)
+            cuts = list(range(off, stop, step))[1:]
+            return [(a, b, b == stop, 0) for a, b in zip([off] + cuts, cuts + [stop])] \
+                if stop > off else [None]
+        stop = min(off + 4 + size, self._size)
+        if not (self.compression == "zstd" and _inflate_wanted()) or off + 4 > stop:
+            return [None]
+        nchunks = struct.unpack_from(self._e + "I", self._mm, off)[0]
+        cuts = _zchunks.chain(self._mm, off + 4, stop, nchunks, self._e == ">", step)
+        starts = [(off + 4, 0)] + cuts
+        ends = [i for _, i in cuts] + [nchunks]
+        return [(pos, end - first, end == nchunks, first)
+                for (pos, first), end in zip(starts, ends)]
+
+    def _inflated(self, cpu, pos, stop, nchunks, P, trunc_msg, release, first=0):
+        """The blocks of a zstd stream from its chunk ``first``, each filled by one call of the
+        compiled inflate."""
+        blk = _inflate_block()
+        i = first
+        nchunks += first
         while i < nchunks:
             start = pos
             pos, k, fill, why, a, b, text = _zchunks.inflate(
@@ -518,9 +559,11 @@ class RingWalk:
 
     def _scan(self, want, acc, lost, damage):
         """Decode the wanted events of every CPU's data into ``acc`` (pieces per block,
-        in CPU order).  The CPUs are independent streams: with several of them and
-        several cores they are read by parallel threads (zstd and most numpy work run
-        outside the GIL); the result is the same as one after the other."""
+        in CPU order).  The CPUs are independent streams, and so are stretches of one
+        stream (pages, or zstd chunks): with several cores they are read by parallel
+        threads (zstd and the compiled walk run outside the GIL), a CPU's stream cut into
+        stretches so that a trace whose events are mostly on one CPU is not read by one
+        thread; the result is the same as one after the other."""
         buf = self._buf
         plans = {eid: self._plan(w) for eid, w in want.items()}
         idf = self._id_field                # resolved before threads start
@@ -528,8 +571,17 @@ class RingWalk:
         for eid in want:
             if 0 <= eid < len(lut) - 1:
                 lut[eid] = True
-        units = [(cpu, off, size) for cpu, off, size in buf.cpus if size]
-        nthreads = min(len(units), tuning.reader_threads())
+        cpus = [(cpu, off, size) for cpu, off, size in buf.cpus if size]
+        nthreads = tuning.reader_threads()
+        units = [(cpu, off, size, None) for cpu, off, size in cpus]
+        if nthreads > 1 and _compiled_wanted() and all(_extractable(p) for p in plans.values()):
+            # stretches small enough to share the work out evenly, large enough that each
+            # one's set-up does not count
+            step = max(tuning.reader_stretch_bytes(),
+                       sum(size for *_, size in cpus) // (nthreads * 8))
+            units = [(cpu, off, size, stretch) for cpu, off, size in cpus
+                     for stretch in self._stretches(cpu, off, size, step)]
+        nthreads = min(len(units), nthreads)
         if nthreads > 1:
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
@@ -537,7 +589,10 @@ class RingWalk:
                                         units))
         else:
             results = [self._scan_cpu(*u, want, plans, lut) for u in units]
-        for part, lst, dmg, exc in results:
+        stopped = set()           # CPUs whose stream is damaged: nothing after the damage
+        for (cpu, *_), (part, lst, dmg, exc) in zip(units, results):
+            if cpu in stopped:
+                continue
             for eid, cols in part.items():
                 for k, v in cols.items():
                     acc[eid][k].extend(v)
@@ -545,13 +600,16 @@ class RingWalk:
             damage.extend(dmg)
             if exc is not None:
                 raise exc
+            if dmg:
+                stopped.add(cpu)
         del results
         tuning.trim()             # the scan's temporaries: the heap goes back to the system
 
-    def _scan_cpu(self, cpu, off, size, want, plans, lut):
-        """One CPU's data: (pieces per event, lost events, damage, exception or None)."""
+    def _scan_cpu(self, cpu, off, size, stretch, want, plans, lut):
+        """One CPU's data, or the ``stretch`` of it from :meth:`_stretches` (the compiled pass
+        only): (pieces per event, lost events, damage, exception or None)."""
         if _compiled_wanted() and all(_extractable(p) for p in plans.values()):
-            return self._extract_cpu(cpu, off, size, want, plans)
+            return self._extract_cpu(cpu, off, size, want, plans, stretch)
         P = self._buf.page_size
         part = {eid: {k: (_Pieces() if k != "cpu" else [])
                       for k in ("ts", "cpu", "pid", *("f:" + f.name for f in w[2]))}
@@ -580,7 +638,7 @@ class RingWalk:
             return self._whole_records(part), lost, damage, e
         return part, lost, damage, None
 
-    def _extract_cpu(self, cpu, off, size, want, plans):
+    def _extract_cpu(self, cpu, off, size, want, plans, stretch=None):
         """:meth:`_scan_cpu` in one compiled pass per block (:class:`_ringbuf.Extract`):
         each wanted record's time stamp and fields go straight into columns that grow as
         they fill, one piece per column and CPU, handed over without a copy."""
@@ -600,7 +658,7 @@ class RingWalk:
                 self.long_size, idf.offset, idf.size)
         exc = None
         try:
-            for block in self._cpu_blocks(cpu, off, size, self._buf.compressed, P):
+            for block in self._cpu_blocks(cpu, off, size, self._buf.compressed, P, stretch):
                 if len(block) >= (1 << 31):
                     raise _Damage(f"cpu {cpu}: a data block of {len(block)} bytes is too large")
                 marks, bad, why, detail = ext.walk(block, *args)
