@@ -26,7 +26,7 @@ import pytest
 from nfsreaddir.trace.text import ReportText
 from nfsreaddir.trace import BASE_COLUMNS, TraceError, field_column, open_trace
 
-from conftest import installed
+from conftest import installed, run_cli
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
@@ -341,6 +341,49 @@ def test_host_trace_instance_and_lost_events(host_trace, tmp_path):
                                         for st in ti.info["cpu_stats"].values())
     with pytest.raises(TraceError, match="no_such_instance"):
         open_trace(host_trace, instance="no_such_instance")
+
+
+def extract_instances_only(out, names):
+    """A real trace of this host whose events are in the instances ``names`` alone
+    (`trace-cmd extract -B NAME ...`, no top-level buffer), kmem_cache_alloc in each."""
+    installed("trace-cmd")
+    if not os.access(TRACEFS / "tracing_on", os.W_OK):
+        pytest.skip("tracefs is not writable here (needs root); no host trace to test on")
+    insts = [TRACEFS / "instances" / f"{n}_{os.getpid()}" for n in names]
+    try:
+        for inst in insts:
+            inst.mkdir()
+            _write(inst / "buffer_size_kb", "64")
+            _write(inst / "events" / "kmem" / "kmem_cache_alloc" / "enable", "1")
+        subprocess.run(["ls", "-la", "/usr/bin"], stdout=subprocess.DEVNULL)
+        for inst in insts:
+            _write(inst / "tracing_on", "0")
+        cmd = [TRACE_CMD, "extract", "-o", str(out)]
+        for inst in insts:
+            cmd += ["-B", inst.name]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+        assert r.returncode == 0, r.stdout
+    finally:
+        for inst in insts:
+            if inst.exists():
+                _write(inst / "events" / "kmem" / "kmem_cache_alloc" / "enable", "0")
+                inst.rmdir()
+    return [inst.name for inst in insts]
+
+
+def test_a_trace_of_instances_alone(tmp_path):
+    """No events in the top-level buffer: the one instance that has them is read, and named;
+    with two, the message names both and says how to read each (not "no kmem events")."""
+    one = tmp_path / "one.dat"
+    name, = extract_instances_only(one, ["nfsreaddir_only"])
+    p = run_cli("slab", one, check=0)
+    assert f"reading those of instance {name!r}" in p.stderr, p.stderr
+    assert "kmem_cache_alloc" in p.stdout
+    two = tmp_path / "two.dat"
+    names = extract_instances_only(two, ["nfsreaddir_a", "nfsreaddir_b"])
+    p = run_cli("slab", two, check=2)
+    assert all(repr(n) in p.stderr for n in names) and "extract -B NAME" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
 
 
 def report_stats(dat):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import sys
 
 from .base import TraceError
 from .format import parse_cpu_stats, parse_format, parse_header_page
@@ -88,6 +89,9 @@ class DatFile:
             raise TraceError(f"{path}: corrupt trace metadata ({type(e).__name__}: {e}); "
                              "re-copy the file or record again") from None
         name = instance or ""
+        if instance is None and not self._holds_data(""):
+            name = self._only_instance_with_data()
+            self.info["instance"] = name
         if name not in self.buffers:
             self.close()
             have = ", ".join(repr(b) for b in self.buffers) or "none"
@@ -115,6 +119,28 @@ class DatFile:
         self.info["instances"] = list(self.buffers)
         if self.info["cpus"] is None:
             self.info["cpus"] = len(self._buf.cpus)
+
+    def _holds_data(self, name):
+        b = self.buffers.get(name)
+        return b is not None and any(size for _, _, size in b.cpus)
+
+    def _only_instance_with_data(self):
+        """The instance to read when the top-level buffer holds nothing (``trace-cmd record
+        -B NAME`` or ``extract -B NAME`` alone): the one instance with data, named on stderr;
+        with several, which one is meant cannot be guessed."""
+        have = [n for n in self.buffers if n and self._holds_data(n)]
+        if len(have) == 1:
+            sys.stderr.write(f"nfs-readdir: {self.path}: the top-level buffer holds no events; "
+                             f"reading those of instance {have[0]!r}\n")
+            return have[0]
+        if not have:
+            return ""
+        self.close()
+        raise TraceError(
+            f"{self.path}: the top-level buffer holds no events, and the instances "
+            f"{', '.join(map(repr, have))} do; one is read at a time: extract each into a "
+            f"file of its own (trace-cmd extract -B NAME -o NAME.dat), or record the events "
+            f"in the top-level buffer")
 
     # ---------------------------------------------------------------- meta
     def close(self):
