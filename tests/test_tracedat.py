@@ -1168,9 +1168,10 @@ def test_stretches_of_a_stream_read_as_the_whole_stream(dat_files, tmp_path, mon
 
 @needs_compiled
 def test_stretches_stop_where_the_stream_is_damaged(dat_files, tmp_path, monkeypatch):
-    """A damaged zstd chunk in the middle of a stream (corrupt data, an implausible size)
-    and a file cut short: read in stretches, the events before the damage and nothing after
-    it, with the message of the stream read whole."""
+    """A damaged zstd chunk in the middle of a stream (corrupt data, an implausible size), a
+    page with a garbage header and a file cut short: read in stretches, the events before
+    the damage and nothing after it, with the message of the stream read whole (pages
+    counted from the start of the CPU's data)."""
     import struct
     seen = set()
     for dat in with_uncompressed(dat_files, tmp_path):
@@ -1179,6 +1180,14 @@ def test_stretches_stop_where_the_stream_is_damaged(dat_files, tmp_path, monkeyp
         req = extractable(t, present_events(dat))
         lo, hi = max(_data_ranges(dat))
         cases = {"cut short": data[:(lo + hi) // 2]}
+        if not t._buf.compressed:
+            # a page in the middle of the largest stream with a commit size past the page
+            _, off, size = max(t._buf.cpus, key=lambda c: c[2])
+            P, hp = t._buf.page_size, t._hp
+            at = off + (size // P // 2) * P + hp["commit_off"]
+            b = bytearray(data)
+            b[at:at + hp["commit_size"]] = (P * 3).to_bytes(hp["commit_size"], "little")
+            cases["garbage header"] = bytes(b)
         if t.compression == "zstd":
             cpu, chunks = max(zstd_chunks(dat)[1], key=lambda c: len(c[1]))
             pos, csize, usize = chunks[len(chunks) // 2]
@@ -1201,7 +1210,7 @@ def test_stretches_stop_where_the_stream_is_damaged(dat_files, tmp_path, monkeyp
             frames_equal(got[1], whole[1], f"{dat} {label}")
             assert got[2] == whole[2], (dat, label)
             seen.add(label)
-    assert seen == {"cut short", "corrupt", "implausible size"}, seen
+    assert seen == {"cut short", "corrupt", "implausible size", "garbage header"}, seen
 
 
 def test_without_the_compiled_inflate_one_notice(dat_files):

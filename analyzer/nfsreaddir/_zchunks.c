@@ -130,17 +130,18 @@ out:
 }
 
 PyDoc_STRVAR(chain_doc,
-"chain(src, pos, stop, nchunks, big_endian, step) -> list of (pos, index)\n"
+"chain(src, pos, stop, nchunks, big_endian, step) -> list of (pos, index, inflated)\n"
 "\n"
 "Follow the headers of ``nchunks`` chunks from offset ``pos`` and give the offset and index of\n"
 "the first chunk after each further ``step`` bytes of the stream (never the first chunk nor\n"
-"one past the last).  Stops at the first header that is cut short or whose chunk runs past\n"
+"one past the last), with the decompressed bytes of the chunks before it.  Stops at the first header that is cut short or whose chunk runs past\n"
 "``stop``: inflate() reports that damage, in the part that holds it.");
 
 static PyObject *chain(PyObject *self, PyObject *args)
 {
 	Py_buffer src;
 	Py_ssize_t pos, stop, nchunks, step, i, next;
+	long long inflated = 0;
 	int big;
 	PyObject *out = NULL, *item;
 
@@ -158,7 +159,7 @@ static PyObject *chain(PyObject *self, PyObject *args)
 		const uint8_t *p = (const uint8_t *)src.buf + pos;
 
 		if (i && pos >= next) {
-			item = Py_BuildValue("(nn)", pos, i);
+			item = Py_BuildValue("(nnL)", pos, i, inflated);
 			if (!item || PyList_Append(out, item) < 0) {
 				Py_XDECREF(item);
 				Py_CLEAR(out);
@@ -169,6 +170,7 @@ static PyObject *chain(PyObject *self, PyObject *args)
 		}
 		if (pos + 8 > stop || pos + 8 + (Py_ssize_t)u32(p, big) > stop)
 			break;
+		inflated += u32(p + 4, big);
 		pos += 8 + u32(p, big);
 	}
 out:

@@ -192,13 +192,14 @@ def _chain(b32, start, end, le, min_dlen):
 
 
 def _damage_text(cpu, why, bad, detail, limit):
-    """The message of the damage the compiled walks report (as the numpy walk words it)."""
+    """The message of the damage the compiled walks report (as the numpy walk words it);
+    ``bad``: the page, counted from the start of the CPU's data."""
     if why == "size":
-        return (f"cpu {cpu}: page {bad} of a block has a garbage header (commit size {detail} "
-                f"> {limit})")
+        return (f"cpu {cpu}: page {bad} of its data has a garbage header (commit size "
+                f"{detail} > {limit})")
     if why == "chain":
-        return (f"cpu {cpu}: the record chain in page {bad} of a block is broken (record runs "
-                "past the page's data)")
+        return (f"cpu {cpu}: the record chain in page {bad} of its data is broken (record "
+                "runs past the page's data)")
     return None
 
 
@@ -271,8 +272,8 @@ class RingWalk:
             raise _Damage(trunc_msg or f"cpu {cpu}: compressed data header is missing")
         if stretch is None:
             nchunks = struct.unpack_from(self._e + "I", mm, off)[0]
-            stretch = (off + 4, nchunks, True, 0)
-        pos, nchunks, last, first = stretch
+            stretch = (off + 4, nchunks, True, 0, 0)
+        pos, nchunks, last, first, _ = stretch
         if self.compression == "zstd" and _inflate_wanted():
             yield from self._inflated(cpu, pos, stop, nchunks, P, trunc_msg if last else None,
                                       release, first)
@@ -281,8 +282,9 @@ class RingWalk:
 
     def _stretches(self, cpu, off, size, step):
         """One CPU's stream cut into stretches of about ``step`` stored bytes that can be read
-        apart, in order: (offset, end offset or chunks, last, first chunk's index) of pages
-        or of zstd chunks (their boundaries from the headers, :func:`_zchunks.chain`); the
+        apart, in order: (offset, end offset or chunks, last, first chunk's index, first
+        page's index) of pages or of zstd chunks (their boundaries and the bytes before them
+        from the headers, :func:`_zchunks.chain`); the
         whole stream, one stretch, where it cannot be cut (other compression, damage at its
         start). Damage in a stretch is the damage of the whole stream there: the caller drops
         what the stretches after it hold."""
@@ -291,17 +293,17 @@ class RingWalk:
             stop = off + min(size, max(0, self._size - off)) // P * P
             step = max(P, step // P * P)
             cuts = list(range(off, stop, step))[1:]
-            return [(a, b, b == stop, 0) for a, b in zip([off] + cuts, cuts + [stop])] \
-                if stop > off else [None]
+            return [(a, b, b == stop, 0, (a - off) // P)
+                    for a, b in zip([off] + cuts, cuts + [stop])] if stop > off else [None]
         stop = min(off + 4 + size, self._size)
         if not (self.compression == "zstd" and _inflate_wanted()) or off + 4 > stop:
             return [None]
         nchunks = struct.unpack_from(self._e + "I", self._mm, off)[0]
         cuts = _zchunks.chain(self._mm, off + 4, stop, nchunks, self._e == ">", step)
-        starts = [(off + 4, 0)] + cuts
-        ends = [i for _, i in cuts] + [nchunks]
-        return [(pos, end - first, end == nchunks, first)
-                for (pos, first), end in zip(starts, ends)]
+        starts = [(off + 4, 0, 0)] + cuts
+        ends = [i for _, i, _ in cuts] + [nchunks]
+        return [(pos, end - first, end == nchunks, first, inflated // P)
+                for (pos, first, inflated), end in zip(starts, ends)]
 
     def _inflated(self, cpu, pos, stop, nchunks, P, trunc_msg, release, first=0):
         """The blocks of a zstd stream from its chunk ``first``, each filled by one call of the
@@ -398,7 +400,7 @@ class RingWalk:
             except (OSError, ValueError):
                 pass
 
-    def _walks(self, block, P, lut, cpu, lost):
+    def _walks(self, block, P, lut, cpu, lost, first_page=0):
         """The records of ``block`` as :meth:`_walk` gives them, in one or more parts
         ((pos, ts, dlen, ids), damage or None); the damage, if any, comes with the last.
 
@@ -406,7 +408,7 @@ class RingWalk:
         into arrays of a fixed size, reused from part to part (so its memory does not
         grow with the block); each part is used before the next is made."""
         if not _compiled_wanted():
-            yield self._walk(block, P, lut, cpu, lost)
+            yield self._walk(block, P, lut, cpu, lost, first_page)
             return
         if len(block) >= (1 << 31):
             raise _Damage(f"cpu {cpu}: a data block of {len(block)} bytes is too large")
@@ -421,12 +423,12 @@ class RingWalk:
                 self._e == ">", self.long_size, idf.offset, idf.size, lut, *out)
             for _, page_ts, count in marks:
                 lost.append({"cpu": cpu, "ts": page_ts, "count": count})
-            yield tuple(a[:n] for a in out), _damage_text(cpu, why, bad, detail,
+            yield tuple(a[:n] for a in out), _damage_text(cpu, why, first_page + bad, detail,
                                                           P - hp["data_off"])
             if page >= npages:
                 return
 
-    def _walk(self, block, P, lut, cpu, lost):
+    def _walk(self, block, P, lut, cpu, lost, first_page=0):
         """Walk all pages of ``block``: the record chains of all pages at once (one
         lane per page, see :func:`_chain`), then every record in file order.
 
@@ -454,8 +456,8 @@ class RingWalk:
         badsz = np.flatnonzero(size > limit)
         if len(badsz):
             bad_page = int(badsz[0])
-            reason = (f"page {bad_page} of a block has a garbage header (commit size "
-                      f"{int(size[bad_page])} > {limit})")
+            reason = (f"page {first_page + bad_page} of its data has a garbage header "
+                      f"(commit size {int(size[bad_page])} > {limit})")
         missed = (commit & np.uint64(_MISSED_EVENTS)) != 0
         if missed.any():
             stored = (commit & np.uint64(_MISSED_STORED)) != 0
@@ -484,8 +486,8 @@ class RingWalk:
             first_bad = int(lanes[np.argmax(broken)])
             if first_bad < bad_page:
                 bad_page = first_bad
-                reason = (f"the record chain in page {bad_page} of a block is broken "
-                          "(record runs past the page's data)")
+                reason = (f"the record chain in page {first_page + bad_page} of its data is "
+                          "broken (record runs past the page's data)")
         if bad_page < npages:
             rec = rec[:np.searchsorted(rec, bad_page * P)]
         damage = f"cpu {cpu}: {reason}" if bad_page < npages else None
@@ -615,9 +617,10 @@ class RingWalk:
                       for k in ("ts", "cpu", "pid", *("f:" + f.name for f in w[2]))}
                 for eid, w in want.items()}
         lost, damage = [], []
+        first_page = 0
         try:
             for block in self._cpu_blocks(cpu, off, size, self._buf.compressed, P):
-                for res, dmg in self._walks(block, P, lut, cpu, lost):
+                for res, dmg in self._walks(block, P, lut, cpu, lost, first_page):
                     if res is not None and len(res[0]):
                         pos, ts, dlen, ids = res
                         for eid in want:
@@ -631,6 +634,7 @@ class RingWalk:
                 if dmg:
                     damage.append(dmg)
                     break
+                first_page += len(block) // P
         except _Damage as d:
             damage.append(str(d))
             self._whole_records(part)
@@ -657,6 +661,7 @@ class RingWalk:
         args = (P, hp["commit_off"], hp["commit_size"], hp["data_off"], self._e == ">",
                 self.long_size, idf.offset, idf.size)
         exc = None
+        first_page = stretch[4] if stretch else 0
         try:
             for block in self._cpu_blocks(cpu, off, size, self._buf.compressed, P, stretch):
                 if len(block) >= (1 << 31):
@@ -665,8 +670,10 @@ class RingWalk:
                 for _, page_ts, count in marks:
                     lost.append({"cpu": cpu, "ts": page_ts, "count": count})
                 if why:
-                    damage.append(_damage_text(cpu, why, bad, detail, P - hp["data_off"]))
+                    damage.append(_damage_text(cpu, why, first_page + bad, detail,
+                                               P - hp["data_off"]))
                     break
+                first_page += len(block) // P
         except _Damage as d:
             damage.append(str(d))
         except MemoryError as e:

@@ -79,11 +79,12 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
         counts = np.zeros(len(lut), dtype=np.int64)
         damage = []
         lost = []
+        P = self._buf.page_size
         for cpu, off, size in self._buf.cpus:
+            first_page = 0
             try:
-                for block in self._cpu_blocks(cpu, off, size, self._buf.compressed,
-                                              self._buf.page_size):
-                    for res, dmg in self._walks(block, self._buf.page_size, None, cpu, lost):
+                for block in self._cpu_blocks(cpu, off, size, self._buf.compressed, P):
+                    for res, dmg in self._walks(block, P, None, cpu, lost, first_page):
                         if res is not None and len(res[0]):
                             ids = res[3].astype(np.int64)
                             counts += np.bincount(np.minimum(ids, len(counts) - 1),
@@ -91,6 +92,7 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
                     if dmg:
                         damage.append(dmg)
                         break
+                    first_page += len(block) // P
             except _Damage as d:
                 damage.append(str(d))
             except (IndexError, ValueError, OverflowError) as e:
