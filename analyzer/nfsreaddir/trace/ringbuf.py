@@ -63,11 +63,16 @@ def _walk_arrays():
 
 def _inflate_block():
     """This thread's block for inflated chunks: one per thread, reused by every stretch of
-    stream it reads (a fresh 16 MiB would be faulted in again for each)."""
+    stream it reads (a fresh 16 MiB would be faulted in again for each); the reader's
+    threads end with the scan, and :func:`_drop_inflate_block` frees the calling thread's."""
     blk = getattr(_walk_local, "blk", None)
     if blk is None or len(blk) != _BLOCK_BYTES:
         blk = _walk_local.blk = np.empty(_BLOCK_BYTES, dtype=np.uint8)
     return blk
+
+
+def _drop_inflate_block():
+    _walk_local.__dict__.pop("blk", None)
 
 
 @functools.lru_cache(maxsize=1)
@@ -605,6 +610,7 @@ class RingWalk:
             if dmg:
                 stopped.add(cpu)
         del results
+        _drop_inflate_block()
         tuning.trim()             # the scan's temporaries: the heap goes back to the system
 
     def _scan_cpu(self, cpu, off, size, stretch, want, plans, lut):

@@ -18,7 +18,7 @@ from .columns import ColumnBuilder
 from .datfile import _LOST_STATS, OPT_KALLSYMS, DatFile
 from .decode import Decoder
 from .raw import _Cursor, _Damage
-from .ringbuf import _RELEASE_ABOVE, RingWalk
+from .ringbuf import _RELEASE_ABOVE, RingWalk, _drop_inflate_block
 
 
 class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
@@ -98,6 +98,7 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
             except (IndexError, ValueError, OverflowError) as e:
                 damage.append(f"cpu {cpu}: undecodable ring-buffer data "
                               f"({type(e).__name__}: {e})")
+        _drop_inflate_block()
         if damage:
             self.info["damage"] = list(self.info["damage"]) + damage
             self.info["partial"] = True
