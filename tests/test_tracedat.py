@@ -1118,6 +1118,7 @@ def read_request(path, req, monkeypatch, stretch):
     with monkeypatch.context() as m:
         m.setattr(tuning, "reader_threads", lambda: 1 if stretch is None else 2)
         m.setattr(tuning, "reader_stretch_bytes", lambda: stretch or 1 << 40)
+        m.setattr(tuning, "STRETCH_IDLE", -1.0)         # cut even streams of one size
         t = open_trace(path)
         try:
             frames, msg = t.read(req), None
@@ -1136,6 +1137,18 @@ def with_uncompressed(dat_files, tmp_path):
     v6 = tmp_path / "v6.dat"
     assert convert(big, v6, 6) is None
     return list(dat_files) + [v6]
+
+
+def test_streams_are_cut_where_whole_ones_would_leave_threads_idle():
+    """The share of the read that whole streams, taken in order by the first free thread,
+    leave idle: what decides whether to cut them into stretches."""
+    from nfsreaddir import tuning
+    from nfsreaddir.trace.ringbuf import _idle_share
+    assert _idle_share([119, 119], 2) == 0 == _idle_share([10] * 8, 2)
+    assert _idle_share([100], 2) == 0.5 and _idle_share([5, 1, 1, 1], 2) == pytest.approx(0.2)
+    # the sixths of a recording whose workload moved between the CPUs (KiB stored)
+    assert _idle_share([3535, 1462], 2) > tuning.STRETCH_IDLE > _idle_share([19, 20], 2)
+    assert _idle_share([], 2) == 0
 
 
 @needs_compiled

@@ -15,6 +15,7 @@ a one-line notice on stderr, and the tests' oracle for both (``NFSRT_READER=nump
 from __future__ import annotations
 
 import functools
+import heapq
 import mmap
 import os
 import struct
@@ -194,6 +195,18 @@ def _chain(b32, start, end, le, min_dlen):
             cur = nxt
     m = np.stack(rows).T.ravel()
     return m[m >= 0], (broken if broken.any() else None)
+
+
+def _idle_share(sizes, nthreads):
+    """The share of the read the ``nthreads`` threads would sit idle if they took the
+    streams of ``sizes`` (stored bytes, a measure of the work) whole, in order, each to the
+    first free thread: 0 for streams of one size on as many threads, 1/2 for one stream on
+    two threads."""
+    busy = [0] * nthreads
+    for size in sizes:
+        heapq.heapreplace(busy, busy[0] + size)
+    makespan = max(busy)
+    return 1 - sum(sizes) / (nthreads * makespan) if makespan else 0.0
 
 
 def _damage_text(cpu, why, bad, detail, limit):
@@ -581,7 +594,9 @@ class RingWalk:
         cpus = [(cpu, off, size) for cpu, off, size in buf.cpus if size]
         nthreads = tuning.reader_threads()
         units = [(cpu, off, size, None) for cpu, off, size in cpus]
-        if nthreads > 1 and _compiled_wanted() and all(_extractable(p) for p in plans.values()):
+        if (nthreads > 1 and _idle_share([size for *_, size in cpus], nthreads)
+                > tuning.STRETCH_IDLE and _compiled_wanted()
+                and all(_extractable(p) for p in plans.values())):
             # stretches small enough to share the work out evenly, large enough that each
             # one's set-up does not count
             step = max(tuning.reader_stretch_bytes(),
