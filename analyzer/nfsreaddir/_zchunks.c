@@ -134,8 +134,9 @@ PyDoc_STRVAR(chain_doc,
 "\n"
 "Follow the headers of ``nchunks`` chunks from offset ``pos`` and give the offset and index of\n"
 "the first chunk after each further ``step`` bytes of the stream (never the first chunk nor\n"
-"one past the last), with the decompressed bytes of the chunks before it.  Stops at the first header that is cut short or whose chunk runs past\n"
-"``stop``: inflate() reports that damage, in the part that holds it.");
+"one past the last), with the decompressed bytes of the chunks before it.  Stops at the\n"
+"first header that is cut short or whose chunk runs past ``stop``: inflate() reports that\n"
+"damage, in the part that holds it.");
 
 static PyObject *chain(PyObject *self, PyObject *args)
 {

@@ -302,10 +302,9 @@ class RingWalk:
         """One CPU's stream cut into stretches of about ``step`` stored bytes that can be read
         apart, in order: (offset, end offset or chunks, last, first chunk's index, first
         page's index) of pages or of zstd chunks (their boundaries and the bytes before them
-        from the headers, :func:`_zchunks.chain`); the
-        whole stream, one stretch, where it cannot be cut (other compression, damage at its
-        start). Damage in a stretch is the damage of the whole stream there: the caller drops
-        what the stretches after it hold."""
+        from the headers, :func:`_zchunks.chain`); the whole stream, one stretch, where it
+        cannot be cut (other compression, damage at its start). Damage in a stretch is the
+        damage of the whole stream there: the caller drops what the stretches after it hold."""
         P = self._buf.page_size
         if not self._buf.compressed:
             stop = off + min(size, max(0, self._size - off)) // P * P
@@ -594,9 +593,10 @@ class RingWalk:
         cpus = [(cpu, off, size) for cpu, off, size in buf.cpus if size]
         nthreads = tuning.reader_threads()
         units = [(cpu, off, size, None) for cpu, off, size in cpus]
-        if (nthreads > 1 and _idle_share([size for *_, size in cpus], nthreads)
-                > tuning.STRETCH_IDLE and _compiled_wanted()
-                and all(_extractable(p) for p in plans.values())):
+        # the one-pass compiled extract, or the walk then the decoders (whole streams only)
+        extract = _compiled_wanted() and all(_extractable(p) for p in plans.values())
+        if (extract and nthreads > 1
+                and _idle_share([size for *_, size in cpus], nthreads) > tuning.STRETCH_IDLE):
             # stretches small enough to share the work out evenly, large enough that each
             # one's set-up does not count
             step = max(tuning.reader_stretch_bytes(),
@@ -604,13 +604,18 @@ class RingWalk:
             units = [(cpu, off, size, stretch) for cpu, off, size in cpus
                      for stretch in self._stretches(cpu, off, size, step)]
         nthreads = min(len(units), nthreads)
+        if extract:
+            def read(u):
+                return self._extract_cpu(*u[:3], want, plans, u[3])
+        else:
+            def read(u):
+                return self._scan_cpu(*u[:3], want, plans, lut)
         if nthreads > 1:
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
-                results = list(pool.map(lambda u: self._scan_cpu(*u, want, plans, lut),
-                                        units))
+                results = list(pool.map(read, units))
         else:
-            results = [self._scan_cpu(*u, want, plans, lut) for u in units]
+            results = [read(u) for u in units]
         stopped = set()           # CPUs whose stream is damaged: nothing after the damage
         for (cpu, *_), (part, lst, dmg, exc) in zip(units, results):
             if cpu in stopped:
@@ -628,11 +633,9 @@ class RingWalk:
         _drop_inflate_block()
         tuning.trim()             # the scan's temporaries: the heap goes back to the system
 
-    def _scan_cpu(self, cpu, off, size, stretch, want, plans, lut):
-        """One CPU's data, or the ``stretch`` of it from :meth:`_stretches` (the compiled pass
-        only): (pieces per event, lost events, damage, exception or None)."""
-        if _compiled_wanted() and all(_extractable(p) for p in plans.values()):
-            return self._extract_cpu(cpu, off, size, want, plans, stretch)
+    def _scan_cpu(self, cpu, off, size, want, plans, lut):
+        """One CPU's data through the walk and the decoders: (pieces per event, lost events,
+        damage, exception or None)."""
         P = self._buf.page_size
         part = {eid: {k: (_Pieces() if k != "cpu" else [])
                       for k in ("ts", "cpu", "pid", *("f:" + f.name for f in w[2]))}
@@ -664,9 +667,10 @@ class RingWalk:
         return part, lost, damage, None
 
     def _extract_cpu(self, cpu, off, size, want, plans, stretch=None):
-        """:meth:`_scan_cpu` in one compiled pass per block (:class:`_ringbuf.Extract`):
-        each wanted record's time stamp and fields go straight into columns that grow as
-        they fill, one piece per column and CPU, handed over without a copy."""
+        """:meth:`_scan_cpu` in one compiled pass per block (:class:`_ringbuf.Extract`), of
+        the CPU's data or the ``stretch`` of it from :meth:`_stretches`: each wanted record's
+        time stamp and fields go straight into columns that grow as they fill, one piece per
+        column and stretch, handed over without a copy."""
         P = self._buf.page_size
         hp = self._hp
         idf = self._id_field
