@@ -38,7 +38,12 @@ class Invalidation:
     ts: int
     reason: str
     chain: list                 # the steps that led to it: revalidate, GETATTR, ...
-    followed_by_restart: bool | None    # None: restarts are not known
+    followed_by_restart: bool | None    # None: not known (no cookies, or only ambiguous ones)
+    # The listing's next READDIR went back to cookie 0 for a cause the trace cannot tell.
+    followed_by_ambiguous: bool = False
+    # The listing's next READDIR filled again the first page, which held the reader: the
+    # invalidation cost what it costs any kernel, and tested nothing.
+    refilled_start: bool = False
 
 
 @dataclass
@@ -58,9 +63,19 @@ class Listing:
     rpcs: pd.DataFrame = field(repr=False, default=None)
     restart_rows: list = field(default_factory=list)    # READDIR indexes of the restarts
     ambiguous_rows: list = field(default_factory=list)  # cookie-0 READDIRs of unknown cause
+    refill_rows: list = field(default_factory=list)     # cookie-0 refills of the first page
     restarts: list = field(default_factory=list)
+    # What the restarts would be if every ambiguous READDIR were one: the other bound.
+    possible_restarts: list = field(default_factory=list)
     invalidations: list = field(default_factory=list)
     version_changes: int | None = None  # times the directory's change attribute moved
+    # READDIRs that met a change of the directory and went on past every cookie asked before:
+    # the kernel did not restart there (None: no cookies).
+    survived: int | None = None
+    other_readers: bool = False     # another process listed the directory at the same time
+    # The trace's kernel looks for the reader's cookie from the first cached page (before
+    # 5.18; None: not known), see events.searches_from_first_page.
+    searches_from_first_page: bool | None = None
     cache_range_trims: int = 0
     getdents: int | None = None     # None: the trace has no getdents event
     rewinds: list | None = None     # ts of each seek back to 0; None: not observable
@@ -88,15 +103,25 @@ class Listing:
 
     @property
     def restart_count(self):
-        """Restarts at cookie 0; None when the trace cannot tell (no cookies)."""
-        return len(self.restarts) if self.cookies_known else None
+        """Restarts (at cookie 0 or below the reader's position); None when the trace cannot
+        tell: no cookies, or READDIRs that went back for a cause it does not show."""
+        return len(self.restarts) if self.cookies_known and not self.ambiguous_rows else None
+
+    @property
+    def restart_range(self):
+        """(fewest, most) restarts the trace allows; None without cookies."""
+        if not self.cookies_known:
+            return None
+        return len(self.restarts), len(self.possible_restarts)
 
     @property
     def exercising(self):
-        """The invalidations that came while the reader was past the start."""
+        """The invalidations that came while the reader was past the start, but for those
+        whose cost was the refill of the first page that still held the reader."""
         if self.progressed_at is None:
             return []
-        return [i for i in self.invalidations if i.ts >= self.progressed_at]
+        return [i for i in self.invalidations
+                if i.ts >= self.progressed_at and not i.refilled_start]
 
     @property
     def exercised(self):
@@ -104,7 +129,7 @@ class Listing:
         way that makes a restart possible: its cache was invalidated, or (5.18+) its change
         attribute moved (cache_range_trims and version_changes count only such changes)."""
         return bool(self.exercising or self.cache_range_trims or self.version_changes
-                    or self.restarts)
+                    or self.restarts or self.survived)
 
     def label(self):
         who = f"{self.comm}[{self.pid}]"
@@ -114,6 +139,12 @@ class Listing:
     def summary(self):
         cookies = self.rpcs["cookie"].dropna()
         known = self.cookies_known
+        sure = known and not self.ambiguous_rows
+        lo, hi = self.restarts, self.possible_restarts
+        followed = [bool(i.followed_by_restart) for i in self.invalidations]
+        maybe = [bool(i.followed_by_restart or i.followed_by_ambiguous)
+                 for i in self.invalidations]
+        with_invals = known and self.invalidations_known
         return {
             "phase": self.phase, "pid": self.pid, "comm": self.comm,
             "dev": self.dev, "dir_fileid": self.fileid,
@@ -126,17 +157,26 @@ class Listing:
             "getdents": self.getdents,
             "readdirs": int(len(self.rpcs)),
             "cookie_zero_readdirs": int((cookies == 0).sum()) if known else None,
+            # Where the trace cannot tell, null, and the bounds it allows beside it.
             "restarts": self.restart_count,
+            "restarts_min": len(lo) if known else None,
+            "restarts_max": len(hi) if known else None,
             "ambiguous_cookie_zero_readdirs": len(self.ambiguous_rows) if known else None,
             "rewinds": len(self.rewinds) if self.rewinds is not None else None,
-            "refetched_readdirs": sum(r.refetched for r in self.restarts) if known else None,
-            "restart_cost_seconds": (round(sum(r.cost_ns for r in self.restarts) / NS, 3)
-                                     if known else None),
+            "refetched_readdirs": sum(r.refetched for r in lo) if sure else None,
+            "refetched_readdirs_min": sum(r.refetched for r in lo) if known else None,
+            "refetched_readdirs_max": sum(r.refetched for r in hi) if known else None,
+            "restart_cost_seconds": (round(sum(r.cost_ns for r in lo) / NS, 3)
+                                     if sure else None),
+            "restart_cost_seconds_max": (round(sum(r.cost_ns for r in hi) / NS, 3)
+                                         if known else None),
             "invalidations": len(self.invalidations) if self.invalidations_known else None,
-            "invalidations_followed_by_restart": (sum(bool(i.followed_by_restart)
-                                                      for i in self.invalidations)
-                                                  if known and self.invalidations_known
-                                                  else None),
+            "invalidations_followed_by_restart": (sum(followed) if with_invals
+                                                  and not self.ambiguous_rows else None),
+            "invalidations_followed_by_restart_min": sum(followed) if with_invals else None,
+            "invalidations_followed_by_restart_max": sum(maybe) if with_invals else None,
+            "survived_changes": self.survived,
+            "start_refills": len(self.refill_rows) if known else None,
             "version_changes": self.version_changes,
             "cache_range_trims": self.cache_range_trims,
             "exercised": self.exercised,
@@ -199,6 +239,57 @@ def _restarts(rpcs, restart_idx, invalidation_ts, targets=None):
     return out
 
 
+def _one_per_catchup(restarts, invalidation_ts):
+    """Each restart once: a READDIR that goes back while the listing is still catching up
+    after a restart (before it asked above where it had been) is part of that restart, unless
+    a new invalidation came between them."""
+    out = []
+    for r in restarts:
+        if out:
+            p = out[-1]
+            again = ((invalidation_ts > p.ts) & (invalidation_ts <= r.ts)).any()
+            if r.rpc_index < p.rpc_index + p.refetched and not again:
+                continue
+        out.append(r)
+    return out
+
+
+def _next_readdir(ts, when):
+    """Index of the first READDIR at or after each instant (len(ts) where none follows). At one
+    instant the change comes first: under emulation the clock is coarse, and the READDIR it
+    causes can carry its timestamp."""
+    return np.searchsorted(ts, when, side="left")
+
+
+def _survived(lst, change_ts):
+    """READDIRs that met a change of the directory mid-way and asked for a cookie above every
+    cookie the listing had asked before: it went on, neither back to cookie 0 nor to a page it
+    had. The READDIR that met a change is the first one after it, or one whose own change
+    attribute differs from the READDIR's before; a change at the very instant of the READDIR
+    before may have come before that one instead, so then both must have gone on. None where
+    the READDIRs' cookies are not all known."""
+    rpcs = lst.rpcs
+    if not lst.cookies_known or rpcs["cookie"].isna().any():
+        return None
+    cookies = rpcs["cookie"].to_numpy("uint64")
+    ts = rpcs["ts"].to_numpy("int64")
+    above = np.zeros(len(rpcs), dtype=bool)
+    if len(rpcs) > 1:
+        above[1:] = cookies[1:] > np.maximum.accumulate(cookies)[:-1]
+    met = np.zeros(len(rpcs), dtype=bool)
+    t = np.asarray(change_ts, dtype=np.int64)
+    k = np.searchsorted(ts, t, side="right")
+    inside = (k > 0) & (k < len(ts))
+    k, t = k[inside], t[inside]
+    tied = ts[k - 1] == t
+    met[k[~tied]] = True
+    met[k[tied]] |= above[k[tied] - 1]
+    if "version" in rpcs and len(rpcs) > 1 and rpcs["version"].notna().all():
+        v = rpcs["version"].to_numpy("uint64")
+        met[1:] |= v[1:] != v[:-1]
+    return int((met & above).sum())
+
+
 def _chain(revals, inv_ts, since):
     """The revalidation steps between `since` and the invalidation, in order, deduplicated;
     a step that found the data cache invalid (NFS_INO_INVALID_DATA) says so."""
@@ -248,10 +339,24 @@ def _version_changes(lst, revals, cookie_is_position):
     vals = v["version"].astype("int64").to_numpy()
     changes = np.flatnonzero(vals[1:] != vals[:-1])
     last_readdir = lst.rpcs["ts"].max() if len(lst.rpcs) else None
-    # Only changes a READDIR of the listing met afterwards, once the reader was past the start.
+    # Only changes a READDIR of the listing met afterwards, once the reader was past the start,
+    # and not by filling again the first page that still held the reader.
     since = lst.progressed_at
+    rpc_ts = lst.rpcs["ts"].to_numpy("int64")
+    refills = set(lst.refill_rows)
     return int(sum(1 for k in changes if last_readdir is not None and since is not None
-                   and since <= v["ts"].iloc[k + 1] <= last_readdir))
+                   and since <= v["ts"].iloc[k + 1] <= last_readdir
+                   and int(_next_readdir(rpc_ts, v["ts"].iloc[k + 1])) not in refills))
+
+
+def _version_moves(lst, revals):
+    """When a revalidation saw the directory's change attribute move during the listing (the
+    READDIRs' own values are compared in _survived)."""
+    if lst.fileid is None or not len(revals) or "version" not in revals:
+        return []
+    v = _select(revals, lst)[["ts", "version"]].dropna()
+    vals = v["version"].astype("int64").to_numpy()
+    return [int(t) for t in v["ts"].to_numpy("int64")[1:][vals[1:] != vals[:-1]]]
 
 
 def _dentries(samples, start, end):
@@ -331,12 +436,16 @@ def analyze(trace):
     invals, revals, ranges = tables["invalidations"], tables["revalidations"], tables["ranges"]
     calls = tables["calls"]
     kinds = set(calls["call"].dropna())
+    first_page = events.searches_from_first_page(marks.run.get("kernel")
+                                                 or trace.info.get("uname"))
+    if first_page is None and tables["cookie_is_position"]:
+        # A trace that does not name its kernel (report text) but has upstream's readdir
+        # events, which came with the cookie-indexed cache in 5.18.
+        first_page = False
     if {"opendir", "getdents"} <= kinds or ("getdents" in kinds and sources["calls"]
                                             and not sources["calls"][0].startswith("syscalls:")):
         keyed_by_file = calls["file"].notna().any()
-        kernel = marks.run.get("kernel") or trace.info.get("uname")
-        opens = by_opens(rpc, calls, cookies_known, keyed_by_file,
-                          events.searches_from_first_page(kernel))
+        opens = by_opens(rpc, calls, cookies_known, keyed_by_file, first_page)
         opens = [o for o in opens if o.rows or o.getdents]
     elif "sys_getdents" in kinds:
         opens = by_syscalls(rpc, calls, cookies_known)
@@ -349,6 +458,7 @@ def analyze(trace):
     damage = damage_windows(trace.info)
     listings = []
     for o in opens:
+        o.settle()
         rows = rpc.loc[o.rows].reset_index(drop=True) if o.rows else rpc.iloc[0:0]
         dev = int_or_none(rows["dev"].dropna().iloc[0]) if rows["dev"].notna().any() else o.dev
         fileid = (int_or_none(rows["fileid"].dropna().iloc[0]) if rows["fileid"].notna().any()
@@ -371,6 +481,7 @@ def analyze(trace):
         restart_idx = [pos[r] for r in o.restart_rows]
         targets = [o.targets.get(r, 0) for r in o.restart_rows]
         lst.ambiguous_rows = [pos[r] for r in o.ambiguous_rows]
+        lst.refill_rows = [pos[r] for r in o.refills]
         lst.ending = o.ending or (CUT_OFF if ends_visible else UNKNOWN)
         lst.error = o.error
         # A READDIR interrupted by a signal: the reader was killed mid-listing.
@@ -391,8 +502,19 @@ def analyze(trace):
         my_invals = _select(invals, lst)
         inv_ts = my_invals["ts"].to_numpy()
         if cookies_known:
-            lst.restarts = _restarts(lst.rpcs, found[0], inv_ts, found[1])
+            lst.restarts = _one_per_catchup(
+                _restarts(lst.rpcs, found[0], inv_ts, found[1]), inv_ts)
+            # The other bound: every ambiguous READDIR a restart, at cookie 0 (their target is
+            # not known).
+            both = sorted(zip(found[0] + lst.ambiguous_rows,
+                              found[1] + [0] * len(lst.ambiguous_rows)))
+            lst.possible_restarts = _one_per_catchup(
+                _restarts(lst.rpcs, [i for i, _ in both], inv_ts, [t for _, t in both]),
+                inv_ts)
         restart_ts = np.array([r.ts for r in lst.restarts], dtype=np.int64)
+        rpc_ts = lst.rpcs["ts"].to_numpy("int64")
+        ambiguous = set(lst.ambiguous_rows)
+        refills = set(lst.refill_rows)
         my_revals = _select(revals, lst) if len(revals) else revals
         prev = lst.start
         for k, (ts, reason) in enumerate(zip(inv_ts, my_invals["reason"])):
@@ -401,20 +523,45 @@ def analyze(trace):
             # the invalidation's own timestamp (it still comes after it in the trace).
             followed = (bool(((restart_ts >= ts) & (restart_ts < nxt)).any())
                         if cookies_known else None)
-            lst.invalidations.append(Invalidation(int(ts), str(reason),
-                                                  _chain(my_revals, ts, prev), followed))
+            after = int(_next_readdir(rpc_ts, ts))
+            maybe = after in ambiguous and not followed
+            lst.invalidations.append(Invalidation(
+                int(ts), str(reason), _chain(my_revals, ts, prev),
+                None if maybe else followed, followed_by_ambiguous=maybe,
+                refilled_start=after in refills))
             prev = ts
         if ranges is not None and len(ranges) and lst.progressed_at is not None:
-            trims = _select(ranges, lst)
-            lst.cache_range_trims = int((trims["ts"] >= lst.progressed_at).sum())
+            trims = _select(ranges, lst)["ts"].to_numpy("int64")
+            trims = trims[trims >= lst.progressed_at]
+            lst.cache_range_trims = int(sum(int(_next_readdir(rpc_ts, t)) not in refills
+                                            for t in trims))
         lst.version_changes = _version_changes(lst, revals, tables["cookie_is_position"])
+        changes = list(inv_ts) + (list(_select(ranges, lst)["ts"]) if ranges is not None
+                                  and len(ranges) else [])
+        lst.survived = _survived(lst, sorted(changes) + _version_moves(lst, revals))
         lst.damage = _damage_in(lst, damage)
         lst.dentries = _dentries(marks.counters, lst.start, lst.end)
         out.append(lst)
     out.sort(key=lambda x: (x.start, x.pid))
+    _other_readers(out)
+    for lst in out:
+        lst.searches_from_first_page = first_page
     evidence = {name: list(src or []) for name, src in sources.items()}
     return Analysis(out, marks.run, marks.counters, evidence, cookies_known, trace.info,
                     recorded=tables["recorded"], tables=tables)
+
+
+def _other_readers(listings):
+    """Mark the listings whose directory another process listed at the same time: before 5.18
+    that reader's refill of the first pages can make this one restart below its position."""
+    by_dir = {}
+    for lst in listings:
+        if lst.fileid is not None:
+            by_dir.setdefault((lst.dev, lst.fileid), []).append(lst)
+    for group in by_dir.values():
+        for a in group:
+            a.other_readers = any(b.pid != a.pid and b.start <= a.end and b.end >= a.start
+                                  for b in group)
 
 
 def _label_phases(listings, phases):

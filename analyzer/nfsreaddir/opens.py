@@ -12,9 +12,18 @@ recorded, best first:
     readdirs   nothing but the READDIRs: one listing per process and directory
 
 A restart is a READDIR at cookie 0 while the reader's position is past the start: the kernel
-went back to the start of the directory although the reader did not ask it to. A cookie-0 READDIR
-whose cause the trace cannot tell (a restart, a rewind, or a new open of the same directory) is
-counted as ambiguous, never as a restart or as a new listing.
+went back to the start of the directory although the reader did not ask it to. Not every such
+READDIR is one: when the reader is still inside the first page of the directory's cache, a
+change of the directory makes any kernel fill that page again at cookie 0, and then go on. Where
+the trace gives the reader's position, a cookie-0 READDIR after the start is settled by what
+follows it: the open's next READDIR asks a cookie at or below the position, the kernel is walking
+back to where the reader was: a restart; it asks above it, or the reader's next getdents starts
+at or past it, that was the refill of the page that holds the position: no restart, and no test
+of the bug either (stock 5.10 would have spent the same single READDIR). Where the position is
+not known, only a listing that never asked beyond cookie 0 can be inside the first page. A
+cookie-0 READDIR whose cause the trace cannot tell (a restart, a rewind, or a new open of the
+same directory; or nothing follows it) is counted as ambiguous, never as a restart or as a new
+listing.
 
 Where the trace gives the reader's position as a cookie at each getdents (the open kprobes, the
 series), READDIRs of that getdents for pages that lie wholly below the position (one below it,
@@ -76,11 +85,21 @@ class _Open:
         self.ordered = True         # positions grew: cookies can be compared by value
         self.searched = False       # this getdents already restarted
         self.below = None           # its last READDIR below the position, if it was below
+        self.asked = 0              # the highest cookie asked since the start or a rewind
+        # A cookie-0 READDIR after the start, until what follows settles it: (row, the reader's
+        # position then, whether a restart would be visible as one, not as a rewind).
+        self.zero = None
+        self.refills = []           # cookie-0 READDIRs that refilled the page holding the position
 
     def position(self, ts, pos):
         """The reader enters the file system at position pos (None: not known)."""
         self.getdents += 1
         self.end = max(self.end, ts)
+        if self.zero is not None:
+            # The getdents that asked for cookie 0 returned without another READDIR: the
+            # refilled page held the position if the reader goes on from there.
+            p = None if pos is None else pos & 0xFFFF_FFFF_FFFF_FFFF
+            self._settle(None if p is None or p == 0 else p >= self.zero[1])
         self.searched = False
         self.below = None
         self.pos = None
@@ -110,9 +129,11 @@ class _Open:
         """The reader went back to the start: what it reads next is a new pass."""
         if self.progressed or self.rows:
             self.rewinds.append(ts)
+        self._settle(None)
         self.at_start = True
         self.ending = None
         self.pos, self.last_pos = None, 0
+        self.asked = 0
 
     def readdir(self, row, ts, cookie, rewinds_visible=True):
         """A READDIR of this open; cookie None: not known."""
@@ -120,16 +141,22 @@ class _Open:
         self.end = max(self.end, ts)
         if cookie is None:
             return
+        if self.zero is not None:
+            self._settle(cookie > self.zero[1])
         if cookie == 0:
             if self.at_start:
                 self.at_start = False
-            elif rewinds_visible:
-                self.restart_rows.append(row)
+            elif self.pos is None and self.asked:
+                # Where the reader is is not known, only that it had needed more than the
+                # first page: going back to cookie 0 can only be a restart (or a new pass).
+                (self.restart_rows if rewinds_visible else self.ambiguous_rows).append(row)
                 self.searched = True
             else:
-                self.ambiguous_rows.append(row)
+                self.zero = (row, self.pos or 0, rewinds_visible)
+                self.searched = True
         else:
             self.at_start = False
+            self.asked = max(self.asked, cookie)
             if self.pos is not None and not self.searched and self.below_restarts is not False:
                 # A READDIR below where the reader is fills the page that holds its position,
                 # unless the next one still starts at or below it: then that page lay wholly
@@ -143,6 +170,26 @@ class _Open:
                 self.below = row if cookie < self.pos else None
             self.past_start(ts)
         self.progressed = True
+
+    def _settle(self, refill):
+        """What the pending cookie-0 READDIR was: refill True, the page that holds the
+        position filled again; False, a restart (ambiguous where a rewind or a new open would
+        look the same); None, the trace does not tell."""
+        if self.zero is None:
+            return
+        row, reached, visible = self.zero
+        self.zero = None
+        if refill:
+            self.refills.append(row)
+        elif refill is False and visible:
+            self.restart_rows.append(row)
+        else:
+            self.ambiguous_rows.append(row)
+
+    def settle(self):
+        """The open's READDIRs are all in: a cookie-0 READDIR that nothing followed cannot be
+        told from a restart."""
+        self._settle(None)
 
 
 class Opens:

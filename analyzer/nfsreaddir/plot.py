@@ -5,7 +5,8 @@ cookie of the listing, or for a listing that did not reach the end (dashed) over
 cookie of a listing of the same directory that did. ext4 cookies are hash positions spread
 evenly over their range, and xfs and tmpfs cookies are offsets, so this is the share of the
 directory already read; a restart drops to 0. Invalidations are vertical lines, restarts red
-crosses.
+crosses, and READDIRs that went back for a cause the trace cannot tell (a restart or a new open)
+hollow orange circles: the legend gives a listing's restarts as a range then.
 """
 
 import os
@@ -99,18 +100,26 @@ def listings(analyses, output):
                 y = (cookies / (scale or 1.0)).tolist()
             else:
                 y = range(1, len(t) + 1)
+            lo_hi = lst.restart_range
+            maybe = (f", {lo_hi[0]}-{lo_hi[1]} restarts" if lo_hi and lo_hi[1] > lo_hi[0]
+                     else "")
             line, = ax.plot(t, y, style, drawstyle="steps-post",
-                            label=f"{label}: {len(t)} READDIRs")
+                            label=f"{label}: {len(t)} READDIRs{maybe}")
             colors[id(lst)] = line.get_color()
             for inv in lst.invalidations:
                 ax.axvline((inv.ts - lst.start) / NS, color=line.get_color(), alpha=0.25, lw=0.8)
             if lst.restarts:
                 ax.plot([(r.ts - lst.start) / NS for r in lst.restarts],
                         [0] * len(lst.restarts), "x", color="red", ms=7)
+            if lst.ambiguous_rows:
+                ax.plot([t.iloc[i] for i in lst.ambiguous_rows],
+                        [y[i] for i in lst.ambiguous_rows], "o", mfc="none", color="orange",
+                        ms=7)
         ax.set_ylabel("cookie / largest cookie" if kind == "cookies"
                       else "READDIRs so far\n(no cookies traced)")
         _legend(ax)
-    axes[0].set_title("READDIR progress per listing (| invalidation, x restart at cookie 0)")
+    axes[0].set_title("READDIR progress per listing (| invalidation, x restart, "
+                      "o restart or new open)")
     if has_samples:
         bottom = axes[-1]
         for a, lst in lsts:

@@ -22,6 +22,14 @@ def _q(v):
     return "?" if v is None else v
 
 
+def _range(s, key):
+    """A count the trace knows, or the bounds it allows ('0-23'), or '?'."""
+    lo, hi = s.get(f"{key}_min"), s.get(f"{key}_max")
+    if s[key] is not None or lo is None or hi is None:
+        return _q(s[key])
+    return f"{lo}-{hi}" if hi != lo else lo
+
+
 # A process with more quiet listings than this (a tree walk, a poller) gets one row for them.
 QUIET_ROWS = 3
 
@@ -49,7 +57,7 @@ def listing_table(analyses):
                 continue
             s = lst.summary()
             inv = s["invalidations"]
-            followed = s["invalidations_followed_by_restart"]
+            followed = _range(s, "invalidations_followed_by_restart")
             rows.append({
                 "trace": trace,
                 "phase": s["phase"] or "-",
@@ -60,9 +68,9 @@ def listing_table(analyses):
                 "ended": s["ending"] + ("" if not s["began_before_trace"] else " (began before)"),
                 "entries": s["entries"] if s["entries"] is not None else "-",
                 "READDIRs": s["readdirs"],
-                "restarts": _q(s["restarts"]),
-                "refetched": _q(s["refetched_readdirs"]),
-                "invalidations": (f"{inv} ({followed} restarted)" if inv and followed is not None
+                "restarts": _range(s, "restarts"),
+                "refetched": _range(s, "refetched_readdirs"),
+                "invalidations": (f"{inv} ({followed} restarted)" if inv and followed != "?"
                                   else _q(inv)),
                 "dentries": _fmt_dentries(s["dentries"]),
             })
@@ -163,7 +171,9 @@ def print_analysis(analyses, out=None, details=10):
                               f"{x.refetched} READDIRs and {x.cost_ns / NS:.3f}s to get back\n")
                 else:
                     chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
-                    after = {True: "", False: " (no restart)", None: ""}[x.followed_by_restart]
+                    after = (" (then cookie 0: a restart or a new open)"
+                             if x.followed_by_ambiguous else
+                             {True: "", False: " (no restart)", None: ""}[x.followed_by_restart])
                     out.write(f"  {t:9.3f}s  invalidation: {chain}{after}\n")
             if len(events_) > details:
                 out.write(f"  ... {len(events_) - details} more (--details N, or --json)\n")

@@ -7,19 +7,32 @@ answer claims only what the trace shows. Each listing is judged on its own:
                position (see analysis)
     undecided  the trace cannot rule out a restart in it: no READDIR cookies, READDIRs that went
                back for a cause the trace cannot tell, or events damaged or lost during it
+    survived   it did not reach the end of its directory in the trace, but met a change of its
+               directory mid-way and went on: its next READDIR asked for a cookie above every
+               one it had asked before (not cookie 0, not a page it had), so the kernel did
+               not restart it there
     unfinished it did not reach the end of its directory (closed, killed, cut off by the trace),
-               and restarted nowhere in what the trace shows: no evidence either way
-    good       its directory changed under it once it had read past the start (the cache was
-               invalidated, or on 5.18+ its change attribute moved), it reached the end, and
-               it did not restart
-    untested   its directory did not change under it after it left the start: no restart
-               was possible
+               survived no change, and restarted nowhere in what the trace shows: no evidence
+               either way
+    good       its directory changed under it once it had read past the first page (the cache
+               was invalidated, or on 5.18+ its change attribute moved), it reached the end,
+               and it did not restart
+    untested   its directory did not change under it after it left the first page: no restart
+               was possible (a change while the reader is still in the first page makes every
+               kernel fill that page again, and tests nothing)
+
+A survived change proves that the kernel went on at a change, except where another reader of
+the same directory could have refilled its first pages on a kernel that searches from the first
+page (before 5.18, or a kernel the trace does not name): there the listing is unfinished.
 
 A trace, or a run of several, is bad when any listing is bad; cannot decide when any listing is
-undecided, as a restart may hide there; good when at least one listing is good; and cannot
-decide otherwise, since nothing exercised the bug to its end. An unfinished listing does not
-stop the others from deciding: a directory poller stopped mid-listing when the trace ends says
-nothing against the listings that finished. Without cookies, the READDIRs of a modified listing
+undecided, as a restart may hide there, unless that listing only went back to cookie 0 for a
+cause the trace cannot tell (a restart, or a new open of a poller beside it) and another listing
+proved by a survived change that the kernel goes on: a definite restart anywhere is bad, but
+such returns to cookie 0 do not undo that proof. Otherwise it is good when at least one listing
+is good or survived; and cannot decide otherwise, since nothing exercised the bug. An unfinished
+listing does not stop the others from deciding: a directory poller stopped mid-listing when the
+trace ends says nothing against the listings that finished. Without cookies, the READDIRs of a modified listing
 against an idle one of the same run decide instead, and a reproducer's run is also bad when a
 listing repeated or lost a name. `check`, results.json, vm-run and bisect-run all answer through
 judge().
@@ -33,7 +46,6 @@ GOOD, BAD, UNDECIDED = 0, 1, 125
 WORDS = {GOOD: "good", BAD: "bad", UNDECIDED: "cannot decide"}
 # results.json and the reproducers' last line.
 RESULT_WORDS = {GOOD: "PASS", BAD: "FAIL", UNDECIDED: "UNDECIDED"}
-CODE_OF_RESULT = {v: k for k, v in RESULT_WORDS.items()}
 
 # Without cookies, a ratio of small counts means little: 6.1 spends one READDIR per
 # invalidation to continue a listing, 3 against 9 on a small directory. Ask for both.
@@ -44,7 +56,7 @@ MAX_RATIO = 1.5
 @dataclass
 class Finding:
     listing: object         # analysis.Listing
-    word: str               # bad, undecided, unfinished, good, untested
+    word: str               # bad, undecided, survived, unfinished, good, untested
     why: str
 
 
@@ -79,20 +91,41 @@ def _change(lst):
     return " and ".join(parts) or "no change of its directory"
 
 
+def _times(n):
+    return "once" if n == 1 else f"{n} times"
+
+
+def _restarted(lst, restarts, invalidations):
+    """'restarted 5 times at cookie 0 after 5 invalidations (157 READDIRs)'."""
+    below = sum(1 for r in restarts if r.cookie)
+    where = ("at cookie 0" if not below else
+             "below the reader's position (searches from the start of the directory that "
+             "the page cache served partly)" if below == len(restarts) else
+             f"({len(restarts) - below} at cookie 0, {below} below the reader's position)")
+    return (f"restarted {_times(len(restarts))} {where}"
+            + (f" after {_n(invalidations, 'invalidation')}" if invalidations else "")
+            + f" ({len(lst.rpcs)} READDIRs)")
+
+
+def survival_counts(lst):
+    """Whether the listing's survived changes prove that its kernel goes on at a change: not
+    where another reader of the directory could have made it restart below its position
+    without a READDIR at cookie 0 the trace would show as one (see the module's text)."""
+    return bool(lst.survived) and not (lst.other_readers
+                                       and lst.searches_from_first_page is not False)
+
+
+def _went_back_to_zero(lst):
+    """Every ambiguous READDIR of the listing asked for cookie 0: a restart, or a new open."""
+    cookies = lst.rpcs["cookie"]
+    return bool(lst.ambiguous_rows) and all(cookies.iloc[i] == 0 for i in lst.ambiguous_rows)
+
+
 def judge_listing(lst, max_restarts=0):
     """The finding for one listing (see the module's text)."""
     if lst.cookies_known and len(lst.restarts) > max_restarts:
         inv = sum(bool(i.followed_by_restart) for i in lst.invalidations)
-        below = sum(1 for r in lst.restarts if r.cookie)
-        where = ("at cookie 0" if not below else
-                 "below the reader's position (searches from the start of the directory that "
-                 "the page cache served partly)" if below == len(lst.restarts) else
-                 f"({len(lst.restarts) - below} at cookie 0, {below} below the reader's "
-                 "position)")
-        n = len(lst.restarts)
-        why = (f"restarted {'once' if n == 1 else f'{n} times'} {where}"
-               + (f" after {_n(inv, 'invalidation')}" if inv else "")
-               + f" ({len(lst.rpcs)} READDIRs)")
+        why = _restarted(lst, lst.restarts, inv)
         if lst.ending != analysis.EOF:
             why += f", and did not reach the end of the directory ({analysis.ENDINGS[lst.ending]})"
         return Finding(lst, "bad", why)
@@ -103,24 +136,37 @@ def judge_listing(lst, max_restarts=0):
         return Finding(lst, "undecided", "the trace has no READDIR cookies, so a restart "
                                          "cannot be seen")
     if lst.ambiguous_rows:
+        lo, hi = lst.restart_range
+        likely = ""
+        if hi > lo:
+            inv = sum(bool(i.followed_by_restart or i.followed_by_ambiguous)
+                      for i in lst.invalidations)
+            likely = (f"; if {lst.comm}[{lst.pid}] opened the directory once, it "
+                      + _restarted(lst, lst.possible_restarts, inv))
         return Finding(lst, "undecided",
                        f"{_n(len(lst.ambiguous_rows), 'READDIR')} after the start went back (to "
                        "cookie 0, or below the reader's position in a directory whose cookies "
                        "did not grow) and could be restarts, rewinds or new opens: the trace "
-                       "does not tell")
+                       f"does not tell, so it restarted between {lo} and {hi} times{likely}")
+    survived = (f"went on past {_n(lst.survived, 'change')} of its directory mid-way "
+                "without a restart" if lst.survived else "")
     if not lst.complete:
         why = ("began before the trace" if lst.began_before_trace
                else analysis.ENDINGS[lst.ending])
+        if survival_counts(lst) and not lst.restarts:
+            return Finding(lst, "survived", f"{survived}; the end of the directory was not "
+                                            f"seen in the trace ({why})")
         return Finding(lst, "unfinished", f"it did not reach the end of the directory in the "
                                           f"trace ({why})")
-    allowed = (f"; {_n(len(lst.restarts), 'restart')} at cookie 0, at most {max_restarts} "
-               "allowed" if lst.restarts else "")
+    allowed = (f"; {_n(len(lst.restarts), 'restart')}, at most {max_restarts} allowed"
+               if lst.restarts else "")
     if not lst.exercised:
-        return Finding(lst, "untested", "its directory did not change during it, so no restart "
-                                        "was possible" + allowed)
+        return Finding(lst, "untested", "its directory did not change during it after the "
+                                        "first page, so no restart was possible" + allowed)
     return Finding(lst, "good", f"met {_change(lst)} and reached the end of the directory with "
-                                f"{'no restart at cookie 0' if not lst.restarts else ''}"
-                                f"{allowed.lstrip('; ')}")
+                                f"{'no restart' if not lst.restarts else ''}"
+                                f"{allowed.lstrip('; ')}"
+                                + (f" (it {survived})" if lst.survived else ""))
 
 
 def _evidence(analyses):
@@ -176,18 +222,25 @@ def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
         if rule is not None:
             code, text = rule
             return Verdict(code, f"{WORDS[code]}: {text} (evidence: {evidence})", findings)
-    undecided = [f for f in findings if f.word == "undecided"]
+    # A return to cookie 0 that may be a new open does not undo a proof that the kernel goes on.
+    proof = any(f.word in ("good", "survived") and survival_counts(f.listing) for f in findings)
+    undecided = [f for f in findings if f.word == "undecided"
+                 and not (proof and not f.listing.damage and _went_back_to_zero(f.listing))]
     if undecided:
         f = undecided[0]
         more = (f"; {_n(len(undecided) - 1, 'other listing')} undecided too"
                 if len(undecided) > 1 else "")
         return Verdict(UNDECIDED, f"cannot decide: {f.listing.label()}: {f.why}{more}"
                                   f"{_advice(analyses, f)} (evidence: {evidence})", findings)
-    good = [f for f in findings if f.word == "good"]
+    good = [f for f in findings if f.word in ("good", "survived")]
     unfinished = [f for f in findings if f.word == "unfinished"]
     if good:
-        best = max(good, key=lambda f: (len(f.listing.invalidations), len(f.listing.rpcs)))
+        best = max(good, key=lambda f: (f.word == "good", len(f.listing.invalidations),
+                                        f.listing.survived or 0, len(f.listing.rpcs)))
         more = f", {len(unfinished)} unfinished" if unfinished else ""
+        maybe = len([f for f in findings if f.word == "undecided"])
+        more += (f", {maybe} that went back to cookie 0 for a cause the trace does not tell"
+                 if maybe else "")
         return Verdict(GOOD, f"good: {best.listing.label()} {best.why} "
                              f"({_n(len(good), 'listing')} exercised, {len(listings)} in all"
                              f"{more}; evidence: {evidence})", findings)
@@ -196,7 +249,8 @@ def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
         more = (f"; {_n(len(unfinished) - 1, 'other listing')} unfinished too"
                 if len(unfinished) > 1 else "")
         return Verdict(UNDECIDED, f"cannot decide: {f.listing.label()}: {f.why}{more}, and no "
-                                  f"listing that met a change of its directory reached the end"
+                                  f"listing that met a change of its directory reached the end "
+                                  f"or went on past it"
                                   f"{_advice(analyses, f)} (evidence: {evidence})", findings)
     return Verdict(UNDECIDED, f"cannot decide: the bug was never exercised: no directory changed "
                               f"during any of the {_n(len(listings), 'listing')}, so none could "

@@ -178,6 +178,14 @@ class _Tracker:
         self.rows = 0
         self.restarts = self.invalidations = 0  # lines printed
         self._invals = {}                       # id(open) -> invalidations seen
+        # Per open (by id): a cookie-0 READDIR is a restart or not by what follows it
+        # (opens._Open), so its (row, time) waits here; the restarts printed so far; and the
+        # restart being caught up on: (the cookie to pass, the invalidations seen then). A
+        # READDIR that goes back again before that cookie, with no new invalidation, is part
+        # of the same restart (analysis counts it once too).
+        self._zero = {}
+        self._printed = {}
+        self._catchup = {}
 
     def _shown(self, o):
         return self.dir is None or o.fileid in (None, self.dir)
@@ -203,19 +211,23 @@ class _Tracker:
             row.update(src.constants)
             if table == "rpc":
                 o = model.of_readdir(pid, self.live.comm(pid), ts)
-                before = len(o.restart_rows)
-                o.readdir(self.rows, ts, row.get("cookie"))
+                cookie = row.get("cookie")
+                before = o.asked
+                o.readdir(self.rows, ts, cookie)
+                if cookie == 0:
+                    self._zero[id(o)] = (self.rows, ts)
                 self.rows += 1
                 if row.get("fileid") is not None and o.fileid is None:
                     o.dev, o.fileid = row.get("dev"), row["fileid"]
-                if len(o.restart_rows) > before and self._shown(o):
-                    self.restarts += 1
-                    n = len(o.restart_rows)
-                    self._line(ts, "restart", o,
-                               f"READDIR #{len(o.rows)} at cookie 0; so far {n} "
-                               f"restart{'s' * (n != 1)}, {len(o.rows)} READDIRs in "
-                               f"{(ts - o.start) / NS:.3f}s")
-                    wrote = True
+                c = self._catchup.get(id(o))
+                if c is not None and cookie is not None and cookie > c[0]:
+                    del self._catchup[id(o)]
+                wrote |= self._restarts(o, before)
+            elif table == "calls":
+                model.call(dict(row, pid=pid, ts=ts, comm=self.live.comm(pid)))
+                o = model.reading(pid)
+                if o is not None:
+                    wrote |= self._restarts(o, o.asked)
             elif table == "rpc_directory":
                 o = model.reading(pid)
                 if o is not None and o.fileid is None:
@@ -235,10 +247,37 @@ class _Tracker:
                                f"{self.live.comm(pid)}[{pid}]; so far {n}, "
                                f"{(ts - o.start) / NS:.3f}s into the listing")
                     wrote = True
-            else:
-                model.call(dict(row, pid=pid, ts=ts, comm=self.live.comm(pid)))
         if wrote:
             self.out.flush()
+
+    def _restarts(self, o, asked):
+        """Print the restarts the open's last event settled; asked: the highest cookie it
+        had asked before that event."""
+        key = id(o)
+        done = self._printed.get(key, (0, 0))
+        new = o.restart_rows[done[0]:]
+        shown = done[1]
+        wrote = False
+        for r in new:
+            zero = self._zero.get(key)
+            when = zero[1] if zero is not None and zero[0] == r else o.end
+            invals = self._invals.get(key, 0)
+            c = self._catchup.get(key)
+            if c is not None and c[1] == invals:
+                continue
+            self._catchup[key] = (max(asked, o.targets.get(r, 0)), invals)
+            if not self._shown(o):
+                continue
+            self.restarts += 1
+            shown += 1
+            at = "at cookie 0" if r not in o.targets else "below the reader's position"
+            self._line(when, "restart", o,
+                       f"READDIR #{o.rows.index(r) + 1} {at}; so far {shown} "
+                       f"restart{'s' * (shown != 1)}, {len(o.rows)} READDIRs in "
+                       f"{(when - o.start) / NS:.3f}s")
+            wrote = True
+        self._printed[key] = (len(o.restart_rows), shown)
+        return wrote
 
 
 class _Printer:
@@ -268,16 +307,19 @@ class _Printer:
                     done = [r for r in lst.restarts if r.ts <= ts]
                     n_rpc = int((lst.rpcs["ts"] <= ts).sum())
                     self.out.write(
-                        f"{when} restart      {who}: READDIR #{x.rpc_index + 1} at cookie 0; "
+                        f"{when} restart      {who}: READDIR #{x.rpc_index + 1} "
+                        f"{'at cookie 0' if not x.cookie else 'below the reader position'}; "
                         f"so far {len(done)} restart{'s' * (len(done) != 1)}, {n_rpc} READDIRs, "
                         f"{sum(r.refetched for r in done)} re-read in "
                         f"{sum(r.cost_ns for r in done) / NS:.3f}s {late}\n")
                 else:
                     n = sum(1 for i in lst.invalidations if i.ts <= ts)
                     chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
+                    then = ("; then cookie 0: a restart or a new open"
+                            if x.followed_by_ambiguous else "")
                     self.out.write(
                         f"{when} invalidation {who}: {chain}; so far {n}, "
-                        f"{(ts - lst.start) / NS:.3f}s into the listing {late}\n")
+                        f"{(ts - lst.start) / NS:.3f}s into the listing{then} {late}\n")
         self.out.flush()
 
 
