@@ -130,3 +130,27 @@ def test_ambiguous_restarts_are_a_range_everywhere(tmp_path, trace_cmd):
     assert "5 (0-5 restarted)" in text, text
     assert text.count("(then cookie 0: a restart or a new open)") == 5, text
     assert "(no restart)" not in text, text
+
+
+def test_a_refill_of_the_first_page_is_neither_restart_nor_test():
+    """Stock 7.3 (7.3-v4.1): the paced lister's first getdents returned 592 bytes, the
+    directory changed, and the next getdents refilled page 0 (cache_fill cookie=0
+    cache_index=0) for a reader still inside it, then went on. Was "bad: restarted once at
+    cookie 0 after 1 invalidation (7 READDIRs)". The run's own truth: the lister exited 0
+    after 4,008 names, each once (names-modified.txt), with 4 invalidations of which the
+    later 3 came when it was past the first page."""
+    d = os.path.join(FIXTURES, "7.3-v4.1")
+    f = facts("7.3-v4.1")
+    assert f["modified.status"] == "0" and f["modified.entries"] == "4008"
+    with open(os.path.join(d, "names-modified.txt")) as names:
+        listed = names.read().split()
+    assert len(listed) == len(set(listed))
+    dat = os.path.join(d, "modified.dat")
+    c = run_cli("check", dat)
+    assert c.returncode == 0 and c.stdout.startswith("good:"), c.stdout + c.stderr
+    assert "met 3 invalidations" in c.stdout, c.stdout
+    js = json.loads(run_cli("analyze", "--json", dat).stdout)[0]
+    (lst,) = js["listings"]
+    assert (lst["restarts"], lst["start_refills"], lst["invalidations"]) == (0, 1, 4), lst
+    first = js["invalidations"][0][0]
+    assert first["refilled_start"] and first["followed_by_restart"] is False, first
