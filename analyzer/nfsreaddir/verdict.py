@@ -95,14 +95,18 @@ def _times(n):
     return "once" if n == 1 else f"{n} times"
 
 
+def _where(restarts):
+    """Where restarts went back to: 'at cookie 0', below the reader's position, or both."""
+    below = sum(1 for r in restarts if r.cookie)
+    return ("at cookie 0" if not below else
+            "below the reader's position (searches from the start of the directory that "
+            "the page cache served partly)" if below == len(restarts) else
+            f"({len(restarts) - below} at cookie 0, {below} below the reader's position)")
+
+
 def _restarted(lst, restarts, invalidations):
     """'restarted 5 times at cookie 0 after 5 invalidations (157 READDIRs)'."""
-    below = sum(1 for r in restarts if r.cookie)
-    where = ("at cookie 0" if not below else
-             "below the reader's position (searches from the start of the directory that "
-             "the page cache served partly)" if below == len(restarts) else
-             f"({len(restarts) - below} at cookie 0, {below} below the reader's position)")
-    return (f"restarted {_times(len(restarts))} {where}"
+    return (f"restarted {_times(len(restarts))} {_where(restarts)}"
             + (f" after {_n(invalidations, 'invalidation')}" if invalidations else "")
             + f" ({len(lst.rpcs)} READDIRs)")
 
@@ -158,8 +162,8 @@ def judge_listing(lst, max_restarts=0):
                                             f"seen in the trace ({why})")
         return Finding(lst, "unfinished", f"it did not reach the end of the directory in the "
                                           f"trace ({why})")
-    allowed = (f"; {_n(len(lst.restarts), 'restart')}, at most {max_restarts} allowed"
-               if lst.restarts else "")
+    allowed = (f"; {_n(len(lst.restarts), 'restart')} {_where(lst.restarts)}, at most "
+               f"{max_restarts} allowed" if lst.restarts else "")
     if not lst.exercised:
         return Finding(lst, "untested", "its directory did not change during it after the "
                                         "first page, so no restart was possible" + allowed)
