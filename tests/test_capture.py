@@ -244,7 +244,7 @@ def test_snaplen_96_is_named(tmp_path, editcap):
     subprocess.run([editcap, "-s", "96", _pcap(SOURCE, "modified"), str(out)],
                    check=True)
     p = run_cli("analyze", out)
-    assert p.returncode == 2 and "snaplen" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 128 and "snaplen" in p.stderr and "Traceback" not in p.stderr
     p = run_cli("check", out, check=125)
     assert "snaplen" in p.stdout and "tcpdump -s 0" in p.stdout
 
@@ -268,7 +268,7 @@ def test_wrong_link_type_is_no_nfs(tmp_path, editcap):
     subprocess.run([editcap, "-T", "usb-linux", _pcap(SOURCE, "idle"), str(out)],
                    check=True)
     p = run_cli("analyze", out)
-    assert p.returncode == 2 and "no ONC RPC" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 128 and "no ONC RPC" in p.stderr and "Traceback" not in p.stderr
     run_cli("check", out, check=125)
 
 
@@ -279,7 +279,7 @@ def test_capture_without_nfs(tmp_path):
     subprocess.run([tshark, "-r", _pcap(SOURCE, "idle"), "-Y", "!rpc", "-w", str(out)],
                    check=True, capture_output=True)
     p = run_cli("analyze", out)
-    assert p.returncode == 2 and "no ONC RPC" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 128 and "no ONC RPC" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_not_a_capture_is_left_to_the_trace_readers(tmp_path):
@@ -287,7 +287,7 @@ def test_not_a_capture_is_left_to_the_trace_readers(tmp_path):
     f.write_bytes(b"\x00" * 64)
     assert not capture.is_capture(str(f))
     p = run_cli("analyze", f)
-    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.returncode == 128 and "Traceback" not in p.stderr
 
 
 # --------------------------------------------------------------------------- the reproducer

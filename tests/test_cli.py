@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES, report_text, run_cli
+from nfsreaddir.cli import EXIT_ERROR
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
 GOOD = os.path.join(FIXTURES, "6.1-v4.1")
@@ -127,20 +128,20 @@ def assert_clean_error(p, code, *words):
 
 def test_missing_file():
     # As a process: the status the shell sees, and nothing but the message on its stderr.
-    assert_clean_error(run_cli("analyze", "/nonexistent.dat", process=True), 2,
+    assert_clean_error(run_cli("analyze", "/nonexistent.dat", process=True), EXIT_ERROR,
                        "/nonexistent.dat", "no such file")
 
 
 def test_empty_file(tmp_path):
     f = tmp_path / "empty.dat"
     f.write_bytes(b"")
-    assert_clean_error(run_cli("analyze", f), 2, "empty")
+    assert_clean_error(run_cli("analyze", f), EXIT_ERROR, "empty")
 
 
 def test_text_that_is_not_trace_cmd_output(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("Dear NFS list,\nmy ls is slow.\n" * 20)
-    assert_clean_error(run_cli("analyze", f), 2, "trace-cmd report", "trace-cmd record")
+    assert_clean_error(run_cli("analyze", f), EXIT_ERROR, "trace-cmd report", "trace-cmd record")
 
 
 @pytest.mark.parametrize("fraction", [0.02, 0.3, 0.7, 0.95])
@@ -155,7 +156,7 @@ def test_truncated_trace(tmp_path, fraction):
     if p.returncode == 0:
         assert "damaged" in p.stdout or "truncated" in p.stdout
     else:
-        assert p.returncode == 2 and ("truncated" in p.stderr or "damaged" in p.stderr
+        assert p.returncode == EXIT_ERROR and ("truncated" in p.stderr or "damaged" in p.stderr
                                       or "READDIR" in p.stderr), p.stderr
 
 
@@ -167,7 +168,7 @@ def test_trace_without_nfs_events_names_what_to_record(tmp_path, trace_cmd):
         subprocess.run([trace_cmd, "report", "-F", "ftrace/print",
                         os.path.join(GOOD, "idle.dat")], stdout=f, check=True, timeout=300)
     p = run_cli("analyze", out)
-    assert_clean_error(p, 2, "no READDIR", "trace-cmd record -e 'nfs:nfs_readdir_*'")
+    assert_clean_error(p, EXIT_ERROR, "no READDIR", "trace-cmd record -e 'nfs:nfs_readdir_*'")
     assert_clean_error(run_cli("check", out), 125, "cannot decide:")
 
 
@@ -201,14 +202,29 @@ def test_check_without_cookies_cannot_decide_alone(tmp_path, trace_cmd):
 
 
 def test_directory_without_traces(tmp_path):
-    assert_clean_error(run_cli("analyze", tmp_path), 2, "no *.dat")
+    assert_clean_error(run_cli("analyze", tmp_path), EXIT_ERROR, "no *.dat")
 
 
-def test_usage_errors_exit_2():
+def test_usage_errors_stop_a_bisect():
     p = run_cli("analyze", process=True)
-    assert p.returncode == 2 and "usage:" in p.stderr
+    assert p.returncode == EXIT_ERROR and "usage:" in p.stderr
     p = run_cli("frobnicate", "x")
-    assert p.returncode == 2 and "usage:" in p.stderr
+    assert p.returncode == EXIT_ERROR and "usage:" in p.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["check", "--max-restarts", "-1"], ["check", "--max-restarts", "nan"],
+    ["check", "--max-restarts", "1.5"], ["check", "--max-ratio", "-1"],
+    ["check", "--max-ratio", "nan"], ["check", "--max-ratio", "inf"],
+    ["check", "--max-ratio", "0"], ["check", "--max-ratio", "x"],
+    ["analyze", "--details", "-1"], ["analyze", "--top", "-3"],
+    ["record", "--duration", "nan"], ["watch", "--duration", "inf"]])
+def test_a_number_out_of_range_is_refused_not_judged(args):
+    """`--max-restarts -1` used to judge every listing bad ("restarted 0 times"), `--max-ratio
+    nan` every ratio good: each option's value is checked, in one line naming it."""
+    p = run_cli(*args, GOOD) if args[0] in ("check", "analyze") else run_cli(*args)
+    assert p.returncode == EXIT_ERROR and p.stdout == "", (p.returncode, p.stdout)
+    assert f"argument {args[1]}: '{args[2]}' is not " in p.stderr.splitlines()[-1], p.stderr
 
 
 # A command that analyzes nothing, in a fresh interpreter: its exit status and the heavy
@@ -226,8 +242,8 @@ print(code, sorted(m for m in ("pandas", "matplotlib", "numpy") if m in sys.modu
 @pytest.mark.parametrize("args,code", [
     (["--help"], 0),
     (["results", "--verdict", "{run}"], 0),
-    (["analyze"], 2),                   # a usage error
-    (["results", "{run}/none"], 2),     # an input error (no results directory)
+    (["analyze"], EXIT_ERROR),                  # a usage error
+    (["results", "{run}/none"], EXIT_ERROR),    # an input error (no results directory)
 ])
 def test_commands_that_analyze_nothing_do_not_import_pandas(tmp_path, args, code):
     # pandas costs about half a second of start-up (0.16 s for --help without it, 1.8 s

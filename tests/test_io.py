@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conftest import FIXTURES, NFS_READDIR, TOP, fixture_dirs, run_cli
+from nfsreaddir.cli import EXIT_ERROR
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
 GOOD = os.path.join(FIXTURES, "6.1-v4.1")
@@ -45,6 +46,74 @@ def test_a_trace_from_a_pipe_or_fifo(how, expected, tmp_path):
     got = listings(p.stdout)
     assert [(x["readdirs"], x["restarts"], x["ending"]) for x in got] == \
         [(x["readdirs"], x["restarts"], x["ending"]) for x in expected]
+
+
+CAPTURE = os.path.join(FIXTURES, "6.1-v4.1-cap", "modified.pcap.gz")
+
+
+@pytest.fixture(scope="module")
+def from_capture():
+    return listings(run_cli("analyze", "--json", CAPTURE, check=0).stdout)
+
+
+@pytest.mark.parametrize("how", [
+    "zcat {cap} | nfs-readdir analyze --json -",
+    "nfs-readdir analyze --json - < {cap}",
+    "rm -f {fifo}; mkfifo {fifo}; (zcat {cap} > {fifo} &); nfs-readdir analyze --json {fifo}",
+], ids=["pcap-pipe", "gzip-stdin", "fifo"])
+def test_a_capture_from_a_pipe_or_fifo(how, from_capture, tmp_path):
+    """A capture (the 6.1 fixture's, its gzip'd file or zcat of it) through a stream gives the
+    listings of the file, and its spooled copy is gone afterwards (TMPDIR is watched)."""
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    p = shell(f"export TMPDIR={spool}; " + how.format(cap=CAPTURE, fifo=tmp_path / "fifo"))
+    assert p.returncode == 0, p.stderr
+    got = listings(p.stdout)
+    assert got and [(x["readdirs"], x["restarts"], x["ending"]) for x in got] == \
+        [(x["readdirs"], x["restarts"], x["ending"]) for x in from_capture]
+    assert os.listdir(spool) == []
+
+
+def test_a_stream_named_twice_is_refused():
+    """`check - -` would read standard input empty the second time."""
+    for how in ("nfs-readdir check - - < {dat}", "cat {dat} | nfs-readdir check - /dev/stdin"):
+        p = shell(how.format(dat=DAT))
+        assert p.returncode == EXIT_ERROR and p.stdout == "", (how, p.stdout)
+        assert "a stream can be read only once" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("args,code", [
+    (["check", BAD], 1), (["check", GOOD], 0), (["results", "--verdict", BAD], 1),
+    (["analyze", BAD], 141), (["compare", BAD, GOOD], 141)])
+def test_a_closed_output_is_never_success(args, code):
+    """The reader of the output has gone before anything is written (as `| head` does to a
+    long output): a verdict still answers; any other command does not say it is done."""
+    p = subprocess.Popen(NFS_READDIR + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == code, err
+    assert err == "", err
+
+
+def test_a_full_disk_names_the_file_and_what_to_do(tmp_path):
+    """Standard output on /dev/full, and export into a 16 KiB tmpfs mounted in a mount
+    namespace of the test's own (gone with it)."""
+    p = shell(f"nfs-readdir analyze {DAT} > /dev/full")
+    assert p.returncode == EXIT_ERROR, p.stderr
+    assert p.stderr.splitlines() == ["nfs-readdir: cannot write the output: standard output: "
+                                     "No space left on device (free space there, or write "
+                                     "somewhere else)"]
+    p = shell(f"nfs-readdir check {BAD} > /dev/full")
+    assert p.returncode == 1 and "the exit status is the verdict (1)" in p.stderr, p.stderr
+    small = tmp_path / "small"
+    small.mkdir()
+    p = shell(f"unshare --mount --propagation private sh -c 'mount -t tmpfs -o size=16k "
+              f"tmpfs {small} && nfs-readdir export {DAT} -o {small}/tables'")
+    assert p.returncode == EXIT_ERROR, (p.returncode, p.stderr)
+    (line,) = p.stderr.splitlines()
+    assert line.startswith(f"nfs-readdir: cannot write {small}/tables/") and \
+        "No space left on device (free space there or export to another -o DIR" in line, line
+    assert "Traceback" not in p.stderr and os.listdir(small) == []
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +227,7 @@ def test_a_dcache_run_exports_phases_not_listings(dcache_dataset):
 
 def test_export_of_a_trace_without_readdirs_says_so(tmp_path):
     p = run_cli("export", os.path.join(FIXTURES, "kmem-host", "kmem.dat"), "-o", tmp_path / "x")
-    assert p.returncode == 2 and "nothing to export" in p.stderr and "no READDIR" in p.stderr
+    assert p.returncode == EXIT_ERROR and "nothing to export" in p.stderr and "no READDIR" in p.stderr
     assert not os.path.exists(tmp_path / "x") or not os.listdir(tmp_path / "x")
 
 
@@ -167,14 +236,14 @@ def test_parquet_without_pyarrow_names_the_extra(tmp_path):
             f"sys.exit(main(['export', {DAT!r}, '-o', {str(tmp_path / 'x')!r}, "
             "'--format', 'parquet']))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert p.returncode == 2 and "nfs-readdir-trace[parquet]" in p.stderr, p.stderr
+    assert p.returncode == EXIT_ERROR and "nfs-readdir-trace[parquet]" in p.stderr, p.stderr
 
 
 # ------------------------------------------------------------------------------------ plot
 @pytest.mark.parametrize("name", ["noext", "x.txt"])
 def test_plot_refuses_what_it_cannot_write(tmp_path, name):
     p = run_cli("plot", BAD, "-o", tmp_path / name)
-    assert p.returncode == 2 and ".png" in p.stderr and "internal error" not in p.stderr
+    assert p.returncode == EXIT_ERROR and ".png" in p.stderr and "internal error" not in p.stderr
     assert os.listdir(tmp_path) == []
 
 
@@ -185,7 +254,7 @@ def test_plot_writes_exactly_the_path_it_prints(tmp_path):
     assert p.stdout.strip() == str(out) and os.listdir(tmp_path) == ["p.svg"]
     for dev in ("/dev/null", "/dev/full"):
         p = run_cli("plot", BAD, "-o", dev)
-        assert p.returncode == (0 if dev == "/dev/null" else 2), p.stderr
+        assert p.returncode == (0 if dev == "/dev/null" else EXIT_ERROR), p.stderr
         assert stat.S_ISCHR(os.stat(dev).st_mode) and not os.path.exists(dev + ".png")
 
 
@@ -211,11 +280,14 @@ def test_a_file_name_that_is_not_utf8(tmp_path):
     with open(trace, "wb") as f, open(DAT, "rb") as src:
         f.write(src.read())
     for args in (["analyze"], ["analyze", "--json"], ["check"],
-                 ["export", "-o", os.fsencode(tmp_path / "out")]):
+                 ["export", "-o", os.fsencode(tmp_path / "out")],
+                 # pyarrow takes paths as UTF-8: a folder whose name is not
+                 ["export", "--format", "parquet", "-o", os.path.join(d, b"tables")]):
         p = subprocess.run([os.fsencode(a) for a in NFS_READDIR] + [os.fsencode(a) for a in
                                                                    args] + [trace],
                            capture_output=True)
         assert p.returncode in (0, 1) and b"internal error" not in p.stderr, (args, p.stderr)
+    assert b"listings" in os.listdir(os.path.join(d, b"tables"))
     assert b"bad\xffname" in subprocess.run(NFS_READDIR + ["analyze", trace],
                                             capture_output=True).stdout
 

@@ -36,7 +36,7 @@ def snapshot(tracefs):
 
 
 def assert_refused(p, *words):
-    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert p.returncode == 128, (p.returncode, p.stdout, p.stderr)
     assert "Traceback" not in p.stderr
     for w in words:
         assert w in p.stderr, (w, p.stderr)

@@ -91,3 +91,21 @@ def test_overhead_is_the_ratio_of_the_medians_of_one_run(tmp_path):
     subprocess.check_call([sys.executable, "-m", "nfsreaddir", "results", str(d)])
     strict = json.loads((d / "results.json").read_text())
     assert strict["verdict"] == "FAIL" and "limit" in strict["reasons"][0]
+
+
+def test_a_directory_that_is_no_run_says_what_it_lacks(tmp_path):
+    """results on a directory that is no reproducer's: what it lacks, in one line, and no
+    verdict (an error, which stops a bisect), never a raw errno."""
+    from nfsreaddir.cli import EXIT_ERROR
+    p = run_cli("results", "--verdict", tmp_path)
+    assert p.returncode == EXIT_ERROR and p.stdout == "", p.stdout
+    assert p.stderr == (f"nfs-readdir: {tmp_path} is not a reproducer's results directory: it "
+                        "has no results.json (the reproducers and vm-run write one into their "
+                        "--results directory)\n")
+    p = run_cli("results", tmp_path)
+    assert p.returncode == EXIT_ERROR and "it has no facts file" in p.stderr, p.stderr
+    # A run whose results.json was not written yet: the command that writes it.
+    (tmp_path / "facts").write_text("run.name=readdir-loopback\n")
+    p = run_cli("results", "--verdict", tmp_path)
+    assert p.returncode == EXIT_ERROR and f"`nfs-readdir results {tmp_path}`" in p.stderr
+    assert "Errno" not in p.stderr

@@ -6,18 +6,20 @@ directory of the project's reproducers: readdir-loopback (every *.dat in it) or 
 reproducer (its dcache section: per-phase dentry deltas, growth rates, negative share, lookup
 slowdown and the reproducer's figures). A trace with kmem allocation events also gets a slab
 section (growth per cache, the dentry cache singled out), and needs no READDIR in it.
-
-exit status: 0 done (check: good, results --verdict: PASS), 1 check: bad (FAIL), 2 the input
-could not be used (the message says why and what to record), 3 internal error (a bug: please
-report it with the trace), 125 check: cannot decide (also on an internal error), 130
-interrupted.
 """
 
 import argparse
+import contextlib
+import errno
 import glob
 import json
+import math
 import os
+import shutil
+import stat
 import sys
+import tempfile
+import textwrap
 
 # No analysis does linear algebra, but numpy's OpenBLAS starts a thread per core at import,
 # whose spinning cost `analyze` of 8.4 M kmem events 0.15-0.2 s of CPU beside its own reader
@@ -30,27 +32,166 @@ from .trace import OnePass, TraceError, open_trace
 # The analyses, renderers and capture reader import pandas (about 0.5 s): each command imports
 # what it uses, so `--help`, `results --verdict` and the like do not pay for it.
 
-# The exit statuses of every command, in one place: check (and results --verdict, watch) give
-# git bisect run its answer in the first and the next-to-last.
-EXIT_GOOD = 0           # done; check: good
-EXIT_BAD = 1            # check: bad
-EXIT_INPUT = 2          # the input could not be used (the message says why)
-EXIT_BUG = 3            # an internal error (check, watch, results: EXIT_SKIP, never a verdict)
-EXIT_SKIP = 125         # check: cannot decide
-EXIT_INTERRUPTED = 130
+# The exit statuses of every command, in one place. `git bisect run` reads 0 as good, 125 as
+# skip, any other status up to 127 as bad, and anything above 127 as "stop the bisect": so only
+# a verdict may be 1-127, and whatever is not a verdict (a usage error, an input that cannot be
+# read, a bug) is above 127 and stops a bisect instead of passing for an answer. The verdict's
+# own codes (verdict.GOOD, BAD, UNDECIDED) are the first three.
+EXIT_GOOD = 0           # good; done (the commands that give no verdict)
+EXIT_BAD = 1
+EXIT_UNDECIDED = 125    # the inputs were read but cannot decide
+EXIT_ERROR = 128        # no verdict: usage, input, output or internal error (the message says)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_OUTPUT_CLOSED = 141    # the output's reader went away (| head): 128 + SIGPIPE, as shells say
+
+EXIT_TABLE = (
+    (EXIT_GOOD, "good (check, results --verdict: PASS, watch); done (every other command)"),
+    (EXIT_BAD, "bad (check, results --verdict: FAIL, watch)"),
+    (EXIT_UNDECIDED, "cannot decide: the inputs were read but cannot tell (git bisect run: "
+                     "skip)"),
+    (EXIT_ERROR, "error, no verdict: a usage error, an input missing, unreadable or not "
+                 "usable, an output that cannot be written, an internal error (the message "
+                 "says which; git bisect run stops)"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+    (EXIT_OUTPUT_CLOSED, "the output was closed before all of it was written (| head); a "
+                         "command with a verdict exits with the verdict instead"),
+)
+
+
+def exit_statuses():
+    """The exit status table, as --help of every command ends."""
+    return "exit status:\n" + "\n".join(
+        textwrap.fill(what, 80, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
+        for code, what in EXIT_TABLE)
 
 
 class UsageError(Exception):
-    pass
+    """The command's words cannot be run: a usage error, an input missing or unreadable."""
+
+
+class OutputLost(Exception):
+    """Standard output could not be written (a closed pipe, a full disk): apart from OSError, so
+    that no handler of the files a command reads or writes takes it for theirs."""
+
+    def __init__(self, error):
+        self.strerror = error.strerror or str(error)
+        super().__init__(self.strerror)
+        self.errno = error.errno
+
+
+class _GuardedOutput:
+    """sys.stdout while a command runs: its write errors become OutputLost."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        if self._stream is None:    # started with descriptor 1 closed (>&-)
+            raise OutputLost(OSError(errno.EBADF, "standard output is closed"))
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise OutputLost(e) from None
+
+    def flush(self):
+        if self._stream is None:
+            return
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise OutputLost(e) from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+# The commands' arguments that name inputs (traces, captures, results directories).
+INPUT_ARGS = ("traces", "before", "after", "trace")
+# Spooled copies of streams, by the path they are read through: the name the user gave.
+SHOWN = {}
+
+
+def shown(path):
+    """The name the user gave for an input, also where a stream was spooled."""
+    return SHOWN.get(path, path)
+
+
+def said(error):
+    """An error's text with the user's names for spooled inputs."""
+    text = str(error)
+    for path, name in SHOWN.items():
+        text = text.replace(path, name)
+    return text
+
+
+def open_inputs(args, stack):
+    """Check that every input the command names can be read, before any is analyzed, and spool
+    each stream (standard input as -, a pipe, a FIFO, <(...)) once into a private temporary
+    file: every reader, tshark included, then reads a regular file, so a capture works from a
+    stream as a trace does. The copy is unlinked from the start (reached through /proc/PID/fd,
+    which tshark can open too), so nothing is left behind whatever ends the process; stack
+    closes it. A stream named twice (check - -) would be read empty the second time: refused."""
+    streams = {}
+    for attr in INPUT_ARGS:
+        value = getattr(args, attr, None)
+        if value is None:
+            continue
+        paths = [_input(p, streams, stack) for p in
+                 (value if isinstance(value, list) else [value])]
+        setattr(args, attr, paths if isinstance(value, list) else paths[0])
+
+
+def _input(path, streams, stack):
+    try:
+        st = os.fstat(0) if path == "-" else os.stat(path)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    if stat.S_ISDIR(st.st_mode):
+        return path
+    if stat.S_ISREG(st.st_mode) and path != "-":
+        try:
+            open(path, "rb").close()
+        except OSError as e:
+            raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+        return path
+    key = (st.st_dev, st.st_ino)
+    if key in streams:
+        name = "standard input (-)" if path == "-" else path
+        same = "is named twice" if streams[key] == path else f"and {streams[key]} are one stream"
+        raise UsageError(f"{name} {same}: a stream can be read only once; save it to a file "
+                         "and name the file instead")
+    streams[key] = path
+    return _spool(path, stack)
+
+
+def _spool(path, stack):
+    name = "standard input" if path == "-" else path
+    try:
+        src = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    copy = stack.enter_context(tempfile.TemporaryFile(prefix="nfs-readdir-"))
+    progress(f"reading {name}")
+    try:
+        shutil.copyfileobj(src, copy, 1 << 20)
+        copy.flush()
+    except OSError as e:
+        raise UsageError(f"cannot copy {name} into {tempfile.gettempdir()}: "
+                         f"{e.strerror or e} (free space there, or set TMPDIR to a place "
+                         "with room, or give a file instead of a stream)") from None
+    progress(None)
+    spooled = f"/proc/{os.getpid()}/fd/{copy.fileno()}"
+    SHOWN[spooled] = path
+    return spooled
 
 
 def expand(paths):
     """Trace files named by the arguments; a results directory stands for its traces."""
     out = []
     for p in paths:
-        if p == "-":                    # standard input: a trace or report text, read once
-            out.append(p)
-        elif os.path.isdir(p):
+        if os.path.isdir(p):
             found = sorted(glob.glob(os.path.join(p, "*.dat")))
             if not found:
                 raise UsageError(f"{p} is a directory with no *.dat trace in it")
@@ -68,14 +209,15 @@ def load_all(paths, with_slab=False):
     from . import capture, slab, tables
     res = []
     paths = expand(paths)
-    big = sum(os.path.getsize(p) for p in paths if p != "-" and os.path.isfile(p)) > PROGRESS_BYTES
+    big = sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) > PROGRESS_BYTES
     for n, path in enumerate(paths, 1):
         if len(paths) > 1 or big:
-            progress(f"reading {n}/{len(paths)}: {path}")
+            progress(f"reading {n}/{len(paths)}: {shown(path)}")
         if capture.is_capture(path):    # a packet capture: its own reader, the same listings
             from . import wire
             a = wire.analyze(path)
-            res.append((path, a, None) if with_slab else a)
+            a.info = dict(a.info, path=shown(path))
+            res.append((shown(path), a, None) if with_slab else a)
             continue
         t = open_trace(path)
         kmem = slab.read_request(t) if with_slab else {}
@@ -92,11 +234,11 @@ def load_all(paths, with_slab=False):
             from .analysis import AnalysisError, analyze
             try:
                 a = analyze(t)
-                a.info = dict(a.info, path=path)
+                a.info = dict(a.info, path=shown(path))
             except AnalysisError as e:
                 if summary is None:
-                    raise AnalysisError(f"{path}: {e}") from None
-        res.append((path, a, summary) if with_slab else a)
+                    raise AnalysisError(f"{shown(path)}: {e}") from None
+        res.append((shown(path), a, summary) if with_slab else a)
     progress(None)
     return res
 
@@ -201,9 +343,14 @@ def cmd_check(args):
     from .analysis import AnalysisError
     try:
         v = judge_paths(args.traces, args.max_restarts, args.max_ratio)
-    except (TraceError, AnalysisError, UsageError, OSError) as e:
-        print(f"cannot decide: {e}")
-        return EXIT_SKIP
+    except (TraceError, AnalysisError) as e:
+        # Read, but what is in it cannot decide (not a trace, no READDIR, a capture cut by its
+        # snaplen): no answer either way. An input that cannot be read at all is no verdict
+        # and goes up as an error (EXIT_ERROR).
+        args.answer = EXIT_UNDECIDED
+        print(f"cannot decide: {said(e)}")
+        return EXIT_UNDECIDED
+    args.answer = v.code    # the answer stands even if the line cannot be written
     print(v.reason)
     return v.code
 
@@ -224,9 +371,9 @@ def cmd_export(args):
         try:
             a = wire.analyze(path) if t is None else analyze(t)
         except AnalysisError as e:
-            raise AnalysisError(f"{path}: nothing to export: {e} (slab figures are in "
+            raise AnalysisError(f"{shown(path)}: nothing to export: {e} (slab figures are in "
                                 "`analyze --json`)") from None
-        a.info = dict(a.info, path=path)
+        a.info = dict(a.info, path=shown(path))
         findings = {id(lst): verdict.judge_listing(lst) for lst in a.listings}
         written, kept = export.write(a, path if t is None else t.path, args.output, args.format,
                                      findings)
@@ -274,7 +421,7 @@ def cmd_compare(args):
     if args.json:
         print(table.to_json(orient="index", indent=2))
     else:
-        print(f"before: {args.before}\nafter:  {args.after}\n")
+        print(f"before: {shown(args.before)}\nafter:  {shown(args.after)}\n")
         print(table.to_string())
     return EXIT_GOOD
 
@@ -290,25 +437,24 @@ def cmd_results(args):
         return EXIT_GOOD
     if len(args.dir) > 1:
         raise UsageError("results takes one DIR unless --table")
-    path = os.path.join(args.dir[0], "results.json")
     if args.verdict:
+        path = results.results_json(args.dir[0])
+        with open(path, "rb") as f:     # unreadable: an error (EXIT_ERROR), no verdict
+            text = f.read()
         # vm-run and the reproducers take this exit status as the run's verdict; a
-        # results.json that cannot be read is no verdict (125), never an input error.
+        # results.json whose content holds none (a run cut short writing it) cannot decide.
         try:
-            with open(path) as f:
-                res = json.load(f)
-            code = {"PASS": EXIT_GOOD, "FAIL": EXIT_BAD}.get(res["verdict"], EXIT_SKIP)
+            res = json.loads(text)
+            code = {"PASS": EXIT_GOOD, "FAIL": EXIT_BAD}.get(res["verdict"], EXIT_UNDECIDED)
             line = f"{res['verdict']}: " + "; ".join(res["reasons"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError) as e:
+            args.answer = EXIT_UNDECIDED
             print(f"UNDECIDED: cannot read the verdict in {path}: {e}")
-            return EXIT_SKIP
+            return EXIT_UNDECIDED
+        args.answer = code
         print(line)
         return code
-    res = results.build(args.dir[0])
-    with open(path + ".tmp", "w") as f:
-        json.dump(res, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
+    results.write(args.dir[0])
     return EXIT_GOOD
 
 
@@ -317,7 +463,7 @@ def cmd_slab(args):
     from .render import slab_text
     s = slab.summarize(open_trace(args.trace))
     if s is None:
-        raise UsageError(f"{args.trace}: no kmem allocation/free events; record with "
+        raise UsageError(f"{shown(args.trace)}: no kmem allocation/free events; record with "
                          + events.record_advice(None, {"slab"}))
     if args.json:
         json.dump(s, sys.stdout, indent=2)
@@ -336,23 +482,51 @@ def cmd_record(args):
 
 def cmd_watch(args):
     from . import watch
-    return watch.run(args.duration, args.dir, args.json)
+    # (its output: the guarded stdout of this run, not the one bound when watch was imported)
+    return watch.run(args.duration, args.dir, args.json, out=sys.stdout)
 
 
-def _seconds(v):
+def _number(kind, v, ok, what):
+    """v as kind when ok(number) holds, else the usage error that says what is expected."""
     try:
-        x = float(v)
+        x = kind(v)
     except ValueError:
-        x = -1
-    if x <= 0:
-        raise argparse.ArgumentTypeError(f"'{v}' is not a positive number of seconds")
+        x = None
+    if x is None or not math.isfinite(x) or not ok(x):
+        raise argparse.ArgumentTypeError(f"'{v}' is not {what}")
     return x
 
 
+def _seconds(v):
+    return _number(float, v, lambda x: x > 0, "a positive number of seconds")
+
+
+def _count(v):
+    return _number(int, v, lambda x: x >= 0, "a whole number of 0 or more")
+
+
+def _ratio(v):
+    return _number(float, v, lambda x: x > 0, "a positive ratio")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors exit with EXIT_ERROR: its own 2 would read as "bad" to git
+    bisect run. Every command's --help ends with the exit status table."""
+
+    def __init__(self, **kw):
+        epilog = kw.pop("epilog", None)
+        kw["epilog"] = f"{epilog}\n\n{exit_statuses()}" if epilog else exit_statuses()
+        kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(**kw)
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
 def parser():
-    p = argparse.ArgumentParser(prog="nfs-readdir", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="nfs-readdir", description=__doc__.split("\n\n")[0],
+                epilog=__doc__.split("\n\n", 1)[1].strip())
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
@@ -363,18 +537,19 @@ def parser():
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument("--explain", action="store_true",
                    help="what every column of the table and of the exports means, and exit")
-    s.add_argument("--details", type=int, default=10, metavar="N",
+    s.add_argument("--details", type=_count, default=10, metavar="N",
                    help="restarts and invalidations shown per listing (default 10)")
-    s.add_argument("--top", type=int, default=10, metavar="N",
+    s.add_argument("--top", type=_count, default=10, metavar="N",
                    help="slab caches shown, by growth, for traces with kmem events "
                         "(default 10)")
     s.set_defaults(func=cmd_analyze)
 
-    s = sub.add_parser("check", help="verdict for git bisect run: 0 good, 1 bad, 125 skip")
+    s = sub.add_parser("check", help="verdict for git bisect run: 0 good, 1 bad, 125 skip, "
+                                     "128 error (stops the bisect)")
     s.add_argument("traces", nargs="+", metavar="TRACE")
-    s.add_argument("--max-restarts", type=int, default=0, metavar="N",
+    s.add_argument("--max-restarts", type=_count, default=0, metavar="N",
                    help="restarts at cookie 0 allowed per listing (default 0)")
-    s.add_argument("--max-ratio", type=float, default=None, metavar="R",
+    s.add_argument("--max-ratio", type=_ratio, default=None, metavar="R",
                    help="without cookies: modified/idle READDIR ratio allowed (default: the "
                         "run's own, else 1.5)")
     s.set_defaults(func=cmd_check)
@@ -431,15 +606,16 @@ def parser():
     s = sub.add_parser("slab", help="slab growth per cache from a trace's kmem events alone")
     s.add_argument("trace", metavar="TRACE")
     s.add_argument("--json", action="store_true")
-    s.add_argument("--top", type=int, default=10, metavar="N")
+    s.add_argument("--top", type=_count, default=10, metavar="N")
     s.set_defaults(func=cmd_slab)
     return p
 
 
 def input_errors():
-    """The exceptions that mean the input could not be used: UsageError, TraceError and
-    those of the modules this run imported (a module never imported raised nothing)."""
-    errors = [UsageError, TraceError]
+    """The exceptions that mean the input could not be used: UsageError, TraceError, a
+    directory that is no reproducer's results, and those of the modules this run imported (a
+    module never imported raised nothing)."""
+    errors = [UsageError, TraceError, results.NotARun]
     for module, name in (("analysis", "AnalysisError"), ("dcache", "DcacheError"),
                          ("export", "ExportError"), ("recordplan", "KernelLacks"),
                          ("tracing", "Refused")):
@@ -449,31 +625,74 @@ def input_errors():
     return tuple(errors)
 
 
+# Errors of writing where space ran out: the message says to free some or write elsewhere.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def os_error_text(e, where):
+    """One line for an OSError: the file it concerns and, when space ran out, what to do."""
+    text = f"{where}: {e.strerror or e}" if where else str(e.strerror or e)
+    if e.errno in NO_SPACE:
+        text += " (free space there, or write somewhere else)"
+    return text
+
+
 def main(argv=None):
     # File names are bytes: one that is not UTF-8 is written back as the bytes it was.
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="surrogateescape")
     args = parser().parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        stack.callback(setattr, sys, "stdout", sys.stdout)
+        stack.callback(SHOWN.clear)
+        sys.stdout = _GuardedOutput(sys.stdout)
+        return _run(args, stack)
+
+
+def _run(args, stack):
+    """The command's exit status; every error is one line on stderr and EXIT_ERROR, never a
+    traceback and never a status git bisect run would take for an answer."""
     try:
-        return args.func(args)
+        open_inputs(args, stack)
+        code = args.func(args)
+        sys.stdout.flush()
+        return code
+    except OutputLost as e:
+        return _output_lost(e, args)
     except input_errors() as e:
-        print(f"nfs-readdir: {e}", file=sys.stderr)
-        return EXIT_INPUT
-    except BrokenPipeError:     # the reader of our output went away (| head): not an error
-        sys.stderr.close()
-        return EXIT_GOOD
+        print(f"nfs-readdir: {said(e)}", file=sys.stderr)
     except OSError as e:
-        where = e.filename or getattr(args, "output", None) or ""
-        print(f"nfs-readdir: {where}: {e.strerror or e}", file=sys.stderr)
-        return EXIT_INPUT
+        where = e.filename or getattr(args, "output", None)
+        print(f"nfs-readdir: {said(os_error_text(e, where and shown(os.fsdecode(where))))}",
+              file=sys.stderr)
     except KeyboardInterrupt:
         print("nfs-readdir: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as e:  # a bug: say so in one line; check must not give a false verdict
-        print(f"nfs-readdir: internal error: {type(e).__name__}: {e} (please report it with "
-              "the trace and the command)", file=sys.stderr)
-        return EXIT_SKIP if args.cmd in ("check", "watch", "results") else EXIT_BUG
+    except Exception as e:  # a bug: say so in one line; no command may give a false verdict
+        print(f"nfs-readdir: internal error: {type(e).__name__}: {said(e)} (please report it "
+              "with the trace and the command)", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _output_lost(e, args):
+    """The status when standard output failed: a command that had its answer (check, results
+    --verdict) still gives it; any other never exits 0 with its output lost."""
+    # What is still buffered for it goes nowhere: the interpreter's own flush at exit would
+    # fail again, print a traceback and exit 120.
+    stdout = sys.stdout._stream
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stdout.fileno())
+        os.close(null)
+    answer = getattr(args, "answer", None)
+    if e.errno != errno.EPIPE:      # a closed pipe is the reader's choice (| head): no message
+        then = f"; the exit status is the verdict ({answer})" if answer is not None else ""
+        print(f"nfs-readdir: cannot write the output: "
+              f"{os_error_text(e, 'standard output')}{then}", file=sys.stderr)
+    if answer is not None:
+        return answer
+    return EXIT_OUTPUT_CLOSED if e.errno == errno.EPIPE else EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ They are long (a row per figure or counter, not a column) because each reproduce
 figures different things and one schema has to hold them all.
 """
 
+import errno
 import hashlib
 import os
 
@@ -182,18 +183,28 @@ def _write_tables(tables, columns, path, outdir, fmt):
             continue
         df = _typed(df.assign(trace_id=tid), columns(table))
         d = os.path.join(outdir, table)
-        os.makedirs(d, exist_ok=True)
         out = os.path.join(d, f"{tid}.{fmt}")
         if os.path.exists(out):
             kept.append(out)
             continue
         tmp = os.path.join(d, f".{tid}.{fmt}.partial")
         try:
-            if fmt == "csv":
-                df.to_csv(tmp, index=False)
-            else:
-                df.to_parquet(tmp, index=False)
+            os.makedirs(d, exist_ok=True)
+            # Through a file Python opened: pyarrow given the path would encode it as UTF-8,
+            # which a name that is not UTF-8 (surrogate escapes) cannot be.
+            with open(tmp, "wb") as f:
+                if fmt == "csv":
+                    df.to_csv(f, index=False)
+                else:
+                    df.to_parquet(f, index=False)
             os.rename(tmp, out)     # ours, in our own dataset folder: never a user's file
+        except OSError as e:
+            raise ExportError(f"cannot write {_shown(out)}: {e.strerror or e} ("
+                              + ("free space there or export to another -o DIR; "
+                                 if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+                                 else "") +
+                              f"the {len(written)} tables written before it are whole, and "
+                              "exporting again adds the rest)") from None
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)

@@ -13,6 +13,7 @@ traces are analysed here, so results.json and `nfs-readdir analyze` never disagr
 """
 
 import collections
+import contextlib
 import json
 import os
 
@@ -49,6 +50,32 @@ def check_names(directory, phase, finished):
 
 
 READDIR_RUNS = ("readdir-loopback", "readdir-multi")
+
+
+class NotARun(Exception):
+    """A directory that is not a reproducer's results directory; the message says what it
+    lacks."""
+
+
+def _require(directory, name):
+    """directory/name, or NotARun saying what the directory lacks and what to give instead."""
+    path = os.path.join(directory, name)
+    if os.path.isfile(path):
+        return path
+    if not os.path.isdir(directory):
+        raise NotARun(f"{directory}: no such directory (give a reproducer's --results "
+                      "directory)")
+    if name == "results.json" and os.path.isfile(os.path.join(directory, "facts")):
+        raise NotARun(f"{directory} has no results.json yet: write it from the run's traces "
+                      f"with `nfs-readdir results {directory}`")
+    what = "facts file (the run's settings)" if name == "facts" else name
+    raise NotARun(f"{directory} is not a reproducer's results directory: it has no {what} "
+                  "(the reproducers and vm-run write one into their --results directory)")
+
+
+def results_json(directory):
+    """The path of a run's results.json; NotARun where there is none."""
+    return _require(directory, "results.json")
 
 
 def is_readdir_run(path):
@@ -110,7 +137,7 @@ def phase_result(phase, facts, analyses):
 
 
 def build(directory):
-    facts = read_facts(os.path.join(directory, "facts"))
+    facts = read_facts(_require(directory, "facts"))
     name = facts.get("run", {}).get("name", "")
     if name.startswith("dcache-"):
         from . import dcache_judge
@@ -144,6 +171,24 @@ def build(directory):
     return res
 
 
+def write(directory):
+    """Write directory/results.json afresh from its traces and facts (build), whole or not at
+    all; a write that fails names the file."""
+    res = build(directory)
+    path = os.path.join(directory, "results.json")
+    try:
+        with open(path + ".tmp", "w") as f:
+            json.dump(res, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(path + ".tmp", path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(path + ".tmp")
+        e.filename = path
+        raise
+    return path
+
+
 def overhead(facts):
     """readdir-overhead: median listing time traced against untraced, from the same run."""
     import statistics
@@ -174,7 +219,7 @@ def table(dirs):
     import pandas as pd
     cols, verdicts = {}, []
     for d in dirs:
-        with open(os.path.join(d, "results.json")) as f:
+        with open(results_json(d)) as f:
             res = json.load(f)
         kernel = res.get("kernel", d)
         for phase, p in res["phases"].items():

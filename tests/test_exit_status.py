@@ -1,0 +1,170 @@
+"""One exit status table for every command, as `git bisect run` reads it: 0 good, 125 skip,
+any other 1-127 bad, above 127 stop. Only a verdict may land in 1-127; whatever is not one (a
+usage error, a missing, empty-handed or unreadable input, an internal error) stops a bisect."""
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from conftest import FIXTURES, NFS_READDIR, TOP, run_cli
+from nfsreaddir import cli
+
+BAD = os.path.join(FIXTURES, "5.10-v4.1")
+GOOD = os.path.join(FIXTURES, "6.1-v4.1")
+COMMANDS = ("check", "analyze", "results", "export", "plot", "compare")
+
+
+def git_bisect_reads(code):
+    """What `git bisect run` makes of a step's exit status (git's bisect--helper)."""
+    if code == 0:
+        return "good"
+    if code == 125:
+        return "skip"
+    return "bad" if 0 < code < 128 else "stop"
+
+
+def test_only_a_verdict_reads_as_an_answer():
+    from nfsreaddir import verdict
+    assert (cli.EXIT_GOOD, cli.EXIT_BAD, cli.EXIT_UNDECIDED) == (
+        verdict.GOOD, verdict.BAD, verdict.UNDECIDED)
+    answers = {cli.EXIT_GOOD: "good", cli.EXIT_BAD: "bad", cli.EXIT_UNDECIDED: "skip"}
+    for code, _ in cli.EXIT_TABLE:
+        assert git_bisect_reads(code) == answers.get(code, "stop"), code
+
+
+@pytest.mark.parametrize("command", ("",) + COMMANDS + ("slab", "record", "watch"))
+def test_every_help_and_the_readme_give_the_table(command):
+    p = run_cli(*([command] if command else []), "--help", check=0)
+    table = p.stdout[p.stdout.index("exit status:"):]
+    for code, what in cli.EXIT_TABLE:
+        assert f"  {code} " in table and what.split()[0] in table, (code, table)
+    with open(os.path.join(TOP, "README.md")) as f:
+        readme = f.read()
+    for code, _ in cli.EXIT_TABLE:
+        assert f"| {code} |" in readme, code
+
+
+def _argv(command, path, out):
+    return {"check": ["check", path], "analyze": ["analyze", path],
+            "results": ["results", "--verdict", path],
+            "export": ["export", path, "-o", os.path.join(out, "tables")],
+            "plot": ["plot", path, "-o", os.path.join(out, "p.png")],
+            "compare": ["compare", path, GOOD]}[command]
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory another user can enter (pytest's tmp_path is its owner's alone): an
+    unreadable file is made unreadable by dropping to that user, root reading everything."""
+    d = tempfile.mkdtemp(prefix="nfsrt-exit-")
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("case", ["usage", "missing", "no-trace", "unreadable"])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_what_is_not_a_verdict_stops_a_bisect(command, case, shared_dir):
+    empty = os.path.join(shared_dir, "empty")
+    os.mkdir(empty)
+    if case == "unreadable":
+        if command == "results":    # a run whose results.json cannot be read
+            path = os.path.join(shared_dir, "run")
+            shutil.copytree(GOOD, path)
+            locked = os.path.join(path, "results.json")
+        else:
+            path = locked = os.path.join(shared_dir, "t.dat")
+            shutil.copy(os.path.join(BAD, "modified.dat"), path)
+        os.chmod(locked, 0)
+        # As a process, as another user where this is root (root reads any file).
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] \
+            if os.geteuid() == 0 else []
+        p = subprocess.run(as_user + NFS_READDIR + _argv(command, path, shared_dir),
+                           capture_output=True, text=True, timeout=300)
+        words = ["Permission denied", path]
+    else:
+        path = {"usage": os.path.join(BAD, "modified.dat"),
+                "missing": os.path.join(shared_dir, "none.dat"), "no-trace": empty}[case]
+        argv = _argv(command, path, shared_dir)
+        p = run_cli(*(argv + ["--no-such-option"] if case == "usage" else argv))
+        words = {"usage": ["usage:", "--no-such-option"], "missing": [path],
+                 "no-trace": [empty]}[case]
+    assert p.returncode == cli.EXIT_ERROR, (p.returncode, p.stdout, p.stderr)
+    assert git_bisect_reads(p.returncode) == "stop"
+    assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
+    for w in words:
+        assert w in p.stderr, (w, p.stderr)
+    # One line, or argparse's usage and the line that says what is wrong with it.
+    assert len(p.stderr.splitlines()) == 1 or case == "usage" and "error:" in p.stderr, p.stderr
+
+
+def test_git_bisect_run_stops_where_the_step_cannot_run(tmp_path):
+    """A real `git bisect run` of `nfs-readdir check` over three commits, each naming the
+    trace its step judges: the good (6.1) and bad (5.10) fixtures at the ends, and in the
+    middle a trace that is not there. git stops at the middle one instead of taking it for
+    bad (or skipping it into "the first bad commit could be any of")."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c",
+                               "user.email=t@t"] + list(args), capture_output=True, text=True,
+                              timeout=120)
+
+    git("init", "-q")
+    for n, trace in enumerate((GOOD, str(tmp_path / "lost.dat"), BAD)):
+        (repo / "trace").write_text(trace + "\n")
+        git("add", "trace")
+        git("commit", "-q", "-m", f"step {n}")
+    first, middle, last = git("rev-list", "--reverse", "HEAD").stdout.split()
+    step = tmp_path / "step"
+    step.write_text(f"#!/bin/sh\nexec {' '.join(NFS_READDIR)} check \"$(cat trace)\"\n")
+    step.chmod(step.stat().st_mode | stat.S_IXUSR)
+    git("bisect", "start", last, first)
+    p = git("bisect", "run", str(step))
+    log = git("bisect", "log").stdout
+    assert p.returncode != 0 and "128" in p.stdout + p.stderr, p.stdout + p.stderr
+    assert f"bad: [{middle}" not in log and f"skip: [{middle}" not in log, log
+    assert "is the first bad commit" not in p.stdout, p.stdout
+
+
+BISECT_RUN = os.path.join(TOP, "reproducers", "bisect-run")
+
+
+@pytest.mark.parametrize("results,code,word", [
+    (BAD, 1, "bad"), (GOOD, 0, "good"), (None, 128, "stop")])
+def test_bisect_run_stops_when_the_analyzer_fails(tmp_path, results, code, word):
+    """reproducers/bisect-run's answer from `nfs-readdir check` of the step's results: the
+    verdict, or a stop when the analyzer cannot run on them (here a results directory without
+    its traces), never "bad" nor a skip. The kernel build and boot are not what is tested:
+    bisect-run is copied beside stand-ins for build-kernel and vm-run that succeed and leave a
+    recorded fixture run (or an empty one) as the step's results; the analyzer is the real one
+    (the copy's .venv is this tree's)."""
+    here = tmp_path / "reproducers"
+    here.mkdir()
+    shutil.copy(BISECT_RUN, here)
+    os.symlink(os.path.dirname(os.path.dirname(sys.executable)), tmp_path / ".venv")
+    (here / "build-kernel").write_text("#!/bin/sh\nexit 0\n")
+    fill = f"cp -r {results}/. \"$results\"" if results else ":"
+    (here / "vm-run").write_text(
+        "#!/bin/bash\nwhile [ $# -gt 0 ]; do [ \"$1\" = --results ] && results=$2; "
+        f"shift; done\nmkdir -p \"$results\"; {fill}; exit 0\n")
+    for f in here.iterdir():
+        f.chmod(0o755)
+    tree = tmp_path / "linux"
+    (tree / "kernel").mkdir(parents=True)
+    (tree / "Makefile").write_text("")
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-q", "--allow-empty", "-m", "a kernel"], check=True)
+    p = subprocess.run([str(here / "bisect-run")], cwd=tree, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == code, (p.returncode, p.stderr)
+    assert git_bisect_reads(p.returncode) == word
+    with open(tree / ".git" / "nfsrt-bisect" / "steps.tsv") as f:
+        assert f.read().splitlines()[-1].split("\t")[5] == word
