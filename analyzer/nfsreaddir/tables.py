@@ -223,7 +223,10 @@ def load(trace):
     import pandas as pd
     uses = _uses(trace, _all_sources())
     req = _request(uses)
-    frames = trace.read({ev: sorted(cols) for ev, cols in req.items()}) if req else {}
+    # A damaged or cut trace is read up to the damage: the reader says from when events may be
+    # missing (info "partial", "partial_from"), and the listings from then on cannot decide.
+    frames = trace.read({ev: sorted(cols) for ev, cols in req.items()},
+                        on_damage="partial") if req else {}
 
     def frames_of(sources):
         return [u for u in uses if u.src in sources]

@@ -188,6 +188,22 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
                 | {field_column(f): np.zeros(0, object) for f in fields}
         return cols
 
+    def _damaged_from(self, acc, stopped, damage):
+        """The time (ns) from which events may be missing: the last event read on a CPU whose
+        stream is damaged (a stream stops at its damage; the other CPUs' go on); -1, from the
+        start, for damage that is not one CPU's stream or a CPU with nothing read before it.
+        Only the requested events are seen, so the time is a lower bound: never too late."""
+        if len(stopped) != len(damage):
+            return -1
+        last = []
+        for cpu in stopped:
+            seen = [int(ts.max()) for cols in acc.values()
+                    for ts, (c, n) in zip(cols["ts"], cols["cpu"]) if c == cpu and n]
+            if not seen:
+                return -1
+            last.append(max(seen))
+        return int(self._convert_ts(np.array([min(last)], dtype=np.uint64))[0])
+
     def _read(self, events, on_damage, base, pieces):
         """(columns per requested name, or their pieces, {name: fields} of the names with no
         format)."""
@@ -228,15 +244,18 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
                for eid, w in want.items()}
         lost = []
         damage = []
+        stopped = set()           # CPUs whose stream is damaged: nothing after the damage
         with tuning.reading(self._size > _RELEASE_ABOVE) as memory:
             try:
-                self._scan(want, acc, lost, damage)
+                self._scan(want, acc, lost, damage, stopped)
             except MemoryError:
                 raise TraceError(f"{self.path}: out of memory while decoding; ask for fewer "
                                  "events or fields") from None
             except (IndexError, ValueError, OverflowError) as e:
                 # a damage pattern the checks above did not catch: still a TraceError
                 damage.append(f"undecodable ring-buffer data ({type(e).__name__}: {e})")
+            if damage:
+                self.info["partial_from"] = self._damaged_from(acc, stopped, damage)
             with memory.building():
                 frames = self._pieces(want, acc) if pieces else self._build(want, acc)
         if not damage:
