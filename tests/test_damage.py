@@ -110,6 +110,32 @@ def test_v6_cut_short_is_analyzed_up_to_the_cut(copies):
     assert code not in (verdict.GOOD, verdict.BAD), reason
 
 
+@pytest.mark.parametrize("copy", ["none", "zstd", "zlib"])
+def test_v7_cut_short_is_analyzed_up_to_the_cut(copies, copy):
+    """A v7 file cut anywhere from its first CPU's data to its end loses the BUFFER option
+    (trace-cmd writes it after the data), and was refused whole ("cannot read the trace
+    metadata: options section: needs 2 bytes"). Now the CPU streams are found in the data
+    section: "bad" where the restarts lie before the cut (past the data; inside the second
+    CPU's uncompressed pages), undecided where the cut takes events of the listing (a
+    compressed CPU stream here is one chunk: a cut in it loses all of it), never good."""
+    data = copies[copy].read_bytes()
+    t = open_trace(copies[copy])
+    (_, off0, _), (_, off1, size1) = t._buf.cpus
+    t.close()
+    end1 = off1 + size1 + (4 if copy != "none" else 0)
+    cuts = {off0 + 100: None, (off0 + off1) // 2: None, off1 + 2: verdict.UNDECIDED,
+            off1 + size1 * 3 // 4: verdict.BAD if copy == "none" else verdict.UNDECIDED,
+            end1: verdict.BAD, len(data) - 10: verdict.BAD}
+    for cut, want in cuts.items():
+        code, reason = verdict_of_bytes(data[:cut])
+        assert "metadata" not in reason, (cut, reason)
+        assert code != verdict.GOOD, (cut, reason)
+        if want is not None:
+            assert code == want, (cut, reason)
+        if want == verdict.BAD:
+            assert "restarted" in reason, (cut, reason)
+
+
 def test_unknown_event_id_is_damage(copies):
     """The event id of each restart's READDIR overwritten with an id the file has no format
     for: the reader reports the unknown event where it is, and the listing cannot decide
