@@ -194,6 +194,48 @@ def _pair_directory(rpc, paired):
     return rpc
 
 
+# The kernel's PID_MAX_LIMIT on 64-bit (include/linux/threads.h): no task has a larger pid.
+PID_MAX_LIMIT = 4 * 1024 * 1024
+
+
+def _impossible_values(tables):
+    """Rows of the canonical tables no kernel writes, as damage ({"from", "to", "pid",
+    "what"}): a pid above PID_MAX_LIMIT or negative; a READDIR naming a directory that no
+    other event of the trace names, amid READDIRs of one other directory by the same task (a
+    task's READDIRs of one listing go to one directory; a flipped bit in the fileid or dev
+    makes a directory that exists nowhere else)."""
+    out = []
+    for name in ("rpc", "invalidations", "calls"):
+        df = tables[name]
+        pid = df["pid"].to_numpy()
+        for i in np.flatnonzero((pid > PID_MAX_LIMIT) | (pid < 0)).tolist():
+            ts = int(df["ts"].iloc[i])
+            out.append({"from": ts, "to": ts, "what": f"a {name} event at {ts / 1e9:.6f} s "
+                        f"has pid {int(pid[i])}, beyond the kernel's PID_MAX_LIMIT"})
+    rpc = tables["rpc"]
+    if not len(rpc) or rpc["fileid"].isna().all():
+        return out
+    named = {}
+    for name in ("rpc", "invalidations", "revalidations", "calls"):
+        df = tables[name]
+        if df is None or "fileid" not in df or not len(df):
+            continue
+        for key in zip(df["dev"].tolist(), df["fileid"].tolist()):
+            named[key] = named.get(key, 0) + 1
+    for _, rows in rpc.groupby("pid", sort=False):
+        keys = list(zip(rows["dev"].tolist(), rows["fileid"].tolist()))
+        for k in range(1, len(keys) - 1):
+            if (named.get(keys[k]) == 1 and keys[k - 1] == keys[k + 1] != keys[k]
+                    and not any(v != v for v in keys[k])):       # (NaN: not named)
+                lo, hi = int(rows["ts"].iloc[k - 1]), int(rows["ts"].iloc[k + 1])
+                out.append({"from": lo, "to": hi, "pid": int(rows["pid"].iloc[k]),
+                            "what": f"a READDIR at {rows['ts'].iloc[k] / 1e9:.6f} s names "
+                                    f"directory {keys[k][1]} (dev {keys[k][0]}), which no "
+                                    "other event names, amid READDIRs of directory "
+                                    f"{keys[k - 1][1]}"})
+    return out
+
+
 def stream_sources(trace):
     """For a reader that takes events one at a time (watch): {event name: (table, Source,
     {canonical: raw field})} of the events load() reads the rpc, invalidations and calls
@@ -223,7 +265,11 @@ def load(trace):
     import pandas as pd
     uses = _uses(trace, _all_sources())
     req = _request(uses)
-    frames = trace.read({ev: sorted(cols) for ev, cols in req.items()}) if req else {}
+    # A damaged or cut trace is read up to the damage: the reader says from when events may be
+    # missing (info "partial", "partial_from"), and the listings from then on cannot decide.
+    frames = trace.read({ev: sorted(cols) for ev, cols in req.items()},
+                        on_damage="partial") if req else {}
+    trace.check_records()
 
     def frames_of(sources):
         return [u for u in uses if u.src in sources]
@@ -270,6 +316,9 @@ def load(trace):
         tables[name] = df.reset_index(drop=True)
     tables["sources"] = used
     tables["recorded"] = recorded
+    damaged = _impossible_values(tables)
+    if damaged:
+        trace.info["damaged_events"] = list(trace.info.get("damaged_events") or []) + damaged
     # The cookie a 5.18+ cache fill asks for is the reader's own position (the cache is indexed
     # by cookie), so a fill at cookie 0 means the reader was at the start.
     tables["cookie_is_position"] = any(

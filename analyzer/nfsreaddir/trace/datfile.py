@@ -75,6 +75,7 @@ class DatFile:
                      "partial": False, "damage": [], "instance": instance or "",
                      "instances": [], "scanned": False}
         self._cpustat_texts = []
+        self._cut_options = None     # v7: why the options after the data could not be read
         try:
             self._parse_meta()
         except _Damage as d:
@@ -100,7 +101,7 @@ class DatFile:
         self._buf = self.buffers[name]
         # data of other instances past the end of the file: the file is truncated
         self._other_damage = []
-        if self.version >= 7:
+        if self.version >= 7 and self._cut_options is None:
             msg = self._check_section_chain()
             if msg:
                 self._other_damage.append(msg)
@@ -369,7 +370,15 @@ class DatFile:
             if off in seen or len(seen) > 1000:
                 raise _Damage("options sections form a loop")
             seen.add(off)
-            _, _, data, _ = self._section(off, 0, "options section")
+            try:
+                _, _, data, _ = self._section(off, 0, "options section")
+            except _Damage as d:
+                if off == first:
+                    raise
+                # trace-cmd writes the last options (the BUFFER option among them) after
+                # the data: a cut file loses them, and the data is found without them
+                self._cut_options = str(d)
+                break
             oc = _Cursor(data, 0, len(data), self._e, "options section")
             off = 0
             while oc.pos < oc.end:
@@ -413,6 +422,8 @@ class DatFile:
             elif oid == OPT_CMDLINES:
                 n = sc.uint(8)
                 self._parse_cmdlines(sc.take(n))
+        if self._cut_options is not None and not buffers:
+            self._recover_buffer()
         for odata in buffers:
             bc = _Cursor(odata, 0, len(odata), self._e, "BUFFER option")
             soff = bc.uint(8)
@@ -439,6 +450,81 @@ class DatFile:
                                                  or page_size % 8):
                 raise _Damage(f"implausible page size {page_size} for buffer {name!r}")
             self.buffers[name] = _Buffer(name, clock, page_size, cpus, bool(flags & 1))
+
+    def _recover_buffer(self):
+        """The top-level buffer of a v7 file cut before its BUFFER option: its data section
+        found along the section chain, the CPU streams split from what is in it. Each CPU's
+        stream starts at a page-aligned offset; a compressed one is its chunk count and
+        chunks, so it ends where they do; uncompressed pages carry no CPU number, and a
+        stream is taken to end where the page time stamps go back (one CPU's pages are in
+        time order). The last stream is taken to be cut (it may run on past the end), and
+        the CPUs the option counted (OPT_CPUCOUNT) but the data no longer holds are read as
+        lying past the end: the reader then reads up to the cut and says from when events
+        may be missing."""
+        e = "little" if self._e == "<" else "big"
+        found = []
+        off = self._sections_start
+        while off + 16 <= self._size and len(found) < 2:
+            sid = int.from_bytes(self._mm[off:off + 2], e)
+            flags = int.from_bytes(self._mm[off + 2:off + 4], e)
+            size = int.from_bytes(self._mm[off + 8:off + 16], e)
+            if sid == OPT_BUFFER:
+                found.append((off + 16, bool(flags & 1)))
+            off += 16 + size
+        if len(found) != 1:
+            raise TraceError(
+                f"{self.path}: the file is cut short ({self._cut_options}), and "
+                + ("no event data is left before the cut" if not found else
+                   "it holds the data of several instances whose names were in the lost part")
+                + "; re-copy the file or record again")
+        start, compressed = found[0]
+        P = self.page_size
+        streams = (self._compressed_streams(start, P, e) if compressed
+                   else self._page_streams(start, P, e))
+        ncpu = self.info.get("cpus")
+        if ncpu is None or len(streams) > ncpu:
+            ncpu = len(streams) + 1          # how many CPUs is unknown: some may be lost
+        cpus = [(cpu, off, size) for cpu, (off, size) in enumerate(streams)]
+        cpus += [(cpu, self._size, 1) for cpu in range(len(streams), ncpu)]
+        self.info["damage"].append(
+            f"the file is cut short ({self._cut_options}); its CPU data was found without "
+            f"the BUFFER option: {len(streams)} of {ncpu} CPUs' streams")
+        self.buffers[""] = _Buffer("", self.info.get("clock"), P, cpus, compressed)
+
+    def _compressed_streams(self, pos, P, e):
+        """(offset, size) of each compressed CPU stream from ``pos`` on, walked chunk by
+        chunk; the size of a stream that runs past the end reaches past it."""
+        out = []
+        while True:
+            pos = -(-pos // P) * P
+            if pos + 4 > self._size:
+                return out
+            nchunks = int.from_bytes(self._mm[pos:pos + 4], e)
+            end = pos + 4
+            for _ in range(nchunks):
+                if end + 8 > self._size:
+                    break
+                end += 8 + int.from_bytes(self._mm[end:end + 4], e)
+            else:
+                if end <= self._size:
+                    out.append((pos, end - pos - 4))
+                    pos = end
+                    continue
+            out.append((pos, self._size - pos))
+            return out
+
+    def _page_streams(self, pos, P, e):
+        """(offset, size) of each uncompressed CPU stream from ``pos`` on: a new stream
+        where a page's time stamp is earlier than the page before it; the last one's size
+        reaches past the end of the file."""
+        pos = -(-pos // P) * P
+        npages = max(0, self._size - pos) // P
+        if not npages:
+            return []
+        ts = [int.from_bytes(self._mm[pos + k * P:pos + k * P + 8], e) for k in range(npages)]
+        starts = [0] + [k for k in range(1, npages) if ts[k] < ts[k - 1]]
+        out = [(pos + a * P, (b - a) * P) for a, b in zip(starts, starts[1:])]
+        return out + [(pos + starts[-1] * P, (npages - starts[-1] + 1) * P)]
 
     def _check_section_chain(self):
         """v7 sections follow each other up to the end of the file; a chain that

@@ -576,9 +576,9 @@ class RingWalk:
             return (dpos[sel], ts[sel], dlen[sel], ids[sel]), damage
         return (dpos, ts, dlen, ids), damage
 
-    def _scan(self, want, acc, lost, damage):
+    def _scan(self, want, acc, lost, damage, stopped):
         """Decode the wanted events of every CPU's data into ``acc`` (pieces per block,
-        in CPU order).  The CPUs are independent streams, and so are stretches of one
+        in CPU order); ``stopped`` gets the CPUs whose stream is damaged.  The CPUs are independent streams, and so are stretches of one
         stream (pages, or zstd chunks): with several cores they are read by parallel
         threads (zstd and the compiled walk run outside the GIL), a CPU's stream cut into
         stretches so that a trace whose events are mostly on one CPU is not read by one
@@ -616,7 +616,6 @@ class RingWalk:
                 results = list(pool.map(read, units))
         else:
             results = [read(u) for u in units]
-        stopped = set()           # CPUs whose stream is damaged: nothing after the damage
         for (cpu, *_), (part, lst, dmg, exc) in zip(units, results):
             if cpu in stopped:
                 continue

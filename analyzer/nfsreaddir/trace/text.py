@@ -2,7 +2,9 @@
 
 Event lines look like::
 
-    [instance:] comm-pid [cpu] [flags] secs.frac: event_name: payload
+    [instance:] comm-pid [cpu] [flags] secs.frac: [(+delta)] event_name: payload
+
+(``--ts-diff`` adds the ``(+delta)``, ns since the previous event: the time is the event's own.)
 
 With ``-R`` the payload is ``field=value`` pairs with the exact field names.
 Without ``-R`` it is the event's print format; ``key=value`` tokens are taken
@@ -44,7 +46,8 @@ from .payload import normalised
 _EVENT_RE = re.compile(
     r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?(?P<comm>.*?)-(?P<pid>-?\d+)\s+"
     r"(?:\(\s*(?P<tgid>-?[\d-]+)\)\s+)?\[(?P<cpu>\d+)\]\s+(?:(?P<flags>\S+)\s+)?"
-    r"(?P<sec>\d+)\.(?P<frac>\d+):\s+(?P<event>[^\s:]+):(?:\s+(?P<payload>.*))?$")
+    r"(?P<sec>\d+)\.(?P<frac>\d+):\s+(?:\(\+\d+\)\s+)?(?P<event>[^\s:]+):"
+    r"(?:\s+(?P<payload>.*))?$")
 _LOST_RE = re.compile(r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?CPU:\s*(?P<cpu>\d+)\s+\["
                       r"(?:(?:(?P<n>\d+)\s+)?EVENTS DROPPED|LOST(?:\s+(?P<n2>\d+))?\s+EVENTS)\]")
 _INT_RE = re.compile(r"^-?\d+$")
@@ -254,6 +257,11 @@ class ReportText:
 
     def _inst_ok(self, inst):
         return (inst or "") == (self.instance or "")
+
+    def check_records(self):
+        """The trace.dat reader's check of every record: here :meth:`read` finds the damaged
+        lines (``info["damaged_events"]``) as it parses them."""
+        return []
 
     def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS):
         """{name: {column: Series}} of :meth:`read` (the trace.dat reader's interface)."""

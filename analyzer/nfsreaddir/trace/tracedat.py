@@ -111,6 +111,94 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
             out[name] = int(counts[eid])
         return out
 
+    def check_records(self):
+        """Look at every record of the data for what the kernel cannot have written, and put
+        each finding into ``info["damaged_events"]`` ({"from", "to", "what"}, ns): an event id
+        with no format in the file (``trace-cmd report`` prints ``[UNKNOWN EVENT]``), a record
+        shorter than its event's fixed fields, a CPU's time stamps running backwards (the
+        ring buffer writes one CPU's events in time order). A flipped bit in the data shows
+        as one of these; the events it hides or moves lie within the stretch reported. Damage
+        that stops a stream (a broken page) is the reader's ``partial``, not repeated here."""
+        found = []
+        P = self._buf.page_size
+        sizes = {}
+        idf = self._id_field
+        not_event = (1 << (8 * idf.size)) - 1 if idf.size <= 4 else None
+        for cpu, off, size in self._buf.cpus:
+            ts_all, ids_all, page_all = [], [], []
+            first_page = 0
+            try:
+                for block in self._cpu_blocks(cpu, off, size, self._buf.compressed, P):
+                    for res, dmg in self._walks(block, P, None, cpu, [], first_page):
+                        if res is not None and len(res[0]):
+                            pos, ts, dlen, ids = res
+                            ids = ids.astype(np.int64)
+                            keep = ids != not_event
+                            for eid in np.unique(ids[keep]).tolist():
+                                if eid not in sizes:
+                                    sizes[eid] = self._fixed_size(eid)
+                                if sizes[eid] is not None:
+                                    short = keep & (ids == eid) & (dlen < sizes[eid])
+                                    ids[short] = -1 - ids[short]        # too short: marked
+                            ts_all.append(ts[keep])
+                            ids_all.append(ids[keep])
+                            page_all.append(first_page + pos[keep] // P)
+                        if dmg:
+                            break
+                    first_page += len(block) // P
+            except _Damage:
+                pass            # the reader reports it (partial) when the events are read
+            if not ts_all:
+                continue
+            ts = self._convert_ts(np.concatenate(ts_all).astype(np.uint64)).astype(np.int64)
+            ids = np.concatenate(ids_all)
+            page = np.concatenate(page_all)
+            found.extend(self._odd_records(cpu, ts, ids, page, sizes))
+        _drop_inflate_block()
+        if found:
+            self.info["damaged_events"] = list(self.info.get("damaged_events") or []) + found
+        return found
+
+    def _fixed_size(self, eid):
+        """Bytes of an event's fixed fields (its record is at least that long), None when the
+        file has no format for the id."""
+        if eid not in self._fmt_src:
+            return None
+        fmt = self._format(eid)
+        return max((f.offset + f.size for f in fmt.fields.values()), default=0) \
+            if fmt is not None else None
+
+    def _odd_records(self, cpu, ts, ids, page, sizes):
+        """The damage findings of one CPU's records (in file order)."""
+        out = []
+        n = len(ts)
+
+        def around(i):
+            return int(ts[max(i - 1, 0)]), int(ts[min(i + 1, n - 1)])
+
+        for i in np.flatnonzero((ids >= 0) & np.isin(ids, [e for e, s in sizes.items()
+                                                           if s is None])).tolist():
+            lo, hi = around(i)
+            out.append({"from": min(lo, hi), "to": max(lo, hi), "cpu": cpu,
+                        "what": f"cpu {cpu}: an event with unknown id {int(ids[i])} at "
+                                f"{ts[i] / 1e9:.6f} s (trace-cmd shows [UNKNOWN EVENT])"})
+        for i in np.flatnonzero(ids < 0).tolist():
+            lo, hi = around(i)
+            eid = -1 - int(ids[i])
+            out.append({"from": min(lo, hi), "to": max(lo, hi), "cpu": cpu,
+                        "what": f"cpu {cpu}: a record of event id {eid} at {ts[i] / 1e9:.6f} s "
+                                f"is shorter than its fields ({sizes[eid]} bytes)"})
+        for i in (np.flatnonzero(ts[1:] < ts[:-1]) + 1).tolist():
+            # a time stamp or delta with a flipped bit moves the rest of its page: the stretch
+            # is both pages' span, where the moved events are and where they belong
+            both = (page == page[i - 1]) | (page == page[i])
+            nxt = np.flatnonzero(page > page[i])
+            hi = max(int(ts[both].max()), int(ts[nxt[0]]) if len(nxt) else 0)
+            out.append({"from": int(ts[both].min()), "to": hi, "cpu": cpu,
+                        "what": f"cpu {cpu}: time runs backwards from {ts[i - 1] / 1e9:.6f} s "
+                                f"to {ts[i] / 1e9:.6f} s"})
+        return out
+
     def _set_lost(self, lost):
         for ev in lost:
             ev["ts"] = int(self._convert_ts(np.array([ev["ts"]], dtype=np.uint64))[0])
@@ -188,6 +276,22 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
                 | {field_column(f): np.zeros(0, object) for f in fields}
         return cols
 
+    def _damaged_from(self, acc, stopped, damage):
+        """The time (ns) from which events may be missing: the last event read on a CPU whose
+        stream is damaged (a stream stops at its damage; the other CPUs' go on); -1, from the
+        start, for damage that is not one CPU's stream or a CPU with nothing read before it.
+        Only the requested events are seen, so the time is a lower bound: never too late."""
+        if len(stopped) != len(damage):
+            return -1
+        last = []
+        for cpu in stopped:
+            seen = [int(ts.max()) for cols in acc.values()
+                    for ts, (c, n) in zip(cols["ts"], cols["cpu"]) if c == cpu and n]
+            if not seen:
+                return -1
+            last.append(max(seen))
+        return int(self._convert_ts(np.array([min(last)], dtype=np.uint64))[0])
+
     def _read(self, events, on_damage, base, pieces):
         """(columns per requested name, or their pieces, {name: fields} of the names with no
         format)."""
@@ -228,15 +332,18 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
                for eid, w in want.items()}
         lost = []
         damage = []
+        stopped = set()           # CPUs whose stream is damaged: nothing after the damage
         with tuning.reading(self._size > _RELEASE_ABOVE) as memory:
             try:
-                self._scan(want, acc, lost, damage)
+                self._scan(want, acc, lost, damage, stopped)
             except MemoryError:
                 raise TraceError(f"{self.path}: out of memory while decoding; ask for fewer "
                                  "events or fields") from None
             except (IndexError, ValueError, OverflowError) as e:
                 # a damage pattern the checks above did not catch: still a TraceError
                 damage.append(f"undecodable ring-buffer data ({type(e).__name__}: {e})")
+            if damage:
+                self.info["partial_from"] = self._damaged_from(acc, stopped, damage)
             with memory.building():
                 frames = self._pieces(want, acc) if pieces else self._build(want, acc)
         if not damage:

@@ -1,0 +1,274 @@
+"""Damage in traces is seen, never swallowed into a false verdict (issue 30, section 4).
+
+Traces under test: tests/fixtures/5.10-v4.1/modified.dat (stock 5.10, recorded by the
+reproducer; "bad": restarted 5 times at cookie 0) and copies made from it by stated
+transformations: `trace-cmd convert` to v6 / v7 uncompressed, trixie's trace-cmd to v7 zlib,
+`trace-cmd report [--ts-diff]`, then bytes cut off, bits flipped or fields overwritten at the
+offsets the reader's own walk gives for the records named in each test.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nfsreaddir import tables, verdict
+from nfsreaddir.analysis import AnalysisError, analyze
+from nfsreaddir.trace import TraceError, open_trace
+
+from conftest import installed
+
+HERE = Path(__file__).resolve().parent
+BAD_DAT = HERE / "fixtures" / "5.10-v4.1" / "modified.dat"
+TRACE_CMD_TRIXIE = HERE / "tools" / "trace-cmd-trixie"
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory):
+    """{"zstd", "none", "v6", "zlib"}: the bad fixture as those file versions/compressions."""
+    tc = installed("trace-cmd")
+    d = tmp_path_factory.mktemp("copies")
+    out = {"zstd": BAD_DAT}
+    for name, tool, args in (("none", tc, ["--compression", "none"]),
+                             ("v6", tc, ["--file-version", "6"]),
+                             ("zlib", str(TRACE_CMD_TRIXIE), ["--compression", "zlib"])):
+        out[name] = d / f"{name}.dat"
+        subprocess.run([tool, "convert", *args, "-i", str(BAD_DAT), "-o", str(out[name])],
+                       check=True, capture_output=True, timeout=300)
+    return out
+
+
+def verdict_of_bytes(data):
+    """(code, reason) of `check` on a trace given as bytes (2: refused, with the message)."""
+    fd = os.memfd_create("trace")
+    try:
+        os.write(fd, data)
+        a = analyze(open_trace(f"/proc/self/fd/{fd}"))
+        v = verdict.judge([a])
+        return v.code, v.reason
+    except (TraceError, AnalysisError) as e:
+        return 2, str(e)
+    finally:
+        os.close(fd)
+
+
+def _listings_damage(data):
+    """The damage the listings of a trace (bytes) carry."""
+    fd = os.memfd_create("trace")
+    try:
+        os.write(fd, data)
+        return [d for lst in analyze(open_trace(f"/proc/self/fd/{fd}")).listings
+                for d in lst.damage]
+    finally:
+        os.close(fd)
+
+
+def records(path, event):
+    """(file offset of the record's data, cpu, ts) of each record of ``event`` in an
+    uncompressed trace.dat, from the reader's walk."""
+    t = open_trace(path)
+    eid = t.by_name[event]
+    P = t._buf.page_size
+    out = []
+    for cpu, off, size in t._buf.cpus:
+        first = 0
+        for block in t._cpu_blocks(cpu, off, size, False, P):
+            for (pos, ts, _, ids), _ in t._walks(block, P, None, cpu, [], first):
+                for p, stamp in zip(pos[ids == eid].tolist(), ts[ids == eid].tolist()):
+                    out.append((off + first * P + p, cpu, stamp))
+            first += len(block) // P
+    return t, out
+
+
+def restart_records(path):
+    """The cookie-0 READDIR kprobe records after the listing's first: its restarts."""
+    t, recs = records(path, "nfsprobe:nfs4_proc_readdir")
+    f = t.event_format("nfsprobe:nfs4_proc_readdir").fields["cookie"]
+    data = path.read_bytes()
+    zero = [r for r in recs if int.from_bytes(data[r[0] + f.offset:r[0] + f.offset + f.size],
+                                              "little") == 0]
+    return t, zero[1:]
+
+
+def test_v6_cut_short_is_analyzed_up_to_the_cut(copies):
+    """Cut inside the second CPU's data, after the restarts: "bad" from what precedes the cut
+    (before: refused whole, "the trace data is damaged"). Cut inside the first CPU's data,
+    before any READDIR: never a verdict of good or bad."""
+    data = copies["v6"].read_bytes()
+    t = open_trace(copies["v6"])
+    (_, off0, size0), (_, off1, size1) = t._buf.cpus
+    code, reason = verdict_of_bytes(data[:off1 + size1 * 3 // 4])
+    assert code == verdict.BAD, reason
+    assert "restarted" in reason
+    code, reason = verdict_of_bytes(data[:off0 + 100])
+    assert code not in (verdict.GOOD, verdict.BAD), reason
+
+
+@pytest.mark.parametrize("copy", ["none", "zstd", "zlib"])
+def test_v7_cut_short_is_analyzed_up_to_the_cut(copies, copy):
+    """A v7 file cut anywhere from its first CPU's data to its end loses the BUFFER option
+    (trace-cmd writes it after the data), and was refused whole ("cannot read the trace
+    metadata: options section: needs 2 bytes"). Now the CPU streams are found in the data
+    section: "bad" where the restarts lie before the cut (past the data; inside the second
+    CPU's uncompressed pages), undecided where the cut takes events of the listing (a
+    compressed CPU stream here is one chunk: a cut in it loses all of it), never good."""
+    data = copies[copy].read_bytes()
+    t = open_trace(copies[copy])
+    (_, off0, _), (_, off1, size1) = t._buf.cpus
+    t.close()
+    end1 = off1 + size1 + (4 if copy != "none" else 0)
+    cuts = {off0 + 100: None, (off0 + off1) // 2: None, off1 + 2: verdict.UNDECIDED,
+            off1 + size1 * 3 // 4: verdict.BAD if copy == "none" else verdict.UNDECIDED,
+            end1: verdict.BAD, len(data) - 10: verdict.BAD}
+    for cut, want in cuts.items():
+        code, reason = verdict_of_bytes(data[:cut])
+        assert "metadata" not in reason, (cut, reason)
+        assert code != verdict.GOOD, (cut, reason)
+        if want is not None:
+            assert code == want, (cut, reason)
+        if want == verdict.BAD:
+            assert "restarted" in reason, (cut, reason)
+
+
+def test_unknown_event_id_is_damage(copies):
+    """The event id of each restart's READDIR overwritten with an id the file has no format
+    for: the reader reports the unknown event where it is, and the listing cannot decide
+    (before: the restarts vanished with `damage: []`)."""
+    path = copies["none"]
+    t, restarts = restart_records(path)
+    assert len(restarts) >= 4
+    unused = max(t._fmt_src) + 1
+    data = bytearray(path.read_bytes())
+    for pos, _, _ in restarts:
+        data[pos:pos + 2] = unused.to_bytes(2, "little")
+    code, reason = verdict_of_bytes(bytes(data))
+    assert code == verdict.UNDECIDED, reason
+    assert f"unknown id {unused}" in reason and "[UNKNOWN EVENT]" in reason
+
+
+def test_time_running_backwards_is_damage(copies):
+    """A clear high bit set in the time stamp of the page holding the first restart moves its
+    events 2**36 ns (69 s) or more later; the next page starts earlier: time runs backwards on that
+    CPU, and the listing it falls in carries the damage (the other restarts still make it bad)."""
+    path = copies["none"]
+    t, restarts = restart_records(path)
+    P = t._buf.page_size
+    page = restarts[0][0] // P * P
+    data = bytearray(path.read_bytes())
+    stamp = int.from_bytes(data[page:page + 8], "little")
+    bit = next(b for b in range(36, 40) if not stamp >> b & 1)     # set: later, not earlier
+    data[page + bit // 8] ^= 1 << (bit % 8)
+    code, reason = verdict_of_bytes(bytes(data))
+    assert code != verdict.GOOD, reason
+    hit = [d["what"] for d in _listings_damage(bytes(data))]
+    assert any("time runs backwards" in w for w in hit), hit
+
+
+def test_impossible_pid_is_damage(copies):
+    """common_pid of a restart's READDIR set beyond the kernel's PID_MAX_LIMIT."""
+    path = copies["none"]
+    t, restarts = restart_records(path)
+    pf = t.event_format("nfsprobe:nfs4_proc_readdir").fields["common_pid"]
+    data = bytearray(path.read_bytes())
+    pos = restarts[0][0] + pf.offset
+    data[pos:pos + 4] = (tables.PID_MAX_LIMIT + 1).to_bytes(4, "little")
+    code, reason = verdict_of_bytes(bytes(data))
+    assert code != verdict.GOOD, reason
+    assert any("beyond the kernel's PID_MAX_LIMIT" in d["what"]
+               for d in _listings_damage(bytes(data)))
+
+
+def test_report_ts_diff_is_read(tmp_path):
+    """`trace-cmd report --ts-diff` prints "(+delta)" before each event's name: the same
+    verdict as the trace.dat (before: every line skipped, "no READDIR in this trace")."""
+    txt = tmp_path / "ts-diff.txt"
+    with open(txt, "w") as f:
+        subprocess.run([installed("trace-cmd"), "report", "--ts-diff", str(BAD_DAT)],
+                       stdout=f, stderr=subprocess.DEVNULL, check=True, timeout=300)
+    assert "(+" in txt.read_text()[:100000]
+    code, reason = verdict_of_bytes(txt.read_bytes())
+    want = verdict_of_bytes(BAD_DAT.read_bytes())
+    assert (code, reason.split(" (evidence")[0]) == (want[0], want[1].split(" (evidence")[0])
+
+
+# ---------------------------------------------------------------- the sweep
+
+_DATA = None
+_BASE = None
+
+
+def _fingerprint(path):
+    """Everything the verdict is computed from: the events the tables read, and what the
+    reader says of damage and loss. Equal fingerprints give equal verdicts, so a flip that
+    leaves it unchanged needs no analysis (10x cheaper)."""
+    t = open_trace(path)
+    cols = t.read_columns({ev: sorted(c) for ev, c in tables.wanted(t).items()},
+                          on_damage="partial")
+    t.check_records()
+    parts = [repr({k: t.info.get(k) for k in ("partial", "partial_from", "damage",
+                                                "damaged_events", "lost_events", "lost_total")})]
+    for ev in sorted(cols):
+        for c in sorted(cols[ev]):
+            v = cols[ev][c]
+            if hasattr(v, "codes"):
+                parts.append(repr([v.values[i] for i in np.asarray(v.codes).tolist()]))
+            else:
+                parts.append(np.asarray(v).tobytes())
+    return parts
+
+
+def _flipped(bit):
+    data = bytearray(_DATA)
+    data[bit // 8] ^= 1 << (bit % 8)
+    fd = os.memfd_create("trace")
+    try:
+        os.write(fd, data)
+        try:
+            same = _fingerprint(f"/proc/self/fd/{fd}") == _BASE[2]
+        except (TraceError, AnalysisError):
+            same = False
+    finally:
+        os.close(fd)
+    return _BASE[:2] if same else verdict_of_bytes(bytes(data))
+
+
+def _sweep(path, pool_size=2):
+    """Flip every 97th bit of the CPUs' data of ``path`` (the ring-buffer pages as stored,
+    compressed or not; not the file's headers), one flip per copy: {outcome: count}."""
+    global _DATA, _BASE
+    t = open_trace(path)
+    spans = [(off, off + size + (4 if t._buf.compressed else 0))
+             for _, off, size in t._buf.cpus if size]
+    _DATA = Path(path).read_bytes()
+    _BASE = verdict_of_bytes(_DATA) + (_fingerprint(path),)
+    assert _BASE[0] == verdict.BAD
+    bits = [b for a, z in spans for b in range(a * 8, z * 8, 97)]
+    with multiprocessing.get_context("fork").Pool(pool_size) as pool:
+        results = pool.map(_flipped, bits, chunksize=16)
+    counts = {"caught as damage": 0, "unchanged": 0, "changed but still not good": 0,
+              "GOOD": 0}
+    for code, reason in results:
+        if (code, reason) == _BASE[:2]:
+            counts["unchanged"] += 1
+        elif code == verdict.GOOD:
+            counts["GOOD"] += 1
+        elif code == 2 or "damage" in reason or "lost" in reason:
+            counts["caught as damage"] += 1
+        else:
+            counts["changed but still not good"] += 1
+    return len(bits), counts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("copy", ["zstd", "zlib", "none"])
+def test_no_flipped_bit_turns_bad_into_good(copies, copy):
+    start = time.monotonic()
+    n, counts = _sweep(copies[copy])
+    print(f"\n{copy}: {n} flips in {time.monotonic() - start:.0f} s: {counts}")
+    assert counts["GOOD"] == 0, counts
