@@ -261,13 +261,15 @@ def _next_readdir(ts, when):
     return np.searchsorted(ts, when, side="left")
 
 
-def _survived(lst, change_ts):
+def _survived(lst, change_ts, versions):
     """READDIRs that met a change of the directory mid-way and asked for a cookie above every
     cookie the listing had asked before: it went on, neither back to cookie 0 nor to a page it
-    had. The READDIR that met a change is the first one after it, or one whose own change
-    attribute differs from the READDIR's before; a change at the very instant of the READDIR
-    before may have come before that one instead, so then both must have gone on. None where
-    the READDIRs' cookies are not all known."""
+    had. The READDIR that met a change is the first one after it, or, where the kernel keys its
+    cache by the change attribute (versions: 5.18+), one whose own change attribute differs
+    from the READDIR's before (before 5.18 only an invalidation drops the cache: a change
+    without one tests nothing). A change at the very instant of the READDIR before may have
+    come before that one instead, so then both must have gone on. None where the READDIRs'
+    cookies are not all known."""
     rpcs = lst.rpcs
     if not lst.cookies_known or rpcs["cookie"].isna().any():
         return None
@@ -284,7 +286,7 @@ def _survived(lst, change_ts):
     tied = ts[k - 1] == t
     met[k[~tied]] = True
     met[k[tied]] |= above[k[tied] - 1]
-    if "version" in rpcs and len(rpcs) > 1 and rpcs["version"].notna().all():
+    if versions and "version" in rpcs and len(rpcs) > 1 and rpcs["version"].notna().all():
         v = rpcs["version"].to_numpy("uint64")
         met[1:] |= v[1:] != v[:-1]
     return int((met & above).sum())
@@ -538,7 +540,8 @@ def analyze(trace):
         lst.version_changes = _version_changes(lst, revals, tables["cookie_is_position"])
         changes = list(inv_ts) + (list(_select(ranges, lst)["ts"]) if ranges is not None
                                   and len(ranges) else [])
-        lst.survived = _survived(lst, sorted(changes) + _version_moves(lst, revals))
+        moves = _version_moves(lst, revals) if tables["cookie_is_position"] else []
+        lst.survived = _survived(lst, sorted(changes + moves), tables["cookie_is_position"])
         lst.damage = _damage_in(lst, damage)
         lst.dentries = _dentries(marks.counters, lst.start, lst.end)
         out.append(lst)

@@ -16,11 +16,13 @@ TEXT_TABLE = {
     "entries": "names the reproducer's lister printed; - outside the reproducer",
     "READDIRs": "READDIR and READDIRPLUS RPCs the listing sent",
     "restarts": "READDIRs at cookie 0 while the reader's position was past the start, or below "
-                "that position (the kernel searched for it from the start); ? without cookies",
+                "that position (the kernel searched for it from the start); ? without cookies; "
+                "a range such as 0-23 where READDIRs went back to cookie 0 for a cause the "
+                "trace cannot tell (a restart, or a new open)",
     "refetched": "READDIRs spent after restarts getting back to where the listing had been; ? "
-                 "without cookies",
+                 "without cookies; a range where the restarts are",
     "invalidations": "times the directory's page cache was dropped during the listing (and how "
-                     "many of them a restart followed)",
+                     "many of them a restart followed, a range where the restarts are)",
     "dentries": "change of the dcache's nr_dentry over the listing (from the reproducer's samples)",
 }
 
@@ -45,14 +47,27 @@ EXPORT_COLUMNS = {
         "at cookie 0, the restarts among them, and those whose cause the trace cannot tell "
         "(null without cookies)",
     "rewinds": "seeks of the reader back to the start (null where not observable)",
-    "refetched_readdirs, restart_cost_seconds": "what the restarts cost: READDIRs and seconds",
+    "restarts_min, restarts_max": "the fewest and most restarts the trace allows (restarts is "
+        "null where they differ: READDIRs that went back to cookie 0 for a cause the trace "
+        "cannot tell)",
+    "refetched_readdirs, restart_cost_seconds": "what the restarts cost: READDIRs and seconds "
+        "(null where the restarts are a range)",
+    "refetched_readdirs_min, refetched_readdirs_max, restart_cost_seconds_max": "what the "
+        "fewest and the most restarts would have cost",
+    "invalidations_followed_by_restart_min, invalidations_followed_by_restart_max": "the "
+        "invalidations that a restart followed, at the fewest and the most",
+    "survived_changes": "READDIRs that met a change of the directory mid-way and asked for a "
+        "cookie above every one asked before: the kernel went on there (null without cookies)",
+    "start_refills": "READDIRs at cookie 0 that filled again the first page while the reader was "
+        "still in it: neither a restart nor a test of the bug",
     "invalidations, invalidations_followed_by_restart, cache_range_trims, version_changes":
         "changes of the directory during the listing: page cache drops, those a restart "
         "followed, 5.18+ range trims, and moves of its change attribute (5.18+; null elsewhere)",
     "exercised": "the directory changed under the listing, so a restart was possible",
     "damaged_events": "damaged or lost stretches of the trace that overlap the listing",
     "max_dtsize, dentries_added": "the largest READDIR size asked (bytes), dcache growth",
-    "finding, why": "the listing's verdict: bad, undecided, unfinished, good or untested, and why",
+    "finding, why": "the listing's verdict: bad, undecided, survived, unfinished, good or "
+                    "untested, and why",
     "cookie, dtsize, plus, version, error, restart (rpc)": "the cookie asked for, the buffer "
         "size (bytes), READDIRPLUS, the directory's change attribute, the RPC's errno, and "
         "whether this READDIR is a restart",
@@ -60,7 +75,11 @@ EXPORT_COLUMNS = {
         "the listing restarted and the cookie it asked (0, or below the reader's position), "
         "READDIRs and ns until it got back, whether an invalidation preceded it",
     "reason, chain, followed_by_restart (invalidations)": "the kernel's reason, the steps "
-        "that led to it (revalidate -> GETATTR -> ...), whether a restart followed",
+        "that led to it (revalidate -> GETATTR -> ...), whether a restart followed (null where "
+        "not known)",
+    "followed_by_ambiguous, refilled_start (invalidations)": "the listing's next READDIR went "
+        "back to cookie 0 for a cause the trace cannot tell (a restart or a new open); it "
+        "filled again the first page, which still held the reader",
     "call, file, fd, pos, old_pos, ret, eof (calls)": "what the reader did (opendir, "
         "getdents, llseek, closedir, system calls), the open file, its position before and "
         "after, and how a call returned",

@@ -127,9 +127,11 @@ def phase_result(phase, facts, analyses):
     s = lst.summary()
     out["trace"] = os.path.basename(a.info.get("path", ""))
     out["trace_readdirs"] = s["readdirs"]
-    for k in ("restarts", "cookie_zero_readdirs", "refetched_readdirs", "invalidations",
-              "invalidations_followed_by_restart", "cache_range_trims", "version_changes",
-              "ending", "complete", "exercised", "dentries"):
+    for k in ("restarts", "restarts_min", "restarts_max", "cookie_zero_readdirs",
+              "refetched_readdirs", "invalidations", "invalidations_followed_by_restart",
+              "invalidations_followed_by_restart_min", "invalidations_followed_by_restart_max",
+              "survived_changes", "cache_range_trims", "version_changes", "ending",
+              "complete", "exercised", "dentries"):
         out[k] = s[k]
     out["cookies_known"] = a.cookies_known
     out["evidence"] = a.evidence
