@@ -154,3 +154,38 @@ def test_a_refill_of_the_first_page_is_neither_restart_nor_test():
     assert (lst["restarts"], lst["start_refills"], lst["invalidations"]) == (0, 1, 4), lst
     first = js["invalidations"][0][0]
     assert first["refilled_start"] and first["followed_by_restart"] is False, first
+
+
+def test_a_readdir_inside_a_catch_up_is_part_of_that_restart(tmp_path, trace_cmd):
+    """Count each restart once. multi-5.10 (stock 5.10, the open kprobes): ls[453] restarts
+    below its position at READDIR #30 and catches up over 15 ascending READDIRs in one
+    getdents. Under emulation events share timestamps, and a getdents of the reader can land
+    inside such a catch-up (issue 30: a record on stock 5.10 counted a 27th restart five
+    READDIRs into the catch-up that began at #113). Derived: `trace-cmd report` of the
+    fixture, with ls-453's nfs_readdir kprobe line of that getdents copied after the catch-up's
+    third READDIR, at that READDIR's timestamp. Still 3 restarts, the third costing its 15."""
+    dat = os.path.join(FIXTURES, "multi-5.10", "multi.dat")
+    full = json.loads(run_cli("analyze", "--json", dat).stdout)[0]
+    k = next(i for i, x in enumerate(full["listings"]) if x["comm"] == "ls")
+    assert [r["refetched"] for r in full["restarts"][k]] == [2, 4, 15]
+    text = tmp_path / "r.txt"
+    with open(text, "w") as f:
+        subprocess.run([trace_cmd, "report", dat], stdout=f, stderr=subprocess.DEVNULL,
+                       check=True, timeout=300)
+    lines = text.read_text().splitlines(keepends=True)
+    mine = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("ls-453 ")]
+    getdents = [i for i in mine if " nfs_readdir: " in lines[i]]
+    readdirs = [i for i in mine if " nfs4_proc_readdir: " in lines[i]]
+    g = getdents[-1]                    # the getdents of the last restart's catch-up
+    after = [i for i in readdirs if i > g]
+    assert len(after) >= 15
+    third = lines[after[2]]
+    ts = third.split()[2]
+    copy = lines[g].replace(lines[g].split()[2], ts, 1)
+    lines.insert(after[2] + 1, copy)
+    p = tmp_path / "edited.txt"
+    p.write_text("".join(lines))
+    js = json.loads(run_cli("analyze", "--json", p).stdout)[0]
+    k = next(i for i, x in enumerate(js["listings"]) if x["comm"] == "ls")
+    assert js["listings"][k]["restarts"] == 3, js["restarts"][k]
+    assert [r["refetched"] for r in js["restarts"][k]] == [2, 4, 15]
