@@ -216,6 +216,15 @@ TABLE_ROWS = [("time (s)", "seconds"), ("READDIR RPCs", "readdir_rpcs"),
               ("duplicate names", "duplicates"), ("missing names", "missing")]
 
 
+def _cell(phase, key):
+    """A phase's figure for the table: '-' where unknown, the bounds where only they are."""
+    v = phase.get(key)
+    lo, hi = phase.get(f"{key}_min"), phase.get(f"{key}_max")
+    if v is None and lo is not None and hi is not None:
+        return f"{lo}-{hi}"
+    return "-" if v is None else v
+
+
 def table(dirs):
     """The runs of several results directories side by side, one column per kernel and phase."""
     import pandas as pd
@@ -225,8 +234,7 @@ def table(dirs):
             res = json.load(f)
         kernel = res.get("kernel", d)
         for phase, p in res["phases"].items():
-            cols[(kernel, phase)] = [p.get(key) if p.get(key) is not None else "-"
-                                     for _, key in TABLE_ROWS]
+            cols[(kernel, phase)] = [_cell(p, key) for _, key in TABLE_ROWS]
         verdicts.append(f"{kernel}: {res['verdict']}: " + "; ".join(res["reasons"]))
         head = (f"NFSv{res.get('nfs')}, {res.get('files')} files on {res.get('fs')}, "
                 f"a file added every {res.get('interval')}s during 'modified'")
