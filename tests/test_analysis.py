@@ -24,7 +24,10 @@ def test_restarts_are_the_cookie_zero_readdirs_after_the_first(fixture, phase):
     assert a.cookies_known, a.evidence
     cookies = list(lst.rpcs["cookie"])
     assert cookies[0] == 0
-    assert len(lst.restarts) == sum(1 for c in cookies[1:] if c == 0)
+    # A cookie-0 READDIR before the listing asked for anything beyond the first page fills
+    # that page again for a reader still inside it (the 7.3 fixture): no restart.
+    assert len(lst.restarts) == sum(1 for i, c in enumerate(cookies) if i and c == 0
+                                    and max(cookies[:i]) > 0)
     # Every restart re-reads at least the READDIR it starts with.
     assert all(r.refetched >= 1 and r.cost_ns >= 0 for r in lst.restarts)
 

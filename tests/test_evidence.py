@@ -62,8 +62,9 @@ def test_a_listing_that_went_on_past_changes_decides(tmp_path, trace_cmd, kernel
     assert "the end of the directory was not seen" in c.stdout, c.stdout
     js = json.loads(run_cli("analyze", "--json", p).stdout)[0]
     (lst,) = [x for x in js["listings"] if x["comm"] == "paced-lister"]
-    assert lst["finding"] == "survived" and lst["survived_changes"] >= 2, lst
-    assert f"went on past {lst['survived_changes']} changes" in c.stdout
+    assert lst["finding"] == "survived" and lst["survived_changes"] >= 1, lst
+    n = lst["survived_changes"]
+    assert f"went on past {n} change{'s' if n > 1 else ''}" in c.stdout, c.stdout
     assert lst["restarts"] == 0 and lst["complete"] is False, lst
 
 

@@ -306,6 +306,9 @@ class _Filtered:
     def event_format(self, name):
         return self.trace.event_format(name)
 
+    def check_records(self):
+        return self.trace.check_records()
+
     def read(self, req, **kw):
         from nfsreaddir.trace import field_column
         extra = {ev: sorted(set(cols) | {"type"}) for ev, cols in req.items()

@@ -481,15 +481,16 @@ def by_phases(rpc, phases, cookies_known):
 
 def by_readdirs(rpc, cookies_known, cookie_is_position):
     """One listing per process and directory (mode "readdirs"). Where the cookie a READDIR asks
-    for is the reader's own position (5.18+ cache fills), a cookie-0 READDIR after progress is
-    a new listing; elsewhere it cannot be told from a restart."""
+    for is the reader's own position (5.18+ cache fills), a cookie-0 READDIR after the reader
+    had needed more than the first page is a new listing (before that, it fills the first page
+    again, see _Open); elsewhere it cannot be told from a restart."""
     out = []
     keys = ["pid"] + [c for c in ("dev", "fileid") if rpc[c].notna().any()]
     for _, rows in rpc.groupby(keys, sort=False, dropna=False):
         o = None
         for i, ts, c in zip(rows.index, rows["ts"], rows["cookie"]):
             c = int_or_none(c) if cookies_known else None
-            if o is None or (cookie_is_position and c == 0 and o.progressed):
+            if o is None or (cookie_is_position and c == 0 and o.asked):
                 if o is not None:
                     out.append(o)
                 o = _Open(int(rows["pid"].iloc[0]), str(rows["comm"].iloc[0]), int(ts),

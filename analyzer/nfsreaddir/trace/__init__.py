@@ -162,10 +162,11 @@ class OnePass:
     def __getattr__(self, name):
         return getattr(self._trace, name)
 
-    def read(self, events, base=BASE_COLUMNS):
+    def read(self, events, on_damage="raise", base=BASE_COLUMNS):
+        # (the pass made up front read the whole file, damage raising as it does by default)
         if not all(ev in self._wanted and set(cols or ()) <= self._wanted[ev] and cols
                    is not None for ev, cols in events.items()):
-            return self._trace.read(events, base=base)
+            return self._trace.read(events, on_damage=on_damage, base=base)
         base = [c for c in BASE_COLUMNS if c in base or c == "ts"]
         return {ev: self._frames[ev][base + [field_column(c) for c in cols]]
                 for ev, cols in events.items()}
