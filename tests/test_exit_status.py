@@ -77,6 +77,9 @@ def test_what_is_not_a_verdict_stops_a_bisect(command, case, shared_dir):
             path = os.path.join(shared_dir, "run")
             shutil.copytree(GOOD, path)
             locked = os.path.join(path, "results.json")
+        elif command == "compare":  # a results directory that cannot be listed
+            path = locked = os.path.join(shared_dir, "run")
+            shutil.copytree(GOOD, path)
         else:
             path = locked = os.path.join(shared_dir, "t.dat")
             shutil.copy(os.path.join(BAD, "modified.dat"), path)

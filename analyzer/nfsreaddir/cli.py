@@ -148,11 +148,12 @@ def _input(path, streams, stack):
         raise UsageError(f"{path}: no such file") from None
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
-    if stat.S_ISDIR(st.st_mode):
-        return path
-    if stat.S_ISREG(st.st_mode) and path != "-":
+    if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode) and path != "-":
         try:
-            open(path, "rb").close()
+            if stat.S_ISDIR(st.st_mode):
+                os.listdir(path)    # (unlisted, it would look like a directory without traces)
+            else:
+                open(path, "rb").close()
         except OSError as e:
             raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
         return path
