@@ -320,3 +320,64 @@ def test_no_flipped_bit_turns_bad_into_good(copies, copy):
     n, counts = _sweep(copies[copy])
     print(f"\n{copy}: {n} flips in {time.monotonic() - start:.0f} s: {counts}")
     assert counts["GOOD"] == 0, counts
+
+
+_LINES = None
+
+
+def _edited(edit):
+    """The verdict of the report text with one edit: (line, None) deletes the line, (line,
+    (start, end, text)) replaces those characters of it."""
+    i, change = edit
+    lines = list(_LINES)
+    if change is None:
+        del lines[i]
+    else:
+        a, z, text = change
+        lines[i] = lines[i][:a] + text + lines[i][z:]
+    return verdict_of_bytes("".join(lines).encode())
+
+
+def _edits_near_restarts(lines, around=3):
+    """Each line within ``around`` lines of a restart (a cookie=0 READDIR kprobe after the
+    listing's first): deleted, and each number in it changed (to 0; a 0 to 1), one edit per
+    copy."""
+    restarts = [k for k, line in enumerate(lines)
+                if "nfs4_proc_readdir:" in line and " cookie=0 " in line][1:]
+    near = sorted({k for r in restarts for k in range(r - around, r + around + 1)
+                   if 0 <= k < len(lines)})
+    edits = []
+    for k in near:
+        edits.append((k, None))
+        for m in re.finditer(r"\d+", lines[k]):
+            edits.append((k, (m.start(), m.end(), "1" if int(m.group()) == 0 else "0")))
+    return edits
+
+
+@pytest.mark.slow
+def test_no_edited_line_turns_bad_into_good(bad_report):
+    """The Done-when's second half: edits of `trace-cmd report` text near the restarts of
+    the bad fixture; none may give "good"."""
+    global _LINES
+    start = time.monotonic()
+    _LINES = bad_report
+    base = verdict_of_bytes("".join(bad_report).encode())
+    assert base[0] == verdict.BAD
+    edits = _edits_near_restarts(bad_report)
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        results = pool.map(_edited, edits, chunksize=8)
+    counts = {"caught as damage": 0, "unchanged": 0, "changed but still not good": 0,
+              "GOOD": 0}
+    goods = []
+    for edit, (code, reason) in zip(edits, results):
+        if (code, reason) == base:
+            counts["unchanged"] += 1
+        elif code == verdict.GOOD:
+            counts["GOOD"] += 1
+            goods.append((edit, bad_report[edit[0]]))
+        elif code == 2 or "damage" in reason or "lost" in reason:
+            counts["caught as damage"] += 1
+        else:
+            counts["changed but still not good"] += 1
+    print(f"\nreport text: {len(edits)} edits in {time.monotonic() - start:.0f} s: {counts}")
+    assert not goods, goods[:5]
