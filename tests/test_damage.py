@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -22,10 +23,11 @@ from nfsreaddir import tables, verdict
 from nfsreaddir.analysis import AnalysisError, analyze
 from nfsreaddir.trace import TraceError, open_trace
 
-from conftest import installed
+from conftest import installed, report_text
 
 HERE = Path(__file__).resolve().parent
 BAD_DAT = HERE / "fixtures" / "5.10-v4.1" / "modified.dat"
+SERIES_DAT = HERE / "fixtures" / "5.10-series-v4.1" / "modified.dat"
 TRACE_CMD_TRIXIE = HERE / "tools" / "trace-cmd-trixie"
 
 
@@ -197,6 +199,52 @@ def test_report_ts_diff_is_read(tmp_path):
     assert (code, reason.split(" (evidence")[0]) == (want[0], want[1].split(" (evidence")[0])
 
 
+@pytest.fixture(scope="module")
+def bad_report(tmp_path_factory):
+    """The lines of `trace-cmd report` of the bad fixture (stock 5.10: READDIR kprobe,
+    rpc_request, nfs4:nfs4_readdir per call)."""
+    out = tmp_path_factory.mktemp("report") / "bad.txt"
+    return report_text(installed("trace-cmd"), BAD_DAT, out).read_text().splitlines(True)
+
+
+def test_deleted_readdir_line_is_damage(bad_report):
+    """The READDIR kprobe line of the last restart (cookie=0) deleted, its nfs4:nfs4_readdir
+    line kept: the task's calls and their ends no longer alternate, and the listing carries
+    that damage (before: no damage, the restart silently gone)."""
+    i = [k for k, line in enumerate(bad_report)
+         if "nfs4_proc_readdir:" in line and " cookie=0 " in line][-1]
+    edited = "".join(bad_report[:i] + bad_report[i + 1:]).encode()
+    code, reason = verdict_of_bytes(edited)
+    assert code != verdict.GOOD, reason
+    assert any("no end logged between" in d["what"] or "of one successful READDIR" in d["what"]
+               for d in _listings_damage(edited))
+
+
+def test_deleted_end_line_is_damage(bad_report):
+    """The nfs4:nfs4_readdir line after the last restart's kprobe deleted: two READDIR calls
+    of one task with no end between is damage (before: none)."""
+    i = [k for k, line in enumerate(bad_report)
+         if "nfs4_proc_readdir:" in line and " cookie=0 " in line][-1]
+    j = next(k for k in range(i + 1, len(bad_report)) if " nfs4_readdir:" in bad_report[k])
+    edited = "".join(bad_report[:j] + bad_report[j + 1:]).encode()
+    assert any("no end logged between" in d["what"] for d in _listings_damage(edited))
+
+
+def test_position_edited_to_zero_is_damage(tmp_path):
+    """The patched series' trace (good): a getdents' `pos=` edited to 0 makes the reader's
+    position go back with no seek, which only a seek can do: the listing is damaged, not
+    judged from the edited position (before: judged, "good", the damage unseen)."""
+    lines = report_text(installed("trace-cmd"), SERIES_DAT,
+                        tmp_path / "series.txt").read_text().splitlines(True)
+    i = next(k for k, line in enumerate(lines)
+             if "nfs_readdir_enter:" in line and " pos=0 " not in line)
+    edited = "".join(lines[:i] + [re.sub(r" pos=\d+", " pos=0", lines[i], count=1)]
+                     + lines[i + 1:]).encode()
+    code, reason = verdict_of_bytes(edited)
+    assert code == verdict.UNDECIDED, reason
+    assert any("with no seek between" in d["what"] for d in _listings_damage(edited))
+
+
 # ---------------------------------------------------------------- the sweep
 
 _DATA = None
@@ -272,3 +320,64 @@ def test_no_flipped_bit_turns_bad_into_good(copies, copy):
     n, counts = _sweep(copies[copy])
     print(f"\n{copy}: {n} flips in {time.monotonic() - start:.0f} s: {counts}")
     assert counts["GOOD"] == 0, counts
+
+
+_LINES = None
+
+
+def _edited(edit):
+    """The verdict of the report text with one edit: (line, None) deletes the line, (line,
+    (start, end, text)) replaces those characters of it."""
+    i, change = edit
+    lines = list(_LINES)
+    if change is None:
+        del lines[i]
+    else:
+        a, z, text = change
+        lines[i] = lines[i][:a] + text + lines[i][z:]
+    return verdict_of_bytes("".join(lines).encode())
+
+
+def _edits_near_restarts(lines, around=3):
+    """Each line within ``around`` lines of a restart (a cookie=0 READDIR kprobe after the
+    listing's first): deleted, and each number in it changed (to 0; a 0 to 1), one edit per
+    copy."""
+    restarts = [k for k, line in enumerate(lines)
+                if "nfs4_proc_readdir:" in line and " cookie=0 " in line][1:]
+    near = sorted({k for r in restarts for k in range(r - around, r + around + 1)
+                   if 0 <= k < len(lines)})
+    edits = []
+    for k in near:
+        edits.append((k, None))
+        for m in re.finditer(r"\d+", lines[k]):
+            edits.append((k, (m.start(), m.end(), "1" if int(m.group()) == 0 else "0")))
+    return edits
+
+
+@pytest.mark.slow
+def test_no_edited_line_turns_bad_into_good(bad_report):
+    """The Done-when's second half: edits of `trace-cmd report` text near the restarts of
+    the bad fixture; none may give "good"."""
+    global _LINES
+    start = time.monotonic()
+    _LINES = bad_report
+    base = verdict_of_bytes("".join(bad_report).encode())
+    assert base[0] == verdict.BAD
+    edits = _edits_near_restarts(bad_report)
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        results = pool.map(_edited, edits, chunksize=8)
+    counts = {"caught as damage": 0, "unchanged": 0, "changed but still not good": 0,
+              "GOOD": 0}
+    goods = []
+    for edit, (code, reason) in zip(edits, results):
+        if (code, reason) == base:
+            counts["unchanged"] += 1
+        elif code == verdict.GOOD:
+            counts["GOOD"] += 1
+            goods.append((edit, bad_report[edit[0]]))
+        elif code == 2 or "damage" in reason or "lost" in reason:
+            counts["caught as damage"] += 1
+        else:
+            counts["changed but still not good"] += 1
+    print(f"\nreport text: {len(edits)} edits in {time.monotonic() - start:.0f} s: {counts}")
+    assert not goods, goods[:5]
