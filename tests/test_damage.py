@@ -288,12 +288,20 @@ def _flipped(bit):
 
 def _sweep(path, pool_size=2):
     """Flip every 97th bit of the CPUs' data of ``path`` (the ring-buffer pages as stored,
-    compressed or not; not the file's headers), one flip per copy: {outcome: count}."""
+    compressed or not, their unused ends left out; not the file's headers), one flip per copy:
+    {outcome: count}."""
     global _DATA, _BASE
     t = open_trace(path)
-    spans = [(off, off + size + (4 if t._buf.compressed else 0))
-             for _, off, size in t._buf.cpus if size]
     _DATA = Path(path).read_bytes()
+    if t._buf.compressed:
+        spans = [(off, off + size + 4) for _, off, size in t._buf.cpus if size]
+    else:
+        # An uncompressed page is its header (time stamp, then the commit: the bytes written,
+        # with flags in the high bits) and that many bytes of events; the rest of the page is
+        # unused and holds no data to damage.
+        P = t._buf.page_size
+        spans = [(p, p + 16 + (int.from_bytes(_DATA[p + 8:p + 16], "little") & 0xFFFFF))
+                 for _, off, size in t._buf.cpus for p in range(off, off + size, P)]
     _BASE = verdict_of_bytes(_DATA) + (_fingerprint(path),)
     assert _BASE[0] == verdict.BAD
     bits = [b for a, z in spans for b in range(a * 8, z * 8, 97)]
