@@ -1,20 +1,29 @@
 """Read NFS READDIR traffic from a packet capture (pcap, pcapng, either gzip'd) into tables.
 
 Wireshark's dissector does the decoding: `tshark -T fields` prints the fields below for every
-ONC RPC message of the NFS program, one frame per line, and this module reads that stream line
-by line (never the whole capture as text), matches replies to calls by XID, and returns:
+frame to or from the NFS server's ports (2049 and any given), one frame per line, and this
+module reads that stream line by line (never the whole capture as text), matches replies to
+calls by XID, and returns:
 
-    readdirs   one row per READDIR/READDIRPLUS call, first transmission only: ts, client
-               (address:port of the caller), fh (CRC-32 of the directory's filehandle, as
-               Wireshark shows it), xid, vers, plus, cookie asked, verifier, dircount,
-               maxcount, and from its reply (NaN when the reply is not in the capture):
-               reply_ts, status, entries, last_cookie, eof, and the entries' cookies
-    attrs      the directory's version as replies carry it: ts, client, fh, version (NFSv4
-               change attribute from GETATTR compounds; NFSv3 mtime/ctime of the post-op
-               attributes of GETATTR and READDIR replies), fileid where the reply gives it
+    readdirs   one row per READDIR/READDIRPLUS call, first transmission only, in the
+               capture's order: ts, frame (its number in the capture: it orders what a
+               coarse clock ties), client (address:port of the caller), fh (CRC-32 of the
+               directory's filehandle, as Wireshark shows it), xid, vers, plus, cookie asked,
+               verifier, dircount, maxcount, and from its reply (NaN when the reply is not in
+               the capture): reply_ts, status, entries, last_cookie, eof, and the entries'
+               cookies
+    attrs      the directory's version as replies carry it: ts, frame, client, fh, version
+               (NFSv4 change attribute from GETATTR compounds; NFSv3 mtime/ctime of the
+               post-op attributes of GETATTR and READDIR replies), fileid where the reply
+               gives it
     facts      what limits the answers: frames cut short by the snaplen, retransmitted calls,
                calls without a reply, frames that carried several RPC messages whose fields
                could not be told apart, tshark's complaints (a file cut short)
+
+`-T fields` runs a field's values together across a frame's messages, so a frame that carries
+several RPC messages (one TCP segment, several replies) is read again message by message from
+a second tshark's `-T ek` (one JSON line a frame, one object a message), started only when the
+first such frame comes and given only such frames.
 
 Field names are those of Debian 12's tshark 4.0 (`tshark -G fields`).
 """
@@ -22,6 +31,7 @@ Field names are those of Debian 12's tshark 4.0 (`tshark -G fields`).
 from __future__ import annotations
 
 import gzip
+import json
 from array import array
 import os
 import shutil
@@ -79,8 +89,9 @@ FIELDS = [
     ("malformed", "_ws.malformed"),
 ]
 COL = {name: i for i, (name, _) in enumerate(FIELDS)}
-# Only frames with an RPC message, or that the dissector could not decode whole.
-DISPLAY_FILTER = "rpc || _ws.malformed || frame.cap_len < frame.len"
+NFS_PORT = 2049
+# The frames the second tshark gives message by message: those -T fields runs together.
+SEVERAL = "count(rpc.xid) > 1"
 
 
 class CaptureError(TraceError):
@@ -126,13 +137,16 @@ class Capture:
     readdirs: "pandas.DataFrame"
     attrs: "pandas.DataFrame"
     frames: int = 0                 # frames with an RPC message (or damaged)
+    port_frames: int = 0            # frames to or from the server's ports, RPC or not
     messages: int = 0
     truncated_frames: int = 0       # cut by the snaplen
     snaplen: int | None = None
     malformed_frames: int = 0
     retransmitted_calls: int = 0    # READDIR calls seen again with the same client and XID
-    unsplit_frames: int = 0         # several RPC messages whose READDIR fields mix
-    versions: set = field(default_factory=set)  # "3", "4.0", "4.1", ...
+    unsplit_frames: int = 0         # several RPC messages that could not be told apart
+    split_frames: int = 0           # several RPC messages, read one by one
+    versions: set = field(default_factory=set)  # "2", "3", "4.0", "4.1", ...
+    ports: tuple = (NFS_PORT,)      # the server ports decoded as ONC RPC
     warnings: list = field(default_factory=list)
 
     @property
@@ -210,16 +224,52 @@ def pcapng_drops(path):
     return sum(drops.values()) if drops else None
 
 
-def tshark_command(path, tshark="tshark"):
-    cmd = [tshark, "-r", path, "-n", "-Y", DISPLAY_FILTER, "-T", "fields",
-           "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,"]
+def _ports(ports):
+    """2049 and the extra server ports, each once, in order; refuses what is not a port."""
+    out = [NFS_PORT]
+    for p in ports or ():
+        n = _int(str(p))
+        if n is None or not 0 < n < 65536:
+            raise CaptureError(f"{p!r} is not a TCP/UDP port (1-65535)")
+        if n not in out:
+            out.append(n)
+    return tuple(out)
+
+
+def _decode_as(ports):
+    """tshark picks a dissector by the lower port first: a client on a privileged port that
+    another protocol owns would hide the NFS stream. Each server port is decoded as ONC RPC."""
+    out = []
+    for p in ports:
+        out += ["-d", f"tcp.port=={p},rpc", "-d", f"udp.port=={p},rpc"]
+    return out
+
+
+def tshark_command(path, tshark="tshark", ports=(NFS_PORT,)):
+    """Every frame to or from a server port, and RPC on any other port, as -T fields."""
+    on = ", ".join(map(str, ports))
+    cmd = [tshark, "-r", path, "-n", *_decode_as(ports),
+           "-Y", f"rpc || tcp.port in {{{on}}} || udp.port in {{{on}}}",
+           "-T", "fields", "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,"]
     for _, f in FIELDS:
         cmd += ["-e", f]
     return cmd
 
 
-def read(path, tshark=None):
-    """Decode a capture file into a Capture (see the module's text)."""
+def messages_command(path, tshark="tshark", ports=(NFS_PORT,)):
+    """The frames with several RPC messages, one JSON line each with one object a message."""
+    return [tshark, "-r", path, "-n", *_decode_as(ports), "-Y", SEVERAL, "-T", "ek",
+            "-J", "frame rpc nfs"]
+
+
+def _quiet(err):
+    return "\n".join(x for x in err.splitlines() if "Running as user" not in x
+                     and "could be dangerous" not in x).strip()
+
+
+def read(path, tshark=None, ports=()):
+    """Decode a capture file into a Capture (see the module's text). ports: server ports
+    besides 2049 whose traffic is NFS."""
     kind = sniff(path)
     if kind is None:
         raise CaptureError(f"{path!r} is not a pcap or pcapng capture (nor a gzip'd one)")
@@ -227,10 +277,12 @@ def read(path, tshark=None):
     if not tshark:
         raise CaptureError("tshark is not installed: captures are decoded with Wireshark's "
                            "dissector (apt-get install tshark, or reproducers/setup-host)")
-    reader = _Reader(path, kind)
+    ports = _ports(ports)
+    reader = _Reader(path, kind, _Messages(messages_command(path, tshark, ports)))
+    reader.cap.ports = ports
     # stderr into a file: a pipe nobody reads while stdout streams could fill and stall tshark.
     errfile = tempfile.TemporaryFile("w+", errors="replace")
-    proc = subprocess.Popen(tshark_command(path, tshark), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(tshark_command(path, tshark, ports), stdout=subprocess.PIPE,
                             stderr=errfile, stdin=subprocess.DEVNULL, text=True,
                             errors="replace", bufsize=1 << 20)
     try:
@@ -241,12 +293,12 @@ def read(path, tshark=None):
         proc.kill()
         proc.wait()
         raise
+    finally:
+        reader.several.close()
     proc.wait()
     errfile.seek(0)
-    err = errfile.read()
+    err = _quiet(errfile.read())
     errfile.close()
-    err = "\n".join(x for x in err.splitlines() if "Running as user" not in x
-                    and "could be dangerous" not in x).strip()
     if proc.returncode != 0 and not reader.messages:
         raise CaptureError(f"tshark could not read {path!r}: {err or f'exit {proc.returncode}'}")
     if err:
@@ -255,11 +307,103 @@ def read(path, tshark=None):
     return reader.finish()
 
 
+def _ek_pairs(pairs):
+    """json object hook for tshark's -T ek: every key's values in a list, in the order of the
+    protocol tree (a field that occurs again under a subtree comes as a repeated key)."""
+    out = {}
+    for k, v in pairs:
+        vals = out.setdefault(k, [])
+        if isinstance(v, list):
+            vals.extend(v)
+        else:
+            vals.append(v)
+    return out
+
+
+def _ek_text(vals):
+    """A field's values as -T fields prints them: comma-joined, booleans as 1/0."""
+    return ",".join(("1" if x else "0") if isinstance(x, bool) else str(x) for x in vals)
+
+
+class _Messages:
+    """The second tshark: the frames with several RPC messages, each as its protocol layers
+    (one rpc and one nfs object a message). Started at the first such frame the first tshark
+    gives, read as far as asked, in frame order like the first."""
+
+    def __init__(self, cmd):
+        self.cmd = cmd
+        self.proc = None
+        self.ahead = None       # a frame read but not yet asked for: (number, layers)
+
+    def get(self, number):
+        """The layers of frame `number`, or None when this tshark did not give it."""
+        if self.proc is None:
+            self.err = tempfile.TemporaryFile("w+", errors="replace")
+            self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self.err,
+                                         stdin=subprocess.DEVNULL, text=True, errors="replace",
+                                         bufsize=1 << 20)
+        while self.ahead is None or self.ahead[0] < number:
+            line = self.proc.stdout.readline()
+            if not line:
+                return None
+            doc = json.loads(line, object_pairs_hook=_ek_pairs)
+            layers = doc.get("layers")
+            if not layers:
+                continue        # the index line before each frame
+            layers = layers[0]
+            frame = layers.get("frame", [{}])[0]
+            self.ahead = (_int(_ek_text(frame.get("frame_frame_number", []))) or 0, layers)
+        if self.ahead[0] != number:
+            return None
+        layers, self.ahead = self.ahead[1], None
+        return layers
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc.stdout.close()
+            self.err.close()
+
+
+def _rows_of(v, layers):
+    """One field row per RPC message of a frame: the frame's own fields from -T fields, each
+    message's from its rpc object and, where it has an NFS body, its nfs object. None when the
+    messages and the NFS bodies do not pair up (then nothing is guessed)."""
+    rpcs, bodies = layers.get("rpc", []), layers.get("nfs", [])
+    rows, nfs = [], []      # nfs: the indexes in rows of the messages with an NFS body
+    for m in rpcs:
+        row = list(v)
+        for name, f in FIELDS:
+            if f.startswith("rpc."):
+                row[COL[name]] = _ek_text(m.get("rpc_" + f.replace(".", "_"), []))
+        reply = row[COL["msgtyp"]][:1] == "1"
+        accepted = not reply or (row[COL["replystat"]][:1] == "0"
+                                 and row[COL["accept"]][:1] == "0")
+        if _int(row[COL["prog"]].split(",")[0]) == NFS_PROGRAM and accepted:
+            nfs.append(len(rows))
+        rows.append(row)
+    # Each accepted NFS message has one NFS body, in the same order; where the counts differ
+    # (a body tshark did not dissect) no body can be given to its message for sure.
+    if not rows or len(nfs) != len(bodies):
+        return None
+    given = dict(zip(nfs, bodies))
+    for i, row in enumerate(rows):
+        body = given.get(i, {})
+        if _ek_text(body.get("rpc_rpc_programversion", [])) not in ("", row[COL["vers"]]):
+            return None
+        for name, f in FIELDS:
+            if f.startswith("nfs."):
+                row[COL[name]] = _ek_text(body.get("nfs_" + f.replace(".", "_"), []))
+    return rows
+
+
 class _Reader:
     """From tshark's lines to the tables: one pass, calls kept until their reply."""
 
-    def __init__(self, path, kind):
+    def __init__(self, path, kind, several):
         self.cap = Capture(path, kind, None, None)
+        self.several = several  # the frames with several RPC messages, message by message
         self.calls = {}         # (client, xid) -> row dict (READDIR) or ("attr", fh, ...)
         self.rows = []          # READDIR rows in call order
         self.attrs = []
@@ -270,62 +414,53 @@ class _Reader:
         if len(v) < len(FIELDS):
             v = v + [""] * (len(FIELDS) - len(v))
         cap = self.cap
-        cap.frames += 1
+        cap.port_frames += 1
         cap_len, length = _int(v[COL["cap_len"]]), _int(v[COL["len"]])
-        if cap_len is not None and length is not None and cap_len < length:
+        truncated = cap_len is not None and length is not None and cap_len < length
+        xids = _split(v[COL["xid"]])
+        if truncated:
             cap.truncated_frames += 1
             cap.snaplen = max(cap.snaplen or 0, cap_len)
         if v[COL["malformed"]]:
             cap.malformed_frames += 1
-        xids = _split(v[COL["xid"]])
+        if xids or truncated or v[COL["malformed"]]:
+            cap.frames += 1
         if not xids:
             return
-        types = _split(v[COL["msgtyp"]])
-        progs = _split(v[COL["prog"]])
+        self.messages += len(xids)
+        cap.messages += len(xids)
+        if len(xids) == 1:
+            self._message(v)
+            return
+        layers = self.several.get(_int(v[COL["frame"]]))
+        rows = _rows_of(v, layers) if layers else None
+        if rows is None or len(rows) != len(xids):
+            cap.unsplit_frames += 1
+            return
+        cap.split_frames += 1
+        for row in rows:
+            self._message(row)
+
+    def _message(self, v):
+        """One RPC message: its frame's addresses and time, its own RPC and NFS fields."""
+        prog = _int(v[COL["prog"]].split(",")[0])
+        if prog is not None and prog != NFS_PROGRAM:
+            return
         ts = _ns(v[COL["ts"]])
         src = v[COL["src"]] or v[COL["src6"]]
         dst = v[COL["dst"]] or v[COL["dst6"]]
         sport = v[COL["sport"]] or v[COL["usport"]]
         dport = v[COL["dport"]] or v[COL["udport"]]
-        self.messages += len(xids)
-        cap.messages += len(xids)
-        if len(xids) > 1:
-            self._several(v, ts, src, sport, dst, dport, xids, types)
-            return
-        if progs and _int(progs[0]) != NFS_PROGRAM:
-            return
-        if types[:1] == ["0"]:
-            self._call(v, ts, _endpoint(src, sport), _int(xids[0], 0))
-        elif types[:1] == ["1"]:
-            self._reply(v, ts, _endpoint(dst, dport), _int(xids[0], 0))
-
-    def _several(self, v, ts, src, sport, dst, dport, xids, types):
-        """A frame that carries several RPC messages: its fields are the messages' fields run
-        together. Replies to calls we do not follow are harmless; a READDIR or GETATTR among
-        them can be read only when it is the one message of its kind with fields to give."""
-        mine = []
-        for xid, t in zip(xids, types):
-            key = (_endpoint(dst, dport) if t == "1" else _endpoint(src, sport), _int(xid, 0))
-            if t == "1" and key in self.calls:
-                mine.append((t, key))
-            elif t == "0":
-                mine.append((t, key))
-        calls = [k for t, k in mine if t == "0"]
-        replies = [k for t, k in mine if t == "1"]
-        procs = _split(v[COL["proc"]])
-        ops = _split(v[COL["mainop"]])
-        interesting_calls = len(calls) and any(
-            _int(p) in (NFS3_READDIR, NFS3_READDIRPLUS) for p in procs) or any(
-            _int(o) in (OP4_READDIR, OP4_GETATTR) for o in ops)
-        if len(replies) == 1 and not calls:
-            self._reply(v, ts, *replies[0])
-        elif len(calls) == 1 and not replies:
-            self._call(v, ts, *calls[0])
-        elif replies or interesting_calls:
-            self.cap.unsplit_frames += 1
+        frame = _int(v[COL["frame"]])
+        xid = _int(v[COL["xid"]], 0)
+        kind = v[COL["msgtyp"]][:1]
+        if kind == "0":
+            self._call(v, ts, _endpoint(src, sport), xid, frame)
+        elif kind == "1":
+            self._reply(v, ts, _endpoint(dst, dport), xid, frame)
 
     # -- calls -----------------------------------------------------------------------------
-    def _call(self, v, ts, client, xid):
+    def _call(self, v, ts, client, xid, frame):
         vers = _int(v[COL["vers"]].split(",")[0])
         proc = _int(v[COL["proc"]].split(",")[0])
         fhs = _split(v[COL["fh"]])
@@ -334,11 +469,14 @@ class _Reader:
             if self.calls[key].get("kind") == "readdir":
                 self.cap.retransmitted_calls += 1
             return      # a retransmission: the first transmission is the call
-        if vers == 3:
+        if vers == 2:
+            self.cap.versions.add("2")      # not analyzed: read() callers say so
+        elif vers == 3:
             self.cap.versions.add("3")
             if proc in (NFS3_READDIR, NFS3_READDIRPLUS) and fhs:
                 plus = proc == NFS3_READDIRPLUS
-                row = dict(kind="readdir", ts=ts, client=client, fh=fhs[0], xid=xid, vers="3",
+                row = dict(kind="readdir", ts=ts, frame=frame, client=client, fh=fhs[0],
+                           xid=xid, vers="3",
                            plus=plus, cookie=_int(v[COL["cookie3"]].split(",")[0]),
                            verifier=v[COL["verf3"]].split(",")[0] or None,
                            dircount=_int(v[COL["dircount3"]].split(",")[0]) if plus else None,
@@ -354,7 +492,8 @@ class _Reader:
                 self.cap.versions.add(f"4.{minor}")
             # The directory is the filehandle the compound's PUTFH sets: the first one.
             if op == OP4_READDIR and fhs:
-                row = dict(kind="readdir", ts=ts, client=client, fh=fhs[0], xid=xid, vers="4",
+                row = dict(kind="readdir", ts=ts, frame=frame, client=client, fh=fhs[0],
+                           xid=xid, vers="4",
                            plus=False, cookie=_int(v[COL["cookie4"]].split(",")[0]),
                            verifier=v[COL["verf4"]].split(",")[0] or None,
                            dircount=_int(v[COL["dircount4"]].split(",")[0]),
@@ -372,7 +511,7 @@ class _Reader:
         self.rows.append(row)
 
     # -- replies ---------------------------------------------------------------------------
-    def _reply(self, v, ts, client, xid):
+    def _reply(self, v, ts, client, xid, frame):
         call = self.calls.get((client, xid))
         if call is None:
             return      # a reply to a call not followed (or from before the capture)
@@ -389,7 +528,7 @@ class _Reader:
             fileid = (_int(v[COL["fileid4"]].split(",")[0]) if call["kind"] == "getattr"
                       else None)
         if ver is not None and status == 0:
-            self.attrs.append(dict(ts=ts, client=client, fh=call["fh"], version=ver,
+            self.attrs.append(dict(ts=ts, frame=frame, client=client, fh=call["fh"], version=ver,
                                    fileid=fileid, source="GETATTR" if call["kind"] == "getattr"
                                    else "READDIR"))
         if call["kind"] != "readdir":
@@ -430,21 +569,24 @@ class _Reader:
     def finish(self):
         import pandas as pd     # only a capture's tables need it (0.5 s to import)
         cap = self.cap
-        cols = ["ts", "client", "fh", "xid", "vers", "plus", "cookie", "verifier", "dircount",
-                "maxcount", "reply_ts", "status", "entries", "last_cookie", "eof", "cookies",
-                "fileid"]
+        cols = ["ts", "frame", "client", "fh", "xid", "vers", "plus", "cookie", "verifier",
+                "dircount", "maxcount", "reply_ts", "status", "entries", "last_cookie", "eof",
+                "cookies", "fileid"]
         # Column by column from the rows, so that no 64-bit cookie goes through a float.
         typed = {"cookie": "UInt64", "last_cookie": "UInt64", "ts": "Int64", "reply_ts": "Int64",
+                 "frame": "Int64",
                  "dircount": "Int64", "maxcount": "Int64", "status": "Int64", "entries": "Int64",
                  "fileid": "Int64", "xid": "Int64"}
         df = pd.DataFrame({c: pd.array([r.get(c) for r in self.rows], dtype=typed[c])
                            if c in typed else pd.Series([r.get(c) for r in self.rows],
                                                         dtype="object")
                            for c in cols})
-        df = df.sort_values("ts", kind="stable").reset_index(drop=True)
-        attrs = pd.DataFrame(self.attrs, columns=["ts", "client", "fh", "version", "fileid",
-                                                  "source"])
+        # In the capture's order: frame numbers tell apart what coarse timestamps tie.
+        df = df.sort_values("frame", kind="stable").reset_index(drop=True)
+        attrs = pd.DataFrame(self.attrs, columns=["ts", "frame", "client", "fh", "version",
+                                                  "fileid", "source"])
         attrs["ts"] = pd.array(attrs["ts"].tolist(), dtype="Int64")
-        cap.readdirs, cap.attrs = df, attrs.sort_values("ts", kind="stable").reset_index(
+        attrs["frame"] = pd.array(attrs["frame"].tolist(), dtype="Int64")
+        cap.readdirs, cap.attrs = df, attrs.sort_values("frame", kind="stable").reset_index(
             drop=True)
         return cap

@@ -49,9 +49,11 @@ class WireListing(Listing):
 
 
 def _new_listing(client, fh, ts, began_before):
-    lst = WireListing(pid=0, comm=client, dev=None, fileid=None, start=int(ts), end=int(ts),
+    # No process and no readdir cache on the wire: what a trace would give there is unknown.
+    lst = WireListing(pid=None, comm=client, dev=None, fileid=None, start=int(ts), end=int(ts),
                       delimited_by=DELIMITED_BY, began_before_trace=began_before,
-                      ending=analysis.CUT_OFF, invalidations_known=False)
+                      ending=analysis.CUT_OFF, invalidations_known=False,
+                      cache_range_trims=None)
     lst.client, lst.fh = client, fh
     lst.refetched_entries = 0
     lst.missing_replies = 0
@@ -139,13 +141,14 @@ def listings(cap):
         rows = rd.loc[lst._rows].reset_index(drop=True)
         # The columns the analysis and the verdict read from a listing's READDIRs.
         lst.rpcs = pd.DataFrame({
-            "ts": rows["ts"].astype("int64"), "pid": 0, "comm": lst.client,
+            "ts": rows["ts"].astype("int64"), "pid": None, "comm": lst.client,
             # Cookies are 64-bit (ext4 gives hashes near 2**63): never through a float.
             "cookie": (rows["cookie"].to_numpy("uint64") if rows["cookie"].notna().all()
                        else rows["cookie"].astype("object")),
             "dtsize": rows["maxcount"].astype("float64"),
             "entries": rows["entries"].astype("float64"),
-            "eof": rows["eof"], "xid": rows["xid"], "error": np.nan})
+            "eof": rows["eof"], "xid": rows["xid"], "error": np.nan,
+            "frame": rows["frame"].astype("int64")})
         lst.rpc_rows = list(lst._rows)
         fileids = rows["fileid"].dropna()
         if len(fileids):
@@ -154,20 +157,23 @@ def listings(cap):
 
 
 def _versions(lst, attrs):
-    """How often the directory's version moved during the listing: changes that a later
-    READDIR of the listing met."""
+    """The changes of the directory's version that the listing met: (how many, the frame of
+    each reply that showed one). A change counts when a reply after the listing's first
+    READDIR call and before its last showed it: only a READDIR after the change can go back
+    to cookie 0, and a change shown at or before the first call is the state the listing
+    began from. Frame numbers order the capture (coarse clocks give ties); a listing of one
+    READDIR meets no change."""
+    frames = lst.rpcs["frame"].to_numpy()
+    first, last = int(frames.min()), int(frames.max())
     a = attrs[(attrs["client"] == lst.client) & (attrs["fh"] == lst.fh)
-              & (attrs["ts"] <= lst.end)]
+              & (attrs["frame"] < last)]
     # From the last version seen before the listing began: a change since then counts.
-    before = np.flatnonzero(a["ts"].to_numpy() < lst.start)
+    before = np.flatnonzero(a["frame"].to_numpy() < first)
     a = a.iloc[before[-1]:] if len(before) else a
     vals = a["version"].tolist()
-    ts = a["ts"].astype("int64").to_numpy()
-    if not vals:
-        return None, []
-    changes = [int(ts[k]) for k in range(1, len(vals)) if vals[k] != vals[k - 1]]
-    last = int(lst.rpcs["ts"].max())
-    return sum(1 for t in changes if t <= last), changes
+    at = a["frame"].astype("int64").to_numpy()
+    changes = [int(at[k]) for k in range(1, len(vals)) if vals[k] != vals[k - 1]]
+    return sum(1 for f in changes if f > first), changes
 
 
 def _phase_facts(path):
@@ -189,9 +195,16 @@ def _phase_facts(path):
     return phase, facts
 
 
-def analyze(path, tshark=None):
-    """Analysis of a capture file: listings, restarts and what limits them."""
-    cap = capture_mod.read(path, tshark=tshark)
+def analyze(path, tshark=None, ports=()):
+    """Analysis of a capture file: listings, restarts and what limits them. ports: server
+    ports besides 2049 whose traffic is NFS."""
+    cap = capture_mod.read(path, tshark=tshark, ports=ports)
+    on = ", ".join(map(str, cap.ports))
+    if not cap.messages and not cap.port_frames:
+        raise analysis.AnalysisError(
+            f"{path}: no NFS traffic in this capture: no frame to or from port {on} and no ONC "
+            "RPC message; capture the NFS traffic with `tcpdump -s 0 -w FILE port 2049` on the "
+            "client (name the server's port if it is not 2049)")
     if cap.truncated_frames and not len(cap.readdirs):
         raise analysis.AnalysisError(
             f"{path}: {cap.truncated_frames} frames were cut to {cap.snaplen} bytes by the "
@@ -200,6 +213,10 @@ def analyze(path, tshark=None):
         raise analysis.AnalysisError(
             f"{path}: no ONC RPC (NFS) message in this capture; capture the NFS traffic with "
             "`tcpdump -s 0 -w FILE port 2049` on the client")
+    if not len(cap.readdirs) and "2" in cap.versions:
+        raise analysis.AnalysisError(
+            f"{path}: NFSv2 is not supported (this capture's NFS is "
+            f"v{'/'.join(sorted(cap.versions))}): only NFSv3 and NFSv4 READDIRs are analyzed")
     if not len(cap.readdirs):
         raise analysis.AnalysisError(
             f"{path}: no READDIR or READDIRPLUS call in this capture ({cap.messages} RPC "
@@ -220,26 +237,24 @@ def analyze(path, tshark=None):
         damage.append({"from": -1, "to": 1 << 62, "what": w})
     if cap.unsplit_frames:
         damage.append({"from": -1, "to": 1 << 62, "what": f"{cap.unsplit_frames} frames carried "
-                       "several RPC messages whose READDIR fields could not be told apart"})
+                       "several RPC messages that could not be told apart"})
     out = listings(cap)
     # The directory's inode number, where an attribute reply gave it for its filehandle.
     fileids = cap.attrs.dropna(subset=["fileid"]).groupby("fh")["fileid"].first()
     for lst in out:
         if lst.fileid is None and lst.fh in fileids.index:
             lst.fileid = int(fileids[lst.fh])
-        n, _ = _versions(lst, cap.attrs)
-        lst.version_changes = n
+        lst.version_changes, changes = _versions(lst, cap.attrs)
         if lst._restart_idx:
             inv_ts = np.array([], dtype=np.int64)
             lst.restarts = analysis._restarts(lst.rpcs, lst._restart_idx, inv_ts)
             # after_invalidation: on the wire, the directory's version moved since the
             # READDIR before the restart.
-            _, changes = _versions(lst, cap.attrs)
             ch = np.array(changes, dtype=np.int64)
-            ts = lst.rpcs["ts"].to_numpy()
+            frames = lst.rpcs["frame"].to_numpy()
             for r in lst.restarts:
-                prev = ts[r.rpc_index - 1] if r.rpc_index else ts[r.rpc_index]
-                r.after_invalidation = bool(((ch > prev) & (ch <= r.ts)).any())
+                prev = frames[r.rpc_index - 1] if r.rpc_index else frames[r.rpc_index]
+                r.after_invalidation = bool(((ch > prev) & (ch < frames[r.rpc_index])).any())
         lst.damage = list(damage)
         if lst.missing_replies:
             lst.damage.append({"from": lst.start, "to": lst.end, "what":
@@ -254,12 +269,18 @@ def analyze(path, tshark=None):
             if main.fileid is None:
                 main.fileid = int_or_none(facts.get(f"{phase}.dir_fileid"))
     run = {"kernel": facts.get("run.kernel")} if facts.get("run.kernel") else {}
+    # The version the calls carry: the run's NFS, as a trace's run marker gives it.
+    nfs = "/".join(sorted(cap.versions)) or None
+    if nfs:
+        run["nfs"] = nfs
     info = {"path": path, "format": f"{cap.kind} capture (NFSv{'/'.join(sorted(cap.versions))}"
             f", tshark)", "cpus": "-", "frames": cap.frames, "rpc_messages": cap.messages,
             "readdirs": int(len(cap.readdirs)), "missing_replies": cap.missing_replies,
             "retransmitted_calls": cap.retransmitted_calls,
             "truncated_frames": cap.truncated_frames, "snaplen": cap.snaplen,
-            "unsplit_frames": cap.unsplit_frames, "dropped": dropped,
+            "unsplit_frames": cap.unsplit_frames, "split_frames": cap.split_frames,
+            "dropped": dropped, "nfs": nfs,
+            "ports": list(cap.ports),
             "warnings": cap.warnings}
     v4 = any(v.startswith("4") for v in cap.versions)
     version = ("the change attribute in GETATTR replies" if v4
@@ -302,7 +323,10 @@ def _notes(cap, dropped):
         out.append(f"WARNING: {cap.truncated_frames} frames cut to {cap.snaplen} bytes by the "
                    "snaplen: capture with `tcpdump -s 0`")
     if cap.unsplit_frames:
-        out.append(f"WARNING: {cap.unsplit_frames} frames carried several RPC messages whose "
-                   "READDIR fields could not be told apart")
+        out.append(f"WARNING: {cap.unsplit_frames} frames carried several RPC messages that "
+                   "could not be told apart")
+    if "2" in cap.versions:
+        out.append("WARNING: NFSv2 calls are in this capture: NFSv2 is not supported, its "
+                   "READDIRs are not counted")
     out += [f"WARNING: {w}" for w in cap.warnings]
     return out
