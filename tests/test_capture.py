@@ -424,6 +424,13 @@ def test_a_server_on_another_port_is_read_where_named(tmp_path):
     assert a.info["ports"] == [2049, 20049]
     with pytest.raises(capture.CaptureError, match="not a TCP/UDP port"):
         capture.read(path, ports=["nfs"])
+    # The same from the command line: --port, on every command that reads captures.
+    assert "no NFS traffic" in run_cli("check", path).stdout
+    c = run_cli("check", "--port", "20049", path)
+    assert c.returncode == 125 and "never exercised" in c.stdout, c.stdout + c.stderr
+    js = json.loads(run_cli("analyze", "--json", "--port", "20049", path, check=0).stdout)
+    assert [x["client"] for x in js[0]["listings"]] == ["127.0.0.1:705"]
+    assert run_cli("check", "--port", "0", path).returncode == 128
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))

@@ -204,9 +204,10 @@ def expand(paths):
     return out
 
 
-def load_all(paths, with_slab=False):
+def load_all(paths, with_slab=False, ports=()):
     """The readdir analysis of each trace; with_slab: (path, analysis, slab summary) triples,
-    where a trace with kmem allocation events but no READDIR has no analysis (None)."""
+    where a trace with kmem allocation events but no READDIR has no analysis (None). ports:
+    NFS server ports of captures besides 2049."""
     from . import capture, slab, tables
     res = []
     paths = expand(paths)
@@ -216,7 +217,7 @@ def load_all(paths, with_slab=False):
             progress(f"reading {n}/{len(paths)}: {shown(path)}")
         if capture.is_capture(path):    # a packet capture: its own reader, the same listings
             from . import wire
-            a = wire.analyze(path)
+            a = wire.analyze(path, ports=ports)
             a.info = dict(a.info, path=shown(path))
             res.append((shown(path), a, None) if with_slab else a)
             continue
@@ -285,7 +286,7 @@ def cmd_analyze(args):
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     from .render import dcache_report, print_analysis, slab_text
     runs, traces = split_dcache(args.traces)
-    loaded = load_all(traces, with_slab=True) if traces else []
+    loaded = load_all(traces, with_slab=True, ports=args.port) if traces else []
     analyses = [a for _, a, _ in loaded if a is not None]
     v = None
     if analyses:
@@ -332,18 +333,18 @@ def run_checks(paths, max_ratio=None):
     return names, ratio if ratio is not None else verdict.MAX_RATIO
 
 
-def judge_paths(paths, max_restarts=0, max_ratio=None):
+def judge_paths(paths, max_restarts=0, max_ratio=None, ports=()):
     """The verdict on traces and results directories, as `check` gives it."""
     from . import verdict
     names, ratio = run_checks(paths, max_ratio)
-    return verdict.judge(load_all(paths), max_restarts=max_restarts, max_ratio=ratio,
-                         names=names)
+    return verdict.judge(load_all(paths, ports=ports), max_restarts=max_restarts,
+                         max_ratio=ratio, names=names)
 
 
 def cmd_check(args):
     from .analysis import AnalysisError
     try:
-        v = judge_paths(args.traces, args.max_restarts, args.max_ratio)
+        v = judge_paths(args.traces, args.max_restarts, args.max_ratio, args.port)
     except (TraceError, AnalysisError) as e:
         # Read, but what is in it cannot decide (not a trace, no READDIR, a capture cut by its
         # snaplen): no answer either way. An input that cannot be read at all is no verdict
@@ -370,7 +371,7 @@ def cmd_export(args):
     for path in traces:
         t = None if capture.is_capture(path) else open_trace(path)
         try:
-            a = wire.analyze(path) if t is None else analyze(t)
+            a = wire.analyze(path, ports=args.port) if t is None else analyze(t)
         except AnalysisError as e:
             raise AnalysisError(f"{shown(path)}: nothing to export: {e} (slab figures are in "
                                 "`analyze --json`)") from None
@@ -403,7 +404,7 @@ def cmd_plot(args):
         plot.dcache_runs([p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p))
                           for p in runs], args.output)
     else:
-        plot.listings(load_all(traces), args.output)
+        plot.listings(load_all(traces, ports=args.port), args.output)
     print(args.output)
     return EXIT_GOOD
 
@@ -417,7 +418,8 @@ def cmd_compare(args):
     if runs:
         table = compare.dcache_table(dcache_results(args.before), dcache_results(args.after))
     else:
-        table = compare.table(load_all([args.before]), load_all([args.after]),
+        table = compare.table(load_all([args.before], ports=args.port),
+                              load_all([args.after], ports=args.port),
                               (args.before, args.after))
     if args.json:
         print(table.to_json(orient="index", indent=2))
@@ -502,6 +504,10 @@ def _seconds(v):
     return _number(float, v, lambda x: x > 0, "a positive number of seconds")
 
 
+def _port(v):
+    return _number(int, v, lambda x: 0 < x < 65536, "a TCP/UDP port (1-65535)")
+
+
 def _count(v):
     return _number(int, v, lambda x: x >= 0, "a whole number of 0 or more")
 
@@ -543,6 +549,9 @@ def parser():
     s.add_argument("--top", type=_count, default=10, metavar="N",
                    help="slab caches shown, by growth, for traces with kmem events "
                         "(default 10)")
+    s.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
+                   help="captures: another NFS server port to decode as ONC RPC (2049 always "
+                        "is); repeat for more")
     s.set_defaults(func=cmd_analyze)
 
     s = sub.add_parser("check", help="verdict for git bisect run: 0 good, 1 bad, 125 skip, "
@@ -553,12 +562,18 @@ def parser():
     s.add_argument("--max-ratio", type=_ratio, default=None, metavar="R",
                    help="without cookies: modified/idle READDIR ratio allowed (default: the "
                         "run's own, else 1.5)")
+    s.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
+                   help="captures: another NFS server port to decode as ONC RPC (2049 always "
+                        "is); repeat for more")
     s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("export", help="canonical events as CSV or Parquet tables")
     s.add_argument("traces", nargs="+", metavar="TRACE")
     s.add_argument("-o", "--output", required=True, metavar="DIR")
     s.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    s.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
+                   help="captures: another NFS server port to decode as ONC RPC (2049 always "
+                        "is); repeat for more")
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("plot", help="cookie progress per listing, invalidations, restarts and "
@@ -566,6 +581,9 @@ def parser():
                                     "dentries over time, one panel per run (PNG or SVG)")
     s.add_argument("traces", nargs="+", metavar="TRACE")
     s.add_argument("-o", "--output", required=True, metavar="FILE.png|FILE.svg|FILE.pdf")
+    s.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
+                   help="captures: another NFS server port to decode as ONC RPC (2049 always "
+                        "is); repeat for more")
     s.set_defaults(func=cmd_plot)
 
     s = sub.add_parser("compare", help="two traces or results directories side by side (e.g. "
@@ -573,6 +591,9 @@ def parser():
     s.add_argument("before", metavar="A")
     s.add_argument("after", metavar="B")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
+                   help="captures: another NFS server port to decode as ONC RPC (2049 always "
+                        "is); repeat for more")
     s.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("record", help="record a trace on this machine with the events and "

@@ -61,7 +61,8 @@ def _kernel(a):
 
 
 def _label(a, lst, several_kernels):
-    who = lst.phase or f"{lst.comm}[{lst.pid}]"
+    # A capture's listing has a client, not a process.
+    who = lst.phase or (f"{lst.comm}[{lst.pid}]" if lst.pid is not None else lst.comm)
     return f"{_kernel(a)} {who}" if several_kernels else who
 
 
