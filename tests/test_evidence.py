@@ -190,3 +190,20 @@ def test_a_readdir_inside_a_catch_up_is_part_of_that_restart(tmp_path, trace_cmd
     k = next(i for i, x in enumerate(js["listings"]) if x["comm"] == "ls")
     assert js["listings"][k]["restarts"] == 3, js["restarts"][k]
     assert [r["refetched"] for r in js["restarts"][k]] == [2, 4, 15]
+
+
+def test_a_new_invalidation_makes_a_restart_of_its_own():
+    """record-5.10-catchup (stock 5.10, `nfs-readdir record` of a poller, ls, two finds and a
+    writer): ls[654] restarts at cookie 0 at READDIR #128, whose catch-up runs 60 READDIRs;
+    READDIR #178, below the reader's position, lies in that span, but the poller invalidated
+    the directory between them (1262.709543 s; its next getdents searched the pages the
+    poller refilled). That is a restart of its own, not part of #128's."""
+    dat = os.path.join(FIXTURES, "record-5.10-catchup", "t.dat")
+    js = json.loads(run_cli("analyze", "--json", dat).stdout)[0]
+    k = next(i for i, x in enumerate(js["listings"]) if x["comm"] == "ls")
+    rs = {r["rpc_index"] + 1: r for r in js["restarts"][k]}
+    assert 128 in rs and 178 in rs, sorted(rs)
+    assert 128 + rs[128]["refetched"] > 178
+    inv = [i["ts"] for i in js["invalidations"][k]]
+    assert any(rs[128]["ts"] < t <= rs[178]["ts"] for t in inv), inv
+    assert js["listings"][k]["restarts"] == len(rs) == 8
