@@ -501,7 +501,7 @@ def test_a_capture_without_nfs_says_so(tmp_path):
                          capture_output=True, text=True, check=True).stdout
     assert cut.strip(), "no frame was cut by the snaplen"
     p = run_cli("analyze", out)
-    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.returncode == 128 and "Traceback" not in p.stderr
     assert "no NFS traffic" in p.stderr and "snaplen" not in p.stderr, p.stderr
     p = run_cli("check", out, check=125)
     assert "no NFS traffic" in p.stdout
@@ -513,7 +513,7 @@ def test_nfsv2_is_named(tmp_path):
     head, packets = pcapedit.read(_pcap(V3, "modified"))
     path = _write(tmp_path, "v2.pcap", head, pcapedit.set_rpc_version(packets, 3, 2))
     p = run_cli("analyze", path)
-    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.returncode == 128 and "Traceback" not in p.stderr
     assert "NFSv2 is not supported" in p.stderr, p.stderr
     p = run_cli("check", path, check=125)
     assert "NFSv2 is not supported" in p.stdout
