@@ -897,9 +897,10 @@ def test_extract_widens_string_codes_as_the_dictionary_grows():
 
 def damaged_blocks(dat_files, seed, copies):
     """(dat, trace, cpu, block) for `copies` copies of every ring-buffer block of every other
-    trace, each with 1-20 bytes set at random (seeded: the same damage on every run)."""
-    rnd = random.Random(seed)
+    trace, each with 1-20 bytes set at random (seeded per trace: the same damage on every run,
+    whatever other fixtures there are)."""
     for dat in dat_files[::2]:
+        rnd = random.Random(f"{seed}:{os.path.relpath(dat, FIXTURES)}")
         t = open_trace(dat)
         b = t._buf
         for cpu, off, size in b.cpus:
