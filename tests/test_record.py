@@ -8,17 +8,16 @@ import os
 import re
 import subprocess
 import time
-import warnings
 
 import pytest
 
+import vmrun
 from conftest import NFS_READDIR, TOP, run_cli
 from nfsreaddir import events, recordplan, tables, tracing
 from nfsreaddir.trace import pipe as ringbuf
 from nfsreaddir.trace.format import parse_header_page as _parse_header_page
 
 TRACEFS = "/sys/kernel/tracing"
-VM_RUN = os.path.join(TOP, "reproducers", "vm-run")
 host_tracefs = pytest.mark.skipif(not os.path.exists(os.path.join(TRACEFS, "available_events"))
                                   or os.geteuid() != 0, reason="needs root and tracefs")
 
@@ -347,23 +346,9 @@ def test_watch_filters_change_no_analysis(trace):
 
 # ------------------------------------------------------------------------------------- VMs
 def vm_run(kernel, results, *args, timeout=1200):
-    """record-watch in a guest. A guest lost under emulation (vm-run's 125 when the guest died
-    or hung: no status came back from it) says nothing of record or watch, so it runs once
-    more; the first run's files move to RESULTS/lost-vm and a warning keeps what its console
-    said last (CI lost one guest in three runs: two died, one hung)."""
-    cmd = [VM_RUN, "--kernel", kernel, "--results", str(results), "--timeout", str(timeout),
-           "--", os.path.join(TOP, "tests", "vm", "record-watch")] + list(args)
-    p = subprocess.run(cmd, text=True, capture_output=True, timeout=timeout + 60)
-    if p.returncode == 125 and re.search(r"vm-run: (the guest died|timeout after)", p.stderr):
-        lost = results / "lost-vm"
-        lost.mkdir()
-        for name in os.listdir(results):
-            if name != "lost-vm":
-                os.rename(results / name, lost / name)
-        warnings.warn(f"{kernel}: the guest was lost, ran once more; vm-run said:\n"
-                      + p.stderr[-3000:], pytest.PytestWarning)
-        p = subprocess.run(cmd, text=True, capture_output=True, timeout=timeout + 60)
-    return p
+    """record-watch in a guest."""
+    return vmrun.vm_run(kernel, results, os.path.join(TOP, "tests", "vm", "record-watch"), *args,
+                        timeout=timeout)
 
 
 def check(d):

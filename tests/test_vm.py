@@ -8,19 +8,12 @@ import subprocess
 import pytest
 
 from conftest import TOP
+from vmrun import VM_RUN, vm_run
 
 pytestmark = pytest.mark.vm
-VM_RUN = os.path.join(TOP, "reproducers", "vm-run")
 # Small and paced: a short listing that still meets several attribute-cache expiries.
 SMALL = ["--files", "4000", "--fs", "ext4", "--pause", "0.3", "--bufsize", "4096",
          "--timeout", "150"]
-
-
-def vm_run(kernel, results, *cmd, timeout=1200):
-    p = subprocess.run([VM_RUN, "--kernel", kernel, "--results", str(results),
-                        "--timeout", str(timeout), "--"] + list(cmd),
-                       text=True, capture_output=True, timeout=timeout + 60)
-    return p
 
 
 def results_of(d):
@@ -68,24 +61,45 @@ def test_stock_6_1_continues_and_passes(stock_runs):
     assert mod["entries"] >= r["files"]
 
 
-def test_sigint_leaves_nothing_behind(tmp_path):
-    p = vm_run("debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "interrupt-check"))
-    assert "reproducer exit 130" in p.stdout, p.stdout + p.stderr
-    assert "LEFTOVER" not in p.stdout, p.stdout
-    assert p.returncode == 0, p.stdout + p.stderr
-    # What was recorded before the interrupt is kept.
-    assert os.path.getsize(tmp_path / "readdir-loopback" / "idle.dat") > 0
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """One 6.1 guest in which each reproducer gets Ctrl-C in the middle of its work
+    (tests/vm/interrupt-all): vm-run's result and the results directory."""
+    d = tmp_path_factory.mktemp("interrupt-all")
+    return vm_run("debian:6.1", d, os.path.join(TOP, "tests", "vm", "interrupt-all"),
+                  timeout=1800), d
 
 
-def test_sigint_to_dcache_reproducers_leaves_nothing_behind(tmp_path):
-    """Mid-storm (4 unlink workers) and mid-cell (mounts and memory cgroups up)."""
-    p = vm_run("debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "interrupt-dcache"))
-    assert p.stdout.count("reproducer exit 130") == 2, p.stdout + p.stderr
-    assert "LEFTOVER" not in p.stdout, p.stdout
-    assert p.returncode == 0, p.stdout + p.stderr
+def interrupt_check(interrupted, repro):
+    """What interrupt-check said of one reproducer: it exited 130 and left nothing behind."""
+    p, d = interrupted
+    said = (d / repro / "interrupt-check.txt").read_text()
+    assert "reproducer exit 130" in said, said + p.stdout + p.stderr
+    assert "LEFTOVER" not in said, said
+    with open(d / repro / "log") as f:
+        assert "interrupted: cleaning up" in f.read()
+    return d / repro
+
+
+def test_sigint_leaves_nothing_behind(interrupted):
+    """readdir-loopback inside the modified listing; what was recorded before is kept."""
+    run = interrupt_check(interrupted, "readdir-loopback")
+    assert os.path.getsize(run / "idle.dat") > 0
+
+
+def test_sigint_to_readdir_multi_leaves_nothing_behind(interrupted):
+    """While all five readers run (ls and find under their perl wrappers) and the writer adds."""
+    run = interrupt_check(interrupted, "readdir-multi")
+    assert os.path.getsize(run / "multi.dat") > 0
+
+
+def test_sigint_to_dcache_reproducers_leaves_nothing_behind(interrupted):
+    """Mid-storm (4 unlink workers) and mid-cell (mounts and memory cgroups up); and the guest
+    as a whole found nothing left after all four."""
     for repro in ("dcache-unlink-storm", "dcache-memcg"):
-        with open(tmp_path / repro / "log") as f:
-            assert "interrupted: cleaning up" in f.read()
+        interrupt_check(interrupted, repro)
+    p, _ = interrupted
+    assert p.returncode == 0, p.stdout + p.stderr
 
 
 def test_a_reproducers_255_is_not_a_lost_vm(tmp_path):
@@ -101,22 +115,13 @@ def test_a_reproducers_255_is_not_a_lost_vm(tmp_path):
 def test_a_guest_that_dies_leaves_its_console(tmp_path):
     """A guest that panics is no verdict (125), and what its kernel said last reaches the
     user: the console is kept in RESULTS/console.log and its last lines are printed."""
-    p = vm_run("debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "panic"))
+    p = vm_run("debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "panic"),
+               again_if_lost=False)
     assert p.returncode == 125, p.stdout + p.stderr
     assert "guest died" in p.stderr and "no verdict" in p.stderr, p.stderr
     assert "Kernel panic" in p.stderr.split("from its last report:")[-1], p.stderr
     assert "sysrq: Trigger a crash" in (tmp_path / "console.log").read_text()
     assert not (tmp_path / ".vm-status").exists()
-
-
-def test_sigint_to_readdir_multi_leaves_nothing_behind(tmp_path):
-    """While all five readers run (ls and find under their perl wrappers) and the writer adds."""
-    p = vm_run("debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "interrupt-check"),
-               "--after", "readers: poller", "readdir-multi", "--files", "3000")
-    assert "reproducer exit 130" in p.stdout, p.stdout + p.stderr
-    assert "LEFTOVER" not in p.stdout, p.stdout
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert os.path.getsize(tmp_path / "readdir-multi" / "multi.dat") > 0
 
 
 def test_bad_arguments_are_named(tmp_path):
@@ -143,3 +148,4 @@ def test_bad_arguments_are_named(tmp_path):
     p = subprocess.run([VM_RUN, "--kernel", "debian:4.19", "--results", str(tmp_path)],
                        capture_output=True, text=True)
     assert p.returncode == 125 and "unknown Debian kernel" in p.stderr, p.stderr
+
