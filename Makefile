@@ -33,10 +33,10 @@ check: setup
 
 # ruff's lint and format over the Python (the rules are in pyproject.toml).
 check-ruff:
-	.venv/bin/ruff check .
+	.venv/bin/ruff check --output-format concise .
 
 check-format:
-	.venv/bin/ruff format --check .
+	.venv/bin/ruff format --check --output-format concise .
 
 # shellcheck over every shell script of the tree: a bash or sh shebang, or a sourced library
 # (*.sh); .shellcheckrc lets it read what they source.
@@ -44,7 +44,7 @@ check-shell:
 	find . \( -name .git -o -name .venv -o -name '$(RESULTS)' -o -name '*_cache' \) -prune -o \
 		-type f \( -name '*.sh' -o ! -name '*.*' \) -exec awk 'FNR == 1 { \
 		if (/^#!\/bin\/(ba)?sh/ || FILENAME ~ /\.sh$$/) print FILENAME; nextfile }' {} + | \
-		sort | xargs shellcheck
+		sort | xargs shellcheck -f gcc
 
 # mypy over the core (the files and rules are in pyproject.toml).
 check-types:

@@ -1,5 +1,6 @@
 """The habits that keep the project honest: the tests run on the oldest Python the project
 claims, and the tools that check the code are told that same version."""
+
 import configparser
 import os
 import re
@@ -23,7 +24,8 @@ def test_the_tests_run_on_the_oldest_python_the_project_claims():
     claim; a venv of a newer Python would let code the claimed one cannot run pass."""
     assert sys.version_info[:2] == oldest_python(), (
         f"the tests run on Python {sys.version.split()[0]}, setup.cfg claims "
-        f"{'.'.join(map(str, oldest_python()))}: run reproducers/setup-host")
+        f"{'.'.join(map(str, oldest_python()))}: run reproducers/setup-host"
+    )
 
 
 def test_the_checkers_are_told_the_claimed_python():
