@@ -106,6 +106,26 @@ def installed(tool):
     return path
 
 
+def needs_setup(available, what):
+    """Mark a test that needs WHAT, which reproducers/setup-host installs, builds or mounts:
+    without it the test fails (pytest_runtest_setup), for the reason `installed` gives."""
+    return pytest.mark.needs_setup(bool(available), what)
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("needs_setup"):
+        available, what = mark.args
+        if not available:
+            pytest.fail(f"{what}: run reproducers/setup-host (as root)", pytrace=False)
+
+
+def no_tracefs():
+    """Fail the test: the host's tracefs is not writable. setup-host mounts it, and `make
+    test` runs as root, so this is a broken setup."""
+    pytest.fail("tracefs is not writable at /sys/kernel/tracing (needs root, and tracefs "
+                "mounted): run reproducers/setup-host as root", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def trace_cmd():
     return installed("trace-cmd")

@@ -14,13 +14,14 @@ import pytest
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(TOP, "analyzer"))
+from conftest import needs_setup, no_tracefs  # noqa: E402
 from nfsreaddir.trace import open_trace  # noqa: E402
 
 CUT = os.path.join(TOP, "analyzer", "bench", "cut-trace")
 MAKE_TRACE = os.path.join(TOP, "analyzer", "bench", "make-trace")
 KMEM = os.path.join(TOP, "tests", "fixtures", "kmem-host", "kmem.dat")
 TRACE_CMD = shutil.which("trace-cmd")
-needs_trace_cmd = pytest.mark.skipif(not TRACE_CMD, reason="trace-cmd is not installed")
+needs_trace_cmd = needs_setup(TRACE_CMD, "trace-cmd is not installed")
 
 
 def cut(src, dst, *parts):
@@ -141,7 +142,7 @@ def test_make_trace_records_and_leaves_tracing_as_it_found_it(tmp_path):
     events, clock and switches back (on a freshly booted host its size reads "7 (expanded:
     1408)", which cannot be written back: make-trace restores the 1408)."""
     if not os.access(os.path.join(TRACEFS, "tracing_on"), os.W_OK):
-        pytest.skip("tracefs is not writable here (needs root); nothing to record")
+        no_tracefs()
     before = tracing_state()
     env = dict(os.environ, BENCH_BUFFER_KB="96", BENCH_SCALES="1", BENCH_MAX_SECONDS="60")
     p = subprocess.run([MAKE_TRACE, str(tmp_path)], capture_output=True, text=True, env=env,

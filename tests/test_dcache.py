@@ -14,6 +14,8 @@ from nfsreaddir import compare, dcache, dcache_judge, markers, plot
 from nfsreaddir.units import NS
 from nfsreaddir.facts import read_facts
 
+from conftest import needs_setup
+
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(TOP, "tests", "fixtures")
 REPRODUCERS = os.path.join(TOP, "reproducers")
@@ -863,9 +865,8 @@ def test_memcg_6_1_bytes_follow_the_used_pairs_not_the_superblocks(built):
     assert r["figures"]["pair_lru_bytes"] == 0
 
 
-@pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v mkfs.xfs"],
-                                   capture_output=True).returncode != 0,
-                    reason="no mkfs.xfs on this host")
+@needs_setup(subprocess.run(["sh", "-c", "command -v mkfs.xfs"], capture_output=True)
+             .returncode == 0, "no mkfs.xfs on this host")
 def test_mkfs_gives_xfs_the_size_it_needs(tmp_path):
     """lb_mkfs: xfsprogs refuses a file system under 300 MB, and --via local --fs xfs sizes
     its image by the files (161 MiB for 100,000): the image is grown to 320 MiB (sparse)."""

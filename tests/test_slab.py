@@ -25,7 +25,7 @@ from nfsreaddir.trace.text import ReportText
 from nfsreaddir.trace import open_trace
 from nfsreaddir.trace.arrays import _Strs
 
-from conftest import installed
+from conftest import installed, needs_setup
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HOST = FIXTURES / "kmem-host" / "kmem.dat"
@@ -254,7 +254,7 @@ def _reread(path):
 KMEM_FIXTURES = [HOST, FIXTURES / "kmem-lost" / "kmem.dat", *KMALLOC, NFS]
 
 
-@pytest.mark.skipif(slab._slab is None, reason="the compiled slab pass is not built")
+@needs_setup(slab._slab is not None, "the compiled slab pass is not built")
 @pytest.mark.parametrize("dat", KMEM_FIXTURES, ids=lambda p: p.parent.name)
 def test_compiled_pass_gives_what_the_sorts_give(dat, monkeypatch):
     """The compiled pass in time order (nfsreaddir._slab) against the numpy version (a
@@ -268,7 +268,7 @@ def test_compiled_pass_gives_what_the_sorts_give(dat, monkeypatch):
         assert fast == oracle
 
 
-@pytest.mark.skipif(slab._slab is None, reason="the compiled slab pass is not built")
+@needs_setup(slab._slab is not None, "the compiled slab pass is not built")
 def test_compiled_pass_on_many_pointers_and_tied_times(monkeypatch):
     """More objects than the fixtures have (the compiled table grows several times and
     entries are erased from the middle of probe chains), pointers sharing their low bits,

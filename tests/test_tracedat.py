@@ -26,7 +26,7 @@ import pytest
 from nfsreaddir.trace.text import ReportText
 from nfsreaddir.trace import BASE_COLUMNS, TraceError, field_column, open_trace
 
-from conftest import installed, run_cli
+from conftest import installed, needs_setup, no_tracefs, run_cli
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
@@ -244,7 +244,7 @@ def host_trace(tmp_path_factory):
         subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if not os.access(TRACEFS / "tracing_on", os.W_OK):
-        pytest.skip("tracefs is not writable here (needs root); no host trace to test on")
+        no_tracefs()
     out = tmp_path_factory.mktemp("host") / "host.dat"
     inst = TRACEFS / "instances" / HOST_INSTANCE
     events = ["kmem/kmem_cache_free", "sched/sched_switch", "sched/sched_wakeup"]
@@ -348,7 +348,7 @@ def extract_instances_only(out, names):
     (`trace-cmd extract -B NAME ...`, no top-level buffer), kmem_cache_alloc in each."""
     installed("trace-cmd")
     if not os.access(TRACEFS / "tracing_on", os.W_OK):
-        pytest.skip("tracefs is not writable here (needs root); no host trace to test on")
+        no_tracefs()
     insts = [TRACEFS / "instances" / f"{n}_{os.getpid()}" for n in names]
     try:
         for inst in insts:
@@ -765,9 +765,9 @@ def recompress_v7(src, dst, algo="zlib"):
 
 EXTRACT_CPU = __import__("nfsreaddir.trace.ringbuf", fromlist=["RingWalk"]).RingWalk._extract_cpu
 
-needs_compiled = pytest.mark.skipif(
-    __import__("nfsreaddir.trace.ringbuf", fromlist=["_ringbuf"])._ringbuf is None,
-    reason="the compiled walk (nfsreaddir._ringbuf) is not built")
+needs_compiled = needs_setup(
+    __import__("nfsreaddir.trace.ringbuf", fromlist=["_ringbuf"])._ringbuf is not None,
+    "the compiled walk (nfsreaddir._ringbuf) is not built")
 
 
 @pytest.fixture
@@ -996,9 +996,9 @@ def test_without_the_compiled_walk_one_notice(dat_files):
 
 # ------------------------------------------------- zstd chunks: libzstd vs python-zstandard
 
-needs_inflate = pytest.mark.skipif(
-    __import__("nfsreaddir.trace.ringbuf", fromlist=["_zchunks"])._zchunks is None,
-    reason="the compiled inflate (nfsreaddir._zchunks, libzstd) is not built")
+needs_inflate = needs_setup(
+    __import__("nfsreaddir.trace.ringbuf", fromlist=["_zchunks"])._zchunks is not None,
+    "the compiled inflate (nfsreaddir._zchunks, libzstd) is not built")
 
 
 def zstd_chunks(path):

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the dcache-* reproducers, on top of lib/loopback.sh: option checks, the facts file,
 # phase markers framed by samples, a wider dcache/slab sample, a fast lookup driver (perl: it
 # starts at once, even in an emulated guest), local scratch file systems and memory cgroups.
@@ -98,7 +99,9 @@ dc_sampler() { lb_every "$1" dc_sample "${@:2}"; }
 # (SLUB counts objects of CPU slabs as in use). Harmless where the files do not exist.
 dc_shrink_slabs() {
 	local c
-	for c in dentry $(printf '%s\n' $DC_SLABS | cut -d: -f1); do
+	local slabs
+	read -ra slabs <<<"${DC_SLABS//$'\n'/ }"
+	for c in dentry "${slabs[@]%%:*}"; do
 		[ -w "/sys/kernel/slab/$c/shrink" ] && echo 1 >"/sys/kernel/slab/$c/shrink" 2>/dev/null
 	done
 	return 0
@@ -161,6 +164,7 @@ dc_drop_caches() { sync; echo 2 >/proc/sys/vm/drop_caches; }
 #                                 minutes for a thousand of them under emulation.
 #                                 "found=F missing=M other=O pairs=P"
 # Exit 2 on a usage error, 3 when `time` cannot open a path.
+# shellcheck disable=SC2016  # perl's variables, for perl to expand
 DC_PERL='
 use strict; use warnings;
 use Errno qw(ENOENT);
@@ -346,6 +350,7 @@ dc_local_fs() {
 # the next one), or nothing when /proc/kallsyms hides the addresses or nothing matches.
 dc_callsite_filter() {
 	# cat, not sort FILE: sort reads /proc/kallsyms in a way that takes minutes under emulation
+	# shellcheck disable=SC2002
 	cat /proc/kallsyms 2>/dev/null | sort | awk -v re="$1" '
 		$2 !~ /^[tT]$/ || NF > 3 { next }	# kernel text only, not modules
 		{ if (open != "") {		# close the range open at the previous symbol

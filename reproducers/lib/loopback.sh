@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the loopback reproducers: a knfsd export and NFS mounts over 127.0.0.1, trace-cmd
 # recording with trace markers, periodic dcache/mountstats samples, and cleanup that undoes
 # exactly what was set up, whatever point the run stopped at.
@@ -169,6 +170,7 @@ lb_sample() {
 lb_mount_ops() {
 	local mnt
 	for mnt in "$@"; do
+		# shellcheck disable=SC2046  # the two counts, as $1 and $2
 		set -- $(lb_readdir_ops "$mnt")
 		printf ' readdir=%s readdirplus=%s' "$1" "$2"
 	done
@@ -262,6 +264,7 @@ lb_capture_stop() {
 	kill -KILL "$CAPTURER" 2>/dev/null && lb_log "tcpdump did not stop on SIGINT: killed"
 	wait "$CAPTURER" 2>/dev/null || true
 	CAPTURER=
+	# shellcheck disable=SC2034  # the reproducers read it
 	CAPTURE_STATS=$(awk '/packets captured$/ { c = $1 } /packets received by filter$/ { r = $1 }
 		/packets dropped by kernel$/ { d = $1 }
 		END { printf "captured=%s received=%s dropped=%s", c, r, d }' "$CAPTURE_ERR")
