@@ -12,14 +12,14 @@ import time
 import pytest
 
 import vmrun
-from conftest import NFS_READDIR, TOP, run_cli
+from conftest import NFS_READDIR, TOP, needs_setup, run_cli
 from nfsreaddir import events, recordplan, tables, tracing
 from nfsreaddir.trace import pipe as ringbuf
 from nfsreaddir.trace.format import parse_header_page as _parse_header_page
 
 TRACEFS = "/sys/kernel/tracing"
-host_tracefs = pytest.mark.skipif(not os.path.exists(os.path.join(TRACEFS, "available_events"))
-                                  or os.geteuid() != 0, reason="needs root and tracefs")
+host_tracefs = needs_setup(os.path.exists(os.path.join(TRACEFS, "available_events"))
+                           and os.geteuid() == 0, "needs root and tracefs")
 
 
 def snapshot(tracefs):
