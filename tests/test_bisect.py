@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from conftest import KERNEL_TREE as TREE, TOP, series_tree
+from conftest import KERNEL_TREE as TREE
+from conftest import TOP, series_tree
 
 BISECT_RUN = os.path.join(TOP, "reproducers", "bisect-run")
 

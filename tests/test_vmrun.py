@@ -22,7 +22,8 @@ def test_a_guest_whose_cpu_stopped_is_found_hung():
     # The reports up to 287 s of guest time (189 s of one stall), and the same with each report
     # naming a grace period of its own (stalls that ended): neither is a hung guest.
     cut = console[:console.index(b"[  350.080148]")]
-    renumbered = re.sub(rb"g=30917", lambda m, n=iter(range(10 ** 6)): b"g=%d" % next(n), cut)
+    numbers = iter(range(10 ** 6))
+    renumbered = re.sub(rb"g=30917", lambda m: b"g=%d" % next(numbers), cut)
     for text in (cut, renumbered):
         watch = StallWatch()
         watch.feed(text)

@@ -43,6 +43,6 @@ def vm_run(kernel, results, *cmd, timeout=1200, again_if_lost=True):
             if name != "lost-vm":
                 os.rename(os.path.join(results, name), os.path.join(lost, name))
         warnings.warn(f"{kernel}: the guest was lost, ran once more; vm-run said:\n"
-                      + p.stderr[-3000:], pytest.PytestWarning)
+                      + p.stderr[-3000:], pytest.PytestWarning, stacklevel=2)
         p = subprocess.run(args, text=True, capture_output=True, timeout=timeout + 60)
     return p
