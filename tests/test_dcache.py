@@ -10,7 +10,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from nfsreaddir import compare, dcache, dcache_judge, markers, plot
+from nfsreaddir import compare, dcache, dcache_judge, markers, pipeline, plot
 from nfsreaddir.units import NS
 from nfsreaddir.facts import read_facts
 
@@ -280,7 +280,9 @@ def test_every_phase_is_framed_by_samples(name):
 
 @pytest.mark.parametrize("name", DCACHE_FIXTURES)
 def test_plot_of_a_run(name, tmp_path):
-    out = plot.dcache_runs([fixture_path(name)], tmp_path / "run.png")
+    run = fixture_path(name)
+    out = plot.dcache_runs([(pipeline.dcache_saved(run), pipeline.dcache_markers(run))],
+                           tmp_path / "run.png")
     assert os.path.getsize(out) > 10000
 
 

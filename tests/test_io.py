@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import FIXTURES, NFS_READDIR, TOP, fixture_dirs, run_cli
-from nfsreaddir.cli import EXIT_ERROR
+from nfsreaddir.status import ERROR as EXIT_ERROR
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
 GOOD = os.path.join(FIXTURES, "6.1-v4.1")

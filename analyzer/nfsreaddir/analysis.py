@@ -425,7 +425,8 @@ def damage_windows(info):
 
 
 def analyze(trace):
-    """Find the listings in an open trace (see nfsreaddir.trace.open_trace)."""
+    """Find the listings in an open trace (see nfsreaddir.trace.open_trace); it reads the
+    trace through tables.load, which says what it reads."""
     tables = tables_mod.load(trace)
     rpc = tables["rpc"]
     if rpc.empty:

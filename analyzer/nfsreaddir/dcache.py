@@ -373,7 +373,8 @@ def _facts(directory):
             for g, kv in facts.items()}
 
 
-def _trace_of(directory):
+def trace_of(directory):
+    """The trace of a dcache run's results directory."""
     path = os.path.join(directory, TRACE_NAME)
     if os.path.exists(path):
         return path

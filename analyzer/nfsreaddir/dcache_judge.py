@@ -3,7 +3,6 @@ them, and the results.json of a run (its summary and its verdict together)."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -11,20 +10,8 @@ import pandas as pd
 
 from . import __version__, verdict
 from .dcache import (REPRODUCERS, DcacheError, _facts, _jsonable, _num, _ratio, _row_after,
-                     _row_before, _trace_of, read_trace, summary)
+                     _row_before, read_trace, summary, trace_of)
 from .units import NS
-
-
-def load(x):
-    """The results of a dcache run: a results dict as it is, a results.json, or a results
-    directory (its results.json, else made afresh)."""
-    if isinstance(x, dict):
-        return x
-    path = os.path.join(x, "results.json") if os.path.isdir(x) else x
-    if os.path.exists(path):
-        with open(path) as f:
-            return json.load(f)
-    return build_results(x)
 
 
 def build_results(directory):
@@ -40,7 +27,7 @@ def build(directory):
     name = run.get("name")
     if name not in REPRODUCERS:
         raise DcacheError(f"{directory}: run.name is {name!r}, not one of {REPRODUCERS}")
-    trace = _trace_of(directory)
+    trace = trace_of(directory)
     markers, events = read_trace(trace)
     s = summary(markers, events=events)
     res = {"analyzer": __version__, **run, "trace": os.path.basename(trace), "phases": {},

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import events
+from .requires import requires_events
 from .trace.arrays import _Strs
 from .tuning import heap_reuse
 from .units import NS
@@ -373,6 +374,7 @@ def read_request(trace):
     return request
 
 
+@requires_events(read_request)
 def summarize(trace):
     """Slab growth in ``trace`` (from :func:`nfsreaddir.trace.open_trace`), as a JSON-able
     dict, or None when the trace has no kmem allocation/free records.

@@ -26,7 +26,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from . import analysis, capture as capture_mod
+from . import analysis
+from .trace import capture as capture_mod
 from .analysis import Analysis, Listing
 from .units import int_or_none
 

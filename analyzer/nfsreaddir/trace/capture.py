@@ -33,25 +33,19 @@ from __future__ import annotations
 import gzip
 import json
 from array import array
-import os
 import shutil
 import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-from .trace import TraceError
+from .base import TraceError
+from .magic import PCAPNG_MAGIC, capture_format
 
 NFS_PROGRAM = 100003
 NFS3_GETATTR, NFS3_READDIR, NFS3_READDIRPLUS = 1, 16, 17
 NFS4_COMPOUND = 1
 OP4_GETATTR, OP4_READDIR = 9, 26
-
-# File magic: pcap (both byte orders, microsecond and nanosecond), pcapng, gzip.
-PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1",
-               b"\xa1\xb2\x3c\x4d"}
-PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
-GZIP_MAGIC = b"\x1f\x8b"
 
 # (column, tshark field). One line per frame; a field that occurs several times in a frame
 # comes comma-separated, in the order of the protocol tree.
@@ -97,36 +91,6 @@ SEVERAL = "count(rpc.xid) > 1"
 class CaptureError(TraceError):
     """The capture cannot be read; the message says why and what to do. (A TraceError: every
     command treats an unreadable input alike.)"""
-
-
-def sniff(path):
-    """'pcap', 'pcapng', 'gzip-pcap', 'gzip-pcapng' or None, from the first bytes."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-            if head[:2] == GZIP_MAGIC:
-                f.seek(0)
-                try:
-                    inner = gzip.GzipFile(fileobj=f).read(4)
-                except (OSError, EOFError):
-                    return None
-                kind = _kind(inner)
-                return f"gzip-{kind}" if kind else None
-            return _kind(head)
-    except OSError:
-        return None
-
-
-def _kind(head):
-    if head in PCAP_MAGICS:
-        return "pcap"
-    if head == PCAPNG_MAGIC:
-        return "pcapng"
-    return None
-
-
-def is_capture(path):
-    return path != "-" and os.path.isfile(path) and sniff(path) is not None
 
 
 @dataclass
@@ -191,7 +155,7 @@ def pcapng_drops(path):
     """Packets the capturing interface dropped, from a pcapng file's interface statistics
     blocks (isb_ifdrop; the last block of each interface counts), or None where the file
     says nothing (a plain pcap never does). Walks block headers only."""
-    opener = gzip.open if sniff(path).startswith("gzip") else open
+    opener = gzip.open if capture_format(path).startswith("gzip") else open
     drops, endian = {}, "<"
     with opener(path, "rb") as f:
         while True:
@@ -270,7 +234,7 @@ def _quiet(err):
 def read(path, tshark=None, ports=()):
     """Decode a capture file into a Capture (see the module's text). ports: server ports
     besides 2049 whose traffic is NFS."""
-    kind = sniff(path)
+    kind = capture_format(path)
     if kind is None:
         raise CaptureError(f"{path!r} is not a pcap or pcapng capture (nor a gzip'd one)")
     tshark = tshark or shutil.which("tshark")
