@@ -19,7 +19,8 @@ from conftest import FIXTURES, TOP, installed, run_cli
 
 import pcapedit
 
-from nfsreaddir import analysis, verdict, wire
+from nfsreaddir.model import analysis, wire
+from nfsreaddir.rules import verdict
 from nfsreaddir.trace import capture, magic
 from nfsreaddir.trace import open_trace
 

@@ -29,7 +29,7 @@ def git_bisect_reads(code):
 
 
 def test_only_a_verdict_reads_as_an_answer():
-    from nfsreaddir import verdict
+    from nfsreaddir.rules import verdict
     assert (status.GOOD, status.BAD, status.UNDECIDED) == (
         verdict.GOOD, verdict.BAD, verdict.UNDECIDED)
     answers = {status.GOOD: "good", status.BAD: "bad", status.UNDECIDED: "skip"}

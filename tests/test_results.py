@@ -7,7 +7,7 @@ import sys
 
 
 from conftest import run_cli
-from nfsreaddir import results
+from nfsreaddir.present import results
 
 
 def rebuild(src, tmp_path):

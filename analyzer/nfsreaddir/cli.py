@@ -25,7 +25,7 @@ import tempfile
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from . import __version__, events, runs, status
-from .limits import MAX_RATIO
+from .rules.limits import MAX_RATIO
 from .trace import TraceError
 
 # The analyses, renderers and capture reader import pandas (about 0.5 s): each command imports
@@ -185,13 +185,13 @@ def progress(what):
 
 def cmd_analyze(args):
     if args.explain:
-        from . import glossary
+        from .present import glossary
         sys.stdout.write(glossary.explain())
         return status.GOOD
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     from . import pipeline
-    from .render import dcache_report, print_analysis, slab_text
+    from .present.render import dcache_report, print_analysis, slab_text
     dcache_runs, traces = pipeline.split_dcache(args.traces)
     loaded = load(traces, with_slab=True, ports=args.port) if traces else []
     analyses = [x.analysis for x in loaded if x.analysis is not None]
@@ -225,7 +225,7 @@ def cmd_analyze(args):
 
 def cmd_check(args):
     from . import pipeline
-    from .analysis import AnalysisError
+    from .model.analysis import AnalysisError
     try:
         v = pipeline.judge(load(args.traces, ports=args.port), args.traces, args.max_restarts,
                            args.max_ratio)
@@ -242,8 +242,9 @@ def cmd_check(args):
 
 
 def cmd_export(args):
-    from . import export, pipeline
-    from .analysis import AnalysisError
+    from .present import export
+    from . import pipeline
+    from .model.analysis import AnalysisError
     dcache_runs, traces = pipeline.split_dcache(pipeline.expand(args.traces))
     for path in dcache_runs:
         res, markers = pipeline.dcache_with_markers(path)
@@ -271,7 +272,7 @@ def _say_exported(written, kept):
 
 
 def cmd_plot(args):
-    from . import plot
+    from .present import plot
     try:
         plot.output_format(args.output)     # refused before any trace is read
     except ValueError as e:
@@ -291,7 +292,8 @@ def cmd_plot(args):
 
 
 def cmd_compare(args):
-    from . import compare, pipeline
+    from .present import compare
+    from . import pipeline
     dcache_runs, _ = pipeline.split_dcache([args.before, args.after])
     if len(dcache_runs) == 1:
         raise UsageError(f"{dcache_runs[0]} is a dcache run and the other is not: compare two "
@@ -315,7 +317,7 @@ def cmd_results(args):
     """A reproducer's results directory: write its results.json, print its verdict line
     (exit status the verdict's), or put several runs side by side."""
     if args.table:
-        from . import results
+        from .present import results
         try:
             print(results.table(args.dir))
         except (ValueError, KeyError) as e:
@@ -340,14 +342,14 @@ def cmd_results(args):
         args.answer = code
         print(line)
         return code
-    from . import results
+    from .present import results
     results.write(args.dir[0])
     return status.GOOD
 
 
 def cmd_slab(args):
     from . import pipeline
-    from .render import slab_text
+    from .present.render import slab_text
     s = pipeline.slab_of(args.trace)
     if s is None:
         raise UsageError(f"{shown(args.trace)}: no kmem allocation/free events; record with "
@@ -361,14 +363,14 @@ def cmd_slab(args):
 
 
 def cmd_record(args):
-    from . import record
+    from .live import record
     if bool(args.command) == (args.duration is not None):
         raise UsageError("record needs either -- COMMAND or --duration SECONDS (one of them)")
     return record.run(args.output, args.command, args.duration, args.dcache, args.slab)
 
 
 def cmd_watch(args):
-    from . import watch
+    from .live import watch
     # (its output: the guarded stdout of this run, not the one bound when watch was imported)
     return watch.run(args.duration, args.dir, args.json, out=sys.stdout)
 
@@ -523,10 +525,9 @@ def input_errors():
     directory that is no reproducer's results, and those of the modules this run imported (a
     module never imported raised nothing)."""
     errors = [UsageError, TraceError, runs.NotARun]
-    for module, name in (("pipeline", "InputError"), ("analysis", "AnalysisError"),
-                         ("dcache", "DcacheError"),
-                         ("export", "ExportError"), ("recordplan", "KernelLacks"),
-                         ("tracing", "Refused")):
+    for module, name in (("pipeline", "InputError"), ("model.analysis", "AnalysisError"),
+                         ("model.dcache", "DcacheError"), ("present.export", "ExportError"),
+                         ("live.recordplan", "KernelLacks"), ("live.tracing", "Refused")):
         loaded = sys.modules.get(f"{__package__}.{module}")
         if loaded is not None:
             errors.append(getattr(loaded, name))

@@ -17,9 +17,10 @@ import json
 import os
 from dataclasses import dataclass
 
-from . import runs, slab, tables
-from .limits import MAX_RATIO
-from .requires import requested
+from . import runs
+from .model import slab, tables
+from .rules.limits import MAX_RATIO
+from .model.requires import requested
 from .trace import OnePass, is_capture, open_trace
 
 
@@ -63,11 +64,11 @@ class Loaded:
 def readdir_analysis(path, ports=(), shown=None):
     """(the readdir analysis of one trace or capture, the trace read or None for a capture)."""
     if is_capture(path):        # a packet capture: its own reader, the same listings
-        from . import wire
+        from .model import wire
         a = wire.analyze(path, ports=ports)
         t = None
     else:
-        from .analysis import analyze
+        from .model.analysis import analyze
         t = open_trace(path)
         a = analyze(t)
     a.info = dict(a.info, path=shown or path)
@@ -85,7 +86,7 @@ def _trace(path, shown, with_slab):
     summary = slab.summarize(t) if slab.summarize in wanted else None
     a = None
     if tables.load in wanted or summary is None:    # (without a source: "no READDIR")
-        from .analysis import AnalysisError, analyze
+        from .model.analysis import AnalysisError, analyze
         try:
             a = analyze(t)
             a.info = dict(a.info, path=shown)
@@ -126,7 +127,7 @@ def checks_of(paths, max_ratio=None):
 
 def judge(loaded, paths, max_restarts=0, max_ratio=None):
     """The verdict on what load() gave for the paths, as `check` gives it."""
-    from . import verdict
+    from .rules import verdict
     names, ratio = checks_of(paths, max_ratio)
     return verdict.judge([x.analysis for x in loaded if x.analysis is not None],
                          max_restarts=max_restarts, max_ratio=ratio, names=names)
@@ -146,7 +147,7 @@ def slab_of(path):
 
 def findings(a):
     """{id(listing): its finding} of every listing of an analysis (for the exports)."""
-    from . import verdict
+    from .rules import verdict
     return {id(lst): verdict.judge_listing(lst) for lst in a.listings}
 
 
@@ -157,7 +158,7 @@ def readdir_events(trace):
 
 def listings_so_far(trace):
     """The readdir analysis of a trace still being read, or None while it has no listing."""
-    from .analysis import AnalysisError, analyze
+    from .model.analysis import AnalysisError, analyze
     try:
         return analyze(trace)
     except AnalysisError:
@@ -169,7 +170,7 @@ def live_summary(trace, keep=lambda lst: True):
     watch ends."""
     import dataclasses
 
-    from . import verdict
+    from .rules import verdict
     a = listings_so_far(trace)
     if a is not None:
         a = dataclasses.replace(a, listings=[lst for lst in a.listings if keep(lst)])
@@ -184,13 +185,13 @@ def run_dir(path):
 
 def dcache_results(path):
     """results.json of a dcache run, made afresh from its trace and facts."""
-    from . import dcache_judge
+    from .rules import dcache_judge
     return dcache_judge.build_results(run_dir(path))
 
 
 def dcache_with_markers(path):
     """(dcache_results(path), the markers of its trace), the trace read once."""
-    from . import dcache_judge
+    from .rules import dcache_judge
     return dcache_judge.build(run_dir(path))
 
 
@@ -205,7 +206,7 @@ def dcache_saved(path):
 
 def dcache_markers(path):
     """The markers (samples and phases) of a dcache run's trace."""
-    from . import dcache
+    from .model import dcache
     return dcache.read_trace(dcache.trace_of(run_dir(path)))[0]
 
 
@@ -218,7 +219,7 @@ class ReaddirRun:
     max_ratio: float
 
     def judge(self):
-        from . import verdict
+        from .rules import verdict
         return verdict.judge(self.analyses, max_ratio=self.max_ratio, names=self.names)
 
 
@@ -231,5 +232,5 @@ def readdir_run(directory):
 
 def overhead(untraced_median, traced_median, limit):
     """readdir-overhead's verdict: (code, reason, slowdown or None)."""
-    from . import verdict
+    from .rules import verdict
     return verdict.judge_overhead(untraced_median, traced_median, limit)

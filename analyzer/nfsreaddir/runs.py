@@ -5,7 +5,7 @@ import collections
 import os
 
 from .facts import read_facts
-from .limits import MAX_RATIO
+from .rules.limits import MAX_RATIO
 
 DCACHE, READDIR, OVERHEAD = "dcache", "readdir", "overhead"
 READDIR_RUNS = ("readdir-loopback", "readdir-multi")

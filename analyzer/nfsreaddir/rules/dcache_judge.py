@@ -8,10 +8,11 @@ import os
 import numpy as np
 import pandas as pd
 
-from . import __version__, verdict
-from .dcache import (REPRODUCERS, DcacheError, _facts, _jsonable, _num, _ratio, _row_after,
+from .. import __version__
+from . import verdict
+from ..model.dcache import (REPRODUCERS, DcacheError, _facts, _jsonable, _num, _ratio, _row_after,
                      _row_before, read_trace, summary, trace_of)
-from .units import NS
+from ..units import NS
 
 
 def build_results(directory):
@@ -416,7 +417,7 @@ def _memcg_model(res, grid):
     any kernel, with cells to spare over the fit's four coefficients, the fit and its error;
     and the prediction for the 2021 report's host. Only for runs that sample the mount step
     apart from the mkdir step."""
-    from . import listlru
+    from ..model import listlru
     # Only cells whose mount and lookup steps were both counted: a cell cut short before its
     # lookups says nothing of what they cost, and taken as 0 it would make a lazy kernel look
     # eager.

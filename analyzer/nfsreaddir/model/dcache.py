@@ -31,9 +31,9 @@ import statistics
 
 import pandas as pd
 
-from .facts import read_facts
+from ..facts import read_facts
 from .markers import Markers, Phase, _value, parse as parse_markers
-from .units import NS
+from ..units import NS
 
 TRACE_NAME = "dcache.dat"
 # Counters whose per-phase change the summary always reports (when sampled).
@@ -53,7 +53,7 @@ def read_trace(path):
     """(Markers, events) of one trace: events is a DataFrame ts/event/key/bytes of the
     non-marker events (key: "rpc_request:PROC" for sunrpc:rpc_request, else the event name;
     bytes: bytes_alloc of kmem events)."""
-    from .trace import TraceError, open_trace
+    from ..trace import TraceError, open_trace
     try:
         t = open_trace(path)
         names = sorted(t.event_names())

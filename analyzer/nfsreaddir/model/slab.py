@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import events
+from .. import events
 from .requires import requires_events
-from .trace.arrays import _Strs
-from .tuning import heap_reuse
-from .units import NS
+from ..trace.arrays import _Strs
+from ..tuning import heap_reuse
+from ..units import NS
 
 try:
-    from . import _slab        # the compiled passes (setup.py builds them with the reader's)
+    from .. import _slab        # the compiled passes (setup.py builds them with the reader's)
 except ImportError:            # (the reader says once that it is not built)
     _slab = None
 

@@ -16,9 +16,9 @@ import contextlib
 import json
 import os
 
-from . import __version__, runs
-from .status import UNDECIDED, result_word
-from .facts import read_facts
+from .. import __version__, runs
+from ..status import UNDECIDED, result_word
+from ..facts import read_facts
 
 
 def _num(v):
@@ -57,7 +57,7 @@ def phase_result(phase, facts, analyses):
 def build(directory):
     facts = read_facts(runs.require(directory, "facts"))
     # (the analyses load pandas: a directory that is no run never pays for it)
-    from . import pipeline
+    from .. import pipeline
     kind = runs.kind(directory)
     if kind == runs.DCACHE:
         return pipeline.dcache_results(directory)
@@ -111,7 +111,7 @@ def overhead(facts):
     """readdir-overhead: median listing time traced against untraced, from the same run."""
     import statistics
 
-    from . import pipeline
+    from .. import pipeline
     run = {k: _num(v) for k, v in facts.pop("run", {}).items()}
     res = {"analyzer": __version__, **run}
     for kind in ("untraced", "traced"):

@@ -40,11 +40,12 @@ judge().
 
 from dataclasses import dataclass, field
 
-from . import analysis, events
+from ..model import analysis
+from .. import events
 from .limits import MAX_RATIO
 
-from . import status
-from .status import BAD, GOOD, UNDECIDED
+from .. import status
+from ..status import BAD, GOOD, UNDECIDED
 
 # Without cookies, a ratio of small counts means little: 6.1 spends one READDIR per
 # invalidation to continue a listing, 3 against 9 on a small directory. Ask for both.

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .units import NS
+from ..units import NS
 
 PREFIX = "nfsrt: "
 SAMPLE_COLUMNS = ["nr_dentry", "nr_unused", "nr_negative", "slab_active", "slab_total",

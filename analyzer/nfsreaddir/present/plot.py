@@ -18,8 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 import pandas as pd
 
-from .markers import Markers
-from .units import NS
+from ..model.markers import Markers
+from ..units import NS
 
 
 def _ends(lsts):

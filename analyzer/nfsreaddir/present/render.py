@@ -5,8 +5,8 @@ lost, the restarts and invalidations of each listing that had any: `nfs-readdir 
 import os
 import sys
 
-from . import events
-from .units import NS
+from .. import events
+from ..units import NS
 
 # pandas (0.5 s to import) and the dcache judgement are imported by the functions that use
 # them: the slab section of a kmem trace is written without either.

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .events import (CALL_SOURCES, INVALIDATION_SOURCES, MARKER_SOURCE, OPTIONAL_FIELDS,
+from ..events import (CALL_SOURCES, INVALIDATION_SOURCES, MARKER_SOURCE, OPTIONAL_FIELDS,
                      PAIRED_DIRECTORY, RANGE_INVALIDATION, REVALIDATION_SOURCES, RPC_SOURCES,
                      SYSCALL_SOURCES, Source)
 from .requires import requires_events

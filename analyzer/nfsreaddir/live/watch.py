@@ -17,10 +17,12 @@ import time
 
 import pandas as pd
 
-from . import events, opens, pipeline, recordplan, tables, tracing
-from .units import NS
-from .trace import BASE_COLUMNS, field_column
-from .trace import pipe
+from .. import events, pipeline
+from ..model import opens, tables
+from . import recordplan, tracing
+from ..units import NS
+from ..trace import BASE_COLUMNS, field_column
+from ..trace import pipe
 
 BUFFER_KB = 4096        # per CPU; read every POLL_SECONDS, a listing's events fit many times
 POLL_SECONDS = 0.2
@@ -120,7 +122,7 @@ class _Reader:
         sub = os.path.join(root, "buffer_subbuf_size_kb")
         self.page = (int(open(sub).read()) * 1024 if os.path.exists(sub)
                      else os.sysconf("SC_PAGE_SIZE"))
-        from .trace.format import parse_header_page as _parse_header_page
+        from ..trace.format import parse_header_page as _parse_header_page
         with open(os.path.join(tracefs, "events", "header_page")) as f:
             self.header = _parse_header_page(f.read(), 8)
         cpus = sorted(int(d[3:]) for d in os.listdir(os.path.join(root, "per_cpu"))
@@ -414,7 +416,7 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
 
 
 def _summary(live, dir_fileid, as_json, out, interrupted, tracker=None):
-    from .render import print_analysis
+    from ..present.render import print_analysis
     a, v = pipeline.live_summary(live, keep=lambda lst: dir_fileid is None
                                  or lst.fileid in (None, dir_fileid))
     # The lines against the summary: they differ only where the stream missed what the whole

@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from . import analysis
-from .trace import capture as capture_mod
+from ..trace import capture as capture_mod
 from .analysis import Analysis, Listing
-from .units import int_or_none
+from ..units import int_or_none
 
 DELIMITED_BY = "wire"
 
