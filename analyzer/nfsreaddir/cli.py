@@ -227,8 +227,9 @@ def cmd_check(args):
     from . import pipeline
     from .model.analysis import AnalysisError
     try:
-        v = pipeline.judge(load(args.traces, ports=args.port), args.traces, args.max_restarts,
-                           args.max_ratio)
+        v = pipeline.judge_paths(args.traces, args.max_restarts, args.max_ratio, args.port,
+                                 shown=shown, progress=_reading)
+        progress(None)
     except (TraceError, AnalysisError) as e:
         # Read, but what is in it cannot decide (not a trace, no READDIR, a capture cut by its
         # snaplen): no answer either way. An input that cannot be read at all is no verdict

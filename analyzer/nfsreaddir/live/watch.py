@@ -75,9 +75,6 @@ class LiveTrace:
     def event_format(self, name):
         return self._formats.get(name)
 
-    def id_of(self, name):
-        return self._formats[name].id
-
     def comm(self, pid):
         """The process name, looked up when first seen (it may have exited by the end)."""
         c = self._comms.get(pid)

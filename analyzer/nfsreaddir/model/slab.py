@@ -56,7 +56,6 @@ __all__ = ["EVENTS", "summarize", "read_request", "DENTRY_OBJECT_SIZE"]
 # event the fields it needs (``name`` only where the kernel records it; ``ptr`` and, for
 # allocations, ``bytes_alloc`` are required).
 ALLOC_EVENTS, FREE_EVENTS, EVENTS = events.SLAB_ALLOC, events.SLAB_FREE, events.SLAB_EVENTS
-_REQUIRED = {"ptr", "bytes_alloc"}
 
 # sizeof(struct dentry) rounded to the cache's alignment on x86_64 (5.10 to 6.18): the
 # dentry cache's object size, which identifies it where events carry no cache name.

@@ -105,7 +105,6 @@ class Capture:
     messages: int = 0
     truncated_frames: int = 0       # cut by the snaplen
     snaplen: int | None = None
-    malformed_frames: int = 0
     retransmitted_calls: int = 0    # READDIR calls seen again with the same client and XID
     unsplit_frames: int = 0         # several RPC messages that could not be told apart
     split_frames: int = 0           # several RPC messages, read one by one
@@ -385,8 +384,6 @@ class _Reader:
         if truncated:
             cap.truncated_frames += 1
             cap.snaplen = max(cap.snaplen or 0, cap_len)
-        if v[COL["malformed"]]:
-            cap.malformed_frames += 1
         if xids or truncated or v[COL["malformed"]]:
             cap.frames += 1
         if not xids:
