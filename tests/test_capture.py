@@ -21,7 +21,7 @@ import pcapedit
 
 from nfsreaddir.model import analysis, wire
 from nfsreaddir.rules import verdict
-from nfsreaddir.trace import capture, magic
+from nfsreaddir.trace import capture, magic, pcapng
 from nfsreaddir.trace import open_trace
 
 CAP_FIXTURES = sorted(d for d in os.listdir(FIXTURES) if d.endswith("-cap")
@@ -337,10 +337,10 @@ def test_pcapng_interface_statistics_give_the_drop_count(tmp_path):
     subprocess.run(["dumpcap", "-q", "-i", "lo", "-a", "duration:1", "-w", str(out)],
                    check=True, capture_output=True, timeout=60)
     assert magic.capture_format(str(out)) == "pcapng"
-    assert capture.pcapng_drops(str(out)) == 0
+    assert pcapng.pcapng_drops(str(out)) == 0
     gz = tmp_path / "lo.pcapng.gz"
     gz.write_bytes(gzip.compress(out.read_bytes()))
-    assert capture.pcapng_drops(str(gz)) == 0
+    assert pcapng.pcapng_drops(str(gz)) == 0
 
 
 def test_two_passes_over_one_directory_cannot_be_separated():
