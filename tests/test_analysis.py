@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from nfsreaddir.analysis import analyze
-from nfsreaddir.verdict import judge
+from nfsreaddir.model.analysis import analyze
+from nfsreaddir.rules.verdict import judge
 from nfsreaddir import events
 from nfsreaddir.trace import open_trace
 

@@ -19,7 +19,9 @@ from conftest import FIXTURES, TOP, installed, run_cli
 
 import pcapedit
 
-from nfsreaddir import analysis, capture, verdict, wire
+from nfsreaddir.model import analysis, wire
+from nfsreaddir.rules import verdict
+from nfsreaddir.trace import capture, magic, pcapng
 from nfsreaddir.trace import open_trace
 
 CAP_FIXTURES = sorted(d for d in os.listdir(FIXTURES) if d.endswith("-cap")
@@ -223,10 +225,10 @@ def test_check_and_analyze_accept_captures(name):
 
 def test_gzip_and_plain_captures_give_the_same_listings(tmp_path):
     src = _pcap(SOURCE, "modified")
-    assert capture.sniff(src) == "gzip-pcap"
+    assert magic.capture_format(src) == "gzip-pcap"
     plain = tmp_path / "modified.pcap"
     plain.write_bytes(gzip.decompress(open(src, "rb").read()))
-    assert capture.sniff(str(plain)) == "pcap"
+    assert magic.capture_format(str(plain)) == "pcap"
     a, b = wire.analyze(src), wire.analyze(str(plain))
     assert [len(x.rpcs) for x in a.listings] == [len(x.rpcs) for x in b.listings]
     assert [x.version_changes for x in a.listings] == [x.version_changes for x in b.listings]
@@ -236,7 +238,7 @@ def test_pcapng_gives_the_same_listings(tmp_path, editcap):
     src = _pcap(SOURCE, "modified")
     ng = tmp_path / "modified.pcapng"
     subprocess.run([editcap, "-F", "pcapng", src, str(ng)], check=True)
-    assert capture.sniff(str(ng)) == "pcapng"
+    assert magic.capture_format(str(ng)) == "pcapng"
     a, b = wire.analyze(src), wire.analyze(str(ng))
     assert [len(x.rpcs) for x in a.listings] == [len(x.rpcs) for x in b.listings]
 
@@ -288,7 +290,7 @@ def test_capture_without_nfs(tmp_path):
 def test_not_a_capture_is_left_to_the_trace_readers(tmp_path):
     f = tmp_path / "x.pcap"
     f.write_bytes(b"\x00" * 64)
-    assert not capture.is_capture(str(f))
+    assert not magic.is_capture(str(f))
     p = run_cli("analyze", f)
     assert p.returncode == 128 and "Traceback" not in p.stderr
 
@@ -324,7 +326,7 @@ def test_capture_stops_with_the_reproducer(tmp_path):
     time.sleep(0.2)
     assert not os.path.exists(f"/proc/{pid}") or \
         open(f"/proc/{pid}/comm").read().strip() != "tcpdump"
-    assert capture.sniff(str(tmp_path / "x.pcap")) == "pcap"
+    assert magic.capture_format(str(tmp_path / "x.pcap")) == "pcap"
     assert "packets captured" in (tmp_path / "log").read_text()
 
 
@@ -334,11 +336,11 @@ def test_pcapng_interface_statistics_give_the_drop_count(tmp_path):
     out = tmp_path / "lo.pcapng"
     subprocess.run(["dumpcap", "-q", "-i", "lo", "-a", "duration:1", "-w", str(out)],
                    check=True, capture_output=True, timeout=60)
-    assert capture.sniff(str(out)) == "pcapng"
-    assert capture.pcapng_drops(str(out)) == 0
+    assert magic.capture_format(str(out)) == "pcapng"
+    assert pcapng.pcapng_drops(str(out)) == 0
     gz = tmp_path / "lo.pcapng.gz"
     gz.write_bytes(gzip.compress(out.read_bytes()))
-    assert capture.pcapng_drops(str(gz)) == 0
+    assert pcapng.pcapng_drops(str(gz)) == 0
 
 
 def test_two_passes_over_one_directory_cannot_be_separated():
@@ -496,7 +498,7 @@ def test_a_capture_without_nfs_says_so(tmp_path):
     finally:
         dump.kill()
         srv.close()
-    assert capture.sniff(str(out)) == "pcap"
+    assert magic.capture_format(str(out)) == "pcap"
     cut = subprocess.run(["tshark", "-r", out, "-Y", "frame.cap_len < frame.len"],
                          capture_output=True, text=True, check=True).stdout
     assert cut.strip(), "no frame was cut by the snaplen"

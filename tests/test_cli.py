@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES, report_text, run_cli
-from nfsreaddir.cli import EXIT_ERROR
+from nfsreaddir.status import ERROR as EXIT_ERROR
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
 GOOD = os.path.join(FIXTURES, "6.1-v4.1")

@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nfsreaddir import tables, verdict
-from nfsreaddir.analysis import AnalysisError, analyze
+from nfsreaddir.model import tables
+from nfsreaddir.rules import verdict
+from nfsreaddir.model.analysis import AnalysisError, analyze
 from nfsreaddir.trace import TraceError, open_trace
 
 from conftest import installed, report_text

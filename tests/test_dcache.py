@@ -1,4 +1,4 @@
-"""The dcache reproducers' analysis (nfsreaddir.dcache), on runs recorded in VMs on stock
+"""The dcache reproducers' analysis (nfsreaddir.model.dcache), on runs recorded in VMs on stock
 Debian kernels (tests/fixtures/dcache-*/COMMAND says how each was made; re-record them with
 tests/fixtures/record-dcache) and on small hand-made marker tables. No VM is started here."""
 
@@ -10,7 +10,10 @@ import subprocess
 import pandas as pd
 import pytest
 
-from nfsreaddir import compare, dcache, dcache_judge, markers, plot
+from nfsreaddir.present import compare, plot
+from nfsreaddir.model import dcache, markers
+from nfsreaddir.rules import dcache_judge
+from nfsreaddir import pipeline
 from nfsreaddir.units import NS
 from nfsreaddir.facts import read_facts
 
@@ -282,7 +285,9 @@ def test_every_phase_is_framed_by_samples(name):
 
 @pytest.mark.parametrize("name", DCACHE_FIXTURES)
 def test_plot_of_a_run(name, tmp_path):
-    out = plot.dcache_runs([fixture_path(name)], tmp_path / "run.png")
+    run = fixture_path(name)
+    out = plot.dcache_runs([(pipeline.dcache_saved(run), pipeline.dcache_markers(run))],
+                           tmp_path / "run.png")
     assert os.path.getsize(out) > 10000
 
 
@@ -641,7 +646,7 @@ def test_memcg_pair_figure_is_the_interaction_of_the_corners(built):
 
 # ------------------------------------------------------------------ the list_lru model
 def test_capacity_follows_the_5_10_rule():
-    from nfsreaddir import listlru
+    from nfsreaddir.model import listlru
     # 4 at first; the id that overflows C makes it 2 x (id + 1).
     assert [listlru.capacity(n) for n in (1, 4, 5, 10, 11, 22, 23)] == [4, 4, 10, 10, 22, 22, 46]
     assert listlru.capacity(1024) == 1534 and listlru.capacity(10_000) == 12_286
@@ -652,7 +657,7 @@ def test_5_10_pointer_arrays_above_8_kib_are_not_counted():
     run too big for a fixture): 256 superblocks made 785,920 list_lru allocations of
     25,165,824 bytes, C lists and a node array per list_lru and no pointer array (a 12,288-byte
     kvmalloc, kmalloc_large, whose event names kvmalloc_node)."""
-    from nfsreaddir import listlru
+    from nfsreaddir.model import listlru
     assert listlru.array_traced(1022) and not listlru.array_traced(1023)
     assert 2 * 256 * listlru.lru_bytes_510(1534, traced=True) == 25_165_824
     assert 2 * 256 * listlru.lru_bytes_510(1534) == 2 * 256 * 65_536
@@ -666,7 +671,7 @@ def test_5_10_code_law_gives_the_recorded_bytes_exactly(built):
     list_lrus at the capacity of the time, and the capacity's growth paid by every
     memcg-aware list_lru in the system (the k8 anomaly: k1-m16 grew it, the k8 cells reuse
     the ids and pay only for their own superblocks)."""
-    from nfsreaddir import listlru
+    from nfsreaddir.model import listlru
     c = cells(res(built, "memcg-5.10"))
     assert c["k1-m1"]["lru_bytes_setup"] == 2 * listlru.lru_bytes_510(4) == 512
     for name in ("k8-m1", "k8-m16"):
@@ -677,7 +682,7 @@ def test_5_10_code_law_gives_the_recorded_bytes_exactly(built):
 
 
 def test_fit_recovers_known_coefficients():
-    from nfsreaddir import listlru
+    from nfsreaddir.model import listlru
     rows = [{"K": k, "M": m, "P": m * min(k, 2), "C": listlru.capacity(m + 5)}
             for k in (1, 2, 4) for m in (1, 8, 32)]
     for r in rows:

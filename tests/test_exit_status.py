@@ -12,7 +12,7 @@ import tempfile
 import pytest
 
 from conftest import FIXTURES, NFS_READDIR, TOP, run_cli
-from nfsreaddir import cli
+from nfsreaddir import status
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
 GOOD = os.path.join(FIXTURES, "6.1-v4.1")
@@ -29,11 +29,11 @@ def git_bisect_reads(code):
 
 
 def test_only_a_verdict_reads_as_an_answer():
-    from nfsreaddir import verdict
-    assert (cli.EXIT_GOOD, cli.EXIT_BAD, cli.EXIT_UNDECIDED) == (
+    from nfsreaddir.rules import verdict
+    assert (status.GOOD, status.BAD, status.UNDECIDED) == (
         verdict.GOOD, verdict.BAD, verdict.UNDECIDED)
-    answers = {cli.EXIT_GOOD: "good", cli.EXIT_BAD: "bad", cli.EXIT_UNDECIDED: "skip"}
-    for code, _ in cli.EXIT_TABLE:
+    answers = {status.GOOD: "good", status.BAD: "bad", status.UNDECIDED: "skip"}
+    for code in status.TABLE:
         assert git_bisect_reads(code) == answers.get(code, "stop"), code
 
 
@@ -41,11 +41,11 @@ def test_only_a_verdict_reads_as_an_answer():
 def test_every_help_and_the_readme_give_the_table(command):
     p = run_cli(*([command] if command else []), "--help", check=0)
     table = p.stdout[p.stdout.index("exit status:"):]
-    for code, what in cli.EXIT_TABLE:
+    for code, (*_, what) in status.TABLE.items():
         assert f"  {code} " in table and what.split()[0] in table, (code, table)
     with open(os.path.join(TOP, "README.md")) as f:
         readme = f.read()
-    for code, _ in cli.EXIT_TABLE:
+    for code in status.TABLE:
         assert f"| {code} |" in readme, code
 
 
@@ -97,7 +97,7 @@ def test_what_is_not_a_verdict_stops_a_bisect(command, case, shared_dir):
         p = run_cli(*(argv + ["--no-such-option"] if case == "usage" else argv))
         words = {"usage": ["usage:", "--no-such-option"], "missing": [path],
                  "no-trace": [empty]}[case]
-    assert p.returncode == cli.EXIT_ERROR, (p.returncode, p.stdout, p.stderr)
+    assert p.returncode == status.ERROR, (p.returncode, p.stdout, p.stderr)
     assert git_bisect_reads(p.returncode) == "stop"
     assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
     for w in words:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import FIXTURES, NFS_READDIR, TOP, fixture_dirs, run_cli
-from nfsreaddir.cli import EXIT_ERROR
+from nfsreaddir.status import ERROR as EXIT_ERROR
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
 GOOD = os.path.join(FIXTURES, "6.1-v4.1")
@@ -293,7 +293,7 @@ def test_a_file_name_that_is_not_utf8(tmp_path):
 
 
 def test_every_column_is_explained_in_the_readme_and_by_explain():
-    from nfsreaddir import glossary
+    from nfsreaddir.present import glossary
     text = run_cli("analyze", "--explain", check=0).stdout
     with open(os.path.join(TOP, "README.md")) as f:
         readme = f.read()

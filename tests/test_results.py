@@ -7,7 +7,7 @@ import sys
 
 
 from conftest import run_cli
-from nfsreaddir import results
+from nfsreaddir.present import results
 
 
 def rebuild(src, tmp_path):
@@ -96,7 +96,7 @@ def test_overhead_is_the_ratio_of_the_medians_of_one_run(tmp_path):
 def test_a_directory_that_is_no_run_says_what_it_lacks(tmp_path):
     """results on a directory that is no reproducer's: what it lacks, in one line, and no
     verdict (an error, which stops a bisect), never a raw errno."""
-    from nfsreaddir.cli import EXIT_ERROR
+    from nfsreaddir.status import ERROR as EXIT_ERROR
     p = run_cli("results", "--verdict", tmp_path)
     assert p.returncode == EXIT_ERROR and p.stdout == "", p.stdout
     assert p.stderr == (f"nfs-readdir: {tmp_path} is not a reproducer's results directory: it "

@@ -1,4 +1,4 @@
-"""Slab growth (nfsreaddir.slab) on real traces, checked against `trace-cmd report` text.
+"""Slab growth (nfsreaddir.model.slab) on real traces, checked against `trace-cmd report` text.
 
 Traces: tests/fixtures/kmem-host/kmem.dat (a host trace of kmem_cache_alloc/free with the
 cache name, Linux 6.18; see its COMMAND) and the dcache-memcg fixtures (kmalloc events from
@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nfsreaddir import render, slab
+from nfsreaddir.present import render
+from nfsreaddir.model import slab
 from nfsreaddir.trace.text import ReportText
 from nfsreaddir.trace import open_trace
 from nfsreaddir.trace.arrays import _Strs
@@ -59,7 +60,7 @@ def report_events(dat):
 
 
 def expected(evs, use_names=True):
-    """Per-cache figures, one event at a time (the definitions in nfsreaddir.slab)."""
+    """Per-cache figures, one event at a time (the definitions in nfsreaddir.model.slab)."""
     evs = sorted(evs, key=lambda e: (e[0], not e[1].startswith(("kmem_cache_alloc", "kmalloc"))))
     live = {}                                 # ptr -> cache of the live object
     c = defaultdict(Counter)

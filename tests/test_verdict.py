@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import FIXTURES, TOP, fixture_dirs, report_text, run_cli
-from nfsreaddir.cli import judge_paths
+from nfsreaddir.pipeline import judge_paths
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
 GOOD = os.path.join(FIXTURES, "6.1-v4.1")

@@ -11,376 +11,121 @@ section (growth per cache, the dentry cache singled out), and needs no READDIR i
 import argparse
 import contextlib
 import errno
-import glob
 import json
 import math
 import os
-import shutil
-import stat
 import sys
-import tempfile
-import textwrap
 
 # No analysis does linear algebra, but numpy's OpenBLAS starts a thread per core at import,
 # whose spinning cost `analyze` of 8.4 M kmem events 0.15-0.2 s of CPU beside its own reader
 # threads (1.84+0.44 s -> 1.63+0.40 s user+system). Set before anything imports numpy.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from . import __version__, events, results
-from .trace import OnePass, TraceError, open_trace
+from . import __version__, events, runs, status
+from .rules.limits import MAX_RATIO
+from .streams import (PROGRESS_BYTES, SHOWN, GuardedOutput, OutputLost, UsageError, open_inputs,
+                      os_error_text, progress, said, shown)
+from .trace import TraceError
 
 # The analyses, renderers and capture reader import pandas (about 0.5 s): each command imports
 # what it uses, so `--help`, `results --verdict` and the like do not pay for it.
 
-# The exit statuses of every command, in one place. `git bisect run` reads 0 as good, 125 as
-# skip, any other status up to 127 as bad, and anything above 127 as "stop the bisect": so only
-# a verdict may be 1-127, and whatever is not a verdict (a usage error, an input that cannot be
-# read, a bug) is above 127 and stops a bisect instead of passing for an answer. The verdict's
-# own codes (verdict.GOOD, BAD, UNDECIDED) are the first three.
-EXIT_GOOD = 0           # good; done (the commands that give no verdict)
-EXIT_BAD = 1
-EXIT_UNDECIDED = 125    # the inputs were read but cannot decide
-EXIT_ERROR = 128        # no verdict: usage, input, output or internal error (the message says)
-EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
-EXIT_OUTPUT_CLOSED = 141    # the output's reader went away (| head): 128 + SIGPIPE, as shells say
-
-EXIT_TABLE = (
-    (EXIT_GOOD, "good (check, results --verdict: PASS, watch); done (every other command)"),
-    (EXIT_BAD, "bad (check, results --verdict: FAIL, watch)"),
-    (EXIT_UNDECIDED, "cannot decide: the inputs were read but cannot tell (git bisect run: "
-                     "skip)"),
-    (EXIT_ERROR, "error, no verdict: a usage error, an input missing, unreadable or not "
-                 "usable, an output that cannot be written, an internal error (the message "
-                 "says which; git bisect run stops)"),
-    (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
-    (EXIT_OUTPUT_CLOSED, "the output was closed before all of it was written (| head); a "
-                         "command with a verdict exits with the verdict instead"),
-)
-
-
-def exit_statuses():
-    """The exit status table, as --help of every command ends."""
-    return "exit status:\n" + "\n".join(
-        textwrap.fill(what, 80, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
-        for code, what in EXIT_TABLE)
-
-
-class UsageError(Exception):
-    """The command's words cannot be run: a usage error, an input missing or unreadable."""
-
-
-class OutputLost(Exception):
-    """Standard output could not be written (a closed pipe, a full disk): apart from OSError, so
-    that no handler of the files a command reads or writes takes it for theirs."""
-
-    def __init__(self, error):
-        self.strerror = error.strerror or str(error)
-        super().__init__(self.strerror)
-        self.errno = error.errno
-
-
-class _GuardedOutput:
-    """sys.stdout while a command runs: its write errors become OutputLost."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def write(self, text):
-        if self._stream is None:    # started with descriptor 1 closed (>&-)
-            raise OutputLost(OSError(errno.EBADF, "standard output is closed"))
-        try:
-            return self._stream.write(text)
-        except OSError as e:
-            raise OutputLost(e) from None
-
-    def flush(self):
-        if self._stream is None:
-            return
-        try:
-            self._stream.flush()
-        except OSError as e:
-            raise OutputLost(e) from None
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
-# The commands' arguments that name inputs (traces, captures, results directories).
-INPUT_ARGS = ("traces", "before", "after", "trace")
-# Spooled copies of streams, by the path they are read through: the name the user gave.
-SHOWN = {}
-
-
-def shown(path):
-    """The name the user gave for an input, also where a stream was spooled."""
-    return SHOWN.get(path, path)
-
-
-def said(error):
-    """An error's text with the user's names for spooled inputs."""
-    text = str(error)
-    for path, name in SHOWN.items():
-        text = text.replace(path, name)
-    return text
-
-
-def open_inputs(args, stack):
-    """Check that every input the command names can be read, before any is analyzed, and spool
-    each stream (standard input as -, a pipe, a FIFO, <(...)) once into a private temporary
-    file: every reader, tshark included, then reads a regular file, so a capture works from a
-    stream as a trace does. The copy is unlinked from the start (reached through /proc/PID/fd,
-    which tshark can open too), so nothing is left behind whatever ends the process; stack
-    closes it. A stream named twice (check - -) would be read empty the second time: refused."""
-    streams = {}
-    for attr in INPUT_ARGS:
-        value = getattr(args, attr, None)
-        if value is None:
-            continue
-        paths = [_input(p, streams, stack) for p in
-                 (value if isinstance(value, list) else [value])]
-        setattr(args, attr, paths if isinstance(value, list) else paths[0])
-
-
-def _input(path, streams, stack):
-    try:
-        st = os.fstat(0) if path == "-" else os.stat(path)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
-    if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode) and path != "-":
-        try:
-            if stat.S_ISDIR(st.st_mode):
-                os.listdir(path)    # (unlisted, it would look like a directory without traces)
-            else:
-                open(path, "rb").close()
-        except OSError as e:
-            raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
-        return path
-    key = (st.st_dev, st.st_ino)
-    if key in streams:
-        name = "standard input (-)" if path == "-" else path
-        same = "is named twice" if streams[key] == path else f"and {streams[key]} are one stream"
-        raise UsageError(f"{name} {same}: a stream can be read only once; save it to a file "
-                         "and name the file instead")
-    streams[key] = path
-    return _spool(path, stack)
-
-
-def _spool(path, stack):
-    name = "standard input" if path == "-" else path
-    try:
-        src = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
-    copy = stack.enter_context(tempfile.TemporaryFile(prefix="nfs-readdir-"))
-    progress(f"reading {name}")
-    try:
-        shutil.copyfileobj(src, copy, 1 << 20)
-        copy.flush()
-    except OSError as e:
-        raise UsageError(f"cannot copy {name} into {tempfile.gettempdir()}: "
-                         f"{e.strerror or e} (free space there, or set TMPDIR to a place "
-                         "with room, or give a file instead of a stream)") from None
+def load(paths, with_slab=False, ports=()):
+    """pipeline.load with the user's names for spooled inputs and a progress line."""
+    from . import pipeline
+    loaded = pipeline.load(paths, with_slab=with_slab, ports=ports, shown=shown,
+                           progress=_reading)
     progress(None)
-    spooled = f"/proc/{os.getpid()}/fd/{copy.fileno()}"
-    SHOWN[spooled] = path
-    return spooled
+    return loaded
 
 
-def expand(paths):
-    """Trace files named by the arguments; a results directory stands for its traces."""
-    out = []
-    for p in paths:
-        if os.path.isdir(p):
-            found = sorted(glob.glob(os.path.join(p, "*.dat")))
-            if not found:
-                raise UsageError(f"{p} is a directory with no *.dat trace in it")
-            out.extend(found)
-        elif not os.path.exists(p):
-            raise UsageError(f"{p}: no such file")
-        else:
-            out.append(p)
-    return out
-
-
-def load_all(paths, with_slab=False, ports=()):
-    """The readdir analysis of each trace; with_slab: (path, analysis, slab summary) triples,
-    where a trace with kmem allocation events but no READDIR has no analysis (None). ports:
-    NFS server ports of captures besides 2049."""
-    from . import capture, slab, tables
-    res = []
-    paths = expand(paths)
-    big = sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) > PROGRESS_BYTES
-    for n, path in enumerate(paths, 1):
-        if len(paths) > 1 or big:
-            progress(f"reading {n}/{len(paths)}: {shown(path)}")
-        if capture.is_capture(path):    # a packet capture: its own reader, the same listings
-            from . import wire
-            a = wire.analyze(path, ports=ports)
-            a.info = dict(a.info, path=shown(path))
-            res.append((shown(path), a, None) if with_slab else a)
-            continue
-        t = open_trace(path)
-        kmem = slab.read_request(t) if with_slab else {}
-        readdir = tables.has_readdir_source(t)
-        if kmem and readdir:        # both analyses from one pass over the file
-            want = tables.wanted(t)
-            for ev, cols in kmem.items():
-                want.setdefault(ev, set()).update(cols)
-            t = OnePass(t, want)
-        summary = slab.summarize(t) if kmem else None
-        a = None
-        if readdir or summary is None:      # (without a source: the "no READDIR" error)
-            # (the readdir analysis needs pandas: a trace of kmem events alone never loads it)
-            from .analysis import AnalysisError, analyze
-            try:
-                a = analyze(t)
-                a.info = dict(a.info, path=shown(path))
-            except AnalysisError as e:
-                if summary is None:
-                    raise AnalysisError(f"{shown(path)}: {e}") from None
-        res.append((shown(path), a, summary) if with_slab else a)
-    progress(None)
-    return res
-
-
-# Above this many bytes of traces, or for several traces, say what is being read.
-PROGRESS_BYTES = 1 << 30
-
-
-def progress(what):
-    """A progress line rewritten in place on a terminal (never in a pipe or in JSON);
-    None clears it."""
-    if not sys.stderr.isatty():
-        return
-    sys.stderr.write("\r\033[K" + (f"nfs-readdir: {what}" if what else ""))
-    sys.stderr.flush()
-
-
-def split_dcache(paths):
-    """(dcache runs, other traces): a dcache reproducer's directory or trace has its own
-    analysis, from its markers and facts rather than from READDIRs."""
-    from .facts import is_dcache_run
-    runs = [p for p in paths if is_dcache_run(p)]
-    return runs, [p for p in paths if p not in runs]
-
-
-def dcache_run_dir(path):
-    """The results directory of a dcache run given as the directory or its trace."""
-    return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-
-
-def dcache_results(path):
-    """results.json of a dcache run, made afresh from its trace and facts."""
-    from . import dcache_judge
-    return dcache_judge.build_results(dcache_run_dir(path))
+def _reading(n, paths, path):
+    """Say which trace is read, for several traces or for big ones."""
+    if len(paths) > 1 or sum(os.path.getsize(p) for p in paths
+                             if os.path.isfile(p)) > PROGRESS_BYTES:
+        progress(f"reading {n}/{len(paths)}: {shown(path)}")
 
 
 def cmd_analyze(args):
     if args.explain:
-        from . import glossary
+        from .present import glossary
         sys.stdout.write(glossary.explain())
-        return EXIT_GOOD
+        return status.GOOD
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
-    from .render import dcache_report, print_analysis, slab_text
-    runs, traces = split_dcache(args.traces)
-    loaded = load_all(traces, with_slab=True, ports=args.port) if traces else []
-    analyses = [a for _, a, _ in loaded if a is not None]
-    v = None
-    if analyses:
-        from . import verdict
-        names, ratio = run_checks(traces)
-        v = verdict.judge(analyses, max_ratio=ratio, names=names)
+    from . import pipeline
+    from .present.render import dcache_report, print_analysis, slab_text
+    dcache_runs, traces = pipeline.split_dcache(args.traces)
+    loaded = load(traces, with_slab=True, ports=args.port) if traces else []
+    analyses = [x.analysis for x in loaded if x.analysis is not None]
+    v = pipeline.judge(loaded, traces) if analyses else None
     if args.json:
         found = {id(f.listing): {"finding": f.word, "why": f.why} for f in v.findings} if v \
             else {}
         out = []
-        for p, a, s in loaded:
-            if a is None:
-                out.append({"path": p, "slab": s})
+        for x in loaded:
+            if x.analysis is None:
+                out.append({"path": x.path, "slab": x.slab})
                 continue
-            d = dict(a.to_dict(), slab=s)
-            for lst, summ in zip(a.listings, d["listings"]):
+            d = dict(x.analysis.to_dict(), slab=x.slab)
+            for lst, summ in zip(x.analysis.listings, d["listings"]):
                 summ.update(found.get(id(lst), {}))
             # The verdict on all the traces given, as `check` gives it.
-            d["verdict"] = {"code": v.code, "word": v.word, "reason": v.reason}
+            d["verdict"] = v.to_dict()
             out.append(d)
-        out += [{"path": p, "dcache": dcache_results(p)} for p in runs]
+        out += [{"path": p, "dcache": pipeline.dcache_results(p)} for p in dcache_runs]
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
-        return EXIT_GOOD
+        return status.GOOD
     if analyses:
         print_analysis(analyses, details=args.details)
         sys.stdout.write(f"\nverdict: {v.reason}\n")
-    sections = [f"{p}: " + slab_text(s, top=args.top) for p, _, s in loaded if s]
-    sections += [f"{p}: " + dcache_report(dcache_results(p)) for p in runs]
+    sections = [f"{x.path}: " + slab_text(x.slab, top=args.top) for x in loaded if x.slab]
+    sections += [f"{p}: " + dcache_report(pipeline.dcache_results(p)) for p in dcache_runs]
     sys.stdout.write(("\n" if analyses else "") + "\n".join(sections))
-    return EXIT_GOOD
-
-
-def run_checks(paths, max_ratio=None):
-    """What the verdict takes besides the traces: the name checks and the READDIR ratio limit of
-    the readdir reproducer runs among the paths (a run is judged as its results.json is)."""
-    from . import verdict
-    names, ratio = {}, None
-    for p in paths:
-        if os.path.isdir(p) and results.is_readdir_run(p):
-            n, ratio = results.run_checks(p)
-            names.update(n)
-    ratio = max_ratio if max_ratio is not None else ratio
-    return names, ratio if ratio is not None else verdict.MAX_RATIO
-
-
-def judge_paths(paths, max_restarts=0, max_ratio=None, ports=()):
-    """The verdict on traces and results directories, as `check` gives it."""
-    from . import verdict
-    names, ratio = run_checks(paths, max_ratio)
-    return verdict.judge(load_all(paths, ports=ports), max_restarts=max_restarts,
-                         max_ratio=ratio, names=names)
+    return status.GOOD
 
 
 def cmd_check(args):
-    from .analysis import AnalysisError
+    from . import pipeline
+    from .model.analysis import AnalysisError
     try:
-        v = judge_paths(args.traces, args.max_restarts, args.max_ratio, args.port)
+        v = pipeline.judge_paths(args.traces, args.max_restarts, args.max_ratio, args.port,
+                                 shown=shown, progress=_reading)
+        progress(None)
     except (TraceError, AnalysisError) as e:
         # Read, but what is in it cannot decide (not a trace, no READDIR, a capture cut by its
         # snaplen): no answer either way. An input that cannot be read at all is no verdict
-        # and goes up as an error (EXIT_ERROR).
-        args.answer = EXIT_UNDECIDED
+        # and goes up as an error (status.ERROR).
+        args.answer = status.UNDECIDED
         print(f"cannot decide: {said(e)}")
-        return EXIT_UNDECIDED
+        return status.UNDECIDED
     args.answer = v.code    # the answer stands even if the line cannot be written
     print(v.reason)
     return v.code
 
 
 def cmd_export(args):
-    from . import capture, export, verdict, wire
-    from .analysis import AnalysisError, analyze
-    from .dcache_judge import build
-    runs, traces = split_dcache(expand(args.traces))
-    for path in runs:
-        d = dcache_run_dir(path)
-        res, markers = build(d)
-        written, kept = export.write_dcache(res, markers, os.path.join(d, res["trace"]), path,
-                                            args.output, args.format)
+    from .present import export
+    from . import pipeline
+    from .model.analysis import AnalysisError
+    dcache_runs, traces = pipeline.split_dcache(pipeline.expand(args.traces))
+    for path in dcache_runs:
+        res, markers = pipeline.dcache_with_markers(path)
+        written, kept = export.write_dcache(
+            res, markers, os.path.join(pipeline.run_dir(path), res["trace"]), path,
+            args.output, args.format)
         _say_exported(written, kept)
     for path in traces:
-        t = None if capture.is_capture(path) else open_trace(path)
         try:
-            a = wire.analyze(path, ports=args.port) if t is None else analyze(t)
+            a, t = pipeline.readdir_analysis(path, ports=args.port, shown=shown(path))
         except AnalysisError as e:
             raise AnalysisError(f"{shown(path)}: nothing to export: {e} (slab figures are in "
                                 "`analyze --json`)") from None
-        a.info = dict(a.info, path=shown(path))
-        findings = {id(lst): verdict.judge_listing(lst) for lst in a.listings}
         written, kept = export.write(a, path if t is None else t.path, args.output, args.format,
-                                     findings)
+                                     pipeline.findings(a))
         _say_exported(written, kept)
-    return EXIT_GOOD
+    return status.GOOD
 
 
 def _say_exported(written, kept):
@@ -391,80 +136,85 @@ def _say_exported(written, kept):
 
 
 def cmd_plot(args):
-    from . import plot
+    from .present import plot
     try:
         plot.output_format(args.output)     # refused before any trace is read
     except ValueError as e:
         raise UsageError(str(e)) from None
-    runs, traces = split_dcache(args.traces)
-    if runs and traces:
+    from . import pipeline
+    dcache_runs, traces = pipeline.split_dcache(args.traces)
+    if dcache_runs and traces:
         raise UsageError("plot readdir traces and dcache runs separately (one kind per "
                          "figure)")
-    if runs:
-        plot.dcache_runs([p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p))
-                          for p in runs], args.output)
+    if dcache_runs:
+        plot.dcache_runs([(pipeline.dcache_saved(p), pipeline.dcache_markers(p))
+                          for p in dcache_runs], args.output)
     else:
-        plot.listings(load_all(traces, ports=args.port), args.output)
+        plot.listings([x.analysis for x in load(traces, ports=args.port)], args.output)
     print(args.output)
-    return EXIT_GOOD
+    return status.GOOD
 
 
 def cmd_compare(args):
-    from . import compare
-    runs, _ = split_dcache([args.before, args.after])
-    if len(runs) == 1:
-        raise UsageError(f"{runs[0]} is a dcache run and the other is not: compare two runs "
-                         "of the same kind")
-    if runs:
-        table = compare.dcache_table(dcache_results(args.before), dcache_results(args.after))
+    from .present import compare
+    from . import pipeline
+    dcache_runs, _ = pipeline.split_dcache([args.before, args.after])
+    if len(dcache_runs) == 1:
+        raise UsageError(f"{dcache_runs[0]} is a dcache run and the other is not: compare two "
+                         "runs of the same kind")
+    if dcache_runs:
+        table = compare.dcache_table(pipeline.dcache_results(args.before),
+                                     pipeline.dcache_results(args.after))
     else:
-        table = compare.table(load_all([args.before], ports=args.port),
-                              load_all([args.after], ports=args.port),
+        table = compare.table([x.analysis for x in load([args.before], ports=args.port)],
+                              [x.analysis for x in load([args.after], ports=args.port)],
                               (args.before, args.after))
     if args.json:
         print(table.to_json(orient="index", indent=2))
     else:
         print(f"before: {shown(args.before)}\nafter:  {shown(args.after)}\n")
         print(table.to_string())
-    return EXIT_GOOD
+    return status.GOOD
 
 
 def cmd_results(args):
     """A reproducer's results directory: write its results.json, print its verdict line
     (exit status the verdict's), or put several runs side by side."""
     if args.table:
+        from .present import results
         try:
             print(results.table(args.dir))
         except (ValueError, KeyError) as e:
             raise UsageError(f"cannot tabulate: {e}") from None
-        return EXIT_GOOD
+        return status.GOOD
     if len(args.dir) > 1:
         raise UsageError("results takes one DIR unless --table")
     if args.verdict:
-        path = results.results_json(args.dir[0])
-        with open(path, "rb") as f:     # unreadable: an error (EXIT_ERROR), no verdict
+        path = runs.results_json(args.dir[0])
+        with open(path, "rb") as f:     # unreadable: an error (status.ERROR), no verdict
             text = f.read()
         # vm-run and the reproducers take this exit status as the run's verdict; a
         # results.json whose content holds none (a run cut short writing it) cannot decide.
         try:
             res = json.loads(text)
-            code = {"PASS": EXIT_GOOD, "FAIL": EXIT_BAD}.get(res["verdict"], EXIT_UNDECIDED)
+            code = status.code_of_result(res["verdict"])
             line = f"{res['verdict']}: " + "; ".join(res["reasons"])
         except (ValueError, KeyError, TypeError) as e:
-            args.answer = EXIT_UNDECIDED
+            args.answer = status.UNDECIDED
             print(f"UNDECIDED: cannot read the verdict in {path}: {e}")
-            return EXIT_UNDECIDED
+            return status.UNDECIDED
         args.answer = code
         print(line)
         return code
+    from .present import results
     results.write(args.dir[0])
-    return EXIT_GOOD
+    return status.GOOD
 
 
 def cmd_slab(args):
-    from . import slab
-    from .render import slab_text
-    s = slab.summarize(open_trace(args.trace))
+    from . import pipeline
+    from .present.render import slab_text
+    s = pipeline.slab_of(args.trace)
     if s is None:
         raise UsageError(f"{shown(args.trace)}: no kmem allocation/free events; record with "
                          + events.record_advice(None, {"slab"}))
@@ -473,18 +223,18 @@ def cmd_slab(args):
         sys.stdout.write("\n")
     else:
         sys.stdout.write(slab_text(s, top=args.top))
-    return EXIT_GOOD
+    return status.GOOD
 
 
 def cmd_record(args):
-    from . import record
+    from .live import record
     if bool(args.command) == (args.duration is not None):
         raise UsageError("record needs either -- COMMAND or --duration SECONDS (one of them)")
     return record.run(args.output, args.command, args.duration, args.dcache, args.slab)
 
 
 def cmd_watch(args):
-    from . import watch
+    from .live import watch
     # (its output: the guarded stdout of this run, not the one bound when watch was imported)
     return watch.run(args.duration, args.dir, args.json, out=sys.stdout)
 
@@ -517,18 +267,18 @@ def _ratio(v):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors exit with EXIT_ERROR: its own 2 would read as "bad" to git
+    """argparse whose usage errors exit with status.ERROR: its own 2 would read as "bad" to git
     bisect run. Every command's --help ends with the exit status table."""
 
     def __init__(self, **kw):
         epilog = kw.pop("epilog", None)
-        kw["epilog"] = f"{epilog}\n\n{exit_statuses()}" if epilog else exit_statuses()
+        kw["epilog"] = f"{epilog}\n\n{status.help_text()}" if epilog else status.help_text()
         kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(**kw)
 
     def error(self, message):
         self.print_usage(sys.stderr)
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+        self.exit(status.ERROR, f"{self.prog}: error: {message}\n")
 
 
 def parser():
@@ -558,10 +308,11 @@ def parser():
                                      "128 error (stops the bisect)")
     s.add_argument("traces", nargs="+", metavar="TRACE")
     s.add_argument("--max-restarts", type=_count, default=0, metavar="N",
-                   help="restarts at cookie 0 allowed per listing (default 0)")
+                   help="restarts allowed per listing, at cookie 0 or below the reader's "
+                        "position (default 0)")
     s.add_argument("--max-ratio", type=_ratio, default=None, metavar="R",
                    help="without cookies: modified/idle READDIR ratio allowed (default: the "
-                        "run's own, else 1.5)")
+                        f"run's own, else {MAX_RATIO})")
     s.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
                    help="captures: another NFS server port to decode as ONC RPC (2049 always "
                         "is); repeat for more")
@@ -637,26 +388,14 @@ def input_errors():
     """The exceptions that mean the input could not be used: UsageError, TraceError, a
     directory that is no reproducer's results, and those of the modules this run imported (a
     module never imported raised nothing)."""
-    errors = [UsageError, TraceError, results.NotARun]
-    for module, name in (("analysis", "AnalysisError"), ("dcache", "DcacheError"),
-                         ("export", "ExportError"), ("recordplan", "KernelLacks"),
-                         ("tracing", "Refused")):
+    errors = [UsageError, TraceError, runs.NotARun]
+    for module, name in (("pipeline", "InputError"), ("model.analysis", "AnalysisError"),
+                         ("model.dcache", "DcacheError"), ("present.export", "ExportError"),
+                         ("live.recordplan", "KernelLacks"), ("live.tracing", "Refused")):
         loaded = sys.modules.get(f"{__package__}.{module}")
         if loaded is not None:
             errors.append(getattr(loaded, name))
     return tuple(errors)
-
-
-# Errors of writing where space ran out: the message says to free some or write elsewhere.
-NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-def os_error_text(e, where):
-    """One line for an OSError: the file it concerns and, when space ran out, what to do."""
-    text = f"{where}: {e.strerror or e}" if where else str(e.strerror or e)
-    if e.errno in NO_SPACE:
-        text += " (free space there, or write somewhere else)"
-    return text
 
 
 def main(argv=None):
@@ -668,12 +407,12 @@ def main(argv=None):
     with contextlib.ExitStack() as stack:
         stack.callback(setattr, sys, "stdout", sys.stdout)
         stack.callback(SHOWN.clear)
-        sys.stdout = _GuardedOutput(sys.stdout)
+        sys.stdout = GuardedOutput(sys.stdout)
         return _run(args, stack)
 
 
 def _run(args, stack):
-    """The command's exit status; every error is one line on stderr and EXIT_ERROR, never a
+    """The command's exit status; every error is one line on stderr and status.ERROR, never a
     traceback and never a status git bisect run would take for an answer."""
     try:
         open_inputs(args, stack)
@@ -690,11 +429,11 @@ def _run(args, stack):
               file=sys.stderr)
     except KeyboardInterrupt:
         print("nfs-readdir: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return status.INTERRUPTED
     except Exception as e:  # a bug: say so in one line; no command may give a false verdict
         print(f"nfs-readdir: internal error: {type(e).__name__}: {said(e)} (please report it "
               "with the trace and the command)", file=sys.stderr)
-    return EXIT_ERROR
+    return status.ERROR
 
 
 def _output_lost(e, args):
@@ -702,7 +441,7 @@ def _output_lost(e, args):
     --verdict) still gives it; any other never exits 0 with its output lost."""
     # What is still buffered for it goes nowhere: the interpreter's own flush at exit would
     # fail again, print a traceback and exit 120.
-    stdout = sys.stdout._stream
+    stdout = sys.stdout.stream
     with contextlib.suppress(AttributeError, OSError, ValueError):
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, stdout.fileno())
@@ -714,7 +453,7 @@ def _output_lost(e, args):
               f"{os_error_text(e, 'standard output')}{then}", file=sys.stderr)
     if answer is not None:
         return answer
-    return EXIT_OUTPUT_CLOSED if e.errno == errno.EPIPE else EXIT_ERROR
+    return status.OUTPUT_CLOSED if e.errno == errno.EPIPE else status.ERROR
 
 
 if __name__ == "__main__":

@@ -78,12 +78,12 @@ ARG_REGISTERS = {
     "x86_64": ("di", "si", "dx", "cx", "r8", "r9"),
     "aarch64": ("x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7"),
 }
-# How a kprobe names an argument, best first: by BTF name (tracefs README shows
-# "<argname>", 6.5+ with CONFIG_PROBE_EVENTS_BTF_ARGS), as $argN (README shows "$arg<N>":
-# CONFIG_HAVE_FUNCTION_ARG_ACCESS_API, x86-64 since 4.20, arm64 since 5.0), or by register.
-ARG_FORMS = ("btf", "argn", "register")
 
 
+# How a kprobe names an argument (form), best first: by BTF name ("btf": tracefs README shows
+# "<argname>", 6.5+ with CONFIG_PROBE_EVENTS_BTF_ARGS), as $argN ("argn": README shows
+# "$arg<N>": CONFIG_HAVE_FUNCTION_ARG_ACCESS_API, x86-64 since 4.20, arm64 since 5.0), or by
+# register ("register").
 def fetch_arg(arg, form, machine):
     """The kprobe fetch text of one Arg in one form, e.g. "pos=+8(%si):s64"."""
     if form == "btf":

@@ -3,7 +3,6 @@ GROUP.NAME (run settings under `run.`, per-phase timings and READDIR counts unde
 name). One reader for every kind of run."""
 
 import collections
-import os
 
 
 def read_facts(path):
@@ -16,14 +15,3 @@ def read_facts(path):
             group, _, name = key.partition(".")
             facts[group][name] = value
     return facts
-
-
-def is_dcache_run(path):
-    """True for a results directory of a dcache-* reproducer (its facts say so), or for a
-    trace file in one."""
-    d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    try:
-        with open(os.path.join(d, "facts")) as f:
-            return any(line.startswith("run.name=dcache-") for line in f)
-    except OSError:
-        return False

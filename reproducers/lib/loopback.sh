@@ -226,7 +226,7 @@ lb_trace_stop() {
 
 # lb_capture_start OUT: tcpdump of the NFS traffic on the loopback into OUT (pcap: libpcap
 # writes no pcapng), returning once it captures. The analyzer reads the same answers from it as
-# from the trace (nfsreaddir/capture.py). A plain pcap file does not keep the kernel's drop
+# from the trace (nfsreaddir/trace/capture.py). A plain pcap file does not keep the kernel's drop
 # count, so lb_capture_stop reads it from tcpdump's summary into CAPTURE_STATS.
 lb_capture_start() {
 	local out=$1 i
@@ -276,13 +276,13 @@ lb_events_have() { grep -qx "$1" "$TRACEFS/available_events"; }
 
 # lb_readdir_events SET: EVENTS=(...) to record, with the kprobes they need added (and removed by
 # the cleanup). The events and kprobes are the ones `nfs-readdir record` uses on this kernel
-# (nfsreaddir/recordplan.py plans them from tracefs and kallsyms). SET is readdir (that plan),
+# (nfsreaddir/live/recordplan.py plans them from tracefs and kallsyms). SET is readdir (that plan),
 # broad (every nfs and nfs4 event and sunrpc:rpc_request, with the plan's kprobes), or a
 # comma-separated list of system:event, recorded as given plus the READDIR cookie kprobes where
 # the kernel needs them (readdir-overhead's --events new measures exactly the series' events).
 lb_readdir_events() {
 	local plan line f
-	plan=$(python3 -m nfsreaddir.recordplan plan 2>&1) || lb_die "$plan"
+	plan=$(python3 -m nfsreaddir.live.recordplan plan 2>&1) || lb_die "$plan"
 	EVENTS=()
 	while IFS= read -r line; do
 		case $line in

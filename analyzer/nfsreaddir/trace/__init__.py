@@ -51,11 +51,10 @@ import sys
 import tempfile
 import time
 
-__all__ = ["open_trace", "TraceError", "BASE_COLUMNS", "field_column", "OnePass"]
+__all__ = ["open_trace", "TraceError", "BASE_COLUMNS", "field_column", "OnePass", "is_capture"]
 
 from .base import BASE_COLUMNS, TraceError, columns_of, field_column, one_piece
-
-TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
+from .magic import TRACE_DAT_MAGIC, is_capture
 
 # Spooled inputs stay open (and so readable through /proc/self/fd) for the life of the process.
 _SPOOLED = []

@@ -8,7 +8,6 @@ import os
 
 import pandas as pd
 
-from . import dcache_judge
 
 METRICS = ["seconds", "entries", "readdirs", "restarts", "refetched_readdirs",
            "invalidations", "invalidations_followed_by_restart", "ending"]
@@ -63,10 +62,9 @@ def table(before, after, paths=("A", "B")):
     return df.astype(object).where(df.notna(), "-")
 
 
-def dcache_rows(a, b):
-    """Rows {"figure", A-label, B-label, "B/A"} of the "figures" of two dcache runs (results
-    dicts, results.json files or results directories), e.g. one reproducer on 5.10 and 6.1."""
-    ra, rb = dcache_judge.load(a), dcache_judge.load(b)
+def dcache_rows(ra, rb):
+    """Rows {"figure", A-label, B-label, "B/A"} of the "figures" of two dcache runs (their
+    results dicts), e.g. one reproducer on 5.10 and 6.1."""
     la, lb = str(ra.get("kernel", "A")), str(rb.get("kernel", "B"))
     if la == lb:
         la, lb = f"A {la}", f"B {lb}"
@@ -82,6 +80,6 @@ def dcache_rows(a, b):
     return rows
 
 
-def dcache_table(a, b):
+def dcache_table(ra, rb):
     """dcache_rows() as a DataFrame indexed by figure."""
-    return pd.DataFrame(dcache_rows(a, b)).set_index("figure")
+    return pd.DataFrame(dcache_rows(ra, rb)).set_index("figure")

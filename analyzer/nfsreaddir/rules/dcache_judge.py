@@ -3,28 +3,16 @@ them, and the results.json of a run (its summary and its verdict together)."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 import pandas as pd
 
-from . import __version__, verdict
-from .dcache import (REPRODUCERS, DcacheError, _facts, _jsonable, _num, _ratio, _row_after,
-                     _row_before, _trace_of, read_trace, summary)
-from .units import NS
-
-
-def load(x):
-    """The results of a dcache run: a results dict as it is, a results.json, or a results
-    directory (its results.json, else made afresh)."""
-    if isinstance(x, dict):
-        return x
-    path = os.path.join(x, "results.json") if os.path.isdir(x) else x
-    if os.path.exists(path):
-        with open(path) as f:
-            return json.load(f)
-    return build_results(x)
+from .. import __version__
+from . import verdict
+from ..model.dcache import (REPRODUCERS, DcacheError, jsonable, number, ratio, read_trace,
+                             row_after, row_before, run_facts, summary, trace_of)
+from ..units import NS
 
 
 def build_results(directory):
@@ -35,12 +23,12 @@ def build_results(directory):
 
 def build(directory):
     """(build_results(directory), the markers of its trace), the trace read once."""
-    facts = _facts(directory)
+    facts = run_facts(directory)
     run = facts.pop("run", {})
     name = run.get("name")
     if name not in REPRODUCERS:
         raise DcacheError(f"{directory}: run.name is {name!r}, not one of {REPRODUCERS}")
-    trace = _trace_of(directory)
+    trace = trace_of(directory)
     markers, events = read_trace(trace)
     s = summary(markers, events=events)
     res = {"analyzer": __version__, **run, "trace": os.path.basename(trace), "phases": {},
@@ -56,9 +44,9 @@ def build(directory):
         # Not res["paired"]: the run's facts put the --paired option there (0 when off).
         res["cycles"] = s["paired"]
     figures, reasons_fail, reasons_ok = JUDGES[name](res, facts, markers, events)
-    res["figures"] = _jsonable(figures)
+    res["figures"] = jsonable(figures)
     res["verdict"], res["reasons"] = verdict.from_reasons(reasons_fail, reasons_ok)
-    return _jsonable(res), markers
+    return jsonable(res), markers
 
 
 def _delta(res, phase, key):
@@ -79,14 +67,14 @@ def _judge_negative(res, facts, markers, events):
         dn = _delta(res, ph, "nr_negative")
         f[f"{tag}_misses"] = n
         f[f"{tag}_negative_added"] = dn
-        f[f"{tag}_negative_per_miss"] = _ratio(dn, n)
+        f[f"{tag}_negative_per_miss"] = ratio(dn, n)
         f[f"{tag}_dentry_bytes_added"] = _delta(res, ph, "slab_bytes")
-        f[f"{tag}_misses_per_s"] = _ratio(n, res["phases"].get(ph, {}).get("seconds"), 1)
+        f[f"{tag}_misses_per_s"] = ratio(n, res["phases"].get(ph, {}).get("seconds"), 1)
     if "local-relookup" in res["phases"]:
         # The same missing names again: each answered by its negative dentry.
         rl = res["phases"]["local-relookup"]
         f["local_relookups"] = rl.get("count")
-        f["local_relookups_per_s"] = _ratio(rl.get("count"), rl.get("seconds"), 1)
+        f["local_relookups_per_s"] = ratio(rl.get("count"), rl.get("seconds"), 1)
         f["local_relookup_negative_added"] = _delta(res, "local-relookup", "nr_negative")
     if "local-misses" in res["phases"]:
         f["nfs_lookups_traced"] = _ev(res, "nfs-misses", "nfs_lookup_exit")
@@ -176,21 +164,21 @@ def _judge_unlink_storm(res, facts, markers, events):
     f["workers"] = res.get("workers")
     storm = res["phases"].get("storm", {})
     f["storm_seconds"] = storm.get("seconds")
-    f["unlinks_per_s"] = _ratio(files, storm.get("seconds"), 1)
+    f["unlinks_per_s"] = ratio(files, storm.get("seconds"), 1)
     f["storm_dentry_delta"] = _delta(res, "storm", "nr_dentry")
     f["storm_negative_delta"] = _delta(res, "storm", "nr_negative")
     f["storm_negative_per_s"] = storm.get("rate_per_s", {}).get("nr_negative")
     f["storm_peak_dentry"] = storm.get("peak", {}).get("nr_dentry")
-    f["storm_negative_per_file"] = _ratio(f["storm_negative_delta"], files)
+    f["storm_negative_per_file"] = ratio(f["storm_negative_delta"], files)
     # The rate over time, a steady state when "early" and "late" are alike. Read between 10 %
     # and 90 % of the negative dentries the storm added, not over quarters of its time: those
     # also hold the workers' start (25 s of a 197 s storm on 5.10) and the wait for the last.
     for k, v in _steady_rates(markers, "storm").items():
         f[f"storm_negative_per_s_{k}"] = v
-    f["storm_late_over_early"] = _ratio(f["storm_negative_per_s_late"],
+    f["storm_late_over_early"] = ratio(f["storm_negative_per_s_late"],
                                         f["storm_negative_per_s_early"])
     f["create_seconds"] = res["phases"].get("create", {}).get("seconds")
-    f["creates_per_s"] = _ratio(created if created is not None else asked,
+    f["creates_per_s"] = ratio(created if created is not None else asked,
                                 f["create_seconds"], 1)
     f["nfs_unlinks_traced"] = _ev(res, "storm", "nfs_unlink_exit")
     f["nfs_lookups_traced"] = _ev(res, "storm", "nfs_lookup_exit")
@@ -205,7 +193,7 @@ def _judge_unlink_storm(res, facts, markers, events):
             if settle.get("nr_negative") is not None and first.get("nr_negative") is not None
             else None)
     f["negative_left"] = left
-    f["negative_left_per_file"] = _ratio(left, files)
+    f["negative_left_per_file"] = ratio(left, files)
     # Who held them: unmounting the client frees its own; what the restat lookups added
     # was the client's too, so the rest of the client's came from the unlinks.
     um = _delta(res, "umount", "nr_negative")
@@ -245,8 +233,8 @@ def _steady_rates(markers, phase):
     s = markers.samples
     if p is None or not len(s) or "nr_negative" not in s:
         return out
-    base = _row_before(s, p.start)["nr_negative"]
-    total = _row_after(s, p.end)["nr_negative"] - base
+    base = row_before(s, p.start)["nr_negative"]
+    total = row_after(s, p.end)["nr_negative"] - base
     inside = s[(s["ts"] >= p.start) & (s["ts"] <= p.end)]
     if total <= 0 or len(inside) < 2:
         return out
@@ -289,7 +277,7 @@ def _judge_readdirplus(res, facts, markers, events):
         f[f"n{n}_client_dentries"] = client
         f[f"n{n}_server_dentries"] = (added - client if added is not None and client is not None
                                       else None)
-        f[f"n{n}_client_per_name"] = _ratio(client, n)
+        f[f"n{n}_client_per_name"] = ratio(client, n)
         f[f"n{n}_primed_traced"] = _ev(res, f"list-{n}", "nfs_readdir_lookup")
         f[f"n{n}_readdir_rpcs"] = _ev(res, f"list-{n}", "rpc_request:READDIR")
         f[f"n{n}_readdirplus_rpcs"] = _ev(res, f"list-{n}", "rpc_request:READDIRPLUS")
@@ -325,9 +313,9 @@ def _memcg_cells(res, markers):
         end = p.end if p.end is not None else int(s["ts"].iloc[-1])
         inside = s[(s["ts"] >= p.start) & (s["ts"] <= end) & s["label"].notna()]
         by = {lab: row for lab, row in zip(inside["label"], inside.to_dict("records"))}
-        k, m = _num(p.attrs.get("mounts")), _num(p.attrs.get("memcgs"))
+        k, m = number(p.attrs.get("mounts")), number(p.attrs.get("memcgs"))
         # Used (superblock, memcg) pairs: every pair unless the run said fewer.
-        pairs = _num(p.attrs.get("pairs")) or (k * m if k is not None and m is not None else None)
+        pairs = number(p.attrs.get("pairs")) or (k * m if k is not None and m is not None else None)
         cells[p.name] = {"mounts": k, "memcgs": m, "pairs": pairs, "samples": by}
     return cells
 
@@ -356,7 +344,7 @@ def _judge_memcg(res, facts, markers, events):
                 a, b = smp[earlier].get(k), smp[later].get(k)
                 if a is None or b is None or pd.isna(a) or pd.isna(b):
                     continue
-                out[f"{k}_{suffix}"] = _num(b - a)
+                out[f"{k}_{suffix}"] = number(b - a)
         # Slab memory the cell's touching added, in bytes: Slab (meminfo) for the whole
         # allocation, kmalloc_bytes for the kmalloc-* part that holds the list_lru arrays.
         out["slab_bytes_total"] = (out["slab_kb_total"] * 1024 if "slab_kb_total" in out
@@ -375,7 +363,7 @@ def _judge_memcg(res, facts, markers, events):
         # CPU, so small charges read as 0 there.
         out["charged_slab_bytes"] = facts.get(name, {}).get("charged_slab_bytes")
         grid[name] = out
-        res["phases"].setdefault(name, {})["memcg"] = _jsonable(out)
+        res["phases"].setdefault(name, {})["memcg"] = jsonable(out)
         for k in ("lru_allocs_setup", "lru_bytes_setup", "lru_allocs_touch", "lru_bytes_touch",
                   "lru_bytes_total", "kmalloc_bytes_total", "kmalloc32_active_total",
                   "slab_kb_total", "slab_kb_left", "percpu_kb_total"):
@@ -398,7 +386,7 @@ def _judge_memcg(res, facts, markers, events):
         f["largest_kmalloc_bytes_total"] = big.get("kmalloc_bytes_total")
         f["largest_slab_bytes_total"] = big.get("slab_bytes_total")
         f["largest_lru_bytes_total"] = big.get("lru_bytes_total")
-        f["largest_lru_bytes_per_pair"] = _ratio(big.get("lru_bytes_total"),
+        f["largest_lru_bytes_per_pair"] = ratio(big.get("lru_bytes_total"),
                                                  big.get("pairs") or k2 * m2, 1)
     f.update(_memcg_model(res, grid))
     if not str(res.get("lru_filter") or "").strip():
@@ -429,7 +417,7 @@ def _memcg_model(res, grid):
     any kernel, with cells to spare over the fit's four coefficients, the fit and its error;
     and the prediction for the 2021 report's host. Only for runs that sample the mount step
     apart from the mkdir step."""
-    from . import listlru
+    from ..model import listlru
     # Only cells whose mount and lookup steps were both counted: a cell cut short before its
     # lookups says nothing of what they cost, and taken as 0 it would make a lazy kernel look
     # eager.
@@ -489,10 +477,10 @@ def _memcg_model(res, grid):
     if eager:
         f["report_capacity"] = listlru.capacity(m)
         f["report_law_mb"] = round(listlru.code_bytes_510(k, m, nodes) / mib)
-        f["report_law_ratio"] = _ratio(f["report_law_mb"], rep["mb_before"])
+        f["report_law_ratio"] = ratio(f["report_law_mb"], rep["mb_before"])
     if fit is not None and eager:
         f["report_model_mb"] = round(listlru.predict(fit["coef"], k, m, 0, nodes) / mib)
-        f["report_model_ratio"] = _ratio(f["report_model_mb"], rep["mb_before"])
+        f["report_model_ratio"] = ratio(f["report_model_mb"], rep["mb_before"])
     elif fit is not None:
         # Lazy: the report does not say how many pairs its host used: every pair, one
         # superblock per memcg, and the pairs its figure after the patches implies.

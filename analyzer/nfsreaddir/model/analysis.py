@@ -7,215 +7,24 @@ invalidations it met and the causes the trace shows for them, how its directory'
 attribute moved, the damage that overlaps it, and the dcache's growth during it.
 """
 
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from . import events, markers as markers_mod, tables as tables_mod
+from .. import events
+from . import markers as markers_mod, tables as tables_mod
 from .opens import (  # noqa: F401 (how a listing ended: part of this module's answers)
     CLOSED, CUT_OFF, ENDINGS, EOF, ERROR, KILLED, UNKNOWN, by_opens, by_phases, by_readdirs,
     by_syscalls)
-from .units import NS, int_or_none
+from ..units import NS, int_or_none
+from .listing import (  # noqa: F401 (what an analysis is made of: part of this module's answers)
+    Analysis, Invalidation, Listing, Restart)
 CHAIN_WINDOW_NS = 5 * NS    # how far back an invalidation's causes are looked for
 
 class AnalysisError(Exception):
     """The trace cannot answer the question; the message says what to record instead."""
 
 
-@dataclass
-class Restart:
-    ts: int
-    rpc_index: int              # index of the READDIR that restarted within the listing
-    cookie: int                 # what it asked for: 0, or a cookie below the reader's position
-    refetched: int              # READDIRs until the listing reached a cookie not read before
-    cost_ns: int                # time from the restart until then
-    after_invalidation: bool
-
-
-@dataclass
-class Invalidation:
-    ts: int
-    reason: str
-    chain: list                 # the steps that led to it: revalidate, GETATTR, ...
-    followed_by_restart: bool | None    # None: not known (no cookies, or only ambiguous ones)
-    # The listing's next READDIR went back to cookie 0 for a cause the trace cannot tell.
-    followed_by_ambiguous: bool = False
-    # The listing's next READDIR filled again the first page, which held the reader: the
-    # invalidation cost what it costs any kernel, and tested nothing.
-    refilled_start: bool = False
-
-
-@dataclass
-class Listing:
-    pid: int
-    comm: str
-    dev: int | None
-    fileid: int | None
-    start: int
-    end: int
-    delimited_by: str = "readdirs"
-    phase: str | None = None
-    status: int | None = None       # the reproducer's lister exit status
-    entries: int | None = None
-    ending: str = UNKNOWN
-    error: int | None = None        # errno of the error that stopped it
-    rpcs: pd.DataFrame = field(repr=False, default=None)
-    restart_rows: list = field(default_factory=list)    # READDIR indexes of the restarts
-    ambiguous_rows: list = field(default_factory=list)  # cookie-0 READDIRs of unknown cause
-    refill_rows: list = field(default_factory=list)     # cookie-0 refills of the first page
-    restarts: list = field(default_factory=list)
-    # What the restarts would be if every ambiguous READDIR were one: the other bound.
-    possible_restarts: list = field(default_factory=list)
-    invalidations: list = field(default_factory=list)
-    version_changes: int | None = None  # times the directory's change attribute moved
-    # READDIRs that met a change of the directory and went on past every cookie asked before:
-    # the kernel did not restart there (None: no cookies).
-    survived: int | None = None
-    other_readers: bool = False     # another process listed the directory at the same time
-    # The trace's kernel looks for the reader's cookie from the first cached page (before
-    # 5.18; None: not known), see events.searches_from_first_page.
-    searches_from_first_page: bool | None = None
-    cache_range_trims: int = 0
-    getdents: int | None = None     # None: the trace has no getdents event
-    rewinds: list | None = None     # ts of each seek back to 0; None: not observable
-    began_before_trace: bool = False
-    # When the reader was first past the start of the directory (None: it never was). Only a
-    # change after that can make it restart: a poller's revalidation when it opens the
-    # directory drops a cache it has not read from yet.
-    progressed_at: int | None = None
-    rpc_rows: list = field(default_factory=list)    # its rows of the canonical rpc table
-    damage: list = field(default_factory=list)      # damaged or lost events during it
-    dentries: dict = field(default_factory=dict)
-    cookies_known: bool = True
-    # False where nothing that reports an invalidation was recorded (a trace of RPCs only, a
-    # packet capture): the list above is then empty because it could not be seen, not because
-    # nothing happened.
-    invalidations_known: bool = True
-
-    @property
-    def complete(self):
-        return self.ending == EOF and not self.began_before_trace
-
-    @property
-    def timed_out(self):
-        return self.status == 124
-
-    @property
-    def restart_count(self):
-        """Restarts (at cookie 0 or below the reader's position); None when the trace cannot
-        tell: no cookies, or READDIRs that went back for a cause it does not show."""
-        return len(self.restarts) if self.cookies_known and not self.ambiguous_rows else None
-
-    @property
-    def restart_range(self):
-        """(fewest, most) restarts the trace allows; None without cookies."""
-        if not self.cookies_known:
-            return None
-        return len(self.restarts), len(self.possible_restarts)
-
-    @property
-    def exercising(self):
-        """The invalidations that came while the reader was past the start, but for those
-        whose cost was the refill of the first page that still held the reader."""
-        if self.progressed_at is None:
-            return []
-        return [i for i in self.invalidations
-                if i.ts >= self.progressed_at and not i.refilled_start]
-
-    @property
-    def exercised(self):
-        """The directory changed under the listing, after the reader was past the start, in a
-        way that makes a restart possible: its cache was invalidated, or (5.18+) its change
-        attribute moved (cache_range_trims and version_changes count only such changes)."""
-        return bool(self.exercising or self.cache_range_trims or self.version_changes
-                    or self.restarts or self.survived)
-
-    def label(self):
-        who = f"{self.comm}[{self.pid}]"
-        return (f"listing of dir {self.fileid if self.fileid is not None else '?'} by {who}"
-                + (f" ({self.phase})" if self.phase else ""))
-
-    def summary(self):
-        cookies = self.rpcs["cookie"].dropna()
-        known = self.cookies_known
-        sure = known and not self.ambiguous_rows
-        lo, hi = self.restarts, self.possible_restarts
-        followed = [bool(i.followed_by_restart) for i in self.invalidations]
-        maybe = [bool(i.followed_by_restart or i.followed_by_ambiguous)
-                 for i in self.invalidations]
-        with_invals = known and self.invalidations_known
-        return {
-            "phase": self.phase, "pid": self.pid, "comm": self.comm,
-            "dev": self.dev, "dir_fileid": self.fileid,
-            "delimited_by": self.delimited_by,
-            "seconds": round((self.end - self.start) / NS, 3),
-            "entries": self.entries, "status": self.status,
-            "ending": self.ending, "complete": self.complete, "error": self.error,
-            "began_before_trace": self.began_before_trace,
-            "timed_out": self.timed_out,
-            "getdents": self.getdents,
-            "readdirs": int(len(self.rpcs)),
-            "cookie_zero_readdirs": int((cookies == 0).sum()) if known else None,
-            # Where the trace cannot tell, null, and the bounds it allows beside it.
-            "restarts": self.restart_count,
-            "restarts_min": len(lo) if known else None,
-            "restarts_max": len(hi) if known else None,
-            "ambiguous_cookie_zero_readdirs": len(self.ambiguous_rows) if known else None,
-            "rewinds": len(self.rewinds) if self.rewinds is not None else None,
-            "refetched_readdirs": sum(r.refetched for r in lo) if sure else None,
-            "refetched_readdirs_min": sum(r.refetched for r in lo) if known else None,
-            "refetched_readdirs_max": sum(r.refetched for r in hi) if known else None,
-            "restart_cost_seconds": (round(sum(r.cost_ns for r in lo) / NS, 3)
-                                     if sure else None),
-            "restart_cost_seconds_max": (round(sum(r.cost_ns for r in hi) / NS, 3)
-                                         if known else None),
-            "invalidations": len(self.invalidations) if self.invalidations_known else None,
-            "invalidations_followed_by_restart": (sum(followed) if with_invals
-                                                  and not self.ambiguous_rows else None),
-            "invalidations_followed_by_restart_min": sum(followed) if with_invals else None,
-            "invalidations_followed_by_restart_max": sum(maybe) if with_invals else None,
-            "survived_changes": self.survived,
-            "start_refills": len(self.refill_rows) if known else None,
-            "version_changes": self.version_changes,
-            "cache_range_trims": self.cache_range_trims,
-            "exercised": self.exercised,
-            "damaged_events": len(self.damage),
-            "max_dtsize": (int(self.rpcs["dtsize"].max())
-                           if self.rpcs["dtsize"].notna().any() else None),
-            "dentries": self.dentries,
-        }
-
-
-@dataclass
-class Analysis:
-    listings: list
-    run: dict
-    samples: pd.DataFrame
-    evidence: dict          # table -> the events it came from
-    cookies_known: bool
-    info: dict
-    recorded: dict = field(default_factory=dict)    # table -> events recorded (fired or not)
-    tables: dict = field(default_factory=dict, repr=False)  # the canonical tables it read
-
-    @property
-    def kernel(self):
-        """The kernel release the trace was recorded on, where it says."""
-        return events.release(self.run.get("kernel") or self.info.get("uname"))
-
-    def to_dict(self):
-        return {"trace": self.info, "run": self.run, "evidence": self.evidence,
-                "cookies_known": self.cookies_known,
-                "listings": [lst.summary() for lst in self.listings],
-                "restarts": [[vars(r) for r in lst.restarts] if lst.cookies_known else None
-                             for lst in self.listings],
-                "rewinds": [lst.rewinds for lst in self.listings],
-                "invalidations": [[vars(i) for i in lst.invalidations]
-                                  if lst.invalidations_known else None
-                                  for lst in self.listings]}
-
-
-# ------------------------------------------------------------------------------ per listing
 def _restarts(rpcs, restart_idx, invalidation_ts, targets=None):
     """What each restart cost: READDIRs and time until the listing asks for a cookie above every
     cookie asked before the restart, and above the reader's position where that is known
@@ -425,7 +234,8 @@ def damage_windows(info):
 
 
 def analyze(trace):
-    """Find the listings in an open trace (see nfsreaddir.trace.open_trace)."""
+    """Find the listings in an open trace (see nfsreaddir.trace.open_trace); it reads the
+    trace through tables.load, which says what it reads."""
     tables = tables_mod.load(trace)
     rpc = tables["rpc"]
     if rpc.empty:

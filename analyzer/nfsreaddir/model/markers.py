@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .units import NS
+from ..units import NS
 
 PREFIX = "nfsrt: "
 SAMPLE_COLUMNS = ["nr_dentry", "nr_unused", "nr_negative", "slab_active", "slab_total",
@@ -108,7 +108,7 @@ def sample_text():
     return PREFIX + "sample " + " ".join(words) + "\n"
 
 
-def _value(v):
+def value(v):
     """int, float, or list of floats (comma-separated), else the string."""
     try:
         return int(v)
@@ -127,12 +127,12 @@ def _value(v):
 
 
 def _pairs(words, typed=True):
-    """{key: value} of the key=value words (values typed by _value, or the text as written)."""
+    """{key: value} of the key=value words (values typed by value, or the text as written)."""
     out = {}
     for w in words:
         k, sep, v = w.partition("=")
         if sep:
-            out[k] = _value(v) if typed else v
+            out[k] = value(v) if typed else v
     return out
 
 
@@ -171,7 +171,7 @@ def parse(markers_df):
             name, event = kv.pop("phase", None), kv.pop("event", None)
             if name is None:
                 continue
-            kv = {k: _value(v) for k, v in kv.items()}
+            kv = {k: value(v) for k, v in kv.items()}
             if event == "start":
                 m.phases.append(Phase(name, ts, pid=None if pid is None else int(pid),
                                       attrs=kv))

@@ -1,13 +1,13 @@
 """What to record on the running kernel: its tracefs and kallsyms asked which of the events
 and kprobes that fill the tables (events.py) it has; for `nfs-readdir record`, `watch` and the
-reproducers' shell (`python3 -m nfsreaddir.recordplan plan`).
+reproducers' shell (`python3 -m nfsreaddir.live.recordplan plan`).
 """
 
 import os
 import re
 from dataclasses import dataclass
 
-from .events import (ARG_REGISTERS, CALL_SOURCES, CONTEXT_EVENTS, COOKIE_KPROBES, DCACHE_EVENTS,
+from ..events import (ARG_REGISTERS, CALL_SOURCES, CONTEXT_EVENTS, COOKIE_KPROBES, DCACHE_EVENTS,
                      INVALIDATION_SOURCES, KPROBE_SYSTEM, OPEN_KPROBES, PAIRED_DIRECTORY,
                      RANGE_INVALIDATION, REVALIDATION_SOURCES, RPC_SOURCES, SLAB_EVENTS,
                      SYSCALL_SOURCES, ProbeSpec, kernel_generation, kprobe_definition)
@@ -66,7 +66,7 @@ def _read(path, default=""):
 
 def tracefs_format(tracefs, event):
     """The format of an event of the running kernel (tracedat.EventFormat), or None."""
-    from .trace.format import parse_format
+    from ..trace.format import parse_format
     system, name = event.split(":", 1)
     text = _read(os.path.join(tracefs, "events", system, name, "format"))
     return parse_format(text, system) if text else None
@@ -216,13 +216,13 @@ def plan(tracefs, kallsyms="/proc/kallsyms", release=None, machine=None, dcache=
 
 
 def main(argv=None):
-    """`python3 -m nfsreaddir.recordplan plan`: the plan for the running kernel, for the
+    """`python3 -m nfsreaddir.live.recordplan plan`: the plan for the running kernel, for the
     reproducers' shell, one item a line: `event SYSTEM:NAME`, `warning TEXT`, and
     `kprobe<TAB>TABLE<TAB>EVENT<TAB>DEFINITION...` (TABLE: rpc or calls, what it fills; the
     definitions best form first). Exit 2, saying why, when the kernel has no READDIR source."""
     import argparse
     import sys
-    p = argparse.ArgumentParser(prog="python3 -m nfsreaddir.recordplan")
+    p = argparse.ArgumentParser(prog="python3 -m nfsreaddir.live.recordplan")
     p.add_argument("what", choices=["plan"])
     p.add_argument("--dcache", action="store_true")
     args = p.parse_args(argv)

@@ -31,9 +31,9 @@ import statistics
 
 import pandas as pd
 
-from .facts import read_facts
-from .markers import Markers, Phase, _value, parse as parse_markers
-from .units import NS
+from ..facts import read_facts
+from .markers import Markers, Phase, value, parse as parse_markers
+from ..units import NS
 
 TRACE_NAME = "dcache.dat"
 # Counters whose per-phase change the summary always reports (when sampled).
@@ -53,7 +53,7 @@ def read_trace(path):
     """(Markers, events) of one trace: events is a DataFrame ts/event/key/bytes of the
     non-marker events (key: "rpc_request:PROC" for sunrpc:rpc_request, else the event name;
     bytes: bytes_alloc of kmem events)."""
-    from .trace import TraceError, open_trace
+    from ..trace import TraceError, open_trace
     try:
         t = open_trace(path)
         names = sorted(t.event_names())
@@ -94,7 +94,7 @@ def read_trace(path):
 
 
 # ------------------------------------------------------------------------------ summary
-def _num(v):
+def number(v):
     if v is None:
         return None
     try:
@@ -107,19 +107,19 @@ def _num(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def _row_before(samples, ts):
+def row_before(samples, ts):
     """The last sample at or before ts (the first one when none is)."""
     s = samples[samples["ts"] <= ts]
     return (s.iloc[-1] if len(s) else samples.iloc[0]) if len(samples) else None
 
 
-def _row_after(samples, ts):
+def row_after(samples, ts):
     """The first sample at or after ts (the last one when none is)."""
     s = samples[samples["ts"] >= ts]
     return (s.iloc[0] if len(s) else samples.iloc[-1]) if len(samples) else None
 
 
-def _ratio(a, b, digits=3):
+def ratio(a, b, digits=3):
     if a is None or b is None or not b:
         return None
     return round(a / b, digits)
@@ -133,34 +133,34 @@ def _median(xs):
 def phase_summary(samples, phase, events=None):
     """Deltas of the sampled counters across one phase, rates per second, negative share."""
     out = {"phase": phase.name, "seconds": phase.seconds,
-           **{k: _num(v) for k, v in phase.attrs.items() if not isinstance(v, list)}}
+           **{k: number(v) for k, v in phase.attrs.items() if not isinstance(v, list)}}
     if samples is None or not len(samples):
         return out
     end = phase.end if phase.end is not None else int(samples["ts"].iloc[-1])
-    first, last = _row_before(samples, phase.start), _row_after(samples, end)
+    first, last = row_before(samples, phase.start), row_after(samples, end)
     inside = samples[(samples["ts"] >= phase.start) & (samples["ts"] <= end)]
     keys = [k for k in DELTA_KEYS if k in samples.columns]
-    out["before"] = {k: _num(first[k]) for k in keys}
-    out["after"] = {k: _num(last[k]) for k in keys}
+    out["before"] = {k: number(first[k]) for k in keys}
+    out["after"] = {k: number(last[k]) for k in keys}
     delta = {}
     for k in keys:
-        a, b = _num(first[k]), _num(last[k])
+        a, b = number(first[k]), number(last[k])
         delta[k] = None if a is None or b is None else b - a
     out["delta"] = delta
     secs = phase.seconds or (end - phase.start) / NS
     out["rate_per_s"] = {k: (round(delta[k] / secs, 1) if secs and delta.get(k) is not None
                              else None) for k in RATE_KEYS if k in delta}
     peak = pd.concat([first.to_frame().T, inside, last.to_frame().T])
-    out["peak"] = {k: _num(pd.to_numeric(peak[k], errors="coerce").max())
+    out["peak"] = {k: number(pd.to_numeric(peak[k], errors="coerce").max())
                    for k in ("nr_dentry", "nr_negative") if k in peak}
     dd, dn = delta.get("nr_dentry"), delta.get("nr_negative")
     # Of the dentries the phase added, the share that is negative; and of all dentries at
     # its end, the negative fraction. A phase that turns dentries it did not add negative
     # (an unlink keeps the removed name's dentry as a negative one) adds more negative
     # dentries than dentries: no share of what it added describes that, so there is none.
-    out["negative_share"] = (_ratio(dn, dd) if dd and dd > 0 and dn is not None
+    out["negative_share"] = (ratio(dn, dd) if dd and dd > 0 and dn is not None
                              and 0 <= dn <= dd else None)
-    out["negative_fraction_after"] = _ratio(out["after"].get("nr_negative"),
+    out["negative_fraction_after"] = ratio(out["after"].get("nr_negative"),
                                             out["after"].get("nr_dentry"))
     if events is not None and len(events):
         ev = events[(events["ts"] >= phase.start) & (events["ts"] <= end)]
@@ -187,7 +187,7 @@ def lookup_summary(timings):
         for _, row in tt.iterrows():
             ns, ref = list(row["ns"]), list(row.get("ref_ns") or [])
             walk = [a / b for a, b in zip(ns, ref) if b] if len(ref) == len(ns) else []
-            loops[row["loop"]] = {"n": _num(row.get("n")), "reps": len(ns),
+            loops[row["loop"]] = {"n": number(row.get("n")), "reps": len(ns),
                                   "median_ns": _median(ns), "ref_median_ns": _median(ref),
                                   "median_walk": _median(walk),
                                   "min_ns": min(ns) if ns else None}
@@ -197,10 +197,10 @@ def lookup_summary(timings):
             x = loops.get(loop)
             if not x or not before:
                 continue
-            t[prefix + "slowdown"] = _ratio(x["median_ns"], before.get("median_ns"))
-            t[prefix + "walk_slowdown"] = _ratio(x["median_walk"], before.get("median_walk"))
-            t[prefix + "ref_slowdown"] = _ratio(x["ref_median_ns"], before.get("ref_median_ns"))
-            t[prefix + "min_slowdown"] = _ratio(x["min_ns"], before.get("min_ns"))
+            t[prefix + "slowdown"] = ratio(x["median_ns"], before.get("median_ns"))
+            t[prefix + "walk_slowdown"] = ratio(x["median_walk"], before.get("median_walk"))
+            t[prefix + "ref_slowdown"] = ratio(x["ref_median_ns"], before.get("ref_median_ns"))
+            t[prefix + "min_slowdown"] = ratio(x["min_ns"], before.get("min_ns"))
         out[str(target)] = t
     return out
 
@@ -246,30 +246,30 @@ def paired_summary(paired):
                 v = [b.get(key) / b["runs"] for b in bs if b.get(key) is not None]
                 return sum(v) / len(v) if len(v) == len(bs) else None
             sys_p, sys_c = per_exec("sys_s", pol), per_exec("sys_s", c0, c1)
-            sys_ratio = _ratio(sys_p, sys_c)
+            sys_ratio = ratio(sys_p, sys_c)
 
             def neighbours(key):
                 """pol[key] against the mean of the clean neighbours' (None if any lacks it)."""
                 v = [b.get(key) for b in (pol, c0, c1)]
-                return None if None in v else _ratio(v[0], (v[1] + v[2]) / 2)
+                return None if None in v else ratio(v[0], (v[1] + v[2]) / 2)
             ref_ratio = neighbours("ref_ns")
             refs = [b.get("ref_ns") for b in (pol, c0, c1)]
             miss = misses.get((target, c), {})
             cycles.append({
                 "cycle": c, "polluted_sys_us": _round_us(sys_p), "clean_sys_us": _round_us(sys_c),
                 "sys_ratio": sys_ratio,
-                "wall_ratio": _ratio(per_exec("wall_s", pol), per_exec("wall_s", c0, c1)),
-                "ref_ratio": ref_ratio, "sys_per_ref_ratio": _ratio(sys_ratio, ref_ratio),
-                "ref_spread": (_ratio(max(refs), min(refs)) if None not in refs and min(refs)
+                "wall_ratio": ratio(per_exec("wall_s", pol), per_exec("wall_s", c0, c1)),
+                "ref_ratio": ref_ratio, "sys_per_ref_ratio": ratio(sys_ratio, ref_ratio),
+                "ref_spread": (ratio(max(refs), min(refs)) if None not in refs and min(refs)
                                else None),
                 "polluted_exec_med_us": pol.get("exec_med_us"),
                 "exec_med_ratio": neighbours("exec_med_us"),
                 "negative_removed": (pol["nr_negative"] - c1["nr_negative"]
                                      if "nr_negative" in pol and "nr_negative" in c1 else None),
-                "misses_per_s": _ratio(miss.get("count"), miss.get("seconds"), 1)})
+                "misses_per_s": ratio(miss.get("count"), miss.get("seconds"), 1)})
         if not cycles:
             continue
-        t = {"cycles": cycles, "n": _num(by[next(iter(by))].get("n"))}
+        t = {"cycles": cycles, "n": number(by[next(iter(by))].get("n"))}
         for k in ("sys_ratio", "exec_med_ratio"):
             v = sorted(x[k] for x in cycles if x[k] is not None)
             if v:
@@ -339,41 +339,42 @@ def summary(markers_or_samples, phases=None, timings=None, events=None):
         x = t.get("exec", {})
         before = (x.get("before") or {}).get("sys_s")
         # The thread's figure: system time of the same loop after the misses over before.
-        t["exec_sys_slowdown"] = _ratio((x.get("after") or {}).get("sys_s"), before)
-        t["control_exec_sys_slowdown"] = _ratio((x.get("dropped") or {}).get("sys_s"), before)
-        t["exec_wall_slowdown"] = _ratio((x.get("after") or {}).get("wall_s"),
+        t["exec_sys_slowdown"] = ratio((x.get("after") or {}).get("sys_s"), before)
+        t["control_exec_sys_slowdown"] = ratio((x.get("dropped") or {}).get("sys_s"), before)
+        t["exec_wall_slowdown"] = ratio((x.get("after") or {}).get("wall_s"),
                                          (x.get("before") or {}).get("wall_s"))
     if lk:
         out["lookup"] = lk
     cycles = paired_summary(m.paired) if isinstance(markers_or_samples, Markers) else {}
     if cycles:
         out["paired"] = cycles
-    return _jsonable(out)
+    return jsonable(out)
 
 
-def _jsonable(x):
+def jsonable(x):
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
         return None
-    return _num(x) if not isinstance(x, (str, bool)) else x
+    return number(x) if not isinstance(x, (str, bool)) else x
 
 
 # ------------------------------------------------------------------------------ the run's files
-def _facts(directory):
+def run_facts(directory):
     path = os.path.join(directory, "facts")
     try:
         facts = read_facts(path)
     except OSError as e:
         raise DcacheError(f"{path}: {e.strerror or e}") from None
     # Numbers become numbers; comma-separated values (run.sizes, PHASE.TARGET.ns) stay text.
-    return {g: {k: (v if "," in v else _value(v)) for k, v in kv.items()}
+    return {g: {k: (v if "," in v else value(v)) for k, v in kv.items()}
             for g, kv in facts.items()}
 
 
-def _trace_of(directory):
+def trace_of(directory):
+    """The trace of a dcache run's results directory."""
     path = os.path.join(directory, TRACE_NAME)
     if os.path.exists(path):
         return path

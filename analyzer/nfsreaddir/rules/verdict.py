@@ -40,17 +40,16 @@ judge().
 
 from dataclasses import dataclass, field
 
-from . import analysis, events
+from ..model import analysis
+from .. import events
+from .limits import MAX_RATIO
 
-GOOD, BAD, UNDECIDED = 0, 1, 125
-WORDS = {GOOD: "good", BAD: "bad", UNDECIDED: "cannot decide"}
-# results.json and the reproducers' last line.
-RESULT_WORDS = {GOOD: "PASS", BAD: "FAIL", UNDECIDED: "UNDECIDED"}
+from .. import status
+from ..status import BAD, GOOD, UNDECIDED
 
 # Without cookies, a ratio of small counts means little: 6.1 spends one READDIR per
 # invalidation to continue a listing, 3 against 9 on a small directory. Ask for both.
 MIN_EXTRA_READDIRS = 10
-MAX_RATIO = 1.5
 
 
 @dataclass
@@ -68,11 +67,15 @@ class Verdict:
 
     @property
     def word(self):
-        return {GOOD: "good", BAD: "bad"}.get(self.code, "skip")
+        return status.bisect_word(self.code)
 
     @property
     def result(self):
-        return RESULT_WORDS[self.code]
+        return status.result_word(self.code)
+
+    def to_dict(self):
+        """The verdict as `analyze --json` and `watch --json` give it."""
+        return {"code": self.code, "word": self.word, "reason": self.reason}
 
 
 def _n(count, word):
@@ -225,7 +228,7 @@ def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
         rule = _ratio_rule(listings, max_ratio)
         if rule is not None:
             code, text = rule
-            return Verdict(code, f"{WORDS[code]}: {text} (evidence: {evidence})", findings)
+            return Verdict(code, f"{status.word(code)}: {text} (evidence: {evidence})", findings)
     # A return to cookie 0 that may be a new open does not undo a proof that the kernel goes on.
     proof = any(f.word in ("good", "survived") and survival_counts(f.listing) for f in findings)
     undecided = [f for f in findings if f.word == "undecided"
@@ -288,4 +291,4 @@ def judge_overhead(untraced_median, traced_median, limit):
 
 def from_reasons(fail, ok):
     """A reproducer judge's findings as (result word, reasons): any failure is FAIL."""
-    return (RESULT_WORDS[BAD], fail) if fail else (RESULT_WORDS[GOOD], ok)
+    return (status.result_word(BAD), fail) if fail else (status.result_word(GOOD), ok)

@@ -41,8 +41,8 @@ and such a READDIR is ambiguous, as it is when the trace does not name its kerne
 import numpy as np
 import pandas as pd
 
-from . import events
-from .units import int_or_none
+from .. import events
+from ..units import int_or_none
 
 # How a listing ended.
 EOF, ERROR, KILLED, CLOSED, CUT_OFF, UNKNOWN = ("eof", "error", "killed", "closed", "cut_off",

@@ -30,28 +30,21 @@ Field names are those of Debian 12's tshark 4.0 (`tshark -G fields`).
 
 from __future__ import annotations
 
-import gzip
 import json
 from array import array
-import os
 import shutil
-import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-from .trace import TraceError
+from .base import TraceError
+from .magic import capture_format
+from .tshark_ek import ek_pairs, ek_text
 
 NFS_PROGRAM = 100003
 NFS3_GETATTR, NFS3_READDIR, NFS3_READDIRPLUS = 1, 16, 17
 NFS4_COMPOUND = 1
 OP4_GETATTR, OP4_READDIR = 9, 26
-
-# File magic: pcap (both byte orders, microsecond and nanosecond), pcapng, gzip.
-PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1",
-               b"\xa1\xb2\x3c\x4d"}
-PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
-GZIP_MAGIC = b"\x1f\x8b"
 
 # (column, tshark field). One line per frame; a field that occurs several times in a frame
 # comes comma-separated, in the order of the protocol tree.
@@ -99,36 +92,6 @@ class CaptureError(TraceError):
     command treats an unreadable input alike.)"""
 
 
-def sniff(path):
-    """'pcap', 'pcapng', 'gzip-pcap', 'gzip-pcapng' or None, from the first bytes."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-            if head[:2] == GZIP_MAGIC:
-                f.seek(0)
-                try:
-                    inner = gzip.GzipFile(fileobj=f).read(4)
-                except (OSError, EOFError):
-                    return None
-                kind = _kind(inner)
-                return f"gzip-{kind}" if kind else None
-            return _kind(head)
-    except OSError:
-        return None
-
-
-def _kind(head):
-    if head in PCAP_MAGICS:
-        return "pcap"
-    if head == PCAPNG_MAGIC:
-        return "pcapng"
-    return None
-
-
-def is_capture(path):
-    return path != "-" and os.path.isfile(path) and sniff(path) is not None
-
-
 @dataclass
 class Capture:
     """What read() found: the tables and the facts that limit them."""
@@ -141,7 +104,6 @@ class Capture:
     messages: int = 0
     truncated_frames: int = 0       # cut by the snaplen
     snaplen: int | None = None
-    malformed_frames: int = 0
     retransmitted_calls: int = 0    # READDIR calls seen again with the same client and XID
     unsplit_frames: int = 0         # several RPC messages that could not be told apart
     split_frames: int = 0           # several RPC messages, read one by one
@@ -182,46 +144,6 @@ def _ns(epoch):
 
 def _endpoint(addr, port):
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
-
-
-ISB, SHB, ISB_IFDROP = 5, 0x0A0D0D0A, 5
-
-
-def pcapng_drops(path):
-    """Packets the capturing interface dropped, from a pcapng file's interface statistics
-    blocks (isb_ifdrop; the last block of each interface counts), or None where the file
-    says nothing (a plain pcap never does). Walks block headers only."""
-    opener = gzip.open if sniff(path).startswith("gzip") else open
-    drops, endian = {}, "<"
-    with opener(path, "rb") as f:
-        while True:
-            head = f.read(8)
-            if len(head) < 8:
-                break
-            btype = struct.unpack(endian + "I", head[:4])[0]
-            if btype == SHB or head[:4] == PCAPNG_MAGIC:
-                bom = f.read(4)
-                endian = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">"
-                length = struct.unpack(endian + "I", head[4:])[0]
-                body = f.read(length - 12)
-            else:
-                length = struct.unpack(endian + "I", head[4:])[0]
-                if length < 12:
-                    break       # damaged: the reader proper reports it
-                body = f.read(length - 8) if btype == ISB else None
-                if body is None:
-                    f.seek(length - 8, 1)
-                    continue
-                iface = struct.unpack_from(endian + "I", body, 0)[0]
-                off = 12
-                while off + 4 <= len(body) - 4:
-                    code, olen = struct.unpack_from(endian + "HH", body, off)
-                    if code == 0:
-                        break
-                    if code == ISB_IFDROP and olen == 8:
-                        drops[iface] = struct.unpack_from(endian + "Q", body, off + 4)[0]
-                    off += 4 + (olen + 3) // 4 * 4
-    return sum(drops.values()) if drops else None
 
 
 def _ports(ports):
@@ -270,7 +192,7 @@ def _quiet(err):
 def read(path, tshark=None, ports=()):
     """Decode a capture file into a Capture (see the module's text). ports: server ports
     besides 2049 whose traffic is NFS."""
-    kind = sniff(path)
+    kind = capture_format(path)
     if kind is None:
         raise CaptureError(f"{path!r} is not a pcap or pcapng capture (nor a gzip'd one)")
     tshark = tshark or shutil.which("tshark")
@@ -307,24 +229,6 @@ def read(path, tshark=None, ports=()):
     return reader.finish()
 
 
-def _ek_pairs(pairs):
-    """json object hook for tshark's -T ek: every key's values in a list, in the order of the
-    protocol tree (a field that occurs again under a subtree comes as a repeated key)."""
-    out = {}
-    for k, v in pairs:
-        vals = out.setdefault(k, [])
-        if isinstance(v, list):
-            vals.extend(v)
-        else:
-            vals.append(v)
-    return out
-
-
-def _ek_text(vals):
-    """A field's values as -T fields prints them: comma-joined, booleans as 1/0."""
-    return ",".join(("1" if x else "0") if isinstance(x, bool) else str(x) for x in vals)
-
-
 class _Messages:
     """The second tshark: the frames with several RPC messages, each as its protocol layers
     (one rpc and one nfs object a message). Started at the first such frame the first tshark
@@ -346,13 +250,13 @@ class _Messages:
             line = self.proc.stdout.readline()
             if not line:
                 return None
-            doc = json.loads(line, object_pairs_hook=_ek_pairs)
+            doc = json.loads(line, object_pairs_hook=ek_pairs)
             layers = doc.get("layers")
             if not layers:
                 continue        # the index line before each frame
             layers = layers[0]
             frame = layers.get("frame", [{}])[0]
-            self.ahead = (_int(_ek_text(frame.get("frame_frame_number", []))) or 0, layers)
+            self.ahead = (_int(ek_text(frame.get("frame_frame_number", []))) or 0, layers)
         if self.ahead[0] != number:
             return None
         layers, self.ahead = self.ahead[1], None
@@ -376,7 +280,7 @@ def _rows_of(v, layers):
         row = list(v)
         for name, f in FIELDS:
             if f.startswith("rpc."):
-                row[COL[name]] = _ek_text(m.get("rpc_" + f.replace(".", "_"), []))
+                row[COL[name]] = ek_text(m.get("rpc_" + f.replace(".", "_"), []))
         reply = row[COL["msgtyp"]][:1] == "1"
         accepted = not reply or (row[COL["replystat"]][:1] == "0"
                                  and row[COL["accept"]][:1] == "0")
@@ -390,11 +294,11 @@ def _rows_of(v, layers):
     given = dict(zip(nfs, bodies))
     for i, row in enumerate(rows):
         body = given.get(i, {})
-        if _ek_text(body.get("rpc_rpc_programversion", [])) not in ("", row[COL["vers"]]):
+        if ek_text(body.get("rpc_rpc_programversion", [])) not in ("", row[COL["vers"]]):
             return None
         for name, f in FIELDS:
             if f.startswith("nfs."):
-                row[COL[name]] = _ek_text(body.get("nfs_" + f.replace(".", "_"), []))
+                row[COL[name]] = ek_text(body.get("nfs_" + f.replace(".", "_"), []))
     return rows
 
 
@@ -421,8 +325,6 @@ class _Reader:
         if truncated:
             cap.truncated_frames += 1
             cap.snaplen = max(cap.snaplen or 0, cap_len)
-        if v[COL["malformed"]]:
-            cap.malformed_frames += 1
         if xids or truncated or v[COL["malformed"]]:
             cap.frames += 1
         if not xids:

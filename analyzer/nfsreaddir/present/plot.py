@@ -18,9 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 import pandas as pd
 
-from . import dcache, dcache_judge
-from .markers import Markers
-from .units import NS
+from ..model.markers import Markers
+from ..units import NS
 
 
 def _ends(lsts):
@@ -252,20 +251,19 @@ def _plot_memcg_grid(ax, runs):
     ax.legend(loc="upper left", fontsize="x-small", ncol=2)
 
 
-def dcache_runs(directories, output):
-    """One panel per results directory (e.g. the same reproducer on two kernels): dentries
-    and negative dentries over time; for readdirplus and memcg runs of one reproducer, a
-    first panel with their figures side by side."""
-    runs = [dcache_judge.load(d) for d in directories]
-    summary = (len({r.get("name") for r in runs}) == 1 and
-               runs[0].get("name") in ("dcache-readdirplus", "dcache-memcg"))
-    n = len(directories) + summary
+def dcache_runs(runs, output):
+    """One panel per run (e.g. the same reproducer on two kernels), runs given as (results,
+    markers of its trace): dentries and negative dentries over time; for readdirplus and memcg
+    runs of one reproducer, a first panel with their figures side by side."""
+    results = [r for r, _ in runs]
+    summary = (len({r.get("name") for r in results}) == 1 and
+               results[0].get("name") in ("dcache-readdirplus", "dcache-memcg"))
+    n = len(runs) + summary
     fig = Figure(figsize=(10, 3.6 * n))
     axes = fig.subplots(n, 1, squeeze=False)
     if summary:
-        dcache_figures(axes[0, 0], runs)
-    for ax, d in zip(axes[int(summary):, 0], directories):
-        m, _ = dcache.read_trace(dcache._trace_of(d))
+        dcache_figures(axes[0, 0], results)
+    for ax, (_, m) in zip(axes[int(summary):, 0], runs):
         dcache_samples(ax, m.samples, m.phases)
         # the run's own parameters: runs of one reproducer on one kernel differ only there
         params = " ".join(f"{k}={v}" for k, v in m.run.items()

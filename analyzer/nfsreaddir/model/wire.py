@@ -14,7 +14,7 @@ What a capture cannot tell, and says:
 - a dropped packet or a frame cut by the snaplen hides READDIRs: missing replies, frames cut
   short and the drop count tcpdump reported (a reproducer's facts) are damage.
 
-The listings are analysis.Listing objects, so the one verdict module judges them as it judges
+The listings are listing.Listing objects, so the one verdict module judges them as it judges
 a trace's.
 """
 
@@ -26,9 +26,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from . import analysis, capture as capture_mod
-from .analysis import Analysis, Listing
-from .units import int_or_none
+from . import analysis
+from ..trace import capture as capture_mod, pcapng
+from .listing import Analysis, Listing
+from ..units import int_or_none
 
 DELIMITED_BY = "wire"
 
@@ -229,7 +230,7 @@ def analyze(path, tshark=None, ports=()):
     # A plain pcap does not keep the drop count: the reproducer's facts have tcpdump's.
     dropped = int_or_none(facts.get(f"{phase}.capture_dropped")) if phase else None
     if dropped is None and "pcapng" in cap.kind:
-        dropped = capture_mod.pcapng_drops(path)
+        dropped = pcapng.pcapng_drops(path)
     if dropped:
         damage.append({"from": -1, "to": 1 << 62, "what": f"{dropped} packets dropped by the "
                        "kernel while capturing"})

@@ -5,8 +5,8 @@ lost, the restarts and invalidations of each listing that had any: `nfs-readdir 
 import os
 import sys
 
-from . import events
-from .units import NS
+from .. import events
+from ..units import NS
 
 # pandas (0.5 s to import) and the dcache judgement are imported by the functions that use
 # them: the slab section of a kmem trace is written without either.
@@ -182,15 +182,11 @@ def print_analysis(analyses, out=None, details=10):
                           "restarts, rewinds or new opens (the trace cannot tell)\n")
 
 
-def dcache_report(x):
-    """A results directory (or its results dict) as text: the verdict, the figures, and the
-    per-phase changes of the dcache."""
+def dcache_report(r):
+    """A dcache run's results (as pipeline.dcache_results gives them) as text: the verdict, the
+    figures, and the per-phase changes of the dcache."""
     import pandas as pd
 
-    from . import dcache_judge
-    if isinstance(x, str) and os.path.isfile(x) and x.endswith(".dat"):
-        x = os.path.dirname(os.path.abspath(x))
-    r = dcache_judge.load(x)
     lines = [f"{r.get('name')} on {r.get('kernel')}: {r.get('verdict')}: "
              + "; ".join(r.get("reasons", []))]
     rows = []

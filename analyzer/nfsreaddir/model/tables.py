@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .events import (CALL_SOURCES, INVALIDATION_SOURCES, MARKER_SOURCE, OPTIONAL_FIELDS,
+from ..events import (CALL_SOURCES, INVALIDATION_SOURCES, MARKER_SOURCE, OPTIONAL_FIELDS,
                      PAIRED_DIRECTORY, RANGE_INVALIDATION, REVALIDATION_SOURCES, RPC_SOURCES,
                      SYSCALL_SOURCES, Source)
+from .requires import requires_events
 
 # pandas (0.5 s to import) is imported by the functions that build tables: asking what a trace
 # offers (has_readdir_source, wanted) does without it.
@@ -333,6 +334,7 @@ def stream_sources(trace):
     return out
 
 
+@requires_events(wanted, applies=has_readdir_source)
 def load(trace):
     """Read a trace into the canonical tables. Returns a dict of DataFrames plus 'sources' (per
     table, the events it was read from) and 'recorded' (per table, the events the trace recorded

@@ -10,7 +10,6 @@ analyze() over all the events and its verdict (verdict.judge) are the summary an
 status. So `watch` answers exactly what `record` + `analyze` would of the same events.
 """
 
-import dataclasses
 import json
 import os
 import sys
@@ -18,10 +17,12 @@ import time
 
 import pandas as pd
 
-from . import analysis, events, opens, recordplan, tables, tracing, verdict
-from .units import NS
-from .trace import BASE_COLUMNS, field_column
-from .trace import pipe as ringbuf
+from .. import events, pipeline
+from ..model import opens, tables
+from . import recordplan, tracing
+from ..units import NS
+from ..trace import BASE_COLUMNS, field_column
+from ..trace import pipe
 
 BUFFER_KB = 4096        # per CPU; read every POLL_SECONDS, a listing's events fit many times
 POLL_SECONDS = 0.2
@@ -31,14 +32,14 @@ DT_DIR = 4
 
 
 def watched(live, plan):
-    """What watch enables, from the plan: only the events analyze() reads (tables.wanted: the
+    """What watch enables, from the plan: only the events analyze() reads (its requires: the
     context events the plan adds for a person reading `trace-cmd report` are read by no table),
     and {event: tracefs filter}. Inode events of the revalidations and invalidations tables
     that say the inode's type are kept to directories: 6.x and 7.x log
     nfs:nfs_set_cache_invalid for the files under the directory too, whenever their attributes
     change (22-28 in a modified 4,000-file listing, 23,794 in the multi-6.1 trace), none of which
     analyze() selects (its rows are the listing's directory's, analysis._select)."""
-    read = set(tables.wanted(live))
+    read = set(pipeline.readdir_events(live))
     evs = [e for e in plan.events if e in read]
     inode_tables = ([s for g in events.INVALIDATION_SOURCES for s in g]
                     + events.REVALIDATION_SOURCES + [events.RANGE_INVALIDATION])
@@ -65,16 +66,14 @@ class LiveTrace:
         self.rows = {ev: [] for ev in self._formats}      # (ts, cpu, pid, fields)
         self._comms = {}
         self.wanted = {self._formats[ev].id: sorted(cols)
-                       for ev, cols in tables.wanted(self).items() if ev in self._formats}
+                       for ev, cols in pipeline.readdir_events(self).items()
+                       if ev in self._formats}
 
     def event_names(self):
         return set(self._formats)
 
     def event_format(self, name):
         return self._formats.get(name)
-
-    def id_of(self, name):
-        return self._formats[name].id
 
     def comm(self, pid):
         """The process name, looked up when first seen (it may have exited by the end)."""
@@ -120,7 +119,7 @@ class _Reader:
         sub = os.path.join(root, "buffer_subbuf_size_kb")
         self.page = (int(open(sub).read()) * 1024 if os.path.exists(sub)
                      else os.sysconf("SC_PAGE_SIZE"))
-        from .trace.format import parse_header_page as _parse_header_page
+        from ..trace.format import parse_header_page as _parse_header_page
         with open(os.path.join(tracefs, "events", "header_page")) as f:
             self.header = _parse_header_page(f.read(), 8)
         cpus = sorted(int(d[3:]) for d in os.listdir(os.path.join(root, "per_cpu"))
@@ -141,7 +140,7 @@ class _Reader:
                     break
                 if not page:
                     break
-                for item in ringbuf.decode_page(page, self.header, live._by_id, live.wanted):
+                for item in pipe.decode_page(page, self.header, live._by_id, live.wanted):
                     if item[0] == "lost":
                         live.info["lost_events"].append({"cpu": cpu, "ts": None,
                                                          "count": item[1]})
@@ -160,6 +159,22 @@ class _Reader:
 
 def _now_ns():
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def _who(comm, pid, fileid):
+    return f"{comm}[{pid}] dir {fileid if fileid is not None else '?'}"
+
+
+def _say(out, start, ts, what, who, text, now=None):
+    """One line of the watch: when the event happened (from the start), what, whose listing,
+    and how late the line comes."""
+    now = _now_ns() if now is None else now
+    out.write(f"[{(ts - start) / NS:+9.3f}s] {what:<12} {who}: {text} "
+              f"(seen {(now - ts) / NS:.2f}s after)\n")
+
+
+def _restart_at(below):
+    return "below the reader's position" if below else "at cookie 0"
 
 
 class _Tracker:
@@ -196,10 +211,7 @@ class _Tracker:
         return self.dir is None or o.fileid in (None, self.dir)
 
     def _line(self, ts, what, o, text):
-        now = _now_ns()
-        who = f"{o.comm}[{o.pid}] dir {o.fileid if o.fileid is not None else '?'}"
-        self.out.write(f"[{(ts - self.start) / NS:+9.3f}s] {what:<12} {who}: {text} "
-                       f"(seen {(now - ts) / NS:.2f}s after)\n")
+        _say(self.out, self.start, ts, what, _who(o.comm, o.pid, o.fileid), text)
 
     def feed(self, new):
         """Take the events drain() returned; print a line for each restart and invalidation."""
@@ -275,7 +287,7 @@ class _Tracker:
                 continue
             self.restarts += 1
             shown += 1
-            at = "at cookie 0" if r not in o.targets else "below the reader's position"
+            at = _restart_at(r in o.targets)
             self._line(when, "restart", o,
                        f"READDIR #{o.rows.index(r) + 1} {at}; so far {shown} "
                        f"restart{'s' * (shown != 1)}, {len(o.rows)} READDIRs in "
@@ -298,7 +310,7 @@ class _Printer:
     def show(self, a):
         now = _now_ns()
         for lst in self.listings(a):
-            who = f"{lst.comm}[{lst.pid}] dir {lst.fileid if lst.fileid is not None else '?'}"
+            who = _who(lst.comm, lst.pid, lst.fileid)
             items = sorted([(r.ts, 1, r) for r in lst.restarts]
                            + [(i.ts, 0, i) for i in lst.invalidations], key=lambda x: x[:2])
             for ts, kind, x in items:
@@ -306,25 +318,22 @@ class _Printer:
                 if key in self.seen:
                     continue
                 self.seen.add(key)
-                when = f"[{(ts - self.start) / NS:+9.3f}s]"
-                late = f"(seen {(now - ts) / NS:.2f}s after)"
                 if kind:
                     done = [r for r in lst.restarts if r.ts <= ts]
                     n_rpc = int((lst.rpcs["ts"] <= ts).sum())
-                    self.out.write(
-                        f"{when} restart      {who}: READDIR #{x.rpc_index + 1} "
-                        f"{'at cookie 0' if not x.cookie else 'below the reader position'}; "
-                        f"so far {len(done)} restart{'s' * (len(done) != 1)}, {n_rpc} READDIRs, "
-                        f"{sum(r.refetched for r in done)} re-read in "
-                        f"{sum(r.cost_ns for r in done) / NS:.3f}s {late}\n")
+                    text = (f"READDIR #{x.rpc_index + 1} {_restart_at(x.cookie)}; so far "
+                            f"{len(done)} restart{'s' * (len(done) != 1)}, {n_rpc} READDIRs, "
+                            f"{sum(r.refetched for r in done)} re-read in "
+                            f"{sum(r.cost_ns for r in done) / NS:.3f}s")
+                    _say(self.out, self.start, ts, "restart", who, text, now)
                 else:
                     n = sum(1 for i in lst.invalidations if i.ts <= ts)
                     chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
                     then = ("; then cookie 0: a restart or a new open"
                             if x.followed_by_ambiguous else "")
-                    self.out.write(
-                        f"{when} invalidation {who}: {chain}; so far {n}, "
-                        f"{(ts - lst.start) / NS:.3f}s into the listing{then} {late}\n")
+                    _say(self.out, self.start, ts, "invalidation", who,
+                         f"{chain}; so far {n}, {(ts - lst.start) / NS:.3f}s into the "
+                         f"listing{then}", now)
         self.out.flush()
 
 
@@ -384,10 +393,9 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
             elif any(live._by_id[e].full_name in inval
                      or (live._by_id[e].full_name in rpc and f.get("cookie") == 0)
                      for _, _, e, _, f in new):
-                try:
-                    printer.show(analysis.analyze(live))
-                except analysis.AnalysisError:
-                    pass
+                a = pipeline.listings_so_far(live)
+                if a is not None:
+                    printer.show(a)
             time.sleep(POLL_SECONDS)
     except (KeyboardInterrupt, tracing.Terminated):
         interrupted = True
@@ -405,22 +413,16 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
 
 
 def _summary(live, dir_fileid, as_json, out, interrupted, tracker=None):
-    from .render import print_analysis
-    try:
-        a = analysis.analyze(live)
-    except analysis.AnalysisError:
-        a = None
-    if a is not None and dir_fileid is not None:
-        a = dataclasses.replace(a, listings=[lst for lst in a.listings
-                                             if lst.fileid in (None, dir_fileid)])
-    v = verdict.judge([a] if a is not None else [])
+    from ..present.render import print_analysis
+    a, v = pipeline.live_summary(live, keep=lambda lst: dir_fileid is None
+                                 or lst.fileid in (None, dir_fileid))
     # The lines against the summary: they differ only where the stream missed what the whole
     # trace shows (an event read after Ctrl-C, a READDIR before its open was seen).
     lines = None if tracker is None or not tracker.usable else tracker.restarts
     total = sum(len(lst.restarts) for lst in a.listings) if a is not None else 0
     if as_json:
         d = a.to_dict() if a is not None else {"listings": []}
-        d["verdict"] = {"code": v.code, "word": v.word, "reason": v.reason}
+        d["verdict"] = v.to_dict()
         d["restart_lines"] = lines
         json.dump(d, out, indent=2, default=str)
         out.write("\n")

@@ -15,7 +15,9 @@ import subprocess
 import sys
 import threading
 
-from . import events, markers, recordplan, tracing
+from .. import events
+from ..model import markers
+from . import recordplan, tracing
 from .tracing import Refused
 
 BUFFER_KB = 20000       # per CPU: dropped nothing for 100,000-name listings under emulation

@@ -1,0 +1,236 @@
+"""The one way from inputs to results: what kind each input is, which analyses it gets, the one
+pass over a trace that serves them all, and the verdict. Every front end (check, analyze,
+export, plot, compare, results, watch) asks here and only shows what it gets.
+
+An analysis says which events it reads where it is written (requires_events: the readdir
+analysis on tables.load, which reads its events; the slab analysis on slab.summarize); the
+pipeline merges those requests, so a trace that two analyses read is decoded once
+(trace.OnePass).
+
+The readdir analysis, the verdict and the dcache judgement load pandas (about 0.5 s): each is
+imported where it is used, so that a trace of kmem events alone, or a command that analyzes
+nothing, never pays for it.
+"""
+
+import glob
+import json
+import os
+from dataclasses import dataclass
+
+from . import runs
+from .model import slab, tables
+from .rules.limits import MAX_RATIO
+from .model.requires import requested
+from .trace import OnePass, is_capture, open_trace
+
+
+class InputError(Exception):
+    """An input that names nothing the pipeline can read (a directory without traces)."""
+
+
+def expand(paths):
+    """Trace files named by the paths; a results directory stands for its traces."""
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(glob.glob(os.path.join(p, "*.dat")))
+            if not found:
+                raise InputError(f"{p} is a directory with no *.dat trace in it")
+            out.extend(found)
+        elif not os.path.exists(p):
+            raise InputError(f"{p}: no such file")
+        else:
+            out.append(p)
+    return out
+
+
+def split_dcache(paths):
+    """(dcache runs, other inputs): a dcache reproducer's directory or trace has its own
+    analysis, from its markers and facts rather than from READDIRs."""
+    found = [p for p in paths if runs.kind(p) == runs.DCACHE]
+    return found, [p for p in paths if p not in found]
+
+
+# ---------------------------------------------------------------------------- readdir listings
+@dataclass
+class Loaded:
+    """One input read: its name as shown, its readdir analysis (None for a trace of kmem
+    events alone) and its slab summary (None without kmem events, or when not asked)."""
+    path: str
+    analysis: object
+    slab: object = None
+
+
+def readdir_analysis(path, ports=(), shown=None):
+    """(the readdir analysis of one trace or capture, the trace read or None for a capture)."""
+    if is_capture(path):        # a packet capture: its own reader, the same listings
+        from .model import wire
+        a = wire.analyze(path, ports=ports)
+        t = None
+    else:
+        from .model.analysis import analyze
+        t = open_trace(path)
+        a = analyze(t)
+    a.info = dict(a.info, path=shown or path)
+    return a, t
+
+
+def _trace(path, shown, with_slab):
+    """Loaded of one trace; with_slab: the slab analysis beside the readdir one, both served by
+    one pass over the file when both apply."""
+    t = open_trace(path)
+    wanted = [a for a in ((tables.load, slab.summarize) if with_slab else (tables.load,))
+              if a.applies(t)]
+    if len(wanted) > 1:
+        t = OnePass(t, requested(t, wanted))
+    summary = slab.summarize(t) if slab.summarize in wanted else None
+    a = None
+    if tables.load in wanted or summary is None:    # (without a source: "no READDIR")
+        from .model.analysis import AnalysisError, analyze
+        try:
+            a = analyze(t)
+            a.info = dict(a.info, path=shown)
+        except AnalysisError as e:
+            if summary is None:
+                raise AnalysisError(f"{shown}: {e}") from None
+    return Loaded(shown, a, summary)
+
+
+def load(paths, with_slab=False, ports=(), shown=lambda p: p, progress=None):
+    """Loaded of each trace the paths name (a results directory: its traces); with_slab: the
+    slab analysis too, where a trace with kmem events but no READDIR has no readdir analysis.
+    ports: NFS server ports of captures besides 2049. progress(n, total, path) is told of each
+    trace as it is read."""
+    out = []
+    paths = expand(paths)
+    for n, path in enumerate(paths, 1):
+        if progress is not None:
+            progress(n, paths, path)
+        if is_capture(path):
+            out.append(Loaded(shown(path), readdir_analysis(path, ports, shown(path))[0]))
+        else:
+            out.append(_trace(path, shown(path), with_slab))
+    return out
+
+
+def checks_of(paths, max_ratio=None):
+    """What the verdict takes besides the traces: the name checks and the READDIR ratio limit of
+    the readdir reproducer runs among the paths (a run is judged as its results.json is)."""
+    names, ratio = {}, None
+    for p in paths:
+        if runs.kind(p) == runs.READDIR:
+            n, ratio = runs.checks(p)
+            names.update(n)
+    ratio = max_ratio if max_ratio is not None else ratio
+    return names, ratio if ratio is not None else MAX_RATIO
+
+
+def judge(loaded, paths, max_restarts=0, max_ratio=None):
+    """The verdict on what load() gave for the paths, as `check` gives it."""
+    from .rules import verdict
+    names, ratio = checks_of(paths, max_ratio)
+    return verdict.judge([x.analysis for x in loaded if x.analysis is not None],
+                         max_restarts=max_restarts, max_ratio=ratio, names=names)
+
+
+def judge_paths(paths, max_restarts=0, max_ratio=None, ports=(), shown=lambda p: p,
+                progress=None):
+    """The verdict on traces and results directories, as `check` gives it."""
+    return judge(load(paths, ports=ports, shown=shown, progress=progress), paths,
+                 max_restarts, max_ratio)
+
+
+def slab_of(path):
+    """The slab summary of one trace, or None without kmem allocation/free events."""
+    return slab.summarize(open_trace(path))
+
+
+def findings(a):
+    """{id(listing): its finding} of every listing of an analysis (for the exports)."""
+    from .rules import verdict
+    return {id(lst): verdict.judge_listing(lst) for lst in a.listings}
+
+
+def readdir_events(trace):
+    """{event: fields} the readdir analysis reads from this trace (what watch enables)."""
+    return requested(trace, [tables.load])
+
+
+def listings_so_far(trace):
+    """The readdir analysis of a trace still being read, or None while it has no listing."""
+    from .model.analysis import AnalysisError, analyze
+    try:
+        return analyze(trace)
+    except AnalysisError:
+        return None
+
+
+def live_summary(trace, keep=lambda lst: True):
+    """(the analysis of a trace read so far, listings kept by keep, or None; its verdict), as
+    watch ends."""
+    import dataclasses
+
+    from .rules import verdict
+    a = listings_so_far(trace)
+    if a is not None:
+        a = dataclasses.replace(a, listings=[lst for lst in a.listings if keep(lst)])
+    return a, verdict.judge([a] if a is not None else [])
+
+
+# ------------------------------------------------------------------------- results directories
+def run_dir(path):
+    """The results directory of a run given as the directory or as its trace."""
+    return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+
+
+def dcache_results(path):
+    """results.json of a dcache run, made afresh from its trace and facts."""
+    from .rules import dcache_judge
+    return dcache_judge.build_results(run_dir(path))
+
+
+def dcache_with_markers(path):
+    """(dcache_results(path), the markers of its trace), the trace read once."""
+    from .rules import dcache_judge
+    return dcache_judge.build(run_dir(path))
+
+
+def dcache_saved(path):
+    """The results of a dcache run as saved in its results.json, else made afresh."""
+    saved = os.path.join(run_dir(path), "results.json")
+    if os.path.exists(saved):
+        with open(saved) as f:
+            return json.load(f)
+    return dcache_results(path)
+
+
+def dcache_markers(path):
+    """The markers (samples and phases) of a dcache run's trace."""
+    from .model import dcache
+    return dcache.read_trace(dcache.trace_of(run_dir(path)))[0]
+
+
+@dataclass
+class ReaddirRun:
+    """A readdir reproducer's run as its results.json sees it: the analysis of every trace, the
+    name check of each phase and the run's READDIR ratio limit."""
+    analyses: list
+    names: dict
+    max_ratio: float
+
+    def judge(self):
+        from .rules import verdict
+        return verdict.judge(self.analyses, max_ratio=self.max_ratio, names=self.names)
+
+
+def readdir_run(directory):
+    """The ReaddirRun of a readdir reproducer's results directory."""
+    analyses = [readdir_analysis(trace)[0]
+                for trace in sorted(glob.glob(os.path.join(directory, "*.dat")))]
+    return ReaddirRun(analyses, *runs.checks(directory))
+
+
+def overhead(untraced_median, traced_median, limit):
+    """readdir-overhead's verdict: (code, reason, slowdown or None)."""
+    from .rules import verdict
+    return verdict.judge_overhead(untraced_median, traced_median, limit)

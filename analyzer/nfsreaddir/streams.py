@@ -1,0 +1,159 @@
+"""The streams of a command: the inputs it names, checked and (standard input, pipes, FIFOs)
+spooled into files before anything is read, with the names the user gave them; standard output
+guarded so that a closed pipe or a full disk is told from the files a command reads or writes;
+and the progress line on a terminal."""
+
+import errno
+import os
+import shutil
+import stat
+import sys
+import tempfile
+
+
+class UsageError(Exception):
+    """The command's words cannot be run: a usage error, an input missing or unreadable."""
+
+
+class OutputLost(Exception):
+    """Standard output could not be written (a closed pipe, a full disk): apart from OSError, so
+    that no handler of the files a command reads or writes takes it for theirs."""
+
+    def __init__(self, error):
+        self.strerror = error.strerror or str(error)
+        super().__init__(self.strerror)
+        self.errno = error.errno
+
+
+class GuardedOutput:
+    """sys.stdout while a command runs: its write errors become OutputLost."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        if self.stream is None:    # started with descriptor 1 closed (>&-)
+            raise OutputLost(OSError(errno.EBADF, "standard output is closed"))
+        try:
+            return self.stream.write(text)
+        except OSError as e:
+            raise OutputLost(e) from None
+
+    def flush(self):
+        if self.stream is None:
+            return
+        try:
+            self.stream.flush()
+        except OSError as e:
+            raise OutputLost(e) from None
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+# The commands' arguments that name inputs (traces, captures, results directories).
+INPUT_ARGS = ("traces", "before", "after", "trace")
+# Spooled copies of streams, by the path they are read through: the name the user gave.
+SHOWN = {}
+
+
+def shown(path):
+    """The name the user gave for an input, also where a stream was spooled."""
+    return SHOWN.get(path, path)
+
+
+def said(error):
+    """An error's text with the user's names for spooled inputs."""
+    text = str(error)
+    for path, name in SHOWN.items():
+        text = text.replace(path, name)
+    return text
+
+
+def open_inputs(args, stack):
+    """Check that every input the command names can be read, before any is analyzed, and spool
+    each stream (standard input as -, a pipe, a FIFO, <(...)) once into a private temporary
+    file: every reader, tshark included, then reads a regular file, so a capture works from a
+    stream as a trace does. The copy is unlinked from the start (reached through /proc/PID/fd,
+    which tshark can open too), so nothing is left behind whatever ends the process; stack
+    closes it. A stream named twice (check - -) would be read empty the second time: refused."""
+    streams = {}
+    for attr in INPUT_ARGS:
+        value = getattr(args, attr, None)
+        if value is None:
+            continue
+        paths = [_input(p, streams, stack) for p in
+                 (value if isinstance(value, list) else [value])]
+        setattr(args, attr, paths if isinstance(value, list) else paths[0])
+
+
+def _input(path, streams, stack):
+    try:
+        st = os.fstat(0) if path == "-" else os.stat(path)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode) and path != "-":
+        try:
+            if stat.S_ISDIR(st.st_mode):
+                os.listdir(path)    # (unlisted, it would look like a directory without traces)
+            else:
+                open(path, "rb").close()
+        except OSError as e:
+            raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+        return path
+    key = (st.st_dev, st.st_ino)
+    if key in streams:
+        name = "standard input (-)" if path == "-" else path
+        same = "is named twice" if streams[key] == path else f"and {streams[key]} are one stream"
+        raise UsageError(f"{name} {same}: a stream can be read only once; save it to a file "
+                         "and name the file instead")
+    streams[key] = path
+    return _spool(path, stack)
+
+
+def _spool(path, stack):
+    name = "standard input" if path == "-" else path
+    try:
+        src = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    copy = stack.enter_context(tempfile.TemporaryFile(prefix="nfs-readdir-"))
+    progress(f"reading {name}")
+    try:
+        shutil.copyfileobj(src, copy, 1 << 20)
+        copy.flush()
+    except OSError as e:
+        raise UsageError(f"cannot copy {name} into {tempfile.gettempdir()}: "
+                         f"{e.strerror or e} (free space there, or set TMPDIR to a place "
+                         "with room, or give a file instead of a stream)") from None
+    progress(None)
+    spooled = f"/proc/{os.getpid()}/fd/{copy.fileno()}"
+    SHOWN[spooled] = path
+    return spooled
+
+
+# Above this many bytes of traces, or for several traces, say what is being read.
+PROGRESS_BYTES = 1 << 30
+
+
+def progress(what):
+    """A progress line rewritten in place on a terminal (never in a pipe or in JSON);
+    None clears it."""
+    if not sys.stderr.isatty():
+        return
+    sys.stderr.write("\r\033[K" + (f"nfs-readdir: {what}" if what else ""))
+    sys.stderr.flush()
+
+
+# Errors of writing where space ran out: the message says to free some or write elsewhere.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def os_error_text(e, where):
+    """One line for an OSError: the file it concerns and, when space ran out, what to do."""
+    text = f"{where}: {e.strerror or e}" if where else str(e.strerror or e)
+    if e.errno in NO_SPACE:
+        text += " (free space there, or write somewhere else)"
+    return text

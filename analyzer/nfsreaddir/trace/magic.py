@@ -1,0 +1,43 @@
+"""What kind of input a file is, from its first bytes: the one place every input format is told
+apart (trace.dat, `trace-cmd report` text, and packet captures, gzip'd or not)."""
+
+import gzip
+import os
+
+TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
+# pcap (both byte orders, microsecond and nanosecond), pcapng, gzip.
+PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1",
+               b"\xa1\xb2\x3c\x4d"}
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def capture_format(path):
+    """'pcap', 'pcapng', 'gzip-pcap', 'gzip-pcapng' or None, from the first bytes."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            if head[:2] == GZIP_MAGIC:
+                f.seek(0)
+                try:
+                    inner = gzip.GzipFile(fileobj=f).read(4)
+                except (OSError, EOFError):
+                    return None
+                kind = _plain_capture(inner)
+                return f"gzip-{kind}" if kind else None
+            return _plain_capture(head)
+    except OSError:
+        return None
+
+
+def _plain_capture(head):
+    if head in PCAP_MAGICS:
+        return "pcap"
+    if head == PCAPNG_MAGIC:
+        return "pcapng"
+    return None
+
+
+def is_capture(path):
+    """A packet capture (read by trace.capture), as against a trace (read by open_trace)."""
+    return path != "-" and os.path.isfile(path) and capture_format(path) is not None
