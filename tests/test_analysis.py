@@ -4,12 +4,11 @@ import os
 
 import pytest
 
+from conftest import FIXTURES
+from nfsreaddir import events
 from nfsreaddir.model.analysis import analyze
 from nfsreaddir.rules.verdict import judge
-from nfsreaddir import events
 from nfsreaddir.trace import open_trace
-
-from conftest import FIXTURES
 
 
 def listing(path, phase):

@@ -15,14 +15,11 @@ import time
 import pandas as pd
 import pytest
 
-from conftest import FIXTURES, TOP, installed, run_cli
-
 import pcapedit
-
+from conftest import FIXTURES, TOP, installed, run_cli
 from nfsreaddir.model import analysis, wire
 from nfsreaddir.rules import verdict
-from nfsreaddir.trace import capture, magic, pcapng
-from nfsreaddir.trace import open_trace
+from nfsreaddir.trace import capture, magic, open_trace, pcapng
 
 CAP_FIXTURES = sorted(d for d in os.listdir(FIXTURES) if d.endswith("-cap")
                       and os.path.exists(os.path.join(FIXTURES, d, "COMMAND")))

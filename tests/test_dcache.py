@@ -10,14 +10,13 @@ import subprocess
 import pandas as pd
 import pytest
 
-from nfsreaddir.present import compare, plot
-from nfsreaddir.model import dcache, markers
-from nfsreaddir.rules import dcache_judge
-from nfsreaddir import pipeline
-from nfsreaddir.units import NS
-from nfsreaddir.facts import read_facts
-
 from conftest import needs_setup
+from nfsreaddir import pipeline
+from nfsreaddir.facts import read_facts
+from nfsreaddir.model import dcache, markers
+from nfsreaddir.present import compare, plot
+from nfsreaddir.rules import dcache_judge
+from nfsreaddir.units import NS
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(TOP, "tests", "fixtures")
@@ -394,8 +393,9 @@ def test_cli_will_not_mix_dcache_runs_and_readdir_traces(tmp_path):
 
 
 def test_cli_names_a_dcache_run_without_its_trace(tmp_path):
-    from conftest import run_cli
     import shutil
+
+    from conftest import run_cli
     d = tmp_path / "run"
     shutil.copytree(fixture_path("negative-6.1"), d)
     os.unlink(d / "dcache.dat")
@@ -453,7 +453,8 @@ def test_negative_slowdown_is_the_ratio_of_the_two_medians(built, kernel):
     name = f"negative-{kernel}"
     r = res(built, name)
     for target in ("nfs", "local"):
-        before, after = median_of(name, f"before.{target}.ns"), median_of(name, f"after.{target}.ns")
+        before = median_of(name, f"before.{target}.ns")
+        after = median_of(name, f"after.{target}.ns")
         assert r["figures"][f"{target}_slowdown"] == round(after / before, 3)
         ff = facts(name)
         walk = {loop: statistics.median(
@@ -758,7 +759,8 @@ def test_a_cell_cut_short_before_its_lookups_is_left_out_of_the_model(monkeypatc
 
 def test_memcg_grid_5_10_follows_the_code_law(built):
     if not have("memcg-grid-5.10"):
-        pytest.skip("no dcache-memcg-grid-5.10 fixture: tests/fixtures/record-dcache memcg-grid-5.10")
+        pytest.skip("no dcache-memcg-grid-5.10 fixture: "
+                    "tests/fixtures/record-dcache memcg-grid-5.10")
     r = res(built, "memcg-grid-5.10")
     f = r["figures"]
     c = cells(r)

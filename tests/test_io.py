@@ -227,7 +227,8 @@ def test_a_dcache_run_exports_phases_not_listings(dcache_dataset):
 
 def test_export_of_a_trace_without_readdirs_says_so(tmp_path):
     p = run_cli("export", os.path.join(FIXTURES, "kmem-host", "kmem.dat"), "-o", tmp_path / "x")
-    assert p.returncode == EXIT_ERROR and "nothing to export" in p.stderr and "no READDIR" in p.stderr
+    assert p.returncode == EXIT_ERROR
+    assert "nothing to export" in p.stderr and "no READDIR" in p.stderr
     assert not os.path.exists(tmp_path / "x") or not os.listdir(tmp_path / "x")
 
 

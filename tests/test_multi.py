@@ -94,8 +94,8 @@ def test_a_change_before_the_reader_left_the_start_is_no_evidence():
     """A poller's revalidation when it opens the directory drops a cache it has not read from:
     no kernel can restart from that, so such a listing is untested, never good (on stock 5.10
     a good there would be a false good)."""
-    from nfsreaddir.model import analysis
     from nfsreaddir import trace
+    from nfsreaddir.model import analysis
     from nfsreaddir.rules import verdict
     a = analysis.analyze(trace.open_trace(os.path.join(FIXTURES, "multi-5.10", "multi.dat")))
     early = [lst for lst in a.listings if lst.invalidations and len(lst.rpcs)

@@ -279,8 +279,8 @@ def test_watch_lines_are_the_restarts_analyze_finds(trace):
     """watch prints a restart the moment its READDIR is read, from the analyzer's reader
     model driven one event at a time: on real traces, as many lines as analyze() finds
     restarts (5 on stock 5.10, none on the series or 6.1), each naming the lister."""
-    from nfsreaddir.model import analysis
     from nfsreaddir.live import watch
+    from nfsreaddir.model import analysis
     replay = _Replay(os.path.join(TOP, "tests", "fixtures", trace))
     out = io.StringIO()
     t = watch._Tracker(replay, out, None, replay.items[0][0])
@@ -333,8 +333,8 @@ def test_watch_filters_change_no_analysis(trace):
     events of the revalidation tables, for inodes that are not directories: one per name a
     READDIR caches on 6.x and 7.x) changes nothing analyze() finds: on real traces that have
     such events, the analysis without them is the analysis with them."""
-    from nfsreaddir.model import analysis
     from nfsreaddir.live import watch
+    from nfsreaddir.model import analysis
     from nfsreaddir.trace import open_trace
     t = open_trace(os.path.join(TOP, "tests", "fixtures", trace))
     plan = recordplan.Plan("", "", sorted(t.event_names()), [], {}, [])

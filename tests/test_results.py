@@ -5,7 +5,6 @@ import shutil
 import subprocess
 import sys
 
-
 from conftest import run_cli
 from nfsreaddir.present import results
 
@@ -74,6 +73,7 @@ def test_overhead_is_the_ratio_of_the_medians_of_one_run(tmp_path):
     (tests/fixtures/overhead-5.10-series/COMMAND); the other recorders it timed alongside
     (traced_flight) do not enter the verdict."""
     import statistics
+
     from conftest import FIXTURES
     src = f"{FIXTURES}/overhead-5.10-series"
     facts = results.read_facts(f"{src}/facts")

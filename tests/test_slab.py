@@ -20,13 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nfsreaddir.present import render
+from conftest import installed, needs_setup
 from nfsreaddir.model import slab
-from nfsreaddir.trace.text import ReportText
+from nfsreaddir.present import render
 from nfsreaddir.trace import open_trace
 from nfsreaddir.trace.arrays import _Strs
-
-from conftest import installed, needs_setup
+from nfsreaddir.trace.text import ReportText
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HOST = FIXTURES / "kmem-host" / "kmem.dat"
@@ -66,7 +65,7 @@ def expected(evs, use_names=True):
     c = defaultdict(Counter)
     running, peak = Counter(), Counter()
     unknown = 0
-    for ts, kind, ptr, name, size in evs:
+    for _, kind, ptr, name, size in evs:
         if ptr <= 16:
             continue
         if kind.startswith(("kmem_cache_alloc", "kmalloc")):
@@ -144,7 +143,7 @@ def test_host_trace_matches_report(host_events):
     assert unknown == 0                       # the free events name their cache
     # objects live at the end, counted by ptr: the allocations whose ptr is never seen again
     last = {}
-    for ts, kind, ptr, *_ in sorted(host_events, key=lambda e: e[0]):
+    for _, kind, ptr, *_ in sorted(host_events, key=lambda e: e[0]):
         last[ptr] = kind
     assert s["total"]["live"] == sum(1 for k in last.values() if k == "kmem_cache_alloc")
     d = s["dentry"]
@@ -274,8 +273,8 @@ def test_compiled_pass_on_many_pointers_and_tied_times(monkeypatch):
     """More objects than the fixtures have (the compiled table grows several times and
     entries are erased from the middle of probe chains), pointers sharing their low bits,
     many caches, times tied across event kinds, kinds in several runs (one wholly unsorted)
-    and in pieces with dictionaries of their own, failed allocations, frees of no cache, names that disagree: the same summary both ways,
-    with every one of those cases met."""
+    and in pieces with dictionaries of their own, failed allocations, frees of no cache, names
+    that disagree: the same summary both ways, with every one of those cases met."""
     rng = np.random.default_rng(17)
     names = [f"cache-{i}" for i in range(300)]
     size_of = rng.integers(8, 4096, len(names))

@@ -54,7 +54,10 @@ def test_check_results_json_and_analyze_agree(name, tmp_path):
     assert {a["verdict"]["code"] for a in js} == {c.returncode}
 
 
-def report_lines(trace_cmd, tmp_path, dat=os.path.join(BAD, "modified.dat"), raw=False):
+BAD_TRACE = os.path.join(BAD, "modified.dat")
+
+
+def report_lines(trace_cmd, tmp_path, dat=BAD_TRACE, raw=False):
     out = report_text(trace_cmd, dat, tmp_path / ("r.txt" if raw else "t.txt"), raw=raw)
     with open(out) as f:
         return f.read().splitlines(keepends=True)

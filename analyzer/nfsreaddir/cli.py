@@ -23,8 +23,18 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from . import __version__, events, runs, status
 from .rules.limits import MAX_RATIO
-from .streams import (PROGRESS_BYTES, SHOWN, GuardedOutput, OutputLost, UsageError, open_inputs,
-                      os_error_text, progress, said, shown)
+from .streams import (
+    PROGRESS_BYTES,
+    SHOWN,
+    GuardedOutput,
+    OutputLost,
+    UsageError,
+    open_inputs,
+    os_error_text,
+    progress,
+    said,
+    shown,
+)
 from .trace import TraceError
 
 # The analyses, renderers and capture reader import pandas (about 0.5 s): each command imports
@@ -106,9 +116,9 @@ def cmd_check(args):
 
 
 def cmd_export(args):
-    from .present import export
     from . import pipeline
     from .model.analysis import AnalysisError
+    from .present import export
     dcache_runs, traces = pipeline.split_dcache(pipeline.expand(args.traces))
     for path in dcache_runs:
         res, markers = pipeline.dcache_with_markers(path)
@@ -156,8 +166,8 @@ def cmd_plot(args):
 
 
 def cmd_compare(args):
-    from .present import compare
     from . import pipeline
+    from .present import compare
     dcache_runs, _ = pipeline.split_dcache([args.before, args.after])
     if len(dcache_runs) == 1:
         raise UsageError(f"{dcache_runs[0]} is a dcache run and the other is not: compare two "

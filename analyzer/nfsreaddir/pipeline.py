@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from . import runs
 from .model import slab, tables
-from .rules.limits import MAX_RATIO
 from .model.requires import requested
+from .rules.limits import MAX_RATIO
 from .trace import OnePass, is_capture, open_trace
 
 

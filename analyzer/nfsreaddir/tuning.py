@@ -28,8 +28,10 @@ TRIM_THRESHOLD = 1 << 30         # freeing the heap's top would only be faulted 
 def _libc():
     try:
         libc = ctypes.CDLL(None)
-        libc.mallopt, libc.malloc_trim      # glibc: both there, or neither is used
-        return libc
+        # glibc: both there (the lookups raise AttributeError otherwise), or neither is used
+        if libc.mallopt and libc.malloc_trim:
+            return libc
+        return None
     except (OSError, AttributeError):
         return None
 

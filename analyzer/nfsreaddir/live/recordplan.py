@@ -7,10 +7,25 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..events import (ARG_REGISTERS, CALL_SOURCES, CONTEXT_EVENTS, COOKIE_KPROBES, DCACHE_EVENTS,
-                     INVALIDATION_SOURCES, KPROBE_SYSTEM, OPEN_KPROBES, PAIRED_DIRECTORY,
-                     RANGE_INVALIDATION, REVALIDATION_SOURCES, RPC_SOURCES, SLAB_EVENTS,
-                     SYSCALL_SOURCES, ProbeSpec, kernel_generation, kprobe_definition)
+from ..events import (
+    ARG_REGISTERS,
+    CALL_SOURCES,
+    CONTEXT_EVENTS,
+    COOKIE_KPROBES,
+    DCACHE_EVENTS,
+    INVALIDATION_SOURCES,
+    KPROBE_SYSTEM,
+    OPEN_KPROBES,
+    PAIRED_DIRECTORY,
+    RANGE_INVALIDATION,
+    REVALIDATION_SOURCES,
+    RPC_SOURCES,
+    SLAB_EVENTS,
+    SYSCALL_SOURCES,
+    ProbeSpec,
+    kernel_generation,
+    kprobe_definition,
+)
 
 TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 

@@ -19,10 +19,9 @@ import pandas as pd
 
 from .. import events, pipeline
 from ..model import opens, tables
-from . import recordplan, tracing
+from ..trace import BASE_COLUMNS, field_column, pipe
 from ..units import NS
-from ..trace import BASE_COLUMNS, field_column
-from ..trace import pipe
+from . import recordplan, tracing
 
 BUFFER_KB = 4096        # per CPU; read every POLL_SECONDS, a listing's events fit many times
 POLL_SECONDS = 0.2

@@ -8,7 +8,6 @@ import os
 
 import pandas as pd
 
-
 METRICS = ["seconds", "entries", "readdirs", "restarts", "refetched_readdirs",
            "invalidations", "invalidations_followed_by_restart", "ending"]
 UNKNOWN = "cannot tell"

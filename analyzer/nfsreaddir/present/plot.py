@@ -12,11 +12,12 @@ hollow orange circles: the legend gives a listing's restarts as a range then.
 import os
 import stat
 
+import pandas as pd
+
 # Figures made as objects, not through pyplot: no backend chosen for the whole process at
 # import, and no figure kept by pyplot; savefig renders with the format's own canvas.
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-import pandas as pd
 
 from ..model.markers import Markers
 from ..units import NS
@@ -208,7 +209,7 @@ def dcache_figures(ax, runs):
             c, {})]
         width = 0.8 / len(runs)
         for i, r in enumerate(runs):
-            for j, step in enumerate(("setup", "touch")):
+            for step in ("setup", "touch"):
                 ys = [r["phases"].get(c, {}).get("memcg", {}).get(f"lru_bytes_{step}") or 0
                       for c in cells]
                 xs = [k + i * width for k in range(len(cells))]

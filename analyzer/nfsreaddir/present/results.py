@@ -17,8 +17,8 @@ import json
 import os
 
 from .. import __version__, runs
-from ..status import UNDECIDED, result_word
 from ..facts import read_facts
+from ..status import UNDECIDED, result_word
 
 
 def _num(v):
