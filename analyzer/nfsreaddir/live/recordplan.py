@@ -116,118 +116,143 @@ def _arg_forms(readme, machine):
     return forms
 
 
+class _Planner:
+    """What one running kernel offers (its events, kprobe argument forms and functions) and
+    the plan being made from it, one table's sources at a time."""
+
+    def __init__(self, tracefs, kallsyms, release, machine, group):
+        self.tracefs, self.release, self.machine, self.group = tracefs, release, machine, group
+        self.gen = kernel_generation(release)
+        self.have = set(_read(os.path.join(tracefs, "available_events")).split())
+        self.kprobes_ok = os.path.exists(os.path.join(tracefs, "kprobe_events"))
+        self.forms = (_arg_forms(_read(os.path.join(tracefs, "README")), machine)
+                      if self.kprobes_ok else [])
+        self.functions = kallsyms_functions(kallsyms, set(COOKIE_KPROBES) | set(OPEN_KPROBES))
+        self.events, self.kprobes, self.sources, self.warnings = [], [], {}, []
+
+    def add(self, ev):
+        if ev not in self.events:
+            self.events.append(ev)
+
+    def probe(self, spec):
+        defs = []
+        for form in self.forms:
+            try:
+                defs.append(kprobe_definition(spec, form, self.machine, self.group))
+            except KeyError:
+                continue
+        self.kprobes.append(Kprobe(f"{self.group}:{spec.function}", spec, tuple(defs)))
+        self.add(f"{self.group}:{spec.function}")
+
+    def usable(self, spec):
+        return (self.kprobes_ok and self.forms and spec.function in self.functions
+                and spec.fits(self.gen))
+
+    def readdirs(self):
+        """Every tracepoint that carries the cookie; else the cookie kprobes (with the event
+        that names their directory); and the RPC itself, counted on any kernel."""
+        have = self.have
+        cookie_events = [s.event for g in RPC_SOURCES for s in g if not s.event.startswith("*:")
+                         and "cookie" in s.fields and s.event in have
+                         and _has_fields(self.tracefs, s.event, s.fields.values())]
+        for ev in cookie_events:
+            self.add(ev)
+        if cookie_events:
+            self.sources["rpc"] = ", ".join(cookie_events)
+        else:
+            self.cookie_kprobes()
+        for s in RPC_SOURCES[-1]:
+            if s.event in have:
+                self.add(s.event)
+                self.sources.setdefault("rpc", s.event + " (counts, no cookies)")
+        if "rpc" not in self.sources:
+            nfs_loaded = any(e.startswith(("nfs:", "nfs4:")) for e in have)
+            raise KernelLacks(
+                "this kernel has no source of READDIRs: none of the events "
+                + ", ".join(s.event for g in RPC_SOURCES for s in g
+                            if not s.event.startswith("*:"))
+                + ", and no kprobe on nfs{3,4}_proc_readdir"
+                + ("" if nfs_loaded else "; no nfs or nfs4 trace events at all: load the NFS "
+                   "client (modprobe nfs nfsv3 nfsv4) or mount an NFS share first")
+                + ("" if have & {"sunrpc:rpc_request"} or not nfs_loaded else
+                   "; sunrpc:rpc_request is missing too"))
+
+    def cookie_kprobes(self):
+        probes = [s for s in COOKIE_KPROBES.values() if self.usable(s)]
+        for s in probes:
+            self.probe(s)
+        if probes:
+            self.sources["rpc"] = "kprobes on " + ", ".join(s.function for s in probes)
+            if PAIRED_DIRECTORY.event in self.have:
+                self.add(PAIRED_DIRECTORY.event)
+            return
+        why = ("kprobe_events is missing (CONFIG_KPROBE_EVENTS)" if not self.kprobes_ok else
+               "no kprobe argument form known for " + self.machine if not self.forms else
+               f"the READDIR cookie kprobes fit 5.0-5.10 and this is {self.release}"
+               if not any(s.fits(self.gen) for s in COOKIE_KPROBES.values()) else
+               "nfs{3,4}_proc_readdir are not in kallsyms (is the nfs module loaded?)")
+        self.warnings.append(f"no READDIR cookies on this kernel ({why}): a restart cannot be "
+                             "seen, only READDIR counts")
+
+    def invalidations(self):
+        for s in [s for g in INVALIDATION_SOURCES for s in g] + [RANGE_INVALIDATION]:
+            if s.event in self.have:
+                self.add(s.event)
+        self.sources["invalidations"] = ", ".join(
+            s.event for g in INVALIDATION_SOURCES for s in g if s.event in self.have) or "-"
+        if self.sources["invalidations"] == "-":
+            self.warnings.append("no invalidation event: restarts are counted but not explained")
+        for s in REVALIDATION_SOURCES:
+            if s.event in self.have:
+                self.add(s.event)
+
+    def calls(self):
+        """Listings: the series' own events, else the open/position kprobes; the getdents64
+        system calls on any kernel with syscall events."""
+        series = [s.event for s in CALL_SOURCES[0] if s.event in self.have]
+        if series:
+            for ev in series:
+                self.add(ev)
+            calls = ", ".join(series)
+        else:
+            opens = [s for s in OPEN_KPROBES.values() if self.usable(s)]
+            for s in opens:
+                self.probe(s)
+            calls = ("kprobes on " + ", ".join(s.function for s in opens)) if opens else ""
+        sys_events = [s.event for s in SYSCALL_SOURCES if s.event in self.have]
+        for ev in sys_events:
+            self.add(ev)
+        self.sources["calls"] = ", ".join(x for x in (calls, ", ".join(sys_events)) if x) or "-"
+        if self.sources["calls"] == "-":
+            self.warnings.append("nothing tells listings apart (no open kprobes, no syscall "
+                                 "events): a cookie-0 READDIR after the start cannot be told "
+                                 "from a new open")
+
+    def slab(self):
+        kmem = [ev for ev in SLAB_EVENTS if ev in self.have]
+        if not kmem:
+            raise KernelLacks("--slab: this kernel has none of the kmem events "
+                              + ", ".join(SLAB_EVENTS))
+        for ev in kmem:
+            self.add(ev)
+
+
 def plan(tracefs, kallsyms="/proc/kallsyms", release=None, machine=None, dcache=False,
          slab=False, group=KPROBE_SYSTEM):
     """The events and kprobes that fill the tables on the running kernel, from its tracefs
     (available_events, the formats, kprobe_events and its README) and kallsyms. Raises
     KernelLacks when the kernel has no source of READDIRs at all."""
     release = release or os.uname().release
-    machine = machine or os.uname().machine
-    gen = kernel_generation(release)
-    have = set(_read(os.path.join(tracefs, "available_events")).split())
-    kprobes_ok = os.path.exists(os.path.join(tracefs, "kprobe_events"))
-    forms = _arg_forms(_read(os.path.join(tracefs, "README")), machine) if kprobes_ok else []
-    functions = kallsyms_functions(kallsyms, set(COOKIE_KPROBES) | set(OPEN_KPROBES))
-    events, kprobes, sources, warnings = [], [], {}, []
-
-    def add(ev):
-        if ev not in events:
-            events.append(ev)
-
-    def probe(spec):
-        defs = []
-        for form in forms:
-            try:
-                defs.append(kprobe_definition(spec, form, machine, group))
-            except KeyError:
-                continue
-        kprobes.append(Kprobe(f"{group}:{spec.function}", spec, tuple(defs)))
-        add(f"{group}:{spec.function}")
-
-    def usable(spec):
-        return kprobes_ok and forms and spec.function in functions and spec.fits(gen)
-
-    # READDIRs: every tracepoint that carries the cookie; else the cookie kprobes (with the
-    # event that names their directory); and the RPC itself, counted on any kernel.
-    cookie_events = [s.event for g in RPC_SOURCES for s in g if not s.event.startswith("*:")
-                     and "cookie" in s.fields and s.event in have
-                     and _has_fields(tracefs, s.event, s.fields.values())]
-    for ev in cookie_events:
-        add(ev)
-    if cookie_events:
-        sources["rpc"] = ", ".join(cookie_events)
-    else:
-        probes = [s for s in COOKIE_KPROBES.values() if usable(s)]
-        for s in probes:
-            probe(s)
-        if probes:
-            sources["rpc"] = "kprobes on " + ", ".join(s.function for s in probes)
-            if PAIRED_DIRECTORY.event in have:
-                add(PAIRED_DIRECTORY.event)
-        else:
-            why = ("kprobe_events is missing (CONFIG_KPROBE_EVENTS)" if not kprobes_ok else
-                   "no kprobe argument form known for " + machine if not forms else
-                   f"the READDIR cookie kprobes fit 5.0-5.10 and this is {release}"
-                   if not any(s.fits(gen) for s in COOKIE_KPROBES.values()) else
-                   "nfs{3,4}_proc_readdir are not in kallsyms (is the nfs module loaded?)")
-            warnings.append(f"no READDIR cookies on this kernel ({why}): a restart cannot be "
-                            "seen, only READDIR counts")
-    for s in RPC_SOURCES[-1]:
-        if s.event in have:
-            add(s.event)
-            sources.setdefault("rpc", s.event + " (counts, no cookies)")
-    if "rpc" not in sources:
-        nfs_loaded = any(e.startswith(("nfs:", "nfs4:")) for e in have)
-        raise KernelLacks(
-            "this kernel has no source of READDIRs: none of the events "
-            + ", ".join(s.event for g in RPC_SOURCES for s in g if not s.event.startswith("*:"))
-            + ", and no kprobe on nfs{3,4}_proc_readdir"
-            + ("" if nfs_loaded else "; no nfs or nfs4 trace events at all: load the NFS "
-               "client (modprobe nfs nfsv3 nfsv4) or mount an NFS share first")
-            + ("" if have & {"sunrpc:rpc_request"} or not nfs_loaded else
-               "; sunrpc:rpc_request is missing too"))
-    for s in [s for g in INVALIDATION_SOURCES for s in g] + [RANGE_INVALIDATION]:
-        if s.event in have:
-            add(s.event)
-    sources["invalidations"] = ", ".join(
-        s.event for g in INVALIDATION_SOURCES for s in g if s.event in have) or "-"
-    if sources["invalidations"] == "-":
-        warnings.append("no invalidation event: restarts are counted but not explained")
-    for s in REVALIDATION_SOURCES:
-        if s.event in have:
-            add(s.event)
-    # Listings: the series' own events, else the open/position kprobes; the getdents64 system
-    # calls on any kernel with syscall events.
-    series = [s.event for s in CALL_SOURCES[0] if s.event in have]
-    if series:
-        for ev in series:
-            add(ev)
-        sources["calls"] = ", ".join(series)
-    else:
-        opens = [s for s in OPEN_KPROBES.values() if usable(s)]
-        for s in opens:
-            probe(s)
-        sources["calls"] = ("kprobes on " + ", ".join(s.function for s in opens)) if opens \
-            else ""
-    sys_events = [s.event for s in SYSCALL_SOURCES if s.event in have]
-    for ev in sys_events:
-        add(ev)
-    sources["calls"] = ", ".join(x for x in (sources["calls"], ", ".join(sys_events)) if x) \
-        or "-"
-    if sources["calls"] == "-":
-        warnings.append("nothing tells listings apart (no open kprobes, no syscall events): "
-                        "a cookie-0 READDIR after the start cannot be told from a new open")
+    p = _Planner(tracefs, kallsyms, release, machine or os.uname().machine, group)
+    p.readdirs()
+    p.invalidations()
+    p.calls()
     for ev in CONTEXT_EVENTS + (DCACHE_EVENTS if dcache else ()):
-        if ev in have:
-            add(ev)
+        if ev in p.have:
+            p.add(ev)
     if slab:
-        kmem = [ev for ev in SLAB_EVENTS if ev in have]
-        if not kmem:
-            raise KernelLacks("--slab: this kernel has none of the kmem events "
-                              + ", ".join(SLAB_EVENTS))
-        for ev in kmem:
-            add(ev)
-    return Plan(release, machine, events, kprobes, sources, warnings)
+        p.slab()
+    return Plan(release, p.machine, p.events, p.kprobes, p.sources, p.warnings)
 
 
 def main(argv=None):
