@@ -268,6 +268,13 @@ def _port(v):
     return _number(int, v, lambda x: 0 < x < 65536, "a TCP/UDP port (1-65535)")
 
 
+def _port_option(parser):
+    """--port, for every command that reads captures."""
+    parser.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
+                        help="captures: another NFS server port to decode as ONC RPC (2049 "
+                             "always is); repeat for more")
+
+
 def _count(v):
     return _number(int, v, lambda x: x >= 0, "a whole number of 0 or more")
 
@@ -309,9 +316,7 @@ def parser():
     s.add_argument("--top", type=_count, default=10, metavar="N",
                    help="slab caches shown, by growth, for traces with kmem events "
                         "(default 10)")
-    s.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
-                   help="captures: another NFS server port to decode as ONC RPC (2049 always "
-                        "is); repeat for more")
+    _port_option(s)
     s.set_defaults(func=cmd_analyze)
 
     s = sub.add_parser("check", help="verdict for git bisect run: 0 good, 1 bad, 125 skip, "
@@ -323,18 +328,14 @@ def parser():
     s.add_argument("--max-ratio", type=_ratio, default=None, metavar="R",
                    help="without cookies: modified/idle READDIR ratio allowed (default: the "
                         f"run's own, else {MAX_RATIO})")
-    s.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
-                   help="captures: another NFS server port to decode as ONC RPC (2049 always "
-                        "is); repeat for more")
+    _port_option(s)
     s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("export", help="canonical events as CSV or Parquet tables")
     s.add_argument("traces", nargs="+", metavar="TRACE")
     s.add_argument("-o", "--output", required=True, metavar="DIR")
     s.add_argument("--format", choices=("csv", "parquet"), default="csv")
-    s.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
-                   help="captures: another NFS server port to decode as ONC RPC (2049 always "
-                        "is); repeat for more")
+    _port_option(s)
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("plot", help="cookie progress per listing, invalidations, restarts and "
@@ -342,9 +343,7 @@ def parser():
                                     "dentries over time, one panel per run (PNG or SVG)")
     s.add_argument("traces", nargs="+", metavar="TRACE")
     s.add_argument("-o", "--output", required=True, metavar="FILE.png|FILE.svg|FILE.pdf")
-    s.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
-                   help="captures: another NFS server port to decode as ONC RPC (2049 always "
-                        "is); repeat for more")
+    _port_option(s)
     s.set_defaults(func=cmd_plot)
 
     s = sub.add_parser("compare", help="two traces or results directories side by side (e.g. "
@@ -352,9 +351,7 @@ def parser():
     s.add_argument("before", metavar="A")
     s.add_argument("after", metavar="B")
     s.add_argument("--json", action="store_true")
-    s.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
-                   help="captures: another NFS server port to decode as ONC RPC (2049 always "
-                        "is); repeat for more")
+    _port_option(s)
     s.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("record", help="record a trace on this machine with the events and "
