@@ -983,6 +983,19 @@ def test_compiled_walk_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk)
         assert np.array_equal(got[1], want[1]) and got[2:] == want[2:], dat
 
 
+def test_compiled_walk_takes_the_page_format_of_page_py():
+    """The ring-buffer page is defined once, in trace/page.py: the compiled walk's #defines
+    are the same values."""
+    from nfsreaddir.trace import page
+    src = (Path(page.__file__).parent.parent / "_ringbuf.c").read_text()
+    defines = dict(re.findall(r"^#define ([A-Z_]+) (\(.*\)|\d+)$", src, re.M))
+    names = ["COMMIT_MASK", "MISSED_EVENTS", "MISSED_STORED", "TS_SHIFT", "TS_MSB",
+             "TYPE_DATA_MAX", "TYPE_PADDING", "TYPE_TIME_EXTEND", "TYPE_TIME_STAMP"]
+    for name in names:
+        value = eval(re.sub(r"(\d)u?l*l?\b", r"\1", defines[name]))
+        assert value == getattr(page, name), name
+
+
 def test_without_the_compiled_walk_one_notice(dat_files):
     """Where the extension could not be built, the numpy walk reads the same events and says
     so once on stderr."""

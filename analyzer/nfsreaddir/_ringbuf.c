@@ -5,7 +5,7 @@
  * (walk(), for the decoders: ints(), strings()); and the same pass writing the wanted fields
  * of those records straight into columns (the Extract type, below).
  *
- * It computes exactly what the numpy walk (_chain, then _walk) computes, record by
+ * It computes exactly what the numpy walk (nfsreaddir/trace/numpywalk.py) computes, record by
  * record in file order, without the numpy passes over every record; the numpy walk stays
  * as the fallback and as the oracle of the tests.  The page and record layout are the
  * kernel's (kernel/trace/ring_buffer.c): a page header of a time stamp and a commit word
@@ -16,12 +16,13 @@
  * Only the buffer protocol is used (no numpy C API): the caller passes the block and the
  * output arrays, which it allocates once and reuses.
  *
- * Why not libtracecmd/libtraceevent (the trace-cmd project's own readers): measured on the
- * same 8.44 M-record kmem trace (v7 zstd, 2 cores under load), reading ptr and bytes_alloc of
- * every kmem event through tracecmd_iterate_events() and tep_read_number_field() takes 54 s
- * (28 s CPU; analyzer/bench/tracecmd-loop.c), no faster than `trace-cmd report`: 80% of it in
- * one loop of libtracecmd 3.1.6 that walks a linked list per record.  This walk lists the
- * same records at 3-5 M/s.  docs/measurements/bench.md has the figures.
+ * Why not libtracecmd/libtraceevent (the trace-cmd project's own readers): reading the fields
+ * of every record through tracecmd_iterate_events() and tep_read_number_field() is no faster
+ * than `trace-cmd report` (analyzer/bench/tracecmd-loop.c); docs/measurements/bench.md has
+ * the figures, measured against this walk.
+ *
+ * The page format is nfsreaddir/trace/page.py's: tests/test_tracedat.py checks the #defines
+ * below against it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -36,6 +37,7 @@
 #define MISSED_STORED (1ull << 30)
 #define TS_SHIFT 27
 #define TS_MSB (0xF8ull << 56)
+#define TYPE_DATA_MAX 28
 #define TYPE_PADDING 29
 #define TYPE_TIME_EXTEND 30
 #define TYPE_TIME_STAMP 31
@@ -135,7 +137,7 @@ static inline int walk_page(const struct layout *l, int64_t start, int64_t end,
 		int64_t nx, dpos = -1, dl = 0;
 		int broken = 0;
 
-		if (tl >= 1 && tl <= 28) {
+		if (tl >= 1 && tl <= TYPE_DATA_MAX) {
 			dl = 4 * (int64_t)tl;
 			dpos = cur + 4;
 			nx = cur + 4 + dl;
@@ -154,6 +156,10 @@ static inline int walk_page(const struct layout *l, int64_t start, int64_t end,
 				nx = cur + 4 + (int64_t)a0;
 				if (nx > end)
 					nx = end;
+				/* every record starts 4-byte aligned: a padding length that
+				 * leaves the alignment is damage (as in the numpy walk) */
+				if (nx < end && (nx & 3))
+					broken = 1;
 				ts += delta;
 			} else if (tl == TYPE_TIME_EXTEND) {
 				nx = cur + 8;
