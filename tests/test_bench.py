@@ -99,6 +99,21 @@ def test_refusals_name_the_problem_and_leave_nothing(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["report.txt"]
 
 
+def test_make_trace_options_are_usage_or_refused(tmp_path):
+    """-h/--help print the usage; any other argument starting with '-' is refused with a line
+    that names it, before anything is recorded or made (it is never taken as the directory)."""
+    for opt in ("-h", "--help"):
+        p = subprocess.run([MAKE_TRACE, opt], capture_output=True, text=True, timeout=60,
+                           cwd=tmp_path)
+        assert p.returncode == 0 and p.stdout.startswith("usage: "), p
+    for args in (["--out", "x"], ["-n"], ["a", "b"]):
+        p = subprocess.run([MAKE_TRACE, *args], capture_output=True, text=True, timeout=60,
+                           cwd=tmp_path)
+        assert p.returncode == 2 and p.stderr.startswith("make-trace: "), (args, p)
+        assert args[0] in p.stderr.splitlines()[0] or "one DIR" in p.stderr
+    assert os.listdir(tmp_path) == []
+
+
 @needs_trace_cmd
 def test_make_trace_cuts_the_smaller_scales_from_one_recording(tmp_path):
     """With the largest recording in place, make-trace cuts the smaller scale from it (no

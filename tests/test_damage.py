@@ -76,13 +76,13 @@ def records(path, event):
     """(file offset of the record's data, cpu, ts) of each record of ``event`` in an
     uncompressed trace.dat, from the reader's walk."""
     t = open_trace(path)
-    eid = t.by_name[event]
-    P = t._buf.page_size
+    eid = t.file.formats.by_name[event]
+    P = t.file.buf.page_size
     out = []
-    for cpu, off, size in t._buf.cpus:
+    for cpu, off, size in t.file.buf.cpus:
         first = 0
-        for block in t._cpu_blocks(cpu, off, size, False, P):
-            for (pos, ts, _, ids), _ in t._walks(block, P, None, cpu, [], first):
+        for block in t.streams.blocks(cpu, off, size):
+            for (pos, ts, _, ids), _ in t.walker.walk(block, None, cpu, [], first):
                 for p, stamp in zip(pos[ids == eid].tolist(), ts[ids == eid].tolist()):
                     out.append((off + first * P + p, cpu, stamp))
             first += len(block) // P
@@ -105,7 +105,7 @@ def test_v6_cut_short_is_analyzed_up_to_the_cut(copies):
     before any READDIR: never a verdict of good or bad."""
     data = copies["v6"].read_bytes()
     t = open_trace(copies["v6"])
-    (_, off0, size0), (_, off1, size1) = t._buf.cpus
+    (_, off0, size0), (_, off1, size1) = t.file.buf.cpus
     code, reason = verdict_of_bytes(data[:off1 + size1 * 3 // 4])
     assert code == verdict.BAD, reason
     assert "restarted" in reason
@@ -123,7 +123,7 @@ def test_v7_cut_short_is_analyzed_up_to_the_cut(copies, copy):
     compressed CPU stream here is one chunk: a cut in it loses all of it), never good."""
     data = copies[copy].read_bytes()
     t = open_trace(copies[copy])
-    (_, off0, _), (_, off1, size1) = t._buf.cpus
+    (_, off0, _), (_, off1, size1) = t.file.buf.cpus
     t.close()
     end1 = off1 + size1 + (4 if copy != "none" else 0)
     cuts = {off0 + 100: None, (off0 + off1) // 2: None, off1 + 2: verdict.UNDECIDED,
@@ -146,7 +146,7 @@ def test_unknown_event_id_is_damage(copies):
     path = copies["none"]
     t, restarts = restart_records(path)
     assert len(restarts) >= 4
-    unused = max(t._fmt_src) + 1
+    unused = max(t.file.formats.by_id) + 1
     data = bytearray(path.read_bytes())
     for pos, _, _ in restarts:
         data[pos:pos + 2] = unused.to_bytes(2, "little")
@@ -161,7 +161,7 @@ def test_time_running_backwards_is_damage(copies):
     CPU, and the listing it falls in carries the damage (the other restarts still make it bad)."""
     path = copies["none"]
     t, restarts = restart_records(path)
-    P = t._buf.page_size
+    P = t.file.buf.page_size
     page = restarts[0][0] // P * P
     data = bytearray(path.read_bytes())
     stamp = int.from_bytes(data[page:page + 8], "little")
@@ -294,15 +294,15 @@ def _sweep(path, pool_size=2):
     global _DATA, _BASE
     t = open_trace(path)
     _DATA = Path(path).read_bytes()
-    if t._buf.compressed:
-        spans = [(off, off + size + 4) for _, off, size in t._buf.cpus if size]
+    if t.file.buf.compressed:
+        spans = [(off, off + size + 4) for _, off, size in t.file.buf.cpus if size]
     else:
         # An uncompressed page is its header (time stamp, then the commit: the bytes written,
         # with flags in the high bits) and that many bytes of events; the rest of the page is
         # unused and holds no data to damage.
-        P = t._buf.page_size
+        P = t.file.buf.page_size
         spans = [(p, p + 16 + (int.from_bytes(_DATA[p + 8:p + 16], "little") & 0xFFFFF))
-                 for _, off, size in t._buf.cpus for p in range(off, off + size, P)]
+                 for _, off, size in t.file.buf.cpus for p in range(off, off + size, P)]
     _BASE = verdict_of_bytes(_DATA) + (_fingerprint(path),)
     assert _BASE[0] == verdict.BAD
     bits = [b for a, z in spans for b in range(a * 8, z * 8, 97)]

@@ -14,8 +14,10 @@ import pytest
 
 from nfsreaddir.trace.text import ReportText, looks_like_report
 from nfsreaddir.trace import TraceError, field_column, open_trace
+from nfsreaddir.trace.arrays import Strs
+from nfsreaddir.trace.base import Trace
 
-from test_tracedat import (TRACE_CMD, dat_files, host_trace, needs_trace_cmd,  # noqa: F401
+from test_tracedat import (FIXTURES, TRACE_CMD, dat_files, host_trace, needs_trace_cmd,  # noqa: F401
                            report_text)
 
 NFS_SYSTEMS = ("nfs", "nfs4", "sunrpc")
@@ -240,6 +242,32 @@ def test_raw_lines(tmp_path):
     with pytest.raises(TraceError) as ei:
         t.read({"print": ["nope"]})
     assert "nope" in str(ei.value) and "buf" in str(ei.value)
+
+
+def test_both_readers_give_one_interface_and_one_column_type(tmp_path):
+    """ReportText and TraceDat are both a Trace, and read_columns() gives the same types for
+    the same kind of field: numbers as numpy arrays, strings as Strs (codes and values)."""
+    p = tmp_path / "raw.txt"
+    p.write_text(
+        "cpus=2\n"
+        "  ls-7505  [001]   704.651925477: kmem_cache_alloc: call_site=0x1 ptr=0xff00 "
+        "bytes_req=192 bytes_alloc=192 gfp_flags=0x0 node=0 accounted=0 name=dentry\n"
+        "  ls-7505  [001]   704.651925478: kmem_cache_alloc: call_site=0x1 ptr=0xff40 "
+        "bytes_req=64 bytes_alloc=64 gfp_flags=0x0 node=0 accounted=0 name=kmalloc-64\n")
+    text = open_trace(p)
+    dat = open_trace(FIXTURES / "kmem-host" / "kmem.dat")
+    assert isinstance(text, Trace) and isinstance(dat, Trace)
+    want = {"kmem:kmem_cache_alloc": ["ptr", "bytes_alloc", "name"]}
+    for t in (text, dat):
+        for cols in (t.read_columns(want)["kmem:kmem_cache_alloc"],
+                     t.read_pieces(want)["kmem:kmem_cache_alloc"][0]):
+            for c in ("ts", "cpu", "pid", "ptr", "bytes_alloc"):
+                assert isinstance(cols[c], np.ndarray) and cols[c].dtype.kind in "iu", (t, c)
+            for c in ("comm", "name"):
+                assert isinstance(cols[c], Strs), (t, c)
+    cols = text.read_columns(want)["kmem:kmem_cache_alloc"]
+    assert [cols["name"].values[i] for i in cols["name"].codes] == ["dentry", "kmalloc-64"]
+    assert cols["ptr"].tolist() == [0xFF00, 0xFF40]
 
 
 def test_not_report_text(tmp_path):

@@ -77,10 +77,23 @@ def convert(src, dst, version, compression=None):
 
 
 class Syms:
-    """Kernel symbol lookup from the kallsyms saved in the trace."""
+    """Kernel symbol lookup from the kallsyms saved in the trace (as trace-cmd dumps them)."""
 
-    def __init__(self, trace):
-        self.addrs, self.names = trace.kallsyms()
+    def __init__(self, dat):
+        text = subprocess.run([TRACE_CMD, "dump", "--kallsyms", str(dat)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout
+        addrs, names = [], []
+        for line in text.decode("utf-8", "replace").splitlines():
+            parts = line.split()
+            if len(parts) >= 3:
+                try:
+                    addrs.append(int(parts[0], 16))
+                    names.append(parts[2])
+                except ValueError:
+                    pass
+        order = np.argsort(np.array(addrs, dtype=np.uint64), kind="stable")
+        self.addrs = np.array(addrs, dtype=np.uint64)[order]
+        self.names = [names[i] for i in order]
 
     def names_for(self, value):
         i = int(np.searchsorted(self.addrs, np.uint64(value), side="right")) - 1
@@ -163,7 +176,7 @@ def compare_with_report(dat, tmp_path, instance=None):
     bin_frames = t.read(req_bin)
     if rt.info["format"] != "report text -R":
         assert not req_bin, rt.info
-    syms = Syms(t)
+    syms = Syms(dat)
     problems = []
     total = 0
     for full, bdf in bin_frames.items():
@@ -572,7 +585,7 @@ def _attempt(path, events, seconds=20):
 
 def _data_ranges(path):
     t = open_trace(path)
-    return [(off, off + size) for _, off, size in t._buf.cpus if size]
+    return [(off, off + size) for _, off, size in t.file.buf.cpus if size]
 
 
 def test_truncated(dat_files, tmp_path):
@@ -654,10 +667,10 @@ def recompress_v7(src, dst, algo="zlib"):
     local trace-cmd cannot make zlib files; the trace data stays the real one.
     """
     from nfsreaddir.trace import datfile as td
-    from nfsreaddir.trace.raw import _decompress
+    from nfsreaddir.trace.raw import decompress
     assert algo == "zlib"
     t = open_trace(src)
-    e = "little" if t._e == "<" else "big"
+    e = "little" if t.layout.endian == "<" else "big"
     mm = Path(src).read_bytes()
 
     def u(x, n):
@@ -671,7 +684,7 @@ def recompress_v7(src, dst, algo="zlib"):
         payload = mm[off + 16:off + 16 + size]
         if flags & 1:
             cs, us = rd(off + 16, 4), rd(off + 20, 4)
-            payload = _decompress(t.compression, mm[off + 24:off + 24 + cs], us, "section")
+            payload = decompress(t.file.compression, mm[off + 24:off + 24 + cs], us, "section")
         return sid, flags, sdesc, payload
 
     out = bytearray(mm[:18])          # magic, "7\0", endian, long size, page size
@@ -691,7 +704,7 @@ def recompress_v7(src, dst, algo="zlib"):
 
     # walk the options chain of the source
     opts = []
-    off = rd(18 + len(t.compression) + 1 + len(t.compression_version) + 1, 8)
+    off = rd(18 + len(t.file.compression) + 1 + len(t.file.compression_version) + 1, 8)
     while off:
         _, _, _, payload = section(off)
         pos, off = 0, 0
@@ -739,7 +752,7 @@ def recompress_v7(src, dst, algo="zlib"):
                     pos = coff + 4
                     for _ in range(n):
                         cs, us = rd(pos, 4), rd(pos + 4, 4)
-                        raw = _decompress(t.compression, mm[pos + 8:pos + 8 + cs], us, "chunk")
+                        raw = decompress(t.file.compression, mm[pos + 8:pos + 8 + cs], us, "chunk")
                         comp = zlib.compress(raw)
                         out.extend(u(len(comp), 4) + u(us, 4) + comp)
                         pos += 8 + cs
@@ -763,7 +776,7 @@ def recompress_v7(src, dst, algo="zlib"):
 
 # ------------------------------------------- the compiled walk against the numpy walk
 
-EXTRACT_CPU = __import__("nfsreaddir.trace.ringbuf", fromlist=["RingWalk"]).RingWalk._extract_cpu
+EXTRACT_CPU = __import__("nfsreaddir.trace.scan", fromlist=["Scan"]).Scan.extract_cpu
 
 needs_compiled = needs_setup(
     __import__("nfsreaddir.trace.ringbuf", fromlist=["_ringbuf"])._ringbuf is not None,
@@ -777,7 +790,7 @@ def numpy_walk(monkeypatch):
 
     def run(fn):
         with monkeypatch.context() as m:
-            m.setattr(ringbuf, "_compiled_wanted", lambda: False)
+            m.setattr(ringbuf, "compiled", lambda: None)
             return fn()
     return run
 
@@ -816,9 +829,9 @@ def test_extract_equals_numpy_reader(dat_files, numpy_walk, monkeypatch):
     """The one-pass compiled extract (integers and __data_loc strings, straight into the
     columns) against the numpy walk: every event of every fixture, field by field, with the
     base columns, the lost-events markers, and the pieces of read_pieces()."""
-    from nfsreaddir.trace import ringbuf
+    from nfsreaddir.trace import scan
     used = []
-    monkeypatch.setattr(ringbuf.RingWalk, "_extract_cpu",
+    monkeypatch.setattr(scan.Scan, "extract_cpu",
                         lambda self, *a: used.append(1) or EXTRACT_CPU(self, *a))
     for dat in dat_files:
         t = open_trace(dat)
@@ -902,9 +915,9 @@ def damaged_blocks(dat_files, seed, copies):
     for dat in dat_files[::2]:
         rnd = random.Random(f"{seed}:{os.path.relpath(dat, FIXTURES)}")
         t = open_trace(dat)
-        b = t._buf
+        b = t.file.buf
         for cpu, off, size in b.cpus:
-            for block0 in t._cpu_blocks(cpu, off, size, b.compressed, b.page_size):
+            for block0 in t.streams.blocks(cpu, off, size):
                 for _ in range(copies):
                     block = block0.copy()
                     for _ in range(rnd.randint(1, 20)):
@@ -919,12 +932,11 @@ def test_extract_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
     numpy walk lists (time stamps and ids), and finds the same lost-events markers and the
     same damage."""
     from nfsreaddir import _ringbuf
-    from nfsreaddir.trace.ringbuf import _damage_text
+    from nfsreaddir.trace.page import damage_text
     for dat, t, cpu, block in damaged_blocks(dat_files, 20261124, 10):
-        b, hp, idf = t._buf, t._hp, t._id_field
+        b, hp, idf = t.file.buf, t.file.header_page, t.file.formats.id_field()
         lost = []
-        parts = numpy_walk(lambda: list(t._walks(block, b.page_size, None, cpu,
-                                                 lost)))
+        parts = numpy_walk(lambda: list(t.walker.walk(block, None, cpu, lost)))
         ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
         ts = np.concatenate([np.asarray(p[0][1], np.uint64) for p in parts])
         keep = ids != (1 << 8 * idf.size) - 1
@@ -936,15 +948,15 @@ def test_extract_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
                                          8)]])
         marks, bad, why, detail = ext.walk(
             block, b.page_size, hp["commit_off"], hp["commit_size"],
-            hp["data_off"], t._e == ">", t.long_size, idf.offset, idf.size)
+            hp["data_off"], t.layout.endian == ">", t.file.long_size, idf.offset, idf.size)
         n = ext.rows(0)
         got_ts = np.frombuffer(ext.take(0, -1), np.uint64, count=n)
         got_ids = np.frombuffer(ext.take(0, 0), np.uint64, count=n)
         assert np.array_equal(got_ts, ts[keep]), dat
         assert np.array_equal(got_ids.astype(np.int64), ids[keep]), dat
         assert [{"cpu": cpu, "ts": m[1], "count": m[2]} for m in marks] == lost
-        assert _damage_text(cpu, why, bad, detail,
-                            b.page_size - hp["data_off"]) == parts[-1][1], dat
+        assert damage_text(cpu, why, bad, detail,
+                           b.page_size - hp["data_off"]) == parts[-1][1], dat
 
 
 @pytest.mark.slow
@@ -953,15 +965,15 @@ def test_compiled_walk_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk)
     """Seeded random bytes in the ring-buffer pages: both walks list the same records, the
     same lost-events markers and the same damage (message included)."""
     for dat, t, cpu, block in damaged_blocks(dat_files, 20261123, 20):
-        b = t._buf
+        b = t.file.buf
         got, want = [], []
         for out, run in ((got, lambda f: f()), (want, numpy_walk)):
             lost = []
-            parts = run(lambda: list(t._walks(block, b.page_size, None, cpu, lost)))
+            parts = run(lambda: list(t.walker.walk(block, None, cpu, lost)))
             ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
             # the largest id marks "no event" in the numpy walk: a record whose
             # id was damaged into it counts as none in either
-            keep = ids != (1 << 8 * t._id_field.size) - 1
+            keep = ids != (1 << 8 * t.file.formats.id_field().size) - 1
             cols = [np.concatenate([np.asarray(p[0][i], np.int64 if i != 1
                                                else np.uint64) for p in parts])[keep]
                     for i in range(3)]
@@ -969,6 +981,19 @@ def test_compiled_walk_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk)
         for g, w in zip(got[0], want[0]):
             assert np.array_equal(g, w), dat
         assert np.array_equal(got[1], want[1]) and got[2:] == want[2:], dat
+
+
+def test_compiled_walk_takes_the_page_format_of_page_py():
+    """The ring-buffer page is defined once, in trace/page.py: the compiled walk's #defines
+    are the same values."""
+    from nfsreaddir.trace import page
+    src = (Path(page.__file__).parent.parent / "_ringbuf.c").read_text()
+    defines = dict(re.findall(r"^#define ([A-Z_]+) (\(.*\)|\d+)$", src, re.M))
+    names = ["COMMIT_MASK", "MISSED_EVENTS", "MISSED_STORED", "TS_SHIFT", "TS_MSB",
+             "TYPE_DATA_MAX", "TYPE_PADDING", "TYPE_TIME_EXTEND", "TYPE_TIME_STAMP"]
+    for name in names:
+        value = eval(re.sub(r"(\d)u?l*l?\b", r"\1", defines[name]))
+        assert value == getattr(page, name), name
 
 
 def test_without_the_compiled_walk_one_notice(dat_files):
@@ -997,7 +1022,7 @@ def test_without_the_compiled_walk_one_notice(dat_files):
 # ------------------------------------------------- zstd chunks: libzstd vs python-zstandard
 
 needs_inflate = needs_setup(
-    __import__("nfsreaddir.trace.ringbuf", fromlist=["_zchunks"])._zchunks is not None,
+    __import__("nfsreaddir.trace.streams", fromlist=["_zchunks"])._zchunks is not None,
     "the compiled inflate (nfsreaddir._zchunks, libzstd) is not built")
 
 
@@ -1008,13 +1033,13 @@ def zstd_chunks(path):
     t = open_trace(path)
     data = Path(path).read_bytes()
     out = []
-    for cpu, off, size in t._buf.cpus:
+    for cpu, off, size in t.file.buf.cpus:
         if not size:
             continue
-        n = struct.unpack_from(t._e + "I", data, off)[0]
+        n = struct.unpack_from(t.layout.endian + "I", data, off)[0]
         pos, chunks = off + 4, []
         for _ in range(n):
-            csize, usize = struct.unpack_from(t._e + "II", data, pos)
+            csize, usize = struct.unpack_from(t.layout.endian + "II", data, pos)
             chunks.append((pos, csize, usize))
             pos += 8 + csize
         out.append((cpu, chunks))
@@ -1030,10 +1055,10 @@ def chunky(dat_files, n=3):
 def read_both_ways(path, events, monkeypatch):
     """(message, event counts, frames) of a partial read by the compiled inflate and by
     python-zstandard."""
-    from nfsreaddir.trace import ringbuf
+    from nfsreaddir.trace import streams
     got = []
     for inflate in (True, False):
-        monkeypatch.setattr(ringbuf, "_inflate_wanted", lambda inflate=inflate: inflate)
+        monkeypatch.setattr(streams, "_inflate_wanted", lambda inflate=inflate: inflate)
         try:
             open_trace(path).read({n: None for n in events})
             got.append((None, None))
@@ -1055,12 +1080,12 @@ def test_inflate_equals_python_zstd_on_damaged_chunks(dat_files, tmp_path, monke
         events = present_events(dat)
         t, streams = zstd_chunks(dat)
         data = Path(dat).read_bytes()
-        P = t._buf.page_size
+        P = t.file.buf.page_size
         for cpu, chunks in streams:
             if len(chunks) < 3:
                 continue
             pos, csize, usize = chunks[len(chunks) // 2]
-            hdr = lambda c, u: struct.pack(t._e + "II", c, u)       # noqa: E731
+            hdr = lambda c, u: struct.pack(t.layout.endian + "II", c, u)       # noqa: E731
             cases = {
                 "implausible size": hdr(csize, usize + 1),
                 "needs": hdr(csize + len(data), usize),
@@ -1099,12 +1124,12 @@ def test_inflate_equals_python_zstd_on_damaged_chunks(dat_files, tmp_path, monke
 def test_inflate_in_blocks_smaller_and_larger_than_a_chunk(dat_files, monkeypatch):
     """Blocks of one page (every chunk larger: the block grows) and of a few chunks: the
     same frames as the usual blocks."""
-    from nfsreaddir.trace import ringbuf
+    from nfsreaddir.trace import streams
     for dat in chunky(dat_files):
         events = present_events(dat)
         _, want = read_all(dat, events=events)
         for size in (4096, 3 * max(u for _, ch in zstd_chunks(dat)[1] for _, _, u in ch)):
-            monkeypatch.setattr(ringbuf, "_BLOCK_BYTES", size)
+            monkeypatch.setattr(streams, "BLOCK_BYTES", size)
             _, got = read_all(dat, events=events)
             frames_equal(got, want, f"{dat} blocks of {size}")
 
@@ -1144,7 +1169,7 @@ def test_streams_are_cut_where_whole_ones_would_leave_threads_idle():
     """The share of the read that whole streams, taken in order by the first free thread,
     leave idle: what decides whether to cut them into stretches."""
     from nfsreaddir import tuning
-    from nfsreaddir.trace.ringbuf import _idle_share
+    from nfsreaddir.trace.scan import _idle_share
     assert _idle_share([119, 119], 2) == 0 == _idle_share([10] * 8, 2)
     assert _idle_share([100], 2) == 0.5 and _idle_share([5, 1, 1, 1], 2) == pytest.approx(0.2)
     # the sixths of a recording whose workload moved between the CPUs (KiB stored)
@@ -1157,10 +1182,10 @@ def test_stretches_of_a_stream_read_as_the_whole_stream(dat_files, tmp_path, mon
     """Each CPU's stream cut at every zstd chunk or page and read by two threads (so that
     a trace whose events sit on one CPU is not read by one thread): the same rows, fields,
     lost-events markers, and pieces in the same order as each stream read whole."""
-    from nfsreaddir.trace import ringbuf
+    from nfsreaddir.trace import streams
     cut = []
-    stretches = ringbuf.RingWalk._stretches
-    monkeypatch.setattr(ringbuf.RingWalk, "_stretches",
+    stretches = streams.Streams.stretches
+    monkeypatch.setattr(streams.Streams, "stretches",
                         lambda self, *a: cut.append(stretches(self, *a)) or cut[-1])
     streams_cut = 0
     for dat in with_uncompressed(dat_files, tmp_path):
@@ -1194,22 +1219,22 @@ def test_stretches_stop_where_the_stream_is_damaged(dat_files, tmp_path, monkeyp
         req = extractable(t, present_events(dat))
         lo, hi = max(_data_ranges(dat))
         cases = {"cut short": data[:(lo + hi) // 2]}
-        if not t._buf.compressed:
+        if not t.file.buf.compressed:
             # a page in the middle of the largest stream with a commit size past the page
-            _, off, size = max(t._buf.cpus, key=lambda c: c[2])
-            P, hp = t._buf.page_size, t._hp
+            _, off, size = max(t.file.buf.cpus, key=lambda c: c[2])
+            P, hp = t.file.buf.page_size, t.file.header_page
             at = off + (size // P // 2) * P + hp["commit_off"]
             b = bytearray(data)
             b[at:at + hp["commit_size"]] = (P * 3).to_bytes(hp["commit_size"], "little")
             cases["garbage header"] = bytes(b)
-        if t.compression == "zstd":
+        if t.file.compression == "zstd":
             cpu, chunks = max(zstd_chunks(dat)[1], key=lambda c: len(c[1]))
             pos, csize, usize = chunks[len(chunks) // 2]
             b = bytearray(data)
             b[pos + 8 + 12:pos + 8 + csize] = bytes(csize - 12)
             cases["corrupt"] = bytes(b)
             b = bytearray(data)
-            b[pos + 4:pos + 8] = struct.pack(t._e + "I", usize + 1)
+            b[pos + 4:pos + 8] = struct.pack(t.layout.endian + "I", usize + 1)
             cases["implausible size"] = bytes(b)
         for label, damaged in cases.items():
             p = tmp_path / "damaged.dat"

@@ -5,7 +5,7 @@
  * (walk(), for the decoders: ints(), strings()); and the same pass writing the wanted fields
  * of those records straight into columns (the Extract type, below).
  *
- * It computes exactly what the numpy walk (_chain, then _walk) computes, record by
+ * It computes exactly what the numpy walk (nfsreaddir/trace/numpywalk.py) computes, record by
  * record in file order, without the numpy passes over every record; the numpy walk stays
  * as the fallback and as the oracle of the tests.  The page and record layout are the
  * kernel's (kernel/trace/ring_buffer.c): a page header of a time stamp and a commit word
@@ -16,12 +16,13 @@
  * Only the buffer protocol is used (no numpy C API): the caller passes the block and the
  * output arrays, which it allocates once and reuses.
  *
- * Why not libtracecmd/libtraceevent (the trace-cmd project's own readers): measured on the
- * same 8.44 M-record kmem trace (v7 zstd, 2 cores under load), reading ptr and bytes_alloc of
- * every kmem event through tracecmd_iterate_events() and tep_read_number_field() takes 54 s
- * (28 s CPU; analyzer/bench/tracecmd-loop.c), no faster than `trace-cmd report`: 80% of it in
- * one loop of libtracecmd 3.1.6 that walks a linked list per record.  This walk lists the
- * same records at 3-5 M/s.  docs/measurements/bench.md has the figures.
+ * Why not libtracecmd/libtraceevent (the trace-cmd project's own readers): reading the fields
+ * of every record through tracecmd_iterate_events() and tep_read_number_field() is no faster
+ * than `trace-cmd report` (analyzer/bench/tracecmd-loop.c); docs/measurements/bench.md has
+ * the figures, measured against this walk.
+ *
+ * The page format is nfsreaddir/trace/page.py's: tests/test_tracedat.py checks the #defines
+ * below against it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -36,6 +37,7 @@
 #define MISSED_STORED (1ull << 30)
 #define TS_SHIFT 27
 #define TS_MSB (0xF8ull << 56)
+#define TYPE_DATA_MAX 28
 #define TYPE_PADDING 29
 #define TYPE_TIME_EXTEND 30
 #define TYPE_TIME_STAMP 31
@@ -135,7 +137,7 @@ static inline int walk_page(const struct layout *l, int64_t start, int64_t end,
 		int64_t nx, dpos = -1, dl = 0;
 		int broken = 0;
 
-		if (tl >= 1 && tl <= 28) {
+		if (tl >= 1 && tl <= TYPE_DATA_MAX) {
 			dl = 4 * (int64_t)tl;
 			dpos = cur + 4;
 			nx = cur + 4 + dl;
@@ -154,6 +156,10 @@ static inline int walk_page(const struct layout *l, int64_t start, int64_t end,
 				nx = cur + 4 + (int64_t)a0;
 				if (nx > end)
 					nx = end;
+				/* every record starts 4-byte aligned: a padding length that
+				 * leaves the alignment is damage (as in the numpy walk) */
+				if (nx < end && (nx & 3))
+					broken = 1;
 				ts += delta;
 			} else if (tl == TYPE_TIME_EXTEND) {
 				nx = cur + 8;
@@ -217,113 +223,155 @@ PyDoc_STRVAR(walk_doc,
 "(records from it on are not listed) or -1; ``why``: 'size' (commit size larger than\n"
 "the page, ``detail`` that size) or 'chain' (a record runs past the page's data).");
 
+/* Where a page's fields are, as walk() is given them. */
+struct page_geometry {
+	int64_t P, commit_off, commit_size, data_off, long_size, id_off, id_size;
+};
+
+/* Where list_pages() stopped: the page to go on from, and the first damaged page (-1: none)
+ * with why ("size" with the commit size as detail, or "chain"). */
+struct walk_end {
+	int64_t next_page, bad_page, detail;
+	const char *why;
+};
+
+/* walk()'s pass over the pages of ``l`` from ``first_page``: the wanted records into ``lc``
+ * (which has room for ``cap``), the lost-events markers onto ``lost``.  Returns the number of
+ * records listed, -1 when ``lost`` could not grow (a Python error is set).  Runs without the
+ * GIL. */
+static int64_t list_pages(const struct layout *l, const struct page_geometry *g,
+			  int64_t first_page, int64_t cap, struct listing *lc, PyObject *lost,
+			  struct walk_end *end_at)
+{
+	int64_t P = g->P, npages = l->len / P, p, n = 0;
+	int64_t limit = P - g->data_off, min_dlen = g->id_off + g->id_size;
+	int walking = 1;        /* until the first broken record chain */
+
+	end_at->bad_page = -1;
+	end_at->detail = 0;
+	end_at->why = NULL;
+	for (p = first_page; p < npages; p++) {
+		int64_t base = p * P;
+		uint64_t page_ts = rd(l, base, 8);
+		uint64_t commit = rd(l, base + g->commit_off, (int)g->commit_size);
+		int64_t size = (int64_t)(commit & COMMIT_MASK);
+		int64_t start, end;
+
+		if (walking && n + P / 8 > cap)
+			break;          /* the caller goes on from this page */
+		if (size > limit) {
+			if (end_at->bad_page < 0) {     /* else a broken chain came first */
+				end_at->bad_page = p;
+				end_at->why = "size";
+				end_at->detail = size;
+			}
+			break;
+		}
+		if ((commit & MISSED_EVENTS) &&
+		    !lost_marker(lost, l, p, base, page_ts, commit, size, limit, g->data_off,
+				 g->long_size))
+			return -1;
+		if (!walking || size == 0)
+			continue;
+		start = base + g->data_off;
+		end = start + size;
+		lc->n = n;
+		if (walk_page(l, start, end, page_ts, min_dlen, g->id_off, (int)g->id_size,
+			      list_record, lc) > 0) {
+			end_at->bad_page = p;
+			end_at->why = "chain";
+			walking = 0;    /* this page's records are dropped: n stays */
+			continue;
+		}
+		n = lc->n;
+	}
+	end_at->next_page = end_at->bad_page >= 0 ? npages : p;
+	return n;
+}
+
+/* The output arrays of walk() as a listing (the lut's buffer taken by the caller); returns
+ * how many records they have room for, -1 on error (a Python error is set). */
+static int64_t get_listing(PyObject *const outs[4], Py_buffer views[4], struct listing *lc)
+{
+	static const Py_ssize_t sizes[4] = {4, 8, 4, 4};
+	static const char *const names[4] = {"pos", "ts", "dlen", "ids"};
+	int64_t cap = INT64_MAX;
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		if (get_out(outs[i], &views[i], sizes[i], names[i]) < 0)
+			return -1;
+		if (views[i].len / sizes[i] < cap)
+			cap = views[i].len / sizes[i];
+	}
+	lc->pos = views[0].buf;
+	lc->ts = views[1].buf;
+	lc->dlen = views[2].buf;
+	lc->ids = views[3].buf;
+	lc->n = 0;
+	return cap;
+}
+
 static PyObject *walk(PyObject *self, PyObject *args)
 {
-	Py_buffer blk, vpos, vts, vdlen, vids, vlut = {0};
-	PyObject *lut_obj, *pos_obj, *ts_obj, *dlen_obj, *ids_obj;
+	Py_buffer blk, outv[4], vlut = {0};
+	PyObject *lut_obj, *outs[4];
 	Py_ssize_t first_page, P, commit_off, commit_size, data_off, long_size, id_off, id_size;
-	int big;
+	int big, i;
 	PyObject *lost = NULL, *res = NULL;
-	int have_lut = 0;
+	struct listing lc = {0};
+	struct walk_end end_at;
+	int64_t cap, n;
 
 	if (!PyArg_ParseTuple(args, "y*nnnnnpnnnOOOOO", &blk, &first_page, &P, &commit_off, &commit_size,
 			      &data_off, &big, &long_size, &id_off, &id_size, &lut_obj,
-			      &pos_obj, &ts_obj, &dlen_obj, &ids_obj))
+			      &outs[0], &outs[1], &outs[2], &outs[3]))
 		return NULL;
-	memset(&vpos, 0, sizeof(vpos));
-	memset(&vts, 0, sizeof(vts));
-	memset(&vdlen, 0, sizeof(vdlen));
-	memset(&vids, 0, sizeof(vids));
-	if (get_out(pos_obj, &vpos, 4, "pos") < 0 || get_out(ts_obj, &vts, 8, "ts") < 0 ||
-	    get_out(dlen_obj, &vdlen, 4, "dlen") < 0 || get_out(ids_obj, &vids, 4, "ids") < 0)
+	memset(outv, 0, sizeof(outv));
+	cap = get_listing(outs, outv, &lc);
+	if (cap < 0)
 		goto out;
 	if (lut_obj != Py_None) {
 		if (PyObject_GetBuffer(lut_obj, &vlut, PyBUF_C_CONTIGUOUS) < 0)
 			goto out;
-		have_lut = 1;
 		if (vlut.len < 1) {
 			PyErr_SetString(PyExc_ValueError, "empty lut");
 			goto out;
 		}
+		lc.lut = vlut.buf;
+		lc.lut_last = vlut.len - 1;
 	}
 	if (P < 64 || (commit_size != 4 && commit_size != 8) || id_size < 1 || id_size > 8 ||
 	    long_size < 1 || long_size > 8 || data_off >= P || first_page < 0) {
 		PyErr_SetString(PyExc_ValueError, "walk: implausible layout");
 		goto out;
 	}
+	if (cap < P / 8) {
+		PyErr_SetString(PyExc_ValueError, "walk: output arrays too small");
+		goto out;
+	}
+	lost = PyList_New(0);
+	if (!lost)
+		goto out;
 	{
 		struct layout l = { blk.buf, blk.len, big };
-		int64_t npages = blk.len / P, p, n = 0, cap;
-		int64_t limit = P - data_off, min_dlen = id_off + id_size;
-		int64_t bad_page = -1, detail = 0;
-		const char *why = NULL;
-		struct listing lc = { vpos.buf, vts.buf, vdlen.buf, vids.buf,
-				      have_lut ? vlut.buf : NULL, have_lut ? vlut.len - 1 : 0, 0 };
-		int walking = 1;        /* until the first broken record chain */
+		struct page_geometry g = { P, commit_off, commit_size, data_off, long_size, id_off,
+					   id_size };
 
-		cap = vpos.len / 4;
-		if (vts.len / 8 < cap) cap = vts.len / 8;
-		if (vdlen.len / 4 < cap) cap = vdlen.len / 4;
-		if (vids.len / 4 < cap) cap = vids.len / 4;
-		if (cap < P / 8) {
-			PyErr_SetString(PyExc_ValueError, "walk: output arrays too small");
-			goto out;
-		}
-		lost = PyList_New(0);
-		if (!lost)
-			goto out;
 		Py_BEGIN_ALLOW_THREADS
-		for (p = first_page; p < npages; p++) {
-			int64_t base = p * P;
-			uint64_t page_ts = rd(&l, base, 8);
-			uint64_t commit = rd(&l, base + commit_off, (int)commit_size);
-			int64_t size = (int64_t)(commit & COMMIT_MASK);
-			int64_t start, end;
-
-			if (walking && n + P / 8 > cap)
-				break;          /* the caller goes on from this page */
-			if (size > limit) {
-				if (bad_page < 0) {     /* else a broken chain came first */
-					bad_page = p;
-					why = "size";
-					detail = size;
-				}
-				break;
-			}
-			if ((commit & MISSED_EVENTS) &&
-			    !lost_marker(lost, &l, p, base, page_ts, commit, size, limit, data_off,
-					 long_size)) {
-				n = -1;
-				break;
-			}
-			if (!walking || size == 0)
-				continue;
-			start = base + data_off;
-			end = start + size;
-			lc.n = n;
-			if (walk_page(&l, start, end, page_ts, min_dlen, id_off, (int)id_size,
-				      list_record, &lc) > 0) {
-				bad_page = p;
-				why = "chain";
-				walking = 0;    /* this page's records are dropped: n stays */
-				continue;
-			}
-			n = lc.n;
-		}
+		n = list_pages(&l, &g, first_page, cap, &lc, lost, &end_at);
 		Py_END_ALLOW_THREADS
-		if (n < 0)
-			goto out;
-		res = Py_BuildValue("(LOLLzL)", (long long)n, lost,
-				    (long long)(bad_page >= 0 ? npages : p), (long long)bad_page,
-				    why, (long long)detail);
 	}
+	if (n < 0)
+		goto out;
+	res = Py_BuildValue("(LOLLzL)", (long long)n, lost, (long long)end_at.next_page,
+			    (long long)end_at.bad_page, end_at.why, (long long)end_at.detail);
 out:
 	Py_XDECREF(lost);
 	PyBuffer_Release(&blk);
-	if (vpos.obj) PyBuffer_Release(&vpos);
-	if (vts.obj) PyBuffer_Release(&vts);
-	if (vdlen.obj) PyBuffer_Release(&vdlen);
-	if (vids.obj) PyBuffer_Release(&vids);
+	for (i = 0; i < 4; i++)
+		if (outv[i].obj)
+			PyBuffer_Release(&outv[i]);
 	if (vlut.obj) PyBuffer_Release(&vlut);
 	return res;
 }
@@ -431,14 +479,121 @@ PyDoc_STRVAR(strings_doc,
 "replaced) in order of first appearance.  A string ends at its first NUL, at its\n"
 "location's length or at the end of the record; a record too short for the word has \"\".");
 
+/* Where the __data_loc (``rel``: __rel_loc) string of the record at ``pos`` (``dlen`` bytes
+ * of data) lies in the block: its offset into ``*at`` and its length returned, up to its
+ * first NUL; 0 (and offset 0) where the record has none. */
+static inline int64_t record_string(const struct layout *l, int64_t pos, int64_t dlen,
+				    int64_t off, int rel, int64_t *at)
+{
+	int64_t start = 0, len = 0;
+	const uint8_t *sp, *nul;
+
+	if (dlen >= off + 4) {
+		uint32_t w = (uint32_t)rd(l, pos + off, 4);
+
+		start = w & 0xFFFF;
+		if (rel)
+			start += off + 4;
+		len = (w >> 16) & 0xFFFF;
+		if (len > dlen - start)
+			len = dlen - start;
+		if (len < 0)
+			len = 0;
+	}
+	*at = pos + start;
+	if (len == 0 || *at < 0 || *at + len > l->len) {
+		*at = 0;
+		len = 0;
+	}
+	sp = l->b + *at;
+	nul = len ? memchr(sp, 0, len) : NULL;
+	return nul ? nul - sp : len;
+}
+
+/* strings()'s dictionary of the distinct strings of a block: open addressing on their hash,
+ * the strings themselves left in the block (``at``); ``cap`` a power of two, at least twice
+ * ``used``. */
+struct strdict {
+	struct slot *tab;
+	int64_t cap, used;
+};
+
+static int strdict_init(struct strdict *d, int64_t cap)
+{
+	int64_t k;
+
+	d->tab = malloc(cap * sizeof(*d->tab));
+	d->cap = cap;
+	d->used = 0;
+	if (!d->tab)
+		return -1;
+	for (k = 0; k < cap; k++)
+		d->tab[k].at = -1;
+	return 0;
+}
+
+/* Twice the slots, the strings placed again; -1 (the dictionary unchanged) without memory. */
+static int strdict_grow(struct strdict *d)
+{
+	struct strdict old = *d;
+	int64_t k, m;
+
+	if (strdict_init(d, old.cap * 2) < 0) {
+		*d = old;
+		return -1;
+	}
+	d->used = old.used;
+	for (k = 0; k < old.cap; k++) {
+		if (old.tab[k].at < 0)
+			continue;
+		for (m = old.tab[k].hash & (d->cap - 1); d->tab[m].at >= 0; m = (m + 1) & (d->cap - 1))
+			;
+		d->tab[m] = old.tab[k];
+	}
+	free(old.tab);
+	return 0;
+}
+
+/* The code of the string of ``len`` bytes at ``at`` of the block, a new one (its value
+ * appended to ``values``) when first met; -1 on error (a Python error is set). */
+static int32_t strdict_code(struct strdict *d, const struct layout *l, int64_t at, int64_t len,
+			    PyObject *values)
+{
+	const uint8_t *sp = l->b + at;
+	uint64_t h = hash_bytes(sp, (int32_t)len);
+	int64_t j;
+	int32_t code;
+	PyObject *v;
+
+	for (j = h & (d->cap - 1); d->tab[j].at >= 0; j = (j + 1) & (d->cap - 1))
+		if (d->tab[j].hash == h && d->tab[j].len == len &&
+		    !memcmp(l->b + d->tab[j].at, sp, len))
+			return d->tab[j].code;
+	v = PyUnicode_DecodeUTF8((const char *)sp, len, "replace");
+	if (!v || PyList_Append(values, v) < 0) {
+		Py_XDECREF(v);
+		return -1;
+	}
+	Py_DECREF(v);
+	code = (int32_t)d->used++;
+	d->tab[j].hash = h;
+	d->tab[j].at = at;
+	d->tab[j].len = (int32_t)len;
+	d->tab[j].code = code;
+	if (d->used * 2 > d->cap && strdict_grow(d) < 0) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	return code;
+}
+
 static PyObject *strings(PyObject *self, PyObject *args)
 {
 	Py_buffer blk, vpos = {0}, vdlen = {0}, vcodes = {0};
 	PyObject *pos_obj, *dlen_obj, *codes_obj, *values = NULL, *res = NULL;
 	Py_ssize_t off, i, n;
 	int rel, big;
-	struct slot *tab = NULL;
-	int64_t cap = 256, used = 0;
+	struct strdict d = {0};
 
 	if (!PyArg_ParseTuple(args, "y*OOnppO", &blk, &pos_obj, &dlen_obj, &off, &rel, &big,
 			      &codes_obj))
@@ -454,94 +609,27 @@ static PyObject *strings(PyObject *self, PyObject *args)
 		goto out;
 	}
 	values = PyList_New(0);
-	tab = malloc(cap * sizeof(*tab));
-	if (!values || !tab) {
+	if (!values || strdict_init(&d, 256) < 0) {
 		PyErr_NoMemory();
 		goto out;
 	}
-	for (i = 0; i < cap; i++)
-		tab[i].at = -1;
 	{
 		struct layout l = { blk.buf, blk.len, big };
 		const int32_t *pos = vpos.buf, *dlen = vdlen.buf;
 		int32_t *codes = vcodes.buf;
 
 		for (i = 0; i < n; i++) {
-			int64_t start = 0, len = 0, at, j;
-			const uint8_t *sp, *nul;
-			uint64_t h;
+			int64_t at, len = record_string(&l, pos[i], dlen[i], off, rel, &at);
 
-			if (dlen[i] >= off + 4) {
-				uint32_t w = (uint32_t)rd(&l, (int64_t)pos[i] + off, 4);
-
-				start = w & 0xFFFF;
-				if (rel)
-					start += off + 4;
-				len = (w >> 16) & 0xFFFF;
-				if (len > dlen[i] - start)
-					len = dlen[i] - start;
-				if (len < 0)
-					len = 0;
-			}
-			at = (int64_t)pos[i] + start;
-			if (len == 0 || at < 0 || at + len > blk.len) {
-				at = 0;
-				len = 0;
-			}
-			sp = (const uint8_t *)blk.buf + at;
-			nul = len ? memchr(sp, 0, len) : NULL;
-			if (nul)
-				len = nul - sp;
-			h = hash_bytes(sp, (int32_t)len);
-			for (j = h & (cap - 1); tab[j].at >= 0; j = (j + 1) & (cap - 1))
-				if (tab[j].hash == h && tab[j].len == len &&
-				    !memcmp((const uint8_t *)blk.buf + tab[j].at, sp, len))
-					break;
-			if (tab[j].at < 0) {
-				PyObject *v = PyUnicode_DecodeUTF8((const char *)sp, len, "replace");
-
-				if (!v || PyList_Append(values, v) < 0) {
-					Py_XDECREF(v);
-					goto out;
-				}
-				Py_DECREF(v);
-				tab[j].hash = h;
-				tab[j].at = at;
-				tab[j].len = (int32_t)len;
-				tab[j].code = (int32_t)used++;
-				if (used * 2 > cap) {   /* grow: rehash */
-					struct slot *old = tab;
-					int64_t ocap = cap, k, m;
-
-					cap *= 2;
-					tab = malloc(cap * sizeof(*tab));
-					if (!tab) {
-						tab = old;
-						PyErr_NoMemory();
-						goto out;
-					}
-					for (k = 0; k < cap; k++)
-						tab[k].at = -1;
-					for (k = 0; k < ocap; k++) {
-						if (old[k].at < 0)
-							continue;
-						for (m = old[k].hash & (cap - 1); tab[m].at >= 0;
-						     m = (m + 1) & (cap - 1))
-							;
-						tab[m] = old[k];
-					}
-					free(old);
-					codes[i] = (int32_t)(used - 1);
-					continue;
-				}
-			}
-			codes[i] = tab[j].code;
+			codes[i] = strdict_code(&d, &l, at, len, values);
+			if (codes[i] < 0)
+				goto out;
 		}
 	}
 	res = values;
 	values = NULL;
 out:
-	free(tab);
+	free(d.tab);
 	Py_XDECREF(values);
 	PyBuffer_Release(&blk);
 	if (vpos.obj) PyBuffer_Release(&vpos);

@@ -1,6 +1,6 @@
 """Array helpers of the trace.dat reader: integers gathered from record bytes, strings keyed
 by a hash of their masked bytes (each distinct value decoded once), and the memory the decoded
-pieces live in (outside the malloc heap: see :class:`_Pieces`)."""
+pieces live in (outside the malloc heap: see :class:`Pieces`)."""
 
 from __future__ import annotations
 
@@ -14,25 +14,25 @@ import numpy as np
 _STRMAT_LIMIT = 1 << 25          # max bytes of a padded string matrix
 
 
-def _udt(e, size):
+def udt(e, size):
     return np.dtype(f"{e}u{size}")
 
 
-def _gather_uint(block, pos, size, e):
+def gather_uint(block, pos, size, e):
     """Unsigned integers of ``size`` bytes at byte offsets ``pos`` of ``block``."""
     if size == 1:
         return block[pos]
     if len(pos) == 0:
-        return np.zeros(0, _udt(e, size))
+        return np.zeros(0, udt(e, size))
     if size in (2, 4, 8) and not (pos & (size - 1)).any():
-        return block.view(_udt(e, size))[pos >> (size.bit_length() - 1)]
+        return block.view(udt(e, size))[pos >> (size.bit_length() - 1)]
     if int(pos.max()) + size <= len(block):
-        return _bytes_view(block, size)[pos].view(_udt(e, size))
+        return bytes_view(block, size)[pos].view(udt(e, size))
     m = block[pos[:, None] + np.arange(size)]
-    return np.ascontiguousarray(m).view(_udt(e, size)).reshape(-1)
+    return np.ascontiguousarray(m).view(udt(e, size)).reshape(-1)
 
 
-def _bytes_view(block, width):
+def bytes_view(block, width):
     """Items of ``width`` bytes starting at every byte of ``block`` (overlapping; no copy).
 
     Indexing it with record offsets copies ``width`` bytes per record in one pass."""
@@ -40,7 +40,7 @@ def _bytes_view(block, width):
                       strides=(1,))
 
 
-def _to_int_column(raw, f):
+def to_int_column(raw, f):
     size = f.size
     if f.signed:
         v = raw.view(np.dtype(f"i{size}")) if raw.dtype.itemsize == size else raw
@@ -93,7 +93,7 @@ def _row_codes(words, lens):
     return codes, first
 
 
-class _Strs:
+class Strs:
     """A string column as (codes, distinct values); cheap to merge and to sort."""
 
     __slots__ = ("codes", "values")
@@ -105,16 +105,16 @@ class _Strs:
         return len(self.codes)
 
     def map_values(self, fn):
-        return _Strs(self.codes, [fn(v) for v in self.values])
+        return Strs(self.codes, [fn(v) for v in self.values])
 
 
-def _narrowest(k):
+def narrowest(k):
     """The smallest signed integer type for the codes of ``k`` distinct values (and -1)."""
     return np.dtype(np.int8 if k < (1 << 7) else np.int16 if k < (1 << 15) else np.int32)
 
 
 def _str_series(strs):
-    """A categorical pandas Series from a :class:`_Strs` without per-row objects.
+    """A categorical pandas Series from a :class:`Strs` without per-row objects.
 
     The categories are the distinct values, sorted (so the same data gives the same
     column whatever the block or CPU order); the codes are the smallest integer type
@@ -127,10 +127,10 @@ def _str_series(strs):
     uniq = sorted(set(values))
     pos = {v: i for i, v in enumerate(uniq)}
     k = len(uniq)
-    cdt = _narrowest(k)
+    cdt = narrowest(k)
     remap = np.array([pos[v] for v in values], dtype=cdt)
     codes = np.asarray(strs.codes)
-    out = _empty(len(codes), cdt)
+    out = empty(len(codes), cdt)
     if len(codes) and len(values) == 1:
         out[...] = 0
     else:
@@ -139,20 +139,20 @@ def _str_series(strs):
     return pd.Series(cat, copy=False)
 
 
-def _extract_strings(block, starts, lens, kind):
-    """Strings (as :class:`_Strs`, int32 codes) or bytes (object array) at ``starts``,
+def extract_strings(block, starts, lens, kind):
+    """Strings (as :class:`Strs`, int32 codes) or bytes (object array) at ``starts``,
     ``lens`` bytes each.  Strings stop at the first NUL."""
     n = len(starts)
     lens = np.maximum(lens, 0)
     maxlen = int(lens.max()) if n else 0
     if kind == "str":
         if n == 0 or maxlen == 0:
-            return _Strs(np.zeros(n, np.int32), [""])
+            return Strs(np.zeros(n, np.int32), [""])
         width = (maxlen + 7) & ~7
         if n * width <= _STRMAT_LIMIT and len(block) >= width:
             # one copy of `width` bytes per row, masked to its length and hashed
             far = starts > len(block) - width
-            mat = _bytes_view(block, width)[np.where(far, 0, starts) if far.any() else starts]
+            mat = bytes_view(block, width)[np.where(far, 0, starts) if far.any() else starts]
             raw = mat.view(np.uint8).reshape(n, width)
             for i in np.flatnonzero(far).tolist():
                 seg = block[starts[i]:starts[i] + width]
@@ -161,7 +161,7 @@ def _extract_strings(block, starts, lens, kind):
             codes, first = _row_codes(mat.view(np.uint64).reshape(n, width // 8), lens)
             values = [raw[r, :ln].tobytes().split(b"\0", 1)[0].decode("utf-8", "replace")
                       for r, ln in zip(first.tolist(), lens[first].tolist())]
-            return _Strs(codes.astype(np.int32), values)
+            return Strs(codes.astype(np.int32), values)
     mv = memoryview(block)
     if kind == "str":
         index = {}
@@ -169,7 +169,7 @@ def _extract_strings(block, starts, lens, kind):
         for i, (st, ln) in enumerate(zip(starts.tolist(), lens.tolist())):
             v = mv[st:st + ln].tobytes().split(b"\0", 1)[0].decode("utf-8", "replace")
             codes[i] = index.setdefault(v, len(index))
-        return _Strs(codes, list(index))
+        return Strs(codes, list(index))
     out = np.empty(n, dtype=object)
     for i, (st, ln) in enumerate(zip(starts.tolist(), lens.tolist())):
         out[i] = mv[st:st + ln].tobytes()
@@ -179,7 +179,7 @@ def _extract_strings(block, starts, lens, kind):
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
-def _empty(n, dtype):
+def empty(n, dtype):
     """np.empty for result columns: large ones are mapped with their pages already in
     place (MAP_POPULATE: one system call instead of a page fault per 4 KiB page), outside
     the malloc heap (which then holds only temporaries, given back when a phase ends)."""
@@ -205,8 +205,8 @@ def _mapped(n, dtype):
         return np.empty(n, dtype)
 
 
-def _series(arr):
-    if isinstance(arr, _Strs):
+def series(arr):
+    if isinstance(arr, Strs):
         return _str_series(arr)
     import pandas as pd
     return pd.Series(arr, copy=False)
@@ -215,7 +215,7 @@ def _series(arr):
 _CHUNK_BYTES = 8 << 20          # the decoded pieces are packed into chunks of this size
 
 
-class _Pieces(list):
+class Pieces(list):
     """The decoded pieces of one column of one CPU, in order, packed into large chunks.
 
     ``append(arr)`` copies ``arr`` into the current chunk and keeps a view of it (string
@@ -265,10 +265,14 @@ class _Pieces(list):
     def append(self, x):
         if isinstance(x, np.ndarray) and x.dtype != object and x.ndim == 1:
             x = self._pack(x)
-        elif isinstance(x, _Strs) and x.codes.dtype != object:
-            x = _Strs(self._pack(x.codes), x.values)
+        elif isinstance(x, Strs) and x.codes.dtype != object:
+            x = Strs(self._pack(x.codes), x.values)
         super().append(x)
 
     def release(self):
         """No more appends: drop the reference to the current chunk."""
         self._chunk = None
+
+
+# (slab.py's name for Strs, until it imports Strs itself)
+_Strs = Strs

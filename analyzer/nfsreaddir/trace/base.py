@@ -1,4 +1,16 @@
-"""What every trace reader shares: the error it raises and the base columns of its frames."""
+"""What every trace reader shares: the interface it provides (:class:`Trace`), the error it
+raises, the base columns of its frames and the types of its columns."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Union, runtime_checkable
+
+# (numpy and pandas only where a column is made: a command that reads no trace imports neither)
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from .arrays import Strs
 
 BASE_COLUMNS = ("ts", "cpu", "pid", "comm")
 
@@ -21,10 +33,72 @@ class TraceError(Exception):
         self.partial = partial
 
 
+# A column of read_columns() and read_pieces(), whichever the reader: numbers (and bytes) as a
+# numpy array, strings as Strs (codes into the distinct values; -1: no value).
+Column = Union["np.ndarray", "Strs"]
+Request = Union[Mapping[str, Union[Iterable[str], str, None]], Iterable[str]]
+
+
+class Format(Protocol):
+    """What the readers' event formats give (format.py's EventFormat, which format.py builds
+    with this module's TraceError: hence declared here, not imported)."""
+
+    full_name: str              # "system:name"
+    fields: dict[str, Any]      # name -> Field (offset, size, signed, kind), common_* too
+    print_fmt: str | None
+
+    def user_fields(self) -> list[str]: ...
+
+
+@runtime_checkable
+class Trace(Protocol):
+    """What every reader of a trace file gives (:func:`nfsreaddir.trace.open_trace`'s
+    TraceDat and ReportText, and OnePass over either): what the tables, the analyses, slab and
+    dcache ask of a trace. ``events`` maps ``"system:name"`` to the fields wanted (``None``:
+    all); ``base`` names which of :data:`BASE_COLUMNS` the frames have (``ts`` always)."""
+
+    path: str
+    info: dict[str, Any]        # format, cpus, clock, uname, lost_events, lost_total,
+                                # partial, damage, damaged_events, ... (see the package doc)
+
+    def event_names(self) -> set[str]: ...
+
+    def event_format(self, name: str) -> Format | None: ...
+
+    def event_counts(self) -> dict[str, int]: ...
+
+    def check_records(self) -> list[dict[str, Any]]: ...
+
+    def read(self, events: Request, on_damage: str = "raise",
+             base: Iterable[str] = BASE_COLUMNS) -> dict[str, pd.DataFrame]: ...
+
+    def read_columns(self, events: Request, on_damage: str = "raise",
+                     base: Iterable[str] = BASE_COLUMNS) -> dict[str, dict[str, Column]]: ...
+
+    def read_pieces(self, events: Request, on_damage: str = "raise", base: Iterable[str] =
+                    BASE_COLUMNS) -> dict[str, list[dict[str, Column]]]: ...
+
+
+def column_of(series):
+    """A column of a read() frame as read_columns() gives it: a string column (the text
+    reader's, or a categorical from a trace.dat) as :class:`Strs`, any other as its numpy
+    array (no copy where pandas holds one)."""
+    import pandas as pd         # (a frame was made: pandas is loaded)
+
+    from .arrays import Strs
+    dtype = series.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        return Strs(series.cat.codes.to_numpy(), list(dtype.categories))
+    if isinstance(dtype, pd.StringDtype):
+        codes, uniq = pd.factorize(series.to_numpy(dtype=object), use_na_sentinel=True)
+        return Strs(codes, list(uniq))
+    return series.to_numpy()
+
+
 def columns_of(frames):
     """``read_columns()`` of a reader whose own form is read()'s DataFrames: each frame as
-    {column: Series} (no copy)."""
-    return {k: {c: df[c] for c in df.columns} for k, df in frames.items()}
+    {column: :data:`Column`}."""
+    return {k: {c: column_of(df[c]) for c in df.columns} for k, df in frames.items()}
 
 
 def one_piece(columns):

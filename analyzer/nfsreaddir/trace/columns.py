@@ -3,36 +3,28 @@ one, so memory follows the selected columns (about their size) rather than the f
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from .. import tuning
-from .arrays import _empty, _narrowest, _Strs
+from .arrays import Strs, empty, narrowest
 from .base import field_column
 
 _PARALLEL_BUILD_ROWS = 1 << 20   # events built by parallel threads only below this
 
+
 class ColumnBuilder:
-    # --------------------------------------------------------- assembling
-    def _convert_ts(self, ts):
-        t = self._time
-        if t["tsc2nsec"] is not None:
-            mult, shift, offset = t["tsc2nsec"]
-            if mult:
-                x = ts - np.uint64(offset)
-                lo = (x & np.uint64(0xFFFFFFFF)) * np.uint64(mult)
-                hi = (x >> np.uint64(32)) * np.uint64(mult)
-                if shift >= 32:
-                    ts = (hi + (lo >> np.uint64(32))) >> np.uint64(shift - 32)
-                else:
-                    ts = (hi << np.uint64(32 - shift)) + (lo >> np.uint64(shift))
-        out = ts.view(np.int64) if ts.dtype == np.uint64 else ts.astype(np.int64)
-        if t["offset"]:
-            out = out + np.int64(t["offset"])
-        return out
+    """Builds one read's columns: ``convert_ts`` turns raw time stamps into ns (the
+    container's clock), ``cmdlines`` names the pids, ``base`` the base columns asked for,
+    ``want_pid`` whether pids were decoded."""
+
+    def __init__(self, convert_ts, cmdlines, base, want_pid):
+        self._convert_ts = convert_ts
+        self.cmdlines = cmdlines
+        self._base = base
+        self._want_pid = want_pid
 
     def _comm(self, pid, out=None):
-        """The comm column of ``pid`` as :class:`_Strs` (codes in ``out`` if given)."""
+        """The comm column of ``pid`` as :class:`Strs` (codes in ``out`` if given)."""
         lo, hi = (int(pid.min()), int(pid.max())) if len(pid) else (0, -1)
         if lo >= -1 and hi < (1 << 23):
             # pids are small: a direct table instead of hashing
@@ -47,7 +39,7 @@ class ColumnBuilder:
             codes = np.asarray(c, np.int32).reshape(-1)
         names = ["<idle>" if p == 0 else self.cmdlines.get(int(p), "<...>")
                  for p in uniq.tolist()]
-        return _Strs(codes, names)
+        return Strs(codes, names)
 
     @staticmethod
     def _place(parts, n, order, dtype, scratch, out=None):
@@ -62,7 +54,7 @@ class ColumnBuilder:
             parts.clear()
             return tmp[order]
         if out is None:
-            out = _empty(n, dtype)
+            out = empty(n, dtype)
         tmp = scratch(dtype) if order is not None else out
         at = 0
         while parts:
@@ -81,7 +73,7 @@ class ColumnBuilder:
         in the narrowest type for the whole dictionary."""
         index = {}
         remaps = [[index.setdefault(v, len(index)) for v in p.values] for p in parts]
-        dtype = _narrowest(len(index))
+        dtype = narrowest(len(index))
         pieces = []
         for remap in remaps:
             p = parts.pop(0)
@@ -92,8 +84,8 @@ class ColumnBuilder:
             del p
         return pieces, list(index)
 
-    def _build(self, want, acc):
-        """{key: {column: array or _Strs}} from the decoded pieces, sorted by time (ties: cpu,
+    def build(self, want, acc):
+        """{key: {column: array or Strs}} from the decoded pieces, sorted by time (ties: cpu,
         then file order).
 
         Pieces are moved into the final columns one by one and dropped, and one scratch
@@ -128,7 +120,7 @@ class ColumnBuilder:
             if (order[1:] > order[:-1]).all():
                 order = None
             else:
-                ts = np.take(ts, order, out=_empty(n, ts.dtype))
+                ts = np.take(ts, order, out=empty(n, ts.dtype))
             # the raw time stamps' memory (8 bytes a row) is the scratch buffer of the
             # other columns from here on, unless the time column still uses it
             box = [raw.view(np.uint8) if order is not None or not np.shares_memory(ts, raw)
@@ -137,12 +129,12 @@ class ColumnBuilder:
 
             def scratch(dtype):
                 if box[0] is None:
-                    box[0] = _empty(8 * n, np.uint8)
+                    box[0] = empty(8 * n, np.uint8)
                 return box[0][:n * np.dtype(dtype).itemsize].view(dtype)
             series["ts"] = ts
             cpus = a.pop("cpu")
             if "cpu" in self._base:
-                cpu = _empty(n, np.int64)
+                cpu = empty(n, np.int64)
                 tmp = cpu if order is None else scratch(np.int64)
                 at = 0
                 for c, k in cpus:
@@ -156,25 +148,25 @@ class ColumnBuilder:
                 if "pid" in self._base:
                     series["pid"] = pid
                 if "comm" in self._base:
-                    series["comm"] = self._comm(pid, out=_empty(n, np.int32))
+                    series["comm"] = self._comm(pid, out=empty(n, np.int32))
                 del pid
             for f in fields:
                 parts = a.pop("f:" + f.name)
-                if isinstance(parts[0], _Strs):
+                if isinstance(parts[0], Strs):
                     pieces, values = self._merge_strs(parts)
                     # (the narrowest codes: cache and function names are few, so a byte
                     # a row where the compiled extract gave that, without a copy)
-                    codes = self._place(pieces, n, order, _narrowest(len(values)), scratch)
-                    series["f:" + f.name] = _text(fmt, f, _Strs(codes, values))
+                    codes = self._place(pieces, n, order, narrowest(len(values)), scratch)
+                    series["f:" + f.name] = _text(fmt, f, Strs(codes, values))
                 else:
                     series["f:" + f.name] = self._place(parts, n, order, parts[0].dtype,
                                                         scratch)
             del order, box
         else:
             cols = {"ts": np.zeros(0, np.int64), "cpu": np.zeros(0, np.int64),
-                    "pid": np.zeros(0, np.int64), "comm": _Strs(np.zeros(0, np.int32), [])}
+                    "pid": np.zeros(0, np.int64), "comm": Strs(np.zeros(0, np.int32), [])}
             for f in fields:
-                cols["f:" + f.name] = (_Strs(np.zeros(0, np.int32), []) if f.kind == "str"
+                cols["f:" + f.name] = (Strs(np.zeros(0, np.int32), []) if f.kind == "str"
                                        else np.empty(0, dtype=f.dtype))
             series = cols
         frames = {}
@@ -185,8 +177,8 @@ class ColumnBuilder:
             frames[k] = data
         return frames
 
-    def _pieces(self, want, acc):
-        """{key: [{column: array or _Strs}, ...]}: the decoded pieces as they are, each in
+    def pieces(self, want, acc):
+        """{key: [{column: array or Strs}, ...]}: the decoded pieces as they are, each in
         file order, neither joined nor sorted (what read_pieces() gives)."""
         frames = {}
         for eid, (key, fmt, fields, keys) in want.items():
@@ -205,7 +197,7 @@ class ColumnBuilder:
                         p["comm"] = self._comm(pid)
                 for f in fields:
                     v = a["f:" + f.name][i]
-                    p["f:" + f.name] = _text(fmt, f, v) if isinstance(v, _Strs) else v
+                    p["f:" + f.name] = _text(fmt, f, v) if isinstance(v, Strs) else v
                 pieces.append(p)
             for k, flist in keys:
                 frames[k] = [{c: p[c] for c in self._base}

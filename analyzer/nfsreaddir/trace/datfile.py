@@ -1,6 +1,6 @@
 """The trace.dat container (file versions 6 and 7): header, v6 sections or v7 section chain,
-options, event formats, cmdlines, kallsyms, and where each CPU's ring-buffer data lies. What is
-in the pages is read by :mod:`.ringbuf` and decoded by :mod:`.decode` and :mod:`.columns`.
+options, event formats, cmdlines, and where each CPU's ring-buffer data lies. A file cut short
+is recovered by :mod:`.recover`; the pages are read by :mod:`.streams` and :mod:`.ringbuf`.
 
 Layout notes (trace-cmd 3.x files; they differ from the published v7 text):
 the v7 section header's size field is 8 bytes, the BUFFER option carries a
@@ -17,9 +17,14 @@ import os
 import re
 import sys
 
+import numpy as np
+
 from .base import TraceError
-from .format import parse_cpu_stats, parse_format, parse_header_page
-from .raw import _Cursor, _Damage, _decompress
+from .format import parse_cpu_stats, parse_header_page
+from .formats import Formats
+from .page import PageLayout
+from .raw import Cursor, Damage, decompress
+from .recover import recover_buffer, section_chain_damage
 
 # option ids
 OPT_DONE, OPT_DATE, OPT_CPUSTAT, OPT_BUFFER, OPT_TRACECLOCK, OPT_UNAME = 0, 1, 2, 3, 4, 5
@@ -31,21 +36,18 @@ _SECTION_OPTIONS = {OPT_HEADER_INFO, OPT_FTRACE_EVENTS, OPT_EVENT_FORMATS,
                     OPT_KALLSYMS, OPT_PRINTK, OPT_CMDLINES}
 
 
-_NAME_RE = re.compile(r"^name:\s*(\S+)", re.M)
-_ID_RE = re.compile(r"^ID:\s*(\d+)", re.M)
 
 
 # counters of ``per_cpu/cpuN/stats`` that count events the ring buffer lost: overwritten
 # (overwrite mode), dropped (buffer full, no overwrite), lost to nested writes
-_LOST_STATS = ("overrun", "dropped_events", "commit_overrun")
+LOST_STATS = ("overrun", "dropped_events", "commit_overrun")
 
 
-class _Buffer:
+class Buffer:
     def __init__(self, name, clock, page_size, cpus, compressed):
         self.name, self.clock, self.page_size = name, clock, page_size
         self.cpus = cpus                  # list of (cpu, offset, size)
         self.compressed = compressed
-
 
 
 class DatFile:
@@ -56,17 +58,13 @@ class DatFile:
         self.path = path
         try:
             self._f = open(path, "rb")
-            self._size = os.fstat(self._f.fileno()).st_size
-            self._mm = (mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ)
-                        if self._size else b"")
+            self.size = os.fstat(self._f.fileno()).st_size
+            self.mm = (mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ)
+                        if self.size else b"")
         except (OSError, ValueError) as e:
             raise TraceError(f"cannot open {path!r}: {e}") from None
-        self._fmt_src = {}       # id -> (system, name, format text); parsed on demand
-        self._fmt_cache = {}     # id -> EventFormat
-        self.by_name = {}        # "system:name" -> id
+        self.formats = Formats(path)
         self.cmdlines = {}
-        self._kallsyms_loc = None
-        self._kallsyms = None
         self.buffers = {}
         self.options = {}
         self._time = {"tsc2nsec": None, "offset": 0}
@@ -75,10 +73,10 @@ class DatFile:
                      "partial": False, "damage": [], "instance": instance or "",
                      "instances": [], "scanned": False}
         self._cpustat_texts = []
-        self._cut_options = None     # v7: why the options after the data could not be read
+        self.cut_options = None     # v7: why the options after the data could not be read
         try:
             self._parse_meta()
-        except _Damage as d:
+        except Damage as d:
             self.close()
             raise TraceError(f"{path}: cannot read the trace metadata: {d}. The file is "
                              "truncated or corrupt; re-copy it or record again") from None
@@ -98,28 +96,66 @@ class DatFile:
             have = ", ".join(repr(b) for b in self.buffers) or "none"
             raise TraceError(f"{path}: no trace data for instance {name!r} "
                              f"(instances with data: {have})")
-        self._buf = self.buffers[name]
+        self.buf = self.buffers[name]
         # data of other instances past the end of the file: the file is truncated
-        self._other_damage = []
-        if self.version >= 7 and self._cut_options is None:
-            msg = self._check_section_chain()
+        self.other_damage = []
+        if self.version >= 7 and self.cut_options is None:
+            msg = section_chain_damage(self)
             if msg:
-                self._other_damage.append(msg)
+                self.other_damage.append(msg)
         for bname, b in self.buffers.items():
             if bname == name:
                 continue
             for cpu, off, size in b.cpus:
-                if size and off + size + (4 if b.compressed else 0) > self._size:
-                    self._other_damage.append(
+                if size and off + size + (4 if b.compressed else 0) > self.size:
+                    self.other_damage.append(
                         f"instance {bname!r} cpu {cpu}: data runs past the end of the file "
                         f"(truncated)")
                     break
         self.info["cpu_stats"] = parse_cpu_stats(self._cpustat_texts).get(name, {})
-        self.info["lost_total"] = self._lost_total()
-        self.info["clock"] = self._buf.clock or self.info.get("clock")
+        self.info["lost_total"] = self.lost_total([], False)
+        self.info["clock"] = self.buf.clock or self.info.get("clock")
         self.info["instances"] = list(self.buffers)
         if self.info["cpus"] is None:
-            self.info["cpus"] = len(self._buf.cpus)
+            self.info["cpus"] = len(self.buf.cpus)
+
+    def layout(self):
+        """The layout of the pages of the buffer read (:class:`.page.PageLayout`)."""
+        return PageLayout.of(self.buf.page_size, self.header_page, self.endian == ">",
+                             self.long_size, self.formats.id_field())
+
+    def convert_ts(self, ts):
+        """Raw ring-buffer time stamps (uint64 array) as ns (int64): the TSC conversion and
+        the offset the file's options give."""
+        t = self._time
+        if t["tsc2nsec"] is not None:
+            mult, shift, offset = t["tsc2nsec"]
+            if mult:
+                x = ts - np.uint64(offset)
+                lo = (x & np.uint64(0xFFFFFFFF)) * np.uint64(mult)
+                hi = (x >> np.uint64(32)) * np.uint64(mult)
+                if shift >= 32:
+                    ts = (hi + (lo >> np.uint64(32))) >> np.uint64(shift - 32)
+                else:
+                    ts = (hi << np.uint64(32 - shift)) + (lo >> np.uint64(shift))
+        out = ts.view(np.int64) if ts.dtype == np.uint64 else ts.astype(np.int64)
+        if t["offset"]:
+            out = out + np.int64(t["offset"])
+        return out
+
+    def lost_total(self, lost_events, scanned):
+        """Events lost by the ring buffer, when the trace says: the lost counters of the
+        stored CPU stats (every CPU with data must have them), else, once the data was
+        scanned, the counts of the lost-events markers (None if one has no count)."""
+        stats = self.info["cpu_stats"]
+        cpus = [cpu for cpu, _, size in self.buf.cpus if size]
+        if cpus and all(any(k in stats.get(cpu, {}) for k in LOST_STATS) for cpu in cpus):
+            return sum(int(v) for st in stats.values() for k, v in st.items()
+                       if k in LOST_STATS and isinstance(v, int))
+        if not scanned:
+            return None
+        counts = [ev["count"] for ev in lost_events]
+        return sum(counts) if None not in counts else None
 
     def _holds_data(self, name):
         b = self.buffers.get(name)
@@ -146,8 +182,8 @@ class DatFile:
     # ---------------------------------------------------------------- meta
     def close(self):
         try:
-            if isinstance(self._mm, mmap.mmap):
-                self._mm.close()
+            if isinstance(self.mm, mmap.mmap):
+                self.mm.close()
         except (BufferError, AttributeError):
             pass
         try:
@@ -162,14 +198,14 @@ class DatFile:
         self.close()
 
     def _cur(self, pos, end=None, what="file"):
-        end = self._size if end is None else min(end, self._size)
-        return _Cursor(self._mm, pos, end, self._e, what)
+        end = self.size if end is None else min(end, self.size)
+        return Cursor(self.mm, pos, end, self.endian, what)
 
     def _parse_meta(self):
-        mm = self._mm
-        c = _Cursor(mm, 0, self._size, "<", "file header")
+        mm = self.mm
+        c = Cursor(mm, 0, self.size, "<", "file header")
         if c.take(10) != b"\x17\x08\x44tracing":
-            raise _Damage("bad magic: not a trace.dat file")
+            raise Damage("bad magic: not a trace.dat file")
         ver = c.cstr(16)
         if ver not in ("6", "7"):
             raise TraceError(f"{self.path}: trace.dat file version {ver!r} is not supported "
@@ -178,15 +214,15 @@ class DatFile:
         self.version = int(ver)
         endian = c.uint(1)
         if endian not in (0, 1):
-            raise _Damage(f"bad endianness flag {endian}")
-        self._e = "<" if endian == 0 else ">"
-        c.e = self._e
+            raise Damage(f"bad endianness flag {endian}")
+        self.endian = "<" if endian == 0 else ">"
+        c.e = self.endian
         self.long_size = c.uint(1)
         if self.long_size not in (4, 8):
-            raise _Damage(f"bad long size {self.long_size}")
+            raise Damage(f"bad long size {self.long_size}")
         self.page_size = c.uint(4)
         if self.page_size < 64 or self.page_size > (1 << 24) or self.page_size % 8:
-            raise _Damage(f"implausible page size {self.page_size}")
+            raise Damage(f"implausible page size {self.page_size}")
         self.info.update(version=self.version, endian="little" if endian == 0 else "big",
                          long_size=self.long_size, page_size=self.page_size)
         if self.version == 6:
@@ -201,25 +237,25 @@ class DatFile:
                                  "supported (none, zlib and zstd are); convert with "
                                  "`trace-cmd convert --compression none`")
             first = c.uint(8)
-            self._sections_start = c.pos
+            self.sections_start = c.pos
             self._parse_v7(first)
             self.info["format"] = "trace.dat v7" + (
                 "" if self.compression == "none" else f" {self.compression}")
         self.info["compression"] = self.compression
-        if not self._fmt_src:
-            raise _Damage("no event formats found")
+        if not self.formats.by_id:
+            raise Damage("no event formats found")
 
     # v6 --------------------------------------------------------------
     def _parse_header_info(self, c):
         if c.take(12) != b"header_page\0":
-            raise _Damage("'header_page' not found where expected")
+            raise Damage("'header_page' not found where expected")
         n = c.uint(8)
         hp = c.take(n).decode("utf-8", "replace")
         if c.take(13) != b"header_event\0":
-            raise _Damage("'header_event' not found where expected")
+            raise Damage("'header_event' not found where expected")
         n = c.uint(8)
         he = c.take(n).decode("utf-8", "replace")
-        self._hp = parse_header_page(hp, self.long_size)
+        self.header_page = parse_header_page(hp, self.long_size)
         self._parse_header_event(he)
 
     def _parse_header_event(self, text):
@@ -237,7 +273,7 @@ class DatFile:
     def _parse_event_formats(self, c):
         nsys = c.uint(4)
         if nsys > 100000:
-            raise _Damage(f"implausible event system count {nsys}")
+            raise Damage(f"implausible event system count {nsys}")
         for _ in range(nsys):
             system = c.cstr(4096)
             self._parse_formats(c, system, 1000000,
@@ -248,31 +284,10 @@ class DatFile:
         than ``most`` is damage (the message ``damage``, with the count and the system)."""
         n = c.uint(4)
         if n > most:
-            raise _Damage(damage.format(n=n, system=system))
+            raise Damage(damage.format(n=n, system=system))
         for _ in range(n):
             size = c.uint(8)
-            self._add_format(c.take(size), system)
-
-    def _add_format(self, data, system):
-        text = data.decode("utf-8", "replace")
-        m = _NAME_RE.search(text)
-        i = _ID_RE.search(text)
-        if not m or not i:
-            return
-        eid = int(i.group(1))
-        self._fmt_src[eid] = (system, m.group(1), text)
-        self.by_name[f"{system}:{m.group(1)}"] = eid
-
-    def _format(self, eid):
-        fmt = self._fmt_cache.get(eid)
-        if fmt is None:
-            system, _, text = self._fmt_src[eid]
-            fmt = parse_format(text, system)
-            if fmt is None:
-                raise TraceError(f"{self.path}: the stored format of event id {eid} cannot "
-                                 "be parsed")
-            self._fmt_cache[eid] = fmt
-        return fmt
+            self.formats.add(c.take(size), system)
 
     def _parse_cmdlines(self, data):
         for line in data.decode("utf-8", "replace").splitlines():
@@ -285,15 +300,14 @@ class DatFile:
         self._parse_ftrace_formats(c)
         self._parse_event_formats(c)
         n = c.uint(4)
-        self._kallsyms_loc = ("raw", c.pos, n)
-        c.take(n)
+        c.take(n)                                       # kallsyms
         n = c.uint(4)
         c.take(n)                                       # printk formats
         n = c.uint(8)
         self._parse_cmdlines(c.take(n))
         cpus = c.uint(4)
         if cpus > 65536:
-            raise _Damage(f"implausible cpu count {cpus}")
+            raise Damage(f"implausible cpu count {cpus}")
         self.info["cpus"] = cpus
         self._v6_cpus = cpus
         kind = c.take(10)
@@ -306,7 +320,7 @@ class DatFile:
                 size = c.uint(4)
                 data = c.take(size)
                 if oid == OPT_BUFFER:
-                    oc = _Cursor(data, 0, len(data), self._e, "BUFFER option")
+                    oc = Cursor(data, 0, len(data), self.endian, "BUFFER option")
                     off = oc.uint(8)
                     v6_buffers.append((oc.cstr(), off))
                 else:
@@ -316,17 +330,17 @@ class DatFile:
             raise TraceError(f"{self.path}: this trace.dat holds latency-tracer text, not "
                              "event records; it cannot be decoded into events")
         if kind != b"flyrecord\0":
-            raise _Damage(f"expected 'flyrecord' at offset {c.pos - 10}, found {kind!r}")
+            raise Damage(f"expected 'flyrecord' at offset {c.pos - 10}, found {kind!r}")
         clock = self.info.get("clock")
-        self.buffers[""] = _Buffer("", clock, self.page_size, self._v6_cpu_list(c, cpus), False)
+        self.buffers[""] = Buffer("", clock, self.page_size, self._v6_cpu_list(c, cpus), False)
         for name, off in v6_buffers:
             try:
                 bc = self._cur(off, what=f"instance {name!r} data header")
                 if bc.take(10) != b"flyrecord\0":
-                    raise _Damage(f"instance {name!r}: 'flyrecord' not found at offset {off}")
-                self.buffers[name] = _Buffer(name, clock, self.page_size,
+                    raise Damage(f"instance {name!r}: 'flyrecord' not found at offset {off}")
+                self.buffers[name] = Buffer(name, clock, self.page_size,
                                              self._v6_cpu_list(bc, cpus), False)
-            except _Damage as d:
+            except Damage as d:
                 self.info["damage"].append(str(d))
 
     @staticmethod
@@ -347,16 +361,16 @@ class DatFile:
         c.uint(4)                   # description string id
         size = c.uint(8)
         if expect_id is not None and sid != expect_id:
-            raise _Damage(f"{what}: section id {sid} at offset {off}, expected {expect_id}")
-        if size > self._size - c.pos:
-            raise _Damage(f"{what}: section size {size} at offset {off} runs past the end "
-                          f"of the file ({self._size} bytes)")
+            raise Damage(f"{what}: section id {sid} at offset {off}, expected {expect_id}")
+        if size > self.size - c.pos:
+            raise Damage(f"{what}: section size {size} at offset {off} runs past the end "
+                          f"of the file ({self.size} bytes)")
         if flags & 1:
             csize = c.uint(4)
             usize = c.uint(4)
             if csize > size:
-                raise _Damage(f"{what}: compressed size {csize} larger than section {size}")
-            data = _decompress(self.compression, c.take(csize), usize, what)
+                raise Damage(f"{what}: compressed size {csize} larger than section {size}")
+            data = decompress(self.compression, c.take(csize), usize, what)
         else:
             data = c.take(size)
         return sid, flags, data, c.pos
@@ -368,30 +382,30 @@ class DatFile:
         buffers = []
         while off:
             if off in seen or len(seen) > 1000:
-                raise _Damage("options sections form a loop")
+                raise Damage("options sections form a loop")
             seen.add(off)
             try:
                 _, _, data, _ = self._section(off, 0, "options section")
-            except _Damage as d:
+            except Damage as d:
                 if off == first:
                     raise
                 # trace-cmd writes the last options (the BUFFER option among them) after
                 # the data: a cut file loses them, and the data is found without them
-                self._cut_options = str(d)
+                self.cut_options = str(d)
                 break
-            oc = _Cursor(data, 0, len(data), self._e, "options section")
+            oc = Cursor(data, 0, len(data), self.endian, "options section")
             off = 0
             while oc.pos < oc.end:
                 oid = oc.uint(2)
                 size = oc.uint(4)
                 odata = oc.take(size)
                 if oid == OPT_DONE:
-                    off = int.from_bytes(odata[:8], "little" if self._e == "<" else "big") \
+                    off = int.from_bytes(odata[:8], "little" if self.endian == "<" else "big") \
                         if len(odata) >= 8 else 0
                     break
                 if oid in _SECTION_OPTIONS:
                     section_opts.append((oid, int.from_bytes(
-                        odata[:8], "little" if self._e == "<" else "big")))
+                        odata[:8], "little" if self.endian == "<" else "big")))
                 elif oid == OPT_BUFFER:
                     buffers.append(odata)
                 elif oid == OPT_BUFFER_TEXT:
@@ -401,18 +415,17 @@ class DatFile:
         got = {oid for oid, _ in section_opts}
         for need in (OPT_HEADER_INFO, OPT_EVENT_FORMATS):
             if need not in got:
-                raise _Damage(f"the options do not point to a section {need} "
+                raise Damage(f"the options do not point to a section {need} "
                               "(header info / event formats)")
         # header info first: other sections need the long size and endianness
         section_opts.sort(key=lambda x: x[0] != OPT_HEADER_INFO)
         for oid, soff in section_opts:
             if oid == OPT_KALLSYMS:
-                self._kallsyms_loc = ("section", soff, None)
-                continue
+                continue            # kernel symbols: not read
             what = {16: "header info", 17: "ftrace formats", 18: "event formats",
                     20: "printk formats", 21: "saved cmdlines"}[oid]
             _, _, data, _ = self._section(soff, oid, what)
-            sc = _Cursor(data, 0, len(data), self._e, what)
+            sc = Cursor(data, 0, len(data), self.endian, what)
             if oid == OPT_HEADER_INFO:
                 self._parse_header_info(sc)
             elif oid == OPT_FTRACE_EVENTS:
@@ -422,17 +435,19 @@ class DatFile:
             elif oid == OPT_CMDLINES:
                 n = sc.uint(8)
                 self._parse_cmdlines(sc.take(n))
-        if self._cut_options is not None and not buffers:
-            self._recover_buffer()
+        if self.cut_options is not None and not buffers:
+            cpus, compressed = recover_buffer(self, OPT_BUFFER)
+            self.buffers[""] = Buffer("", self.info.get("clock"), self.page_size, cpus,
+                                      compressed)
         for odata in buffers:
-            bc = _Cursor(odata, 0, len(odata), self._e, "BUFFER option")
+            bc = Cursor(odata, 0, len(odata), self.endian, "BUFFER option")
             soff = bc.uint(8)
             name = bc.cstr()
             clock = bc.cstr()
             page_size = bc.uint(4)
             ncpu = bc.uint(4)
             if ncpu > 65536:
-                raise _Damage(f"implausible cpu count {ncpu} in BUFFER option")
+                raise Damage(f"implausible cpu count {ncpu} in BUFFER option")
             cpus = []
             for _ in range(ncpu):
                 cpu = bc.uint(4)
@@ -443,112 +458,18 @@ class DatFile:
                 c = self._cur(soff, what=f"buffer {name!r} section")
                 c.uint(2)
                 flags = c.uint(2)
-            except _Damage as d:
+            except Damage as d:
                 self.info["damage"].append(str(d))
                 flags = 0
             if page_size != self.page_size and (page_size < 64 or page_size > (1 << 24)
                                                  or page_size % 8):
-                raise _Damage(f"implausible page size {page_size} for buffer {name!r}")
-            self.buffers[name] = _Buffer(name, clock, page_size, cpus, bool(flags & 1))
-
-    def _recover_buffer(self):
-        """The top-level buffer of a v7 file cut before its BUFFER option: its data section
-        found along the section chain, the CPU streams split from what is in it. Each CPU's
-        stream starts at a page-aligned offset; a compressed one is its chunk count and
-        chunks, so it ends where they do; uncompressed pages carry no CPU number, and a
-        stream is taken to end where the page time stamps go back (one CPU's pages are in
-        time order). The last stream is taken to be cut (it may run on past the end), and
-        the CPUs the option counted (OPT_CPUCOUNT) but the data no longer holds are read as
-        lying past the end: the reader then reads up to the cut and says from when events
-        may be missing."""
-        e = "little" if self._e == "<" else "big"
-        found = []
-        off = self._sections_start
-        while off + 16 <= self._size and len(found) < 2:
-            sid = int.from_bytes(self._mm[off:off + 2], e)
-            flags = int.from_bytes(self._mm[off + 2:off + 4], e)
-            size = int.from_bytes(self._mm[off + 8:off + 16], e)
-            if sid == OPT_BUFFER:
-                found.append((off + 16, bool(flags & 1)))
-            off += 16 + size
-        if len(found) != 1:
-            raise TraceError(
-                f"{self.path}: the file is cut short ({self._cut_options}), and "
-                + ("no event data is left before the cut" if not found else
-                   "it holds the data of several instances whose names were in the lost part")
-                + "; re-copy the file or record again")
-        start, compressed = found[0]
-        P = self.page_size
-        streams = (self._compressed_streams(start, P, e) if compressed
-                   else self._page_streams(start, P, e))
-        ncpu = self.info.get("cpus")
-        if ncpu is None or len(streams) > ncpu:
-            ncpu = len(streams) + 1          # how many CPUs is unknown: some may be lost
-        cpus = [(cpu, off, size) for cpu, (off, size) in enumerate(streams)]
-        cpus += [(cpu, self._size, 1) for cpu in range(len(streams), ncpu)]
-        self.info["damage"].append(
-            f"the file is cut short ({self._cut_options}); its CPU data was found without "
-            f"the BUFFER option: {len(streams)} of {ncpu} CPUs' streams")
-        self.buffers[""] = _Buffer("", self.info.get("clock"), P, cpus, compressed)
-
-    def _compressed_streams(self, pos, P, e):
-        """(offset, size) of each compressed CPU stream from ``pos`` on, walked chunk by
-        chunk; the size of a stream that runs past the end reaches past it."""
-        out = []
-        while True:
-            pos = -(-pos // P) * P
-            if pos + 4 > self._size:
-                return out
-            nchunks = int.from_bytes(self._mm[pos:pos + 4], e)
-            end = pos + 4
-            for _ in range(nchunks):
-                if end + 8 > self._size:
-                    break
-                end += 8 + int.from_bytes(self._mm[end:end + 4], e)
-            else:
-                if end <= self._size:
-                    out.append((pos, end - pos - 4))
-                    pos = end
-                    continue
-            out.append((pos, self._size - pos))
-            return out
-
-    def _page_streams(self, pos, P, e):
-        """(offset, size) of each uncompressed CPU stream from ``pos`` on: a new stream
-        where a page's time stamp is earlier than the page before it; the last one's size
-        reaches past the end of the file."""
-        pos = -(-pos // P) * P
-        npages = max(0, self._size - pos) // P
-        if not npages:
-            return []
-        ts = [int.from_bytes(self._mm[pos + k * P:pos + k * P + 8], e) for k in range(npages)]
-        starts = [0] + [k for k in range(1, npages) if ts[k] < ts[k - 1]]
-        out = [(pos + a * P, (b - a) * P) for a, b in zip(starts, starts[1:])]
-        return out + [(pos + starts[-1] * P, (npages - starts[-1] + 1) * P)]
-
-    def _check_section_chain(self):
-        """v7 sections follow each other up to the end of the file; a chain that
-        runs past the end (or stops short of it) means a truncated file."""
-        off = self._sections_start
-        n = 0
-        while off < self._size and n < 100000:
-            if off + 16 > self._size:
-                return f"the section header at offset {off} is cut short (file truncated)"
-            hdr = bytes(self._mm[off:off + 16])
-            e = "little" if self._e == "<" else "big"
-            sid = int.from_bytes(hdr[0:2], e)
-            size = int.from_bytes(hdr[8:16], e)
-            if off + 16 + size > self._size:
-                return (f"section {sid} at offset {off} needs {size} bytes but the file ends "
-                        f"at {self._size} (file truncated)")
-            off += 16 + size
-            n += 1
-        return None
+                raise Damage(f"implausible page size {page_size} for buffer {name!r}")
+            self.buffers[name] = Buffer(name, clock, page_size, cpus, bool(flags & 1))
 
     def _option(self, oid, data):
         def s():
             return data.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
-        e = "little" if self._e == "<" else "big"
+        e = "little" if self.endian == "<" else "big"
         if oid == OPT_UNAME:
             self.info["uname"] = s()
         elif oid == OPT_VERSION:

@@ -7,33 +7,23 @@ from __future__ import annotations
 import numpy as np
 
 from . import ringbuf
-from .arrays import _bytes_view, _extract_strings, _gather_uint, _Pieces, _Strs, _to_int_column
-from .format import Field
+from .arrays import Pieces, Strs, bytes_view, extract_strings, gather_uint, to_int_column
 
 class Decoder:
-    @property
-    def _id_field(self):
-        f = getattr(self, "_idf", None)
-        if f is None:
-            for eid in list(self._fmt_src)[:50]:
-                fmt = self._format(eid)
-                if "common_type" in fmt.fields:
-                    f = fmt.fields["common_type"]
-                    break
-            else:
-                f = Field("common_type", "unsigned short", 0, 2, False, "int", None)
-            if f.size not in (1, 2, 4):
-                f = Field("common_type", "unsigned short", 0, 2, False, "int", None)
-            self._idf = f
-        return f
+    """Decodes the records of wanted events of one read: ``endian`` the file's byte order,
+    ``want_pid`` whether the pid (and so the comm) is read."""
 
-    def _plan(self, w):
+    def __init__(self, endian, want_pid):
+        self._e = endian
+        self.want_pid = want_pid
+
+    def plan(self, w):
         """How to decode one event: the fixed head of its records (integers, pid and the
         __data_loc words) as a structured dtype read from one copy of the head."""
         e = self._e
         _, fmt, fields, _ = w
         pf = fmt.fields.get("common_pid")
-        if pf is None or pf.kind != "int" or not self._want_pid:
+        if pf is None or pf.kind != "int" or not self.want_pid:
             pf = None
         fixed = [f for f in fields if f.loc is None and f.kind == "int"]
         locs = [f for f in fields if f.loc in ("data", "rel")]
@@ -55,18 +45,21 @@ class Decoder:
                 "hidx": {id(f): f"f{i}" for i, f in enumerate(heads)},
                 "asked": {id(f) for f in fields}}
 
-    def _decode(self, block, pos, ts, dlen, cpu, plan, out):
-        if (ringbuf._compiled_wanted() and isinstance(out["ts"], _Pieces)
+    def decode(self, block, pos, ts, dlen, cpu, plan, out):
+        """The records at ``pos`` (their times ``ts``, data lengths ``dlen``) of one event
+        by its ``plan``, appended to its pieces ``out``."""
+        rb = ringbuf.compiled()
+        if (rb is not None and isinstance(out["ts"], Pieces)
                 and pos.dtype == np.int32 and dlen.dtype == np.int32):
-            return self._decode_compiled(block, pos, ts, dlen, cpu, plan, out)
+            return self._decode_compiled(rb, block, pos, ts, dlen, cpu, plan, out)
         e = self._e
         n = len(pos)
         pf = plan["pf"]
         pre = {}
         dmin = int(dlen.min()) if n else 0
         if plan["heads"] and int(pos.max()) + plan["width"] <= len(block):
-            rec = _bytes_view(block, plan["width"])[pos].view(plan["dtype"])
-            packed = isinstance(out["ts"], _Pieces)
+            rec = bytes_view(block, plan["width"])[pos].view(plan["dtype"])
+            packed = isinstance(out["ts"], Pieces)
             for f in plan["heads"]:
                 col = rec[plan["hidx"][id(f)]]
                 if f is pf:
@@ -92,12 +85,12 @@ class Decoder:
                     pre[id(f)] = col
                 else:
                     pre[id(f)] = col.astype(np.uint32)
-        if not self._want_pid:
+        if not self.want_pid:
             pid = None
         elif pf is not None and dmin >= pf.offset + pf.size:
             pid = pre.get("pid")
             if pid is None:
-                pid = _to_int_column(_gather_uint(block, pos + pf.offset, pf.size, e),
+                pid = to_int_column(gather_uint(block, pos + pf.offset, pf.size, e),
                                      pf).astype(np.int32)
         elif pre.get("pid_kept"):
             pid = pre["pid"]
@@ -119,32 +112,31 @@ class Decoder:
         for k, v in cols.items():
             out[k].append(v)
 
-    def _decode_compiled(self, block, pos, ts, dlen, cpu, plan, out):
+    def _decode_compiled(self, rb, block, pos, ts, dlen, cpu, plan, out):
         """:meth:`_decode` by the compiled loops: integers straight into the pieces kept,
         __data_loc strings keyed in one pass (others as :meth:`_decode_field` does)."""
         n = len(pos)
         big = self._e == ">"
         pf = plan["pf"]
-        if self._want_pid:
+        if self.want_pid:
             pid = out["pid"].reserve(n, np.int32)
             # as in _decode: records too short for the pid (damage) make all of them -1
             if pf is not None and int(dlen.min()) >= pf.offset + pf.size:
-                ringbuf._ringbuf.ints(block, pos, dlen, pf.offset, pf.size, pf.signed, big, pid)
+                rb.ints(block, pos, dlen, pf.offset, pf.size, pf.signed, big, pid)
             else:
                 pid[...] = -1
         for f in plan["fields"]:
             pieces = out["f:" + f.name]
             if f.loc is None and f.kind == "int":
-                ringbuf._ringbuf.ints(block, pos, dlen, f.offset, f.size, f.signed, big,
-                              pieces.reserve(n, f.dtype))
+                rb.ints(block, pos, dlen, f.offset, f.size, f.signed, big,
+                        pieces.reserve(n, f.dtype))
             elif f.loc in ("data", "rel") and f.kind == "str":
                 codes = pieces.reserve(n, np.int32)
-                values = ringbuf._ringbuf.strings(block, pos, dlen, f.offset, f.loc == "rel", big,
-                                          codes)
-                pieces[-1] = _Strs(codes, values)
+                values = rb.strings(block, pos, dlen, f.offset, f.loc == "rel", big, codes)
+                pieces[-1] = Strs(codes, values)
             else:
                 pieces.append(self._decode_field(block, pos, dlen, f))
-        # the time piece last: it marks the record set as finished (see _whole_records)
+        # the time piece last: it marks the record set as finished (see Scan's _whole_records)
         out["ts"].append(ts)
         out["cpu"].append((cpu, n))
 
@@ -154,7 +146,7 @@ class Decoder:
             okrow = dlen >= f.offset + 4
             allok = bool(okrow.all())
             if word is None:
-                word = _gather_uint(block, pos + (f.offset if allok else
+                word = gather_uint(block, pos + (f.offset if allok else
                                                   np.where(okrow, f.offset, 0)), 4, e)
             v = word.astype(np.uint32, copy=False).view(np.int32)     # native order
             start = v & 0xFFFF
@@ -166,18 +158,18 @@ class Decoder:
             if not allok:
                 ln[~okrow] = 0
                 start[~okrow] = 0
-            return _extract_strings(block, pos + start, ln, f.kind)
+            return extract_strings(block, pos + start, ln, f.kind)
         if f.loc == "tail":
             ln = np.clip(dlen - f.offset, 0, None)
-            return _extract_strings(block, pos + np.minimum(f.offset, dlen), ln, f.kind)
+            return extract_strings(block, pos + np.minimum(f.offset, dlen), ln, f.kind)
         short = dlen < f.offset + f.size
         if f.kind == "int":
             if short.any():
-                raw = _gather_uint(block, pos + np.where(short, 0, f.offset), f.size, e)
+                raw = gather_uint(block, pos + np.where(short, 0, f.offset), f.size, e)
                 raw = np.where(short, 0, raw).astype(raw.dtype)
             else:
-                raw = _gather_uint(block, pos + f.offset, f.size, e)
-            return _to_int_column(raw, f)
+                raw = gather_uint(block, pos + f.offset, f.size, e)
+            return to_int_column(raw, f)
         ln = np.where(short, np.clip(dlen - f.offset, 0, None), f.size)
-        return _extract_strings(block, pos + f.offset, ln, f.kind)
+        return extract_strings(block, pos + f.offset, ln, f.kind)
 

@@ -7,13 +7,11 @@ from __future__ import annotations
 import zlib
 
 
-class _Damage(Exception):
-    """Internal: the file is damaged at some point; message for the user."""
+class Damage(Exception):
+    """The file is damaged at some point: the message says where, for the user."""
 
 
-
-
-class _Cursor:
+class Cursor:
     """Bounds-checked reader over a bytes-like object in file endianness."""
 
     def __init__(self, buf, pos, end, endian, what):
@@ -21,7 +19,7 @@ class _Cursor:
 
     def _need(self, n):
         if n < 0 or self.pos + n > self.end:
-            raise _Damage(f"{self.what}: needs {n} bytes at offset {self.pos} but only "
+            raise Damage(f"{self.what}: needs {n} bytes at offset {self.pos} but only "
                           f"{max(0, self.end - self.pos)} are left (truncated or corrupt)")
 
     def take(self, n):
@@ -37,17 +35,16 @@ class _Cursor:
         stop = min(self.end, self.pos + limit)
         i = self.buf.find(b"\0", self.pos, stop)
         if i < 0:
-            raise _Damage(f"{self.what}: unterminated string at offset {self.pos}")
+            raise Damage(f"{self.what}: unterminated string at offset {self.pos}")
         s = bytes(self.buf[self.pos:i]).decode("utf-8", "replace")
         self.pos = i + 1
         return s
 
 
-
 _ZSTD = None
 
 
-def _zstd():
+def zstd_module():
     global _ZSTD
     if _ZSTD is None:
         import zstandard
@@ -55,29 +52,26 @@ def _zstd():
     return _ZSTD
 
 
-def _decompress(algo, data, usize, what):
+def decompress(algo, data, usize, what):
     try:
         if algo == "zstd":
-            zstandard, dctx = _zstd()
+            zstandard, dctx = zstd_module()
             declared = zstandard.frame_content_size(data)
             if declared >= 0 and declared != usize:
-                raise _Damage(f"{what}: zstd frame holds {declared} bytes, the file says "
+                raise Damage(f"{what}: zstd frame holds {declared} bytes, the file says "
                               f"{usize} (corrupt)")
             out = dctx.decompress(data, max_output_size=usize)
         elif algo == "zlib":
             d = zlib.decompressobj()
             out = d.decompress(data, usize + 1)
         else:
-            raise _Damage(f"{what}: compression {algo!r} is not supported "
+            raise Damage(f"{what}: compression {algo!r} is not supported "
                           "(convert with `trace-cmd convert --compression none`)")
-    except _Damage:
+    except Damage:
         raise
     except Exception as e:  # zstd.ZstdError, zlib.error, ...
-        raise _Damage(f"{what}: the {algo} data is corrupt ({e})") from None
+        raise Damage(f"{what}: the {algo} data is corrupt ({e})") from None
     if len(out) != usize:
-        raise _Damage(f"{what}: {algo} data gave {len(out)} bytes, the file says {usize} "
+        raise Damage(f"{what}: {algo} data gave {len(out)} bytes, the file says {usize} "
                       "(corrupt or truncated)")
     return out
-
-
-

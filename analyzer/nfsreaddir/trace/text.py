@@ -279,94 +279,20 @@ class ReportText:
         ``typed=False`` leaves every field as the (normalised) text.
         """
         base = [c for c in BASE_COLUMNS if c in base or c == "ts"]
-        if isinstance(events, (list, tuple, set)):
-            events = {e: None for e in events}
-        bykey = {}
-        for key, fields in events.items():
-            if isinstance(fields, str):
-                fields = [fields]
-            bykey.setdefault(key.replace("/", ":").rsplit(":", 1)[-1], []).append(
-                (key, None if fields is None else list(fields)))
-        rows = {name: {"ts": [], "cpu": [], "pid": [], "comm": [], "f": [], "line": []}
-                for name in bykey}
-        lost = []
-        damaged = []
-        last_ts = None
-        insts = set()
-        nlines = nevents = 0
-        # trace-cmd prints "<instance>: " and then, when events were dropped,
-        # "CPU:n [.. EVENTS DROPPED]" and a new line holding the event without
-        # the prefix: that event belongs to the instance of the dropped line
-        pending_inst = None
+        bykey = _requests(events)
+        scan = _LineScan(self, bykey)
         for line in self._lines():
-            nlines += 1
-            s = line.rstrip("\n")
-            m = _EVENT_RE.match(s)
-            if m:
-                ts = _ts_ns(m.group("sec"), m.group("frac"))
-                if last_ts is not None and ts < last_ts:
-                    # trace-cmd report prints events in time order: an edited or mixed line.
-                    damaged.append({"line": nlines, "from": ts, "to": last_ts,
-                                    "pid": None, "what": f"line {nlines}: its time {ts / 1e9:.6f}"
-                                    f" is before the line above ({last_ts / 1e9:.6f})"})
-                if damaged and damaged[-1].get("to") is None:
-                    damaged[-1]["to"] = ts
-                last_ts = ts if last_ts is None else max(last_ts, ts)
-            elif nevents and s.strip() and not s.lstrip().startswith("=>") \
-                    and not _LOST_RE.match(s):
-                # After the first event every line is an event, a loss, or a stack line.
-                damaged.append({"line": nlines, "from": last_ts, "to": None, "pid": None,
-                                "what": f"line {nlines} is not an event line: {s[:60]!r}"})
-                continue
-            if not m:
-                lm = _LOST_RE.match(s)
-                if lm:
-                    pending_inst = lm.group("inst") or ""
-                    if self._inst_ok(lm.group("inst")):
-                        n = lm.group("n") or lm.group("n2")
-                        # ts: that of the next event (the first after the loss)
-                        lost.append({"cpu": int(lm.group("cpu")), "ts": None,
-                                     "count": int(n) if n else None})
-                continue
-            nevents += 1
-            inst = m.group("inst")
-            if pending_inst is not None:
-                if not inst:
-                    inst = pending_inst
-                pending_inst = None
-            insts.add(inst or "")
-            if not self._inst_ok(inst):
-                continue
-            if lost and lost[-1]["ts"] is None:
-                lost[-1]["ts"] = ts
-            name = m.group("event")
-            if name not in rows:
-                continue
-            r = rows[name]
-            r["ts"].append(ts)
-            r["cpu"].append(int(m.group("cpu")))
-            r["pid"].append(int(m.group("pid")))
-            r["comm"].append(m.group("comm").strip())
-            r["f"].append(self._fields(name, m.group("payload") or ""))
-            r["line"].append(nlines)
-        if nevents == 0 and self.info["cpus"] is None:
+            scan.line(line.rstrip("\n"))
+        if scan.nevents == 0 and self.info["cpus"] is None:
             raise TraceError(f"{self.path}: no trace-cmd report event lines found")
-        for d in damaged:
-            if d["from"] is None:
-                d["from"] = d["to"] if d["to"] is not None else 0
-            if d["to"] is None:
-                d["to"] = 1 << 62
-        self.info["lost_events"] = lost
-        self.info["instances"] = sorted(insts)
+        damaged = scan.closed_damage()
+        self.info["lost_events"] = scan.lost
+        self.info["instances"] = sorted(scan.insts)
         self.info["scanned"] = True
         frames = {}
         for name, keys in bykey.items():
-            r = rows[name]
-            seen = []
-            for d in r["f"]:
-                for k in d:
-                    if k not in seen:
-                        seen.append(k)
+            r = scan.rows[name]
+            seen = list(dict.fromkeys(k for d in r["f"] for k in d))
             for key, fields in keys:
                 flist = seen if fields is None else fields
                 missing = [f for f in flist if f not in seen]
@@ -374,27 +300,7 @@ class ReportText:
                     raise TraceError(
                         f"event {name} has no field {missing[0]!r} in {self.path}; the fields "
                         f"seen are: {', '.join(seen) or '(none)'}")
-                cols = {"ts": np.array(r["ts"], dtype=np.int64),
-                        "cpu": np.array(r["cpu"], dtype=np.int64),
-                        "pid": np.array(r["pid"], dtype=np.int64),
-                        "comm": pd.array(r["comm"], dtype="str")}
-                for f in flist:
-                    vals = [d.get(f) for d in r["f"]]
-                    bad = [k for k, v in enumerate(vals) if v is None]
-                    cols[field_column(f)] = (_column(vals, f, bad) if typed
-                                             else pd.array(vals, dtype=object))
-                    for k in sorted(set(bad)):
-                        v = vals[k]
-                        damaged.append({
-                            "line": r["line"][k], "from": r["ts"][k], "to": r["ts"][k],
-                            "pid": r["pid"][k], "event": name, "field": f,
-                            "what": f"line {r['line'][k]}: {name} "
-                                    + (f"has no {f}=" if v is None else f"{f}={v!r} is not a "
-                                       "64-bit integer")})
-                df = pd.DataFrame(cols)
-                if len(df):
-                    order = np.lexsort((df["cpu"].to_numpy(), df["ts"].to_numpy()))
-                    df = df.iloc[order].reset_index(drop=True)
+                df = _frame(name, r, flist, typed, damaged)
                 frames[key] = df[base + [field_column(f) for f in flist]]
         self.info["damaged_events"] = sorted(damaged, key=lambda d: d["line"])
         return frames
@@ -413,3 +319,133 @@ class ReportText:
         # the compound forms never occur in -R output, so normalise in both modes
         # (the mode guess from the first lines can be wrong for key=value formats)
         return normalised(name, payload)
+
+
+def _requests(events):
+    """{event name as the text prints it: [(key asked, fields or None), ...]} of read()'s
+    ``events`` (a list of names, or a mapping of names to fields)."""
+    if isinstance(events, (list, tuple, set)):
+        events = {e: None for e in events}
+    bykey = {}
+    for key, fields in events.items():
+        if isinstance(fields, str):
+            fields = [fields]
+        bykey.setdefault(key.replace("/", ":").rsplit(":", 1)[-1], []).append(
+            (key, None if fields is None else list(fields)))
+    return bykey
+
+
+class _LineScan:
+    """One pass of read() over the lines: the rows of the events asked for, the lost-events
+    lines, the instances seen and the damaged lines (not an event line after the first event,
+    a time before the line above)."""
+
+    def __init__(self, reader, names):
+        self.reader = reader
+        self.rows = {name: {"ts": [], "cpu": [], "pid": [], "comm": [], "f": [], "line": []}
+                     for name in names}
+        self.lost = []
+        self.damaged = []
+        self.insts = set()
+        self.last_ts = None
+        self.nlines = self.nevents = 0
+        # trace-cmd prints "<instance>: " and then, when events were dropped,
+        # "CPU:n [.. EVENTS DROPPED]" and a new line holding the event without
+        # the prefix: that event belongs to the instance of the dropped line
+        self.pending_inst = None
+
+    def line(self, s):
+        self.nlines += 1
+        m = _EVENT_RE.match(s)
+        if m:
+            ts = _ts_ns(m.group("sec"), m.group("frac"))
+            self._time_order(ts)
+            self._event(m, ts)
+        elif self.nevents and s.strip() and not s.lstrip().startswith("=>") \
+                and not _LOST_RE.match(s):
+            # After the first event every line is an event, a loss, or a stack line.
+            self.damaged.append({"line": self.nlines, "from": self.last_ts, "to": None,
+                                 "pid": None, "what": f"line {self.nlines} is not an event "
+                                 f"line: {s[:60]!r}"})
+        else:
+            self._lost(s)
+
+    def _time_order(self, ts):
+        last = self.last_ts
+        if last is not None and ts < last:
+            # trace-cmd report prints events in time order: an edited or mixed line.
+            self.damaged.append({"line": self.nlines, "from": ts, "to": last, "pid": None,
+                                 "what": f"line {self.nlines}: its time {ts / 1e9:.6f} is "
+                                 f"before the line above ({last / 1e9:.6f})"})
+        if self.damaged and self.damaged[-1].get("to") is None:
+            self.damaged[-1]["to"] = ts
+        self.last_ts = ts if last is None else max(last, ts)
+
+    def _lost(self, s):
+        lm = _LOST_RE.match(s)
+        if lm:
+            self.pending_inst = lm.group("inst") or ""
+            if self.reader._inst_ok(lm.group("inst")):
+                n = lm.group("n") or lm.group("n2")
+                # ts: that of the next event (the first after the loss)
+                self.lost.append({"cpu": int(lm.group("cpu")), "ts": None,
+                                  "count": int(n) if n else None})
+
+    def _event(self, m, ts):
+        self.nevents += 1
+        inst = m.group("inst")
+        if self.pending_inst is not None:
+            if not inst:
+                inst = self.pending_inst
+            self.pending_inst = None
+        self.insts.add(inst or "")
+        if not self.reader._inst_ok(inst):
+            return
+        if self.lost and self.lost[-1]["ts"] is None:
+            self.lost[-1]["ts"] = ts
+        name = m.group("event")
+        r = self.rows.get(name)
+        if r is None:
+            return
+        r["ts"].append(ts)
+        r["cpu"].append(int(m.group("cpu")))
+        r["pid"].append(int(m.group("pid")))
+        r["comm"].append(m.group("comm").strip())
+        r["f"].append(self.reader._fields(name, m.group("payload") or ""))
+        r["line"].append(self.nlines)
+
+    def closed_damage(self):
+        """The damaged stretches, each with both ends (the trace's ends where open)."""
+        for d in self.damaged:
+            if d["from"] is None:
+                d["from"] = d["to"] if d["to"] is not None else 0
+            if d["to"] is None:
+                d["to"] = 1 << 62
+        return self.damaged
+
+
+def _frame(name, r, flist, typed, damaged):
+    """The frame of event ``name``'s rows ``r`` with fields ``flist``, in time order (ties by
+    cpu); a field missing or not a 64-bit integer in a row goes onto ``damaged``."""
+    cols = {"ts": np.array(r["ts"], dtype=np.int64),
+            "cpu": np.array(r["cpu"], dtype=np.int64),
+            "pid": np.array(r["pid"], dtype=np.int64),
+            "comm": pd.array(r["comm"], dtype="str")}
+    for f in flist:
+        vals = [d.get(f) for d in r["f"]]
+        bad = [k for k, v in enumerate(vals) if v is None]
+        cols[field_column(f)] = (_column(vals, f, bad) if typed
+                                 else pd.array(vals, dtype=object))
+        for k in sorted(set(bad)):
+            v = vals[k]
+            damaged.append({
+                "line": r["line"][k], "from": r["ts"][k], "to": r["ts"][k],
+                "pid": r["pid"][k], "event": name, "field": f,
+                "what": f"line {r['line'][k]}: {name} "
+                        + (f"has no {f}=" if v is None else f"{f}={v!r} is not a "
+                           "64-bit integer")})
+    df = pd.DataFrame(cols)
+    if len(df):
+        order = np.lexsort((df["cpu"].to_numpy(), df["ts"].to_numpy()))
+        df = df.iloc[order].reset_index(drop=True)
+    return df

@@ -1,10 +1,11 @@
-"""Column-oriented reader for trace-cmd ``trace.dat`` files (versions 6 and 7).
-
-Only the events and fields asked for are decoded, by name, using the event formats stored in the
-file: the container (:mod:`.datfile`), the ring-buffer walk (:mod:`.ringbuf`), the decode plans
-(:mod:`.decode`) and the column building (:mod:`.columns`) are the layers of this one reader.
-Uncompressed data is mmapped; compressed chunks (v7 zlib/zstd) are decompressed a block at a
-time.
+"""Column-oriented reader for trace-cmd ``trace.dat`` files (versions 6 and 7), built as a chain
+of objects that each own their state: the container (:class:`.datfile.DatFile`: header, options,
+event formats, where each CPU's data lies) -> the CPU streams as blocks of whole pages
+(:class:`.streams.Streams`; uncompressed data is mmapped, compressed chunks are decompressed a
+block at a time) -> the one page walker (:class:`.ringbuf.PageWalker`) -> the decoders
+(:class:`.decode.Decoder`), per read with the scan that drives them (:class:`.scan.Scan`) -> the
+columns (:class:`.columns.ColumnBuilder`). Only the events and fields asked for are decoded, by
+name, using the event formats stored in the file.
 """
 
 from __future__ import annotations
@@ -12,104 +13,91 @@ from __future__ import annotations
 import numpy as np
 
 from .. import tuning
+from .arrays import Strs
 from .base import BASE_COLUMNS, TraceError, field_column
-from .arrays import _Strs
 from .columns import ColumnBuilder
-from .datfile import _LOST_STATS, OPT_KALLSYMS, DatFile
+from .datfile import DatFile
 from .decode import Decoder
-from .raw import _Cursor, _Damage
-from .ringbuf import _RELEASE_ABOVE, RingWalk, _drop_inflate_block
+from .raw import Damage
+from .records import odd_records
+from .ringbuf import PageWalker
+from .scan import Scan
+from .streams import RELEASE_ABOVE, Streams, drop_inflate_block
 
 
-class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
+class TraceDat:
     """A trace.dat file.  Use :func:`nfsreaddir.trace.open_trace` to create."""
+
+    def __init__(self, path, instance=None):
+        self.path = path
+        self.file = f = DatFile(path, instance=instance)
+        self.info = f.info
+        self.layout = f.layout()
+        self.walker = PageWalker(self.layout)
+        self.streams = Streams(f.mm, f.size, f.endian, f.compression, f.buf)
+
+    def close(self):
+        self.file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
 
     def event_names(self):
         """Set of ``"system:name"`` the file holds formats for."""
-        return set(self.by_name)
+        return set(self.file.formats.by_name)
 
     def event_format(self, name):
-        return self._lookup(name)
+        return self.file.formats.format_of(name)
 
-    def _lookup(self, name):
-        name2 = name.replace("/", ":")
-        eid = self.by_name.get(name2)
-        if eid is None and ":" not in name2:
-            hits = [i for i, src in self._fmt_src.items() if src[1] == name2]
-            if len(hits) == 1:
-                eid = hits[0]
-        return None if eid is None else self._format(eid)
-
-    def kallsyms(self):
-        """(sorted uint64 addresses, list of names) from the saved /proc/kallsyms."""
-        if self._kallsyms is None:
-            addrs, names = [], []
+    def _records(self, lut, damage=None, lost=None):
+        """(cpu, first page, walk result) of every part of every CPU's data, the walk
+        stopping at a CPU's damage (its message onto ``damage`` where given)."""
+        P = self.layout.page_size
+        for cpu, off, size in self.file.buf.cpus:
+            first_page = 0
             try:
-                if self._kallsyms_loc is None:
-                    text = b""
-                elif self._kallsyms_loc[0] == "raw":
-                    _, pos, n = self._kallsyms_loc
-                    text = bytes(self._mm[pos:pos + n])
-                else:
-                    _, _, data, _ = self._section(self._kallsyms_loc[1], OPT_KALLSYMS, "kallsyms")
-                    sc = _Cursor(data, 0, len(data), self._e, "kallsyms")
-                    text = sc.take(sc.uint(4))
-            except _Damage as d:
-                raise TraceError(f"{self.path}: {d}") from None
-            for line in text.decode("utf-8", "replace").splitlines():
-                parts = line.split()
-                if len(parts) >= 3:
-                    try:
-                        addrs.append(int(parts[0], 16))
-                        names.append(parts[2])
-                    except ValueError:
-                        pass
-            order = np.argsort(np.array(addrs, dtype=np.uint64), kind="stable")
-            self._kallsyms = (np.array(addrs, dtype=np.uint64)[order],
-                              [names[i] for i in order])
-        return self._kallsyms
+                for block in self.streams.blocks(cpu, off, size):
+                    dmg = None
+                    for res, dmg in self.walker.walk(block, lut, cpu,
+                                                     [] if lost is None else lost, first_page):
+                        if res is not None and len(res[0]):
+                            yield cpu, first_page, res
+                    if dmg:
+                        if damage is not None:
+                            damage.append(dmg)
+                        break
+                    first_page += len(block) // P
+            except Damage as d:
+                if damage is not None:
+                    damage.append(str(d))
+            except (IndexError, ValueError, OverflowError) as e:
+                if damage is not None:
+                    damage.append(f"cpu {cpu}: undecodable ring-buffer data "
+                                  f"({type(e).__name__}: {e})")
 
     def event_counts(self):
         """{"system:name": number of records} for the events present in the data
         (one pass over the pages, no fields decoded).  Damage is reported in
         ``info["damage"]`` and counts stop there."""
-        idf = self._id_field
-        lut = np.ones((1 << (8 * idf.size)) if idf.size <= 2 else (1 << 20), dtype=bool)
+        lut = np.ones(self.layout.lut_size(), dtype=bool)
         lut[-1] = False
         counts = np.zeros(len(lut), dtype=np.int64)
-        damage = []
-        lost = []
-        P = self._buf.page_size
-        for cpu, off, size in self._buf.cpus:
-            first_page = 0
-            try:
-                for block in self._cpu_blocks(cpu, off, size, self._buf.compressed, P):
-                    for res, dmg in self._walks(block, P, None, cpu, lost, first_page):
-                        if res is not None and len(res[0]):
-                            ids = res[3].astype(np.int64)
-                            counts += np.bincount(np.minimum(ids, len(counts) - 1),
-                                                  minlength=len(counts))[:len(counts)]
-                    if dmg:
-                        damage.append(dmg)
-                        break
-                    first_page += len(block) // P
-            except _Damage as d:
-                damage.append(str(d))
-            except (IndexError, ValueError, OverflowError) as e:
-                damage.append(f"cpu {cpu}: undecodable ring-buffer data "
-                              f"({type(e).__name__}: {e})")
-        _drop_inflate_block()
+        damage, lost = [], []
+        for _, _, res in self._records(lut, damage, lost):
+            ids = res[3].astype(np.int64)
+            counts += np.bincount(np.minimum(ids, len(counts) - 1),
+                                  minlength=len(counts))[:len(counts)]
+        drop_inflate_block()
         if damage:
             self.info["damage"] = list(self.info["damage"]) + damage
             self.info["partial"] = True
         self._set_lost(lost)
         counts[-1] = 0          # records that are not events (padding, time stamps)
-        out = {}
-        for eid in np.flatnonzero(counts).tolist():
-            src = self._fmt_src.get(eid)
-            name = f"{src[0]}:{src[1]}" if src else f"unknown:id{eid}"
-            out[name] = int(counts[eid])
-        return out
+        return {self.file.formats.name_of(eid) or f"unknown:id{eid}": int(counts[eid])
+                for eid in np.flatnonzero(counts).tolist()}
 
     def check_records(self):
         """Look at every record of the data for what the kernel cannot have written, and put
@@ -120,41 +108,28 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
         as one of these; the events it hides or moves lie within the stretch reported. Damage
         that stops a stream (a broken page) is the reader's ``partial``, not repeated here."""
         found = []
-        P = self._buf.page_size
+        P = self.layout.page_size
         sizes = {}
-        idf = self._id_field
-        not_event = (1 << (8 * idf.size)) - 1 if idf.size <= 4 else None
-        for cpu, off, size in self._buf.cpus:
-            ts_all, ids_all, page_all = [], [], []
-            first_page = 0
-            try:
-                for block in self._cpu_blocks(cpu, off, size, self._buf.compressed, P):
-                    for res, dmg in self._walks(block, P, None, cpu, [], first_page):
-                        if res is not None and len(res[0]):
-                            pos, ts, dlen, ids = res
-                            ids = ids.astype(np.int64)
-                            keep = ids != not_event
-                            for eid in np.unique(ids[keep]).tolist():
-                                if eid not in sizes:
-                                    sizes[eid] = self._fixed_size(eid)
-                                if sizes[eid] is not None:
-                                    short = keep & (ids == eid) & (dlen < sizes[eid])
-                                    ids[short] = -1 - ids[short]        # too short: marked
-                            ts_all.append(ts[keep])
-                            ids_all.append(ids[keep])
-                            page_all.append(first_page + pos[keep] // P)
-                        if dmg:
-                            break
-                    first_page += len(block) // P
-            except _Damage:
-                pass            # the reader reports it (partial) when the events are read
-            if not ts_all:
-                continue
-            ts = self._convert_ts(np.concatenate(ts_all).astype(np.uint64)).astype(np.int64)
-            ids = np.concatenate(ids_all)
-            page = np.concatenate(page_all)
-            found.extend(self._odd_records(cpu, ts, ids, page, sizes))
-        _drop_inflate_block()
+        not_event = self.layout.not_event if self.layout.id_size <= 4 else None
+        per_cpu = {}
+        for cpu, first_page, (pos, ts, dlen, ids) in self._records(None):
+            ids = ids.astype(np.int64)
+            keep = ids != not_event
+            for eid in np.unique(ids[keep]).tolist():
+                if eid not in sizes:
+                    sizes[eid] = self._fixed_size(eid)
+                if sizes[eid] is not None:
+                    short = keep & (ids == eid) & (dlen < sizes[eid])
+                    ids[short] = -1 - ids[short]        # too short: marked
+            acc = per_cpu.setdefault(cpu, ([], [], []))
+            acc[0].append(ts[keep])
+            acc[1].append(ids[keep])
+            acc[2].append(first_page + pos[keep] // P)
+        for cpu, (ts_all, ids_all, page_all) in per_cpu.items():
+            ts = self.file.convert_ts(np.concatenate(ts_all).astype(np.uint64)).astype(np.int64)
+            found.extend(odd_records(cpu, ts, np.concatenate(ids_all),
+                                     np.concatenate(page_all), sizes))
+        drop_inflate_block()
         if found:
             self.info["damaged_events"] = list(self.info.get("damaged_events") or []) + found
         return found
@@ -162,64 +137,19 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
     def _fixed_size(self, eid):
         """Bytes of an event's fixed fields (its record is at least that long), None when the
         file has no format for the id."""
-        if eid not in self._fmt_src:
+        if self.file.formats.name_of(eid) is None:
             return None
-        fmt = self._format(eid)
+        fmt = self.file.formats.format(eid)
         return max((f.offset + f.size for f in fmt.fields.values()), default=0) \
             if fmt is not None else None
 
-    def _odd_records(self, cpu, ts, ids, page, sizes):
-        """The damage findings of one CPU's records (in file order)."""
-        out = []
-        n = len(ts)
-
-        def around(i):
-            return int(ts[max(i - 1, 0)]), int(ts[min(i + 1, n - 1)])
-
-        for i in np.flatnonzero((ids >= 0) & np.isin(ids, [e for e, s in sizes.items()
-                                                           if s is None])).tolist():
-            lo, hi = around(i)
-            out.append({"from": min(lo, hi), "to": max(lo, hi), "cpu": cpu,
-                        "what": f"cpu {cpu}: an event with unknown id {int(ids[i])} at "
-                                f"{ts[i] / 1e9:.6f} s (trace-cmd shows [UNKNOWN EVENT])"})
-        for i in np.flatnonzero(ids < 0).tolist():
-            lo, hi = around(i)
-            eid = -1 - int(ids[i])
-            out.append({"from": min(lo, hi), "to": max(lo, hi), "cpu": cpu,
-                        "what": f"cpu {cpu}: a record of event id {eid} at {ts[i] / 1e9:.6f} s "
-                                f"is shorter than its fields ({sizes[eid]} bytes)"})
-        for i in (np.flatnonzero(ts[1:] < ts[:-1]) + 1).tolist():
-            # a time stamp or delta with a flipped bit moves the rest of its page: the stretch
-            # is both pages' span, where the moved events are and where they belong
-            both = (page == page[i - 1]) | (page == page[i])
-            nxt = np.flatnonzero(page > page[i])
-            hi = max(int(ts[both].max()), int(ts[nxt[0]]) if len(nxt) else 0)
-            out.append({"from": int(ts[both].min()), "to": hi, "cpu": cpu,
-                        "what": f"cpu {cpu}: time runs backwards from {ts[i - 1] / 1e9:.6f} s "
-                                f"to {ts[i] / 1e9:.6f} s"})
-        return out
-
     def _set_lost(self, lost):
         for ev in lost:
-            ev["ts"] = int(self._convert_ts(np.array([ev["ts"]], dtype=np.uint64))[0])
+            ev["ts"] = int(self.file.convert_ts(np.array([ev["ts"]], dtype=np.uint64))[0])
         lost.sort(key=lambda ev: (ev["ts"], ev["cpu"]))
         self.info["lost_events"] = lost
         self.info["scanned"] = True
-        self.info["lost_total"] = self._lost_total()
-
-    def _lost_total(self):
-        """Events lost by the ring buffer, when the trace says: the lost counters of the
-        stored CPU stats (every CPU with data must have them), else, once the data was
-        scanned, the counts of the lost-events markers (None if one has no count)."""
-        stats = self.info["cpu_stats"]
-        cpus = [cpu for cpu, _, size in self._buf.cpus if size]
-        if cpus and all(any(k in stats.get(cpu, {}) for k in _LOST_STATS) for cpu in cpus):
-            return sum(int(v) for st in stats.values() for k, v in st.items()
-                       if k in _LOST_STATS and isinstance(v, int))
-        if not self.info["scanned"]:
-            return None
-        counts = [ev["count"] for ev in self.info["lost_events"]]
-        return sum(counts) if None not in counts else None
+        self.info["lost_total"] = self.file.lost_total(lost, True)
 
     def read(self, events, on_damage="raise", base=BASE_COLUMNS):
         """Decode the requested events.
@@ -235,24 +165,26 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
         damage; ``on_damage="partial"`` returns those frames instead.  Either way
         ``info["partial"]`` is set and ``info["damage"]`` says where.
         """
+        base = _base(base)
         try:
             cols, empty = self._read(events, on_damage, base, False)
         except TraceError as e:
             if e.partial is not None:
-                e.partial = _frames(*e.partial, self._base)
+                e.partial = _frames(*e.partial, base)
             raise
-        return _frames(cols, empty, self._base)
+        return _frames(cols, empty, base)
 
     def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS):
         """:meth:`read` without pandas: ``{name: {column: array}}``, a string column as
-        :class:`~nfsreaddir.trace.arrays._Strs` (codes and distinct values)."""
+        :class:`~nfsreaddir.trace.arrays.Strs` (codes and distinct values)."""
+        base = _base(base)
         try:
             cols, empty = self._read(events, on_damage, base, False)
         except TraceError as e:
             if e.partial is not None:
-                e.partial = self._with_empty(*e.partial)
+                e.partial = _with_empty(*e.partial, base)
             raise
-        return self._with_empty(cols, empty)
+        return _with_empty(cols, empty, base)
 
     def read_pieces(self, events, on_damage="raise", base=BASE_COLUMNS):
         """:meth:`read_columns` in the pieces decoded, neither joined nor sorted by time:
@@ -261,6 +193,7 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
         in CPU order, then file order (a stable sort by time gives read()'s order).  For a
         consumer that merges the rows by time itself (the slab analysis), without the
         copy of every column that joining them costs."""
+        base = _base(base)
         try:
             pieces, empty = self._read(events, on_damage, base, True)
         except TraceError as e:
@@ -268,13 +201,6 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
                 e.partial = e.partial[0] | {k: [] for k in e.partial[1]}
             raise
         return pieces | {k: [] for k in empty}
-
-    def _with_empty(self, cols, empty):
-        for key, fields in empty.items():
-            cols[key] = {c: (_Strs(np.zeros(0, np.int32), []) if c == "comm"
-                             else np.zeros(0, np.int64)) for c in self._base} \
-                | {field_column(f): np.zeros(0, object) for f in fields}
-        return cols
 
     def _damaged_from(self, acc, stopped, damage):
         """The time (ns) from which events may be missing: the last event read on a CPU whose
@@ -290,24 +216,58 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
             if not seen:
                 return -1
             last.append(max(seen))
-        return int(self._convert_ts(np.array([min(last)], dtype=np.uint64))[0])
+        return int(self.file.convert_ts(np.array([min(last)], dtype=np.uint64))[0])
 
     def _read(self, events, on_damage, base, pieces):
         """(columns per requested name, or their pieces, {name: fields} of the names with no
-        format)."""
+        format); ``base``: the base columns, in order."""
+        want, empty = self._wanted(events)
+        want_pid = "pid" in base or "comm" in base
+        acc = {eid: {"ts": [], "cpu": [], "pid": [], **{"f:" + f.name: [] for f in w[2]}}
+               for eid, w in want.items()}
+        lost = []
+        damage = []
+        stopped = set()           # CPUs whose stream is damaged: nothing after the damage
+        scan = Scan(self.streams, self.walker, Decoder(self.layout.endian, want_pid), want)
+        columns = ColumnBuilder(self.file.convert_ts, self.file.cmdlines, base, want_pid)
+        with tuning.reading(self.file.size > RELEASE_ABOVE) as memory:
+            try:
+                scan.run(acc, lost, damage, stopped)
+            except MemoryError:
+                raise TraceError(f"{self.path}: out of memory while decoding; ask for fewer "
+                                 "events or fields") from None
+            except (IndexError, ValueError, OverflowError) as e:
+                # a damage pattern the checks above did not catch: still a TraceError
+                damage.append(f"undecodable ring-buffer data ({type(e).__name__}: {e})")
+            if damage:
+                self.info["partial_from"] = self._damaged_from(acc, stopped, damage)
+            with memory.building():
+                frames = columns.pieces(want, acc) if pieces else columns.build(want, acc)
+        if not damage:
+            damage.extend(self.file.other_damage)
+        self._set_lost(lost)
+        if damage:
+            self.info["partial"] = True
+            self.info["damage"] = list(self.info["damage"]) + damage
+            if on_damage != "partial":
+                raise TraceError(
+                    f"{self.path}: the trace data is damaged; decoded only the events before "
+                    f"the damage ({'; '.join(damage[:4])}{' ...' if len(damage) > 4 else ''}). "
+                    "Use the events in .partial with care, or re-copy/re-record the trace",
+                    partial=(frames, empty))
+        return frames, empty
+
+    def _wanted(self, events):
+        """({id: [key, format, [Field], [(key, fields)]]} of the requested events the file
+        has formats for, {key: fields} of those it has not)."""
         if isinstance(events, (list, tuple, set)):
             events = {e: None for e in events}
-        bad = set(base) - set(BASE_COLUMNS)
-        if bad:
-            raise ValueError(f"base columns are {BASE_COLUMNS}, not {sorted(bad)}")
-        self._base = tuple(c for c in BASE_COLUMNS if c in base or c == "ts")
-        self._want_pid = "pid" in self._base or "comm" in self._base
-        want = {}          # id -> (key, fmt, [Field])
+        want = {}
         empty = {}
         for key, fields in events.items():
             if isinstance(fields, str):
                 fields = [fields]
-            fmt = self._lookup(key)
+            fmt = self.event_format(key)
             if fmt is None:
                 empty[key] = list(fields or [])
                 continue
@@ -328,37 +288,24 @@ class TraceDat(DatFile, RingWalk, Decoder, ColumnBuilder):
                 prev[3].append((key, list(fields)))
             else:
                 want[fmt.id] = [key, fmt, flist, [(key, list(fields))]]
-        acc = {eid: {"ts": [], "cpu": [], "pid": [], **{"f:" + f.name: [] for f in w[2]}}
-               for eid, w in want.items()}
-        lost = []
-        damage = []
-        stopped = set()           # CPUs whose stream is damaged: nothing after the damage
-        with tuning.reading(self._size > _RELEASE_ABOVE) as memory:
-            try:
-                self._scan(want, acc, lost, damage, stopped)
-            except MemoryError:
-                raise TraceError(f"{self.path}: out of memory while decoding; ask for fewer "
-                                 "events or fields") from None
-            except (IndexError, ValueError, OverflowError) as e:
-                # a damage pattern the checks above did not catch: still a TraceError
-                damage.append(f"undecodable ring-buffer data ({type(e).__name__}: {e})")
-            if damage:
-                self.info["partial_from"] = self._damaged_from(acc, stopped, damage)
-            with memory.building():
-                frames = self._pieces(want, acc) if pieces else self._build(want, acc)
-        if not damage:
-            damage.extend(self._other_damage)
-        self._set_lost(lost)
-        if damage:
-            self.info["partial"] = True
-            self.info["damage"] = list(self.info["damage"]) + damage
-            if on_damage != "partial":
-                raise TraceError(
-                    f"{self.path}: the trace data is damaged; decoded only the events before "
-                    f"the damage ({'; '.join(damage[:4])}{' ...' if len(damage) > 4 else ''}). "
-                    "Use the events in .partial with care, or re-copy/re-record the trace",
-                    partial=(frames, empty))
-        return frames, empty
+        return want, empty
+
+
+def _base(base):
+    """The base columns asked for, in their order (``ts`` always)."""
+    bad = set(base) - set(BASE_COLUMNS)
+    if bad:
+        raise ValueError(f"base columns are {BASE_COLUMNS}, not {sorted(bad)}")
+    return tuple(c for c in BASE_COLUMNS if c in base or c == "ts")
+
+
+def _with_empty(cols, empty, base):
+    """The columns of read_columns() with those of the names the file has no format for."""
+    for key, fields in empty.items():
+        cols[key] = {c: (Strs(np.zeros(0, np.int32), []) if c == "comm"
+                         else np.zeros(0, np.int64)) for c in base} \
+            | {field_column(f): np.zeros(0, object) for f in fields}
+    return cols
 
 
 def _frames(cols, empty, base):
@@ -366,8 +313,8 @@ def _frames(cols, empty, base):
     read_columns() does without it)."""
     import pandas as pd
 
-    from .arrays import _series
-    frames = {k: pd.DataFrame({c: _series(v) for c, v in d.items()}, copy=False)
+    from .arrays import series
+    frames = {k: pd.DataFrame({c: series(v) for c, v in d.items()}, copy=False)
               for k, d in cols.items()}
     for key, fields in empty.items():
         frames[key] = pd.DataFrame({c: pd.Series(dtype=np.int64 if c != "comm" else "str")
