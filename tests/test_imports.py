@@ -103,17 +103,9 @@ def private_imports(name, path, known):
     return out
 
 
-# The trace reader's internals, being rebuilt by composition on the i31-reader branch (issue 31):
-# exempt from both checks below until that branch lands, then this set goes.
-REBUILT_ELSEWHERE = {f"nfsreaddir.trace.{m}" for m in (
-    "ringbuf", "tracedat", "pipe", "datfile", "decode", "columns", "arrays", "format", "payload",
-    "raw", "base", "text")}
-
-
 def test_no_private_name_is_imported_across_modules():
     mods = modules()
-    found = [x for m, p in mods.items() if m not in REBUILT_ELSEWHERE
-             for x in private_imports(m, p, mods)]
+    found = [x for m, p in mods.items() for x in private_imports(m, p, mods)]
     assert not found, "\n".join(found)
 
 
@@ -129,5 +121,5 @@ MAX_LINES = 500
 
 def test_no_module_is_over_500_lines():
     long = {m: n for m, p in modules().items()
-            if (n := sum(1 for _ in open(p))) > MAX_LINES and m not in REBUILT_ELSEWHERE}
+            if (n := sum(1 for _ in open(p))) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"

@@ -24,7 +24,7 @@ from conftest import installed, needs_setup
 from nfsreaddir.model import slab
 from nfsreaddir.present import render
 from nfsreaddir.trace import open_trace
-from nfsreaddir.trace.arrays import _Strs
+from nfsreaddir.trace.arrays import Strs
 from nfsreaddir.trace.text import ReportText
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -291,7 +291,7 @@ def test_compiled_pass_on_many_pointers_and_tied_times(monkeypatch):
         if alloc:
             cols["bytes_alloc"] = size_of[code].astype(np.uint64)
         if named:
-            cols["name"] = _Strs(code, names)
+            cols["name"] = Strs(code, names)
         return cols
 
     frames = {"kmem:kmem_cache_alloc": kind(700_000, True, True, 2),
@@ -309,12 +309,12 @@ def test_compiled_pass_on_many_pointers_and_tied_times(monkeypatch):
         out = {}
         for ev, cols in frames.items():
             half = len(cols["ts"]) // 2
-            first = {c: v[:half] if not isinstance(v, _Strs) else _Strs(v.codes[:half], names)
+            first = {c: v[:half] if not isinstance(v, Strs) else Strs(v.codes[:half], names)
                      for c, v in cols.items()}
-            second = {c: v[half:] for c, v in cols.items() if not isinstance(v, _Strs)}
+            second = {c: v[half:] for c, v in cols.items() if not isinstance(v, Strs)}
             if "name" in cols:
                 code = cols["name"].codes[half:]
-                second["name"] = _Strs(np.where(code < 0, code, len(names) - 1 - code),
+                second["name"] = Strs(np.where(code < 0, code, len(names) - 1 - code),
                                        names[::-1])
             out[ev] = [first, second]
         return out

@@ -272,7 +272,3 @@ class Pieces(list):
     def release(self):
         """No more appends: drop the reference to the current chunk."""
         self._chunk = None
-
-
-# (slab.py's name for Strs, until it imports Strs itself)
-_Strs = Strs
