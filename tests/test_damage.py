@@ -19,12 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nfsreaddir.model import tables
-from nfsreaddir.rules import verdict
-from nfsreaddir.model.analysis import AnalysisError, analyze
-from nfsreaddir.trace import TraceError, open_trace
-
 from conftest import installed, report_text
+from nfsreaddir.model import tables
+from nfsreaddir.model.analysis import AnalysisError, analyze
+from nfsreaddir.rules import verdict
+from nfsreaddir.trace import TraceError, open_trace
 
 HERE = Path(__file__).resolve().parent
 BAD_DAT = HERE / "fixtures" / "5.10-v4.1" / "modified.dat"

@@ -880,7 +880,8 @@ def test_mkfs_gives_xfs_the_size_it_needs(tmp_path):
     lib = os.path.join(REPRODUCERS, "lib", "loopback.sh")
     img = tmp_path / "x.img"
     p = subprocess.run(["bash", "-c", f". {lib}; lb_mkfs xfs {img} 161 100000"], text=True,
-                       capture_output=True, timeout=60, env={**os.environ, "RESULTS": str(tmp_path)})
+                       capture_output=True, timeout=60,
+                       env={**os.environ, "RESULTS": str(tmp_path)})
     assert p.returncode == 0, (p.stderr, (tmp_path / "log").read_text())
     assert img.stat().st_size == 320 << 20
     with open(img, "rb") as f:

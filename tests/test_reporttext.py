@@ -12,13 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nfsreaddir.trace.text import ReportText, looks_like_report
 from nfsreaddir.trace import TraceError, field_column, open_trace
 from nfsreaddir.trace.arrays import Strs
 from nfsreaddir.trace.base import Trace
-
-from test_tracedat import (FIXTURES, TRACE_CMD, dat_files, host_trace, needs_trace_cmd,  # noqa: F401
-                           report_text)
+from nfsreaddir.trace.text import ReportText, looks_like_report
+from test_tracedat import FIXTURES, TRACE_CMD, dat_files, host_trace, needs_trace_cmd, report_text  # noqa: F401
 
 NFS_SYSTEMS = ("nfs", "nfs4", "sunrpc")
 
@@ -153,7 +151,7 @@ CPU:0 [12 EVENTS DROPPED]
           ls-1234  [000]   100.000007: nfs_lookup_enter:     flags=0x4 (LOOKUP_FOLLOW) name=00:2e:77/foo bar
           ls-1234  [000]   100.000008: readdir_probe:        (nfs_readdir+0x0) cookie=4096 name="abc d"
 tdtest:       ls-1234  [000]   100.000009: print:                tracing_mark_write: in instance
-"""
+"""  # noqa: E501 (report lines as trace-cmd prints them)
 
 
 @pytest.fixture
@@ -222,10 +220,10 @@ def test_raw_lines(tmp_path):
     p = tmp_path / "raw.txt"
     p.write_text(
         "cpus=4\n"
-        "  sleep-6573  [003]   279.096432789: print:                 ip=tracing_mark_write buf=hello a=b\n"
-        "  ls-7505  [001]   704.651925477: sched_wakeup:          comm=python pid=7483 prio=120 target_cpu=001\n"
-        "  qemu-6377  [000]   279.131157466: libc_openat:           __probe_ip=7f26a65fb150 dfd=-100 path=. flags=0x230000 comm=qemu x\n"
-        "  qemu-6377  [000]   279.131157467: libc_openat:           __probe_ip=7f26a65fb000 dfd=14 path=etc flags=0x0 comm=qemu\n")
+        "  sleep-6573  [003]   279.096432789: print:                 ip=tracing_mark_write buf=hello a=b\n"  # noqa: E501
+        "  ls-7505  [001]   704.651925477: sched_wakeup:          comm=python pid=7483 prio=120 target_cpu=001\n"  # noqa: E501
+        "  qemu-6377  [000]   279.131157466: libc_openat:           __probe_ip=7f26a65fb150 dfd=-100 path=. flags=0x230000 comm=qemu x\n"  # noqa: E501
+        "  qemu-6377  [000]   279.131157467: libc_openat:           __probe_ip=7f26a65fb000 dfd=14 path=etc flags=0x0 comm=qemu\n")  # noqa: E501
     t = open_trace(p)
     assert t.info["format"] == "report text -R"
     fr = t.read({"print": None, "sched_wakeup": None, "uprobes:libc_openat": None})

@@ -23,10 +23,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nfsreaddir.trace.text import ReportText
-from nfsreaddir.trace import BASE_COLUMNS, TraceError, field_column, open_trace
-
 from conftest import installed, needs_setup, no_tracefs, run_cli
+from nfsreaddir.trace import BASE_COLUMNS, TraceError, field_column, open_trace
+from nfsreaddir.trace.text import ReportText
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
@@ -622,7 +621,7 @@ def test_corrupt_bytes_fuzz(dat_files, tmp_path):
         data = Path(dat).read_bytes()
         regions = [(0, min(len(data), 4096))] + _data_ranges(dat)
         counts = {"ok": 0, "err": 0}
-        for i in range(per_file):
+        for _ in range(per_file):
             b = bytearray(data)
             lo, hi = rnd.choice(regions)
             hi = min(hi, len(b))
@@ -733,7 +732,8 @@ def recompress_v7(src, dst, algo="zlib"):
             cpus = []
             q = p + 8
             for _ in range(ncpu):
-                cpus.append((int.from_bytes(data[q:q + 4], e), int.from_bytes(data[q + 4:q + 12], e),
+                cpus.append((int.from_bytes(data[q:q + 4], e),
+                             int.from_bytes(data[q + 4:q + 12], e),
                              int.from_bytes(data[q + 12:q + 20], e)))
                 q += 20
             sid, flags, sdesc = rd(soff, 2), rd(soff + 2, 2), rd(soff + 4, 4)
@@ -803,7 +803,7 @@ def test_compiled_reader_equals_numpy_reader(dat_files, numpy_walk):
     for dat in dat_files:
         events = present_events(dat)
         t, fr = read_all(dat, events=events)
-        t2, fr2 = numpy_walk(lambda: read_all(dat, events=events))
+        t2, fr2 = numpy_walk(lambda dat=dat, events=events: read_all(dat, events=events))
         frames_equal(fr, fr2, f"{dat} compiled vs numpy")
         assert t.info["lost_events"] == t2.info["lost_events"]
         assert t.info["lost_total"] == t2.info["lost_total"]
@@ -840,14 +840,14 @@ def test_extract_equals_numpy_reader(dat_files, numpy_walk, monkeypatch):
         fr = t.read(req)
         assert used, f"{dat}: the extract was not used"
         t2 = open_trace(dat)
-        fr2 = numpy_walk(lambda: t2.read(req))
+        fr2 = numpy_walk(lambda t2=t2, req=req: t2.read(req))
         frames_equal(fr, fr2, f"{dat} extract vs numpy")
         assert t.info["lost_events"] == t2.info["lost_events"], dat
         # the pieces: one per CPU (or stretch of it) from the extract, per block from the
         # numpy walk; joined, the same rows in CPU then file order, and by a stable sort by
         # time read()'s rows
         got = open_trace(dat).read_pieces(req, base=("ts",))
-        want = numpy_walk(lambda: open_trace(dat).read_pieces(req, base=("ts",)))
+        want = numpy_walk(lambda dat=dat, req=req: open_trace(dat).read_pieces(req, base=("ts",)))
         for ev in req:
             joined = {}
             for c in got[ev][0] if got[ev] else ():
@@ -876,6 +876,7 @@ def test_extract_widens_string_codes_as_the_dictionary_grows():
     one event whose __data_loc string takes 40,000 values, each once then all again (so
     codes written before both widenings are read back)."""
     import struct
+
     from nfsreaddir import _ringbuf
     P, data_off, evid = 4096, 16, 7
     names = [f"s{i:05d}" for i in range(40_000)] * 2
@@ -936,7 +937,8 @@ def test_extract_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
     for dat, t, cpu, block in damaged_blocks(dat_files, 20261124, 10):
         b, hp, idf = t.file.buf, t.file.header_page, t.file.formats.id_field()
         lost = []
-        parts = numpy_walk(lambda: list(t.walker.walk(block, None, cpu, lost)))
+        parts = numpy_walk(lambda t=t, block=block, cpu=cpu, lost=lost:
+                           list(t.walker.walk(block, None, cpu, lost)))
         ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
         ts = np.concatenate([np.asarray(p[0][1], np.uint64) for p in parts])
         keep = ids != (1 << 8 * idf.size) - 1
@@ -965,11 +967,11 @@ def test_compiled_walk_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk)
     """Seeded random bytes in the ring-buffer pages: both walks list the same records, the
     same lost-events markers and the same damage (message included)."""
     for dat, t, cpu, block in damaged_blocks(dat_files, 20261123, 20):
-        b = t.file.buf
         got, want = [], []
         for out, run in ((got, lambda f: f()), (want, numpy_walk)):
             lost = []
-            parts = run(lambda: list(t.walker.walk(block, None, cpu, lost)))
+            parts = run(lambda t=t, block=block, cpu=cpu, lost=lost:
+                        list(t.walker.walk(block, None, cpu, lost)))
             ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
             # the largest id marks "no event" in the numpy walk: a record whose
             # id was damaged into it counts as none in either
@@ -1006,7 +1008,8 @@ def test_without_the_compiled_walk_one_notice(dat_files):
             "import json\n"
             "for p in sys.argv[1:]:\n"
             "    t = open_trace(p)\n"
-            "    print(json.dumps({k: len(v) for k, v in t.read(list(t.event_counts())).items()}))\n")
+            "    cols = t.read(list(t.event_counts()))\n"
+            "    print(json.dumps({k: len(v) for k, v in cols.items()}))\n")
     paths = [str(p) for p in dat_files[:2]]
     r = subprocess.run([_sys.executable, "-c", code, *paths], capture_output=True, text=True,
                        timeout=600)
@@ -1081,11 +1084,11 @@ def test_inflate_equals_python_zstd_on_damaged_chunks(dat_files, tmp_path, monke
         t, streams = zstd_chunks(dat)
         data = Path(dat).read_bytes()
         P = t.file.buf.page_size
-        for cpu, chunks in streams:
+        for _, chunks in streams:
             if len(chunks) < 3:
                 continue
             pos, csize, usize = chunks[len(chunks) // 2]
-            hdr = lambda c, u: struct.pack(t.layout.endian + "II", c, u)       # noqa: E731
+            hdr = lambda c, u, t=t: struct.pack(t.layout.endian + "II", c, u)  # noqa: E731
             cases = {
                 "implausible size": hdr(csize, usize + 1),
                 "needs": hdr(csize + len(data), usize),

@@ -185,7 +185,7 @@ def empty(n, dtype):
     the malloc heap (which then holds only temporaries, given back when a phase ends)."""
     dtype = np.dtype(dtype)
     nbytes = n * dtype.itemsize
-    if _POPULATE and nbytes >= (1 << 20) and dtype != object:
+    if _POPULATE and nbytes >= (1 << 20) and dtype.kind != "O":
         try:
             m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE)
             return np.frombuffer(m, dtype, count=n)

@@ -3,7 +3,8 @@ raises, the base columns of its frames and the types of its columns."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Union, runtime_checkable
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
 # (numpy and pandas only where a column is made: a command that reads no trace imports neither)
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class TraceError(Exception):
 # A column of read_columns() and read_pieces(), whichever the reader: numbers (and bytes) as a
 # numpy array, strings as Strs (codes into the distinct values; -1: no value).
 Column = Union["np.ndarray", "Strs"]
-Request = Union[Mapping[str, Union[Iterable[str], str, None]], Iterable[str]]
+Request = Mapping[str, Iterable[str] | str | None] | Iterable[str]
 
 
 class Format(Protocol):
@@ -83,7 +84,7 @@ def column_of(series):
     """A column of a read() frame as read_columns() gives it: a string column (the text
     reader's, or a categorical from a trace.dat) as :class:`Strs`, any other as its numpy
     array (no copy where pandas holds one)."""
-    import pandas as pd         # (a frame was made: pandas is loaded)
+    import pandas as pd  # (a frame was made: pandas is loaded)
 
     from .arrays import Strs
     dtype = series.dtype

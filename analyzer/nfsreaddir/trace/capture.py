@@ -31,15 +31,19 @@ Field names are those of Debian 12's tshark 4.0 (`tshark -G fields`).
 from __future__ import annotations
 
 import json
-from array import array
 import shutil
 import subprocess
 import tempfile
+from array import array
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .base import TraceError
 from .magic import capture_format
 from .tshark_ek import ek_pairs, ek_text
+
+if TYPE_CHECKING:       # (pandas is imported where the tables are made)
+    import pandas
 
 NFS_PROGRAM = 100003
 NFS3_GETATTR, NFS3_READDIR, NFS3_READDIRPLUS = 1, 16, 17
@@ -97,8 +101,8 @@ class Capture:
     """What read() found: the tables and the facts that limit them."""
     path: str
     kind: str
-    readdirs: "pandas.DataFrame"
-    attrs: "pandas.DataFrame"
+    readdirs: pandas.DataFrame
+    attrs: pandas.DataFrame
     frames: int = 0                 # frames with an RPC message (or damaged)
     port_frames: int = 0            # frames to or from the server's ports, RPC or not
     messages: int = 0
@@ -469,7 +473,7 @@ class _Reader:
 
     # -- the end ---------------------------------------------------------------------------
     def finish(self):
-        import pandas as pd     # only a capture's tables need it (0.5 s to import)
+        import pandas as pd  # only a capture's tables need it (0.5 s to import)
         cap = self.cap
         cols = ["ts", "frame", "client", "fh", "xid", "vers", "plus", "cookie", "verifier",
                 "dircount", "maxcount", "reply_ts", "status", "entries", "last_cookie", "eof",

@@ -49,7 +49,7 @@ class ColumnBuilder:
         dtype = np.dtype(dtype)
         if order is None and out is None and len(parts) == 1 and parts[0].dtype == dtype:
             return parts.pop()          # one piece (the compiled extract's): no copy
-        if order is not None and dtype == object:
+        if order is not None and dtype.kind == "O":
             tmp = np.concatenate(parts)
             parts.clear()
             return tmp[order]
@@ -181,7 +181,7 @@ class ColumnBuilder:
         """{key: [{column: array or Strs}, ...]}: the decoded pieces as they are, each in
         file order, neither joined nor sorted (what read_pieces() gives)."""
         frames = {}
-        for eid, (key, fmt, fields, keys) in want.items():
+        for eid, (_, fmt, fields, keys) in want.items():
             a = acc.pop(eid)
             pieces = []
             for i, raw in enumerate(a["ts"]):

@@ -9,6 +9,7 @@ import numpy as np
 from . import ringbuf
 from .arrays import Pieces, Strs, bytes_view, extract_strings, gather_uint, to_int_column
 
+
 class Decoder:
     """Decodes the records of wanted events of one read: ``endian`` the file's byte order,
     ``want_pid`` whether the pid (and so the comm) is read."""

@@ -1,6 +1,7 @@
 """A trace.dat cut short: the v7 section chain checked up to the end of the file, and the
-top-level buffer's CPU streams ((cpu, offset, size), compressed) found without the BUFFER option that trace-cmd writes after the
-data (``f``: the :class:`.datfile.DatFile` being opened)."""
+top-level buffer's CPU streams ((cpu, offset, size), compressed) found without the BUFFER
+option that trace-cmd writes after the data (``f``: the :class:`.datfile.DatFile` being
+opened)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from .page import damage_text
 from .raw import Damage
 
 try:
-    from .. import _ringbuf       # the compiled ring-buffer walk (setup.py builds it)
+    from .. import _ringbuf  # the compiled ring-buffer walk (setup.py builds it)
 except ImportError:
     _ringbuf = None
 

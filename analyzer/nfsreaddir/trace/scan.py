@@ -65,8 +65,9 @@ class Scan:
 
     def run(self, acc, lost, damage, stopped):
         """Decode the wanted events of every CPU's data into ``acc`` (pieces per block,
-        in CPU order); ``stopped`` gets the CPUs whose stream is damaged.  The CPUs are independent streams, and so are stretches of one
-        stream (pages, or zstd chunks): with several cores they are read by parallel
+        in CPU order); ``stopped`` gets the CPUs whose stream is damaged.  The CPUs are
+        independent streams, and so are stretches of one stream (pages, or zstd chunks):
+        with several cores they are read by parallel
         threads (zstd and the compiled walk run outside the GIL), a CPU's stream cut into
         stretches so that a trace whose events are mostly on one CPU is not read by one
         thread; the result is the same as one after the other."""
@@ -136,7 +137,9 @@ class Scan:
         decode = self.decoder.decode
         try:
             for block in self.streams.blocks(cpu, off, size):
-                for res, dmg in self.walker.walk(block, lut, cpu, lost, first_page):
+                dmg = None              # the block's damage: the walk's last word
+                for res, dmg_so_far in self.walker.walk(block, lut, cpu, lost, first_page):
+                    dmg = dmg_so_far
                     if res is not None and len(res[0]):
                         pos, ts, dlen, ids = res
                         for eid in want:

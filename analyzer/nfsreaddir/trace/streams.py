@@ -19,7 +19,7 @@ from . import ringbuf
 from .raw import Damage, decompress, zstd_module
 
 try:
-    from .. import _zchunks       # zstd chunks by libzstd (built where zstd.h was found)
+    from .. import _zchunks  # zstd chunks by libzstd (built where zstd.h was found)
 except ImportError:
     _zchunks = None
 

@@ -157,7 +157,7 @@ class ReportText:
 
     def _lines(self):
         try:
-            with open(self.path, "r", encoding="utf-8", errors="replace") as f:
+            with open(self.path, encoding="utf-8", errors="replace") as f:
                 yield from f
         except OSError as e:
             raise TraceError(f"cannot read {self.path!r}: {e}") from None

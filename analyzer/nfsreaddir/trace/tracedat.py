@@ -60,9 +60,10 @@ class TraceDat:
             first_page = 0
             try:
                 for block in self.streams.blocks(cpu, off, size):
-                    dmg = None
-                    for res, dmg in self.walker.walk(block, lut, cpu,
-                                                     [] if lost is None else lost, first_page):
+                    dmg = None          # the block's damage: the walk's last word
+                    for res, dmg_so_far in self.walker.walk(
+                            block, lut, cpu, [] if lost is None else lost, first_page):
+                        dmg = dmg_so_far
                         if res is not None and len(res[0]):
                             yield cpu, first_page, res
                     if dmg:
