@@ -26,10 +26,11 @@ import re
 import numpy as np
 import pandas as pd
 
-from . import analysis
-from ..trace import capture as capture_mod, pcapng
-from .listing import Analysis, Listing
+from ..trace import capture as capture_mod
+from ..trace import pcapng
 from ..units import int_or_none
+from . import analysis
+from .listing import Analysis, Listing
 
 DELIMITED_BY = "wire"
 
