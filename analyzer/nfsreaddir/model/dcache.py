@@ -322,13 +322,14 @@ def summary(markers_or_samples, phases=None, timings=None, events=None):
     if samples is not None and len(samples) and "slab_bytes" not in samples and {
             "slab_active", "slab_objsize"} <= set(samples.columns):
         samples = samples.assign(slab_bytes=samples["slab_active"] * samples["slab_objsize"])
-    out = {"phases": {}, "samples": 0 if samples is None else int(len(samples))}
+    by_phase = {}
     for p in phases:
         name = p.name
         i = 2
-        while name in out["phases"]:          # a phase run twice: keep both
+        while name in by_phase:               # a phase run twice: keep both
             name, i = f"{p.name}#{i}", i + 1
-        out["phases"][name] = phase_summary(samples, p, events)
+        by_phase[name] = phase_summary(samples, p, events)
+    out = {"phases": by_phase, "samples": 0 if samples is None else int(len(samples))}
     if samples is not None and len(samples) and phases:
         whole = Phase("overall", phases[0].start,
                       phases[-1].end if phases[-1].end is not None else None)

@@ -47,7 +47,9 @@ from .requires import requires_events
 from .slab_sorted import tally as tally_sorted
 
 try:
-    from .. import _slab  # the compiled passes (setup.py builds them with the reader's)
+    # The compiled passes (setup.py builds them with the reader's); a C extension without a
+    # stub, so mypy cannot see its attributes.
+    from .. import _slab  # type: ignore[attr-defined]
 except ImportError:            # (the reader says once that it is not built)
     _slab = None
 
