@@ -28,6 +28,7 @@ import glob
 import math
 import os
 import statistics
+from typing import Any
 
 import pandas as pd
 
@@ -354,6 +355,11 @@ def summary(markers_or_samples, phases=None, timings=None, events=None):
     if cycles:
         out["paired"] = cycles
     return jsonable(out)
+
+
+# A judge's figures by name: JSON values of every kind (int, float, str, bool, None) that the
+# rules read back by name and compute with; mypy cannot tell which kind a name holds.
+Figures = dict[str, Any]
 
 
 def jsonable(x):

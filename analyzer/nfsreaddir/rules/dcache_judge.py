@@ -11,6 +11,7 @@ from .. import __version__
 from ..model.dcache import (
     REPRODUCERS,
     DcacheError,
+    Figures,
     jsonable,
     ratio,
     read_trace,
@@ -68,7 +69,9 @@ def _ev(res, phase, key):
 
 
 def _judge_negative(res, facts, markers, events):
-    f, fail, ok = {}, [], []
+    f: Figures = {}
+    fail: list[str] = []
+    ok: list[str] = []
     for ph, count_key in (("nfs-misses", "nfs_misses"), ("local-misses", "local_misses")):
         if ph not in res["phases"]:
             continue        # --paired: the misses of each cycle are in its figures below
@@ -163,7 +166,9 @@ def _judge_negative(res, facts, markers, events):
 
 
 def _judge_unlink_storm(res, facts, markers, events):
-    f, fail, ok = {}, [], []
+    f: Figures = {}
+    fail: list[str] = []
+    ok: list[str] = []
     asked = int(res.get("files") or 0)
     f["files"] = asked
     # Per-file figures are per file the storm removed (a run whose creates failed removed
@@ -270,7 +275,9 @@ def _steady_rates(markers, phase):
 def _judge_readdirplus(res, facts, markers, events):
     """Figures per N; the verdict on the largest N only: small directories are primed on
     every kernel (5.10 primes the names of the first READDIR reply, about 1,000)."""
-    f, fail, ok = {}, [], []
+    f: Figures = {}
+    fail: list[str] = []
+    ok: list[str] = []
     limit = float(res.get("max_per_name", 0.25))
     sizes = [int(x) for x in str(res.get("sizes", "")).replace(",", " ").split()]
     if not sizes:

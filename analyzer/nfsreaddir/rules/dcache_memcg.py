@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..model.dcache import DcacheError, jsonable, number, ratio
+from ..model.dcache import DcacheError, Figures, jsonable, number, ratio
 
 
 def _memcg_cells(res, markers):
@@ -36,9 +36,11 @@ MEMCG_STEPS = [("setup", "setup", "base"), ("mount", "mounted", "base"),
 
 
 def judge_memcg(res, facts, markers, events):
-    f, fail, ok = {}, [], []
+    f: Figures = {}
+    fail: list[str] = []
+    ok: list[str] = []
     cells = _memcg_cells(res, markers)
-    grid = {}
+    grid: dict[str, Figures] = {}     # a cell's figures by cell name
     for name, c in cells.items():
         smp = c["samples"]
         out = {"mounts": c["mounts"], "memcgs": c["memcgs"], "pairs": c["pairs"]}
@@ -132,7 +134,7 @@ def _memcg_model(res, grid):
         return {}
     before = int(res.get("memcgs_before") or 0)
     caps = listlru.cell_capacities(order, before)
-    f = {}
+    f: Figures = {}
     # Growth of the id space: what making memcgs cost (5.10 only), and the cells where it
     # happened.
     grew = {n: c.get("lru_bytes_mkdir") for n, c in order if c.get("lru_bytes_mkdir")}
