@@ -12,13 +12,29 @@ import numpy as np
 import pandas as pd
 
 from .. import events
-from . import markers as markers_mod, tables as tables_mod
-from .opens import (  # noqa: F401 (how a listing ended: part of this module's answers)
-    CLOSED, CUT_OFF, ENDINGS, EOF, ERROR, KILLED, UNKNOWN, by_opens, by_phases, by_readdirs,
-    by_syscalls)
 from ..units import NS, int_or_none
+from . import markers as markers_mod
+from . import tables as tables_mod
 from .listing import (  # noqa: F401 (what an analysis is made of: part of this module's answers)
-    Analysis, Invalidation, Listing, Restart)
+    Analysis,
+    Invalidation,
+    Listing,
+    Restart,
+)
+from .opens import (  # noqa: F401 (how a listing ended: part of this module's answers)
+    CLOSED,
+    CUT_OFF,
+    ENDINGS,
+    EOF,
+    ERROR,
+    KILLED,
+    UNKNOWN,
+    by_opens,
+    by_phases,
+    by_readdirs,
+    by_syscalls,
+)
+
 CHAIN_WINDOW_NS = 5 * NS    # how far back an invalidation's causes are looked for
 
 class AnalysisError(Exception):

@@ -28,12 +28,14 @@ import glob
 import math
 import os
 import statistics
+from typing import Any
 
 import pandas as pd
 
 from ..facts import read_facts
-from .markers import Markers, Phase, value, parse as parse_markers
 from ..units import NS
+from .markers import Markers, Phase, value
+from .markers import parse as parse_markers
 
 TRACE_NAME = "dcache.dat"
 # Counters whose per-phase change the summary always reports (when sampled).
@@ -211,6 +213,18 @@ def lookup_summary(timings):
 STEADY_REF_SPREAD = 1.10
 
 
+def _per_exec(key, *blocks):
+    """The mean over blocks of block[key] per exec (None if any block lacks it)."""
+    v = [b.get(key) / b["runs"] for b in blocks if b.get(key) is not None]
+    return sum(v) / len(v) if len(v) == len(blocks) else None
+
+
+def _against_neighbours(key, polluted, before, after):
+    """polluted[key] against the mean of its clean neighbours' (None if any lacks it)."""
+    v = [b.get(key) for b in (polluted, before, after)]
+    return None if None in v else ratio(v[0], (v[1] + v[2]) / 2)
+
+
 def paired_summary(paired):
     """Per target, the cycles of a --paired run: each polluted block of execs against the mean
     of its two clean neighbours (the block before its misses and the one after they were
@@ -241,29 +255,20 @@ def paired_summary(paired):
             pol, c0, c1 = by[("polluted", c)], by.get(("clean", c - 1)), by.get(("clean", c))
             if c0 is None or c1 is None:
                 continue
-
-            def per_exec(key, *bs):
-                v = [b.get(key) / b["runs"] for b in bs if b.get(key) is not None]
-                return sum(v) / len(v) if len(v) == len(bs) else None
-            sys_p, sys_c = per_exec("sys_s", pol), per_exec("sys_s", c0, c1)
+            sys_p, sys_c = _per_exec("sys_s", pol), _per_exec("sys_s", c0, c1)
             sys_ratio = ratio(sys_p, sys_c)
-
-            def neighbours(key):
-                """pol[key] against the mean of the clean neighbours' (None if any lacks it)."""
-                v = [b.get(key) for b in (pol, c0, c1)]
-                return None if None in v else ratio(v[0], (v[1] + v[2]) / 2)
-            ref_ratio = neighbours("ref_ns")
+            ref_ratio = _against_neighbours("ref_ns", pol, c0, c1)
             refs = [b.get("ref_ns") for b in (pol, c0, c1)]
             miss = misses.get((target, c), {})
             cycles.append({
                 "cycle": c, "polluted_sys_us": _round_us(sys_p), "clean_sys_us": _round_us(sys_c),
                 "sys_ratio": sys_ratio,
-                "wall_ratio": ratio(per_exec("wall_s", pol), per_exec("wall_s", c0, c1)),
+                "wall_ratio": ratio(_per_exec("wall_s", pol), _per_exec("wall_s", c0, c1)),
                 "ref_ratio": ref_ratio, "sys_per_ref_ratio": ratio(sys_ratio, ref_ratio),
                 "ref_spread": (ratio(max(refs), min(refs)) if None not in refs and min(refs)
                                else None),
                 "polluted_exec_med_us": pol.get("exec_med_us"),
-                "exec_med_ratio": neighbours("exec_med_us"),
+                "exec_med_ratio": _against_neighbours("exec_med_us", pol, c0, c1),
                 "negative_removed": (pol["nr_negative"] - c1["nr_negative"]
                                      if "nr_negative" in pol and "nr_negative" in c1 else None),
                 "misses_per_s": ratio(miss.get("count"), miss.get("seconds"), 1)})
@@ -318,13 +323,14 @@ def summary(markers_or_samples, phases=None, timings=None, events=None):
     if samples is not None and len(samples) and "slab_bytes" not in samples and {
             "slab_active", "slab_objsize"} <= set(samples.columns):
         samples = samples.assign(slab_bytes=samples["slab_active"] * samples["slab_objsize"])
-    out = {"phases": {}, "samples": 0 if samples is None else int(len(samples))}
+    by_phase = {}
     for p in phases:
         name = p.name
         i = 2
-        while name in out["phases"]:          # a phase run twice: keep both
+        while name in by_phase:               # a phase run twice: keep both
             name, i = f"{p.name}#{i}", i + 1
-        out["phases"][name] = phase_summary(samples, p, events)
+        by_phase[name] = phase_summary(samples, p, events)
+    out = {"phases": by_phase, "samples": 0 if samples is None else int(len(samples))}
     if samples is not None and len(samples) and phases:
         whole = Phase("overall", phases[0].start,
                       phases[-1].end if phases[-1].end is not None else None)
@@ -349,6 +355,11 @@ def summary(markers_or_samples, phases=None, timings=None, events=None):
     if cycles:
         out["paired"] = cycles
     return jsonable(out)
+
+
+# A judge's figures by name: JSON values of every kind (int, float, str, bool, None) that the
+# rules read back by name and compute with; mypy cannot tell which kind a name holds.
+Figures = dict[str, Any]
 
 
 def jsonable(x):

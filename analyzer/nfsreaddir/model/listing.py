@@ -35,7 +35,7 @@ class Invalidation:
 
 @dataclass
 class Listing:
-    pid: int
+    pid: int | None                 # None: not known (a listing seen on the wire)
     comm: str
     dev: int | None
     fileid: int | None
@@ -47,7 +47,8 @@ class Listing:
     entries: int | None = None
     ending: str = UNKNOWN
     error: int | None = None        # errno of the error that stopped it
-    rpcs: pd.DataFrame = field(repr=False, default=None)
+    # Its READDIRs (empty until the reader that builds the listing sets them).
+    rpcs: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
     restart_rows: list = field(default_factory=list)    # READDIR indexes of the restarts
     ambiguous_rows: list = field(default_factory=list)  # cookie-0 READDIRs of unknown cause
     refill_rows: list = field(default_factory=list)     # cookie-0 refills of the first page
@@ -63,7 +64,7 @@ class Listing:
     # The trace's kernel looks for the reader's cookie from the first cached page (before
     # 5.18; None: not known), see events.searches_from_first_page.
     searches_from_first_page: bool | None = None
-    cache_range_trims: int = 0
+    cache_range_trims: int | None = 0   # None: not known (no readdir cache on the wire)
     getdents: int | None = None     # None: the trace has no getdents event
     rewinds: list | None = None     # ts of each seek back to 0; None: not observable
     began_before_trace: bool = False
@@ -178,7 +179,7 @@ class Listing:
 class Analysis:
     listings: list
     run: dict
-    samples: pd.DataFrame
+    samples: pd.DataFrame | None    # None: no counter samples (a packet capture)
     evidence: dict          # table -> the events it came from
     cookies_known: bool
     info: dict

@@ -42,13 +42,23 @@ counts alike).
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 import numpy as np
 
 MIN_CAPACITY = 4            # MEMCG_CACHES_MIN_SIZE
 KMALLOC_MAX_CACHE_SIZE = 8192   # SLUB, 4 KiB pages: larger kmallocs are kmalloc_large
 # The 2021 list_lru report: 10,000 memcgs x 10,000 mounts on a 2-node host.
-REPORT = {"memcgs": 10_000, "superblocks": 10_000, "nodes": 2, "mb_before": 24_464,
+class Report(TypedDict):
+    """The 2021 report's host and its figures (MiB before and after the patches)."""
+    memcgs: int
+    superblocks: int
+    nodes: int
+    mb_before: int
+    mb_after: tuple[int, int]
+
+
+REPORT: Report = {"memcgs": 10_000, "superblocks": 10_000, "nodes": 2, "mb_before": 24_464,
           "mb_after": (6_895, 4_367)}
 FEATURES = ("K", "KC", "P", "M")
 # A lazy kernel's cells do not depend on C; given the K x C column, the fit would spend it on

@@ -8,8 +8,8 @@ Each is one trace_marker write of `nfsrt: ` followed by space-separated key=valu
     nfsrt: sample nr_dentry=16974 nr_unused=165 nr_negative=10 slab_active=... readdir=3 ...
     nfsrt: phase=modified event=end status=0 entries=50000
 
-The dcache reproducers add timing, exec, paired and per-phase key=value lines and sample every counter
-they write; parse() reads them all, for either analysis.
+The dcache reproducers add timing, exec, paired and per-phase key=value lines and sample every
+counter they write; parse() reads them all, for either analysis.
 """
 
 from __future__ import annotations

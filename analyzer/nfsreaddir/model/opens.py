@@ -487,14 +487,14 @@ def by_readdirs(rpc, cookies_known, cookie_is_position):
     out = []
     keys = ["pid"] + [c for c in ("dev", "fileid") if rpc[c].notna().any()]
     for _, rows in rpc.groupby(keys, sort=False, dropna=False):
-        o = None
+        # A group has at least one row: the first open starts at the first READDIR.
+        pid, comm = int(rows["pid"].iloc[0]), str(rows["comm"].iloc[0])
+        o = _Open(pid, comm, int(rows["ts"].iloc[0]), "readdirs")
         for i, ts, c in zip(rows.index, rows["ts"], rows["cookie"]):
             c = int_or_none(c) if cookies_known else None
-            if o is None or (cookie_is_position and c == 0 and o.asked):
-                if o is not None:
-                    out.append(o)
-                o = _Open(int(rows["pid"].iloc[0]), str(rows["comm"].iloc[0]), int(ts),
-                          "readdirs")
+            if cookie_is_position and c == 0 and o.asked:
+                out.append(o)
+                o = _Open(pid, comm, int(ts), "readdirs")
             o.readdir(int(i), int(ts), c, rewinds_visible=False)
         out.append(o)
     return out

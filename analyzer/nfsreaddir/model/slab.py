@@ -24,8 +24,9 @@ one, else it is reported only as a total (``frees_of_earlier_unknown``).
 No per-event Python: one compiled pass (:mod:`nfsreaddir._slab`) visits the events in time
 order straight from the pieces ``trace.read_pieces`` returns (one per event kind and CPU),
 with a table of the objects live at that moment (which matches frees to allocations) and
-running counts per cache; no copy of the columns is made.  Where it is not built, numpy does the same with whole-array
-work: the columns merged and sorted by time, a stable sort by ``ptr``, a radix sort by cache.
+running counts per cache; no copy of the columns is made.  Where it is not built, numpy does
+the same with whole-array work: the columns merged and sorted by time, a stable sort by
+``ptr``, a radix sort by cache.
 
 API (for ``nfs-readdir analyze``)::
 
@@ -40,13 +41,15 @@ from __future__ import annotations
 import numpy as np
 
 from .. import events
-from .requires import requires_events
 from ..tuning import heap_reuse
-from .slab_sorted import tally as tally_sorted
 from ..units import NS
+from .requires import requires_events
+from .slab_sorted import tally as tally_sorted
 
 try:
-    from .. import _slab        # the compiled passes (setup.py builds them with the reader's)
+    # The compiled passes (setup.py builds them with the reader's); a C extension without a
+    # stub, so mypy cannot see its attributes.
+    from .. import _slab  # type: ignore[attr-defined]
 except ImportError:            # (the reader says once that it is not built)
     _slab = None
 
@@ -78,7 +81,7 @@ def _factorize(col):
     values, else (the text reader's pandas column) a categorical's or pandas' factorization."""
     if hasattr(col, "codes"):     # (pandas columns have no codes of their own)
         return col.codes, [str(v) for v in col.values]
-    import pandas as pd         # the text reader's columns: pandas is loaded already
+    import pandas as pd  # the text reader's columns: pandas is loaded already
     if isinstance(col.dtype, pd.CategoricalDtype):
         codes = col.cat.codes.to_numpy()
         return codes, [str(c) for c in col.cat.categories]

@@ -25,9 +25,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..events import (CALL_SOURCES, INVALIDATION_SOURCES, MARKER_SOURCE, OPTIONAL_FIELDS,
-                     PAIRED_DIRECTORY, RANGE_INVALIDATION, REVALIDATION_SOURCES, RPC_SOURCES,
-                     SYSCALL_SOURCES, Source)
+from ..events import (
+    CALL_SOURCES,
+    INVALIDATION_SOURCES,
+    MARKER_SOURCE,
+    OPTIONAL_FIELDS,
+    PAIRED_DIRECTORY,
+    RANGE_INVALIDATION,
+    REVALIDATION_SOURCES,
+    RPC_SOURCES,
+    SYSCALL_SOURCES,
+    Source,
+)
 from .requires import requires_events
 
 # pandas (0.5 s to import) is imported by the functions that build tables: asking what a trace

@@ -22,20 +22,32 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from . import analysis
-from ..trace import capture as capture_mod, pcapng
-from .listing import Analysis, Listing
+from ..trace import capture as capture_mod
+from ..trace import pcapng
 from ..units import int_or_none
+from . import analysis
+from .listing import Analysis, Listing
 
 DELIMITED_BY = "wire"
 
 
+@dataclass
 class WireListing(Listing):
     """A listing seen on the wire: a client and a directory filehandle, no process."""
+
+    client: str = ""
+    fh: str = ""
+    refetched_entries: int = 0
+    missing_replies: int = 0
+    # While listings() builds it: its rows of the capture's READDIRs, and the indexes among
+    # them of the READDIRs that restarted.
+    _rows: list = field(default_factory=list, init=False, repr=False, compare=False)
+    _restart_idx: list = field(default_factory=list, init=False, repr=False, compare=False)
 
     def label(self):
         d = self.fileid if self.fileid is not None else "?"
@@ -51,16 +63,10 @@ class WireListing(Listing):
 
 def _new_listing(client, fh, ts, began_before):
     # No process and no readdir cache on the wire: what a trace would give there is unknown.
-    lst = WireListing(pid=None, comm=client, dev=None, fileid=None, start=int(ts), end=int(ts),
-                      delimited_by=DELIMITED_BY, began_before_trace=began_before,
-                      ending=analysis.CUT_OFF, invalidations_known=False,
-                      cache_range_trims=None)
-    lst.client, lst.fh = client, fh
-    lst.refetched_entries = 0
-    lst.missing_replies = 0
-    lst._rows = []
-    lst._restart_idx = []
-    return lst
+    return WireListing(pid=None, comm=client, dev=None, fileid=None, start=int(ts), end=int(ts),
+                       delimited_by=DELIMITED_BY, began_before_trace=began_before,
+                       ending=analysis.CUT_OFF, invalidations_known=False,
+                       cache_range_trims=None, client=client, fh=fh)
 
 
 def listings(cap):
@@ -293,7 +299,6 @@ def analyze(path, tshark=None, ports=()):
     a = Analysis(out, run, None, evidence, True, info, recorded={"invalidations": []},
                  tables={"rpc": _rpc_table(cap.readdirs, out), "readdirs": cap.readdirs,
                          "attrs": cap.attrs})
-    a.capture = cap
     return a
 
 

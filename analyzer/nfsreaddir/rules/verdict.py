@@ -32,20 +32,18 @@ proved by a survived change that the kernel goes on: a definite restart anywhere
 such returns to cookie 0 do not undo that proof. Otherwise it is good when at least one listing
 is good or survived; and cannot decide otherwise, since nothing exercised the bug. An unfinished
 listing does not stop the others from deciding: a directory poller stopped mid-listing when the
-trace ends says nothing against the listings that finished. Without cookies, the READDIRs of a modified listing
-against an idle one of the same run decide instead, and a reproducer's run is also bad when a
-listing repeated or lost a name. `check`, results.json, vm-run and bisect-run all answer through
-judge().
+trace ends says nothing against the listings that finished. Without cookies, the READDIRs of a
+modified listing against an idle one of the same run decide instead, and a reproducer's run is
+also bad when a listing repeated or lost a name. `check`, results.json, vm-run and bisect-run all
+answer through judge().
 """
 
 from dataclasses import dataclass, field
 
+from .. import events, status
 from ..model import analysis
-from .. import events
-from .limits import MAX_RATIO
-
-from .. import status
 from ..status import BAD, GOOD, UNDECIDED
+from .limits import MAX_RATIO
 
 # Without cookies, a ratio of small counts means little: 6.1 spends one READDIR per
 # invalidation to continue a listing, 3 against 9 on a small directory. Ask for both.
