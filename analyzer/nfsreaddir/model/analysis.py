@@ -68,7 +68,7 @@ def _one_per_catchup(restarts, invalidation_ts):
     """Each restart once: a READDIR that goes back while the listing is still catching up
     after a restart (before it asked above where it had been) is part of that restart, unless
     a new invalidation came between them."""
-    out = []
+    out: list[Restart] = []
     for r in restarts:
         if out:
             p = out[-1]
@@ -129,7 +129,7 @@ def _chain(revals, inv_ts, since):
     steps = [step + ("(INVALID_DATA)" if not pd.isna(cv) and int(cv) &
                      events.NFS_INO_INVALID_DATA else "")
              for step, cv in zip(rows["step"], rows["cache_validity"])]
-    out = []
+    out: list[str] = []
     for s in steps:
         if not out or out[-1] != s:
             out.append(s)
@@ -226,7 +226,7 @@ def damage_windows(info):
     out = []
     lost = sorted(info.get("lost_events") or [], key=lambda x: (x.get("cpu") or 0,
                                                                 x.get("ts") or 0))
-    prev = {}
+    prev: dict[int, float] = {}
     for x in lost:
         cpu, ts = x.get("cpu"), x.get("ts")
         # Events were lost before ts and after the last loss (or the start) on that CPU.
@@ -383,7 +383,7 @@ def analyze(trace):
 def _other_readers(listings):
     """Mark the listings whose directory another process listed at the same time: before 5.18
     that reader's refill of the first pages can make this one restart below its position."""
-    by_dir = {}
+    by_dir: dict[tuple, list[Listing]] = {}
     for lst in listings:
         if lst.fileid is not None:
             by_dir.setdefault((lst.dev, lst.fileid), []).append(lst)

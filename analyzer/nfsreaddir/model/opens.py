@@ -12,30 +12,28 @@ recorded, best first:
     readdirs   nothing but the READDIRs: one listing per process and directory
 
 A restart is a READDIR at cookie 0 while the reader's position is past the start: the kernel
-went back to the start of the directory although the reader did not ask it to. Not every such
-READDIR is one: when the reader is still inside the first page of the directory's cache, a
-change of the directory makes any kernel fill that page again at cookie 0, and then go on. Where
-the trace gives the reader's position, a cookie-0 READDIR after the start is settled by what
-follows it: the open's next READDIR asks a cookie at or below the position, the kernel is walking
-back to where the reader was: a restart; it asks above it, or the reader's next getdents starts
-at or past it, that was the refill of the page that holds the position: no restart, and no test
-of the bug either (stock 5.10 would have spent the same single READDIR). Where the position is
-not known, only a listing that never asked beyond cookie 0 can be inside the first page. A
-cookie-0 READDIR whose cause the trace cannot tell (a restart, a rewind, or a new open of the
-same directory; or nothing follows it) is counted as ambiguous, never as a restart or as a new
-listing.
+went back to the start although the reader did not ask it to. Not every such READDIR is one: a
+change of the directory while the reader is still inside its first cached page makes any kernel
+fill that page again at cookie 0, and go on. With the reader's position in the trace, what
+follows settles it: the open's next READDIR asks a cookie at or below the position (walking back
+to the reader: a restart), or above it, or the next getdents starts at or past it (the refill of
+the page that holds the position: no restart, and no test of the bug either, as stock 5.10 would
+have spent the same single READDIR). Without the position, only a listing that never asked
+beyond cookie 0 can be inside the first page. A cookie-0 READDIR whose cause the trace cannot
+tell (a restart, a rewind, a new open of the same directory; or nothing follows it) is counted
+as ambiguous, never as a restart or as a new listing.
 
 Where the trace gives the reader's position as a cookie at each getdents (the open kprobes, the
-series), READDIRs of that getdents for pages that lie wholly below the position (one below it,
-followed by another that still starts at or below it) are a restart too on kernels that look for
-the position from the first page of the directory's page cache
-(events.searches_from_first_page): when another reader of the same directory has filled the
-first pages again after an invalidation, the search reads them from the cache and asks the server
-only from where they end, never at cookie 0. The page that holds the position starts below it;
-filling that one alone is no restart. Cookies are compared by value, as the file systems
-that export them hand them out in increasing order along a listing (ext4's hashes, xfs and tmpfs
-offsets); in a listing whose positions went backwards without a rewind that order does not hold,
-and such a READDIR is ambiguous, as it is when the trace does not name its kernel.
+series), READDIRs of that getdents for pages wholly below the position (one below it, followed by
+another still at or below it) are a restart too on kernels that look for the position from the
+first page of the directory's page cache (events.searches_from_first_page): when another reader
+of the directory has filled the first pages again after an invalidation, the search reads them
+from the cache and asks the server only from where they end, never at cookie 0. The page that
+holds the position starts below it; filling that one alone is no restart. Cookies are compared
+by value, as the file systems that export them hand them out in increasing order along a
+listing (ext4's hashes, xfs and tmpfs offsets); in a listing whose positions went backwards
+without a rewind that order does not hold, and such a READDIR is ambiguous, as it is when the
+trace does not name its kernel.
 """
 
 import numpy as np
@@ -64,19 +62,14 @@ class _Open:
         self.pid, self.comm, self.start, self.end = pid, comm, start, start
         # A READDIR below the reader's position: True a restart, None ambiguous, False nothing
         # (events.searches_from_first_page).
-        self.below_restarts = below_restarts
-        self.key = key
-        self.delimited_by = delimited_by
+        self.below_restarts, self.key, self.delimited_by = below_restarts, key, delimited_by
         self.rows = []              # rpc table row numbers
         self.restart_rows, self.ambiguous_rows = [], []
         self.targets = {}           # restart row -> the reader's position it had to get back to
         self.at_start = True
         self.progressed = False     # the reader has been past the start
         self.progressed_at = None   # when it first was (what it had read could then be lost)
-        self.getdents = 0
-        self.rewinds = []
-        self.ending = None
-        self.error = None
+        self.getdents, self.rewinds, self.ending, self.error = 0, [], None, None
         self.dev = self.fileid = None
         self.began_before_trace = False
         self.phase = None           # the reproducer's phase, where one delimits the listing
@@ -338,14 +331,16 @@ def _merged(rpc, calls):
     return out
 
 
-# Where a process is: outside any call (0), in a getdents64 system call (1), in the file
-# system's readdir within it (2), or back from the file system and returning (3).
 def _causal(rows, has_sys):
     """Each process's events of one timestamp in causal order: opens, closes and seeks outside
     a call; a getdents64's entry, the file system's readdir within it, the READDIRs it makes,
     its return, the system call's return. has_sys: the trace records the system calls (else a
     file system return ends the call)."""
-    level, cur, out, i = {}, {}, [], 0
+    # Where a process is: outside any call (0), in a getdents64 system call (1), in the file
+    # system's readdir within it (2), or back from the file system and returning (3).
+    level: dict[int, int] = {}
+    cur: dict[int, dict] = {}
+    out, i = [], 0
     while i < len(rows):
         j = i
         while j < len(rows) and rows[j]["ts"] == rows[i]["ts"]:
@@ -411,7 +406,9 @@ def by_syscalls(rpc, calls, cookies_known):
     """Listings from getdents64 per (process, fd) (mode "syscalls"): one ends when getdents64
     returns 0, the next getdents64 on that fd starts another."""
     lseeks_seen = (calls["call"] == "sys_lseek").any()
-    done, live, current = [], {}, {}
+    done: list[_Open] = []
+    live: dict[tuple | None, _Open] = {}     # (None: no listing is current)
+    current: dict[int, tuple] = {}
     for r in _merged(rpc, calls):
         pid, ts = r["pid"], r["ts"]
         if r["kind"] == "rpc":

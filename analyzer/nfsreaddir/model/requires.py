@@ -15,7 +15,7 @@ def requires_events(request_of, applies=None):
 
 def requested(trace, analyses):
     """{event: set of fields}: the union of what the analyses read from the trace."""
-    merged = {}
+    merged: dict[str, set[str]] = {}
     for a in analyses:
         for ev, cols in a.requires(trace).items():
             merged.setdefault(ev, set()).update(cols)

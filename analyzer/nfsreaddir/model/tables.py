@@ -22,6 +22,7 @@ time.
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -111,7 +112,7 @@ def _uses(trace, sources):
 
 def _request(uses):
     """{event: fields} to read for these uses."""
-    wanted = {}
+    wanted: dict[str, set[str]] = {}
     for u in uses:
         cols = {raw for _, raw in u.fields} | ({u.src.where[0]} if u.src.where else set())
         wanted.setdefault(u.name, set()).update(cols)
@@ -257,7 +258,7 @@ def _position_back(calls):
     rows = rows.assign(_after=~rows["call"].isin(["llseek", "opendir"])).sort_values(
         ["ts", "_after"], kind="stable")
     out = []
-    ended = {}          # (pid, dev, fileid) -> (pos, ts) where its last getdents ended
+    ended: dict[tuple, tuple] = {}   # (pid, dev, fileid) -> (pos, ts) where its last getdents ended
     for ts, pid, call, dev, fileid, pos in zip(
             rows["ts"].tolist(), rows["pid"].tolist(), rows["call"].tolist(),
             rows["dev"].tolist(), rows["fileid"].tolist(), rows["pos"].tolist()):
@@ -300,7 +301,7 @@ def _impossible_values(tables):
     rpc = tables["rpc"]
     if not len(rpc) or rpc["fileid"].isna().all():
         return out
-    named = {}
+    named: dict[tuple, int] = {}
     for name in ("rpc", "invalidations", "revalidations", "calls"):
         df = tables[name]
         if df is None or "fileid" not in df or not len(df):
@@ -360,7 +361,10 @@ def load(trace):
     def frames_of(sources):
         return [u for u in uses if u.src in sources]
 
-    tables, used, recorded = {}, {}, {}
+    # (The tables and, under their own keys, what they were made from: see load's docstring.)
+    tables: dict[str, Any] = {}
+    used: dict[str, list[str]] = {}
+    recorded: dict[str, list[str]] = {}
     for name, groups in (("rpc", RPC_SOURCES), ("invalidations", INVALIDATION_SOURCES),
                          ("calls", CALL_SOURCES)):
         recorded[name] = [u.name for g in groups for u in frames_of(g)]

@@ -75,9 +75,9 @@ def listings(cap):
     rd = cap.readdirs
     for (client, fh), rows in rd.groupby(["client", "fh"], sort=False):
         lst = None
-        seen = set()            # entry cookies this pass has been given
+        seen: set[int] = set()  # entry cookies this pass has been given
         last_reply_cookie = None
-        older = set()           # last cookies of earlier replies of this pass
+        older: set[int] = set()  # last cookies of earlier replies of this pass
         prev_cookies = None     # the entry cookies of the pass's previous reply
         page = 0                # most entries the client took of a reply it did not use whole
         for i, ts, c, reply_ts, status, cookies, eof in zip(

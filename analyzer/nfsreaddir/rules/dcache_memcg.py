@@ -85,9 +85,10 @@ def judge_memcg(res, facts, markers, events):
         pairs = (k2 - k1) * (m2 - m1)
         for key in ("lru_bytes_total", "kmalloc_bytes_total", "slab_bytes_total"):
             v = [cell.get(x, {}).get(key) for x in ((k2, m2), (k2, m1), (k1, m2), (k1, m1))]
-            if None in v:
+            a, b, c, d = v
+            if a is None or b is None or c is None or d is None:
                 continue
-            f[f"pair_{key.removesuffix('_total')}"] = round((v[0] - v[1] - v[2] + v[3]) / pairs)
+            f[f"pair_{key.removesuffix('_total')}"] = round((a - b - c + d) / pairs)
         big = cell.get((k2, m2), {})
         f["largest_cell"] = f"k{k2}-m{m2}"
         f["largest_kmalloc_bytes_total"] = big.get("kmalloc_bytes_total")
