@@ -166,26 +166,12 @@ class TraceDat:
         damage; ``on_damage="partial"`` returns those frames instead.  Either way
         ``info["partial"]`` is set and ``info["damage"]`` says where.
         """
-        base = _base(base)
-        try:
-            cols, empty = self._read(events, on_damage, base, False)
-        except TraceError as e:
-            if e.partial is not None:
-                e.partial = _frames(*e.partial, base)
-            raise
-        return _frames(cols, empty, base)
+        return self._read_as(_frames, events, on_damage, base, False)
 
     def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS):
         """:meth:`read` without pandas: ``{name: {column: array}}``, a string column as
         :class:`~nfsreaddir.trace.arrays.Strs` (codes and distinct values)."""
-        base = _base(base)
-        try:
-            cols, empty = self._read(events, on_damage, base, False)
-        except TraceError as e:
-            if e.partial is not None:
-                e.partial = _with_empty(*e.partial, base)
-            raise
-        return _with_empty(cols, empty, base)
+        return self._read_as(_with_empty, events, on_damage, base, False)
 
     def read_pieces(self, events, on_damage="raise", base=BASE_COLUMNS):
         """:meth:`read_columns` in the pieces decoded, neither joined nor sorted by time:
@@ -194,14 +180,20 @@ class TraceDat:
         in CPU order, then file order (a stable sort by time gives read()'s order).  For a
         consumer that merges the rows by time itself (the slab analysis), without the
         copy of every column that joining them costs."""
+        return self._read_as(lambda pieces, empty, base: pieces | {k: [] for k in empty},
+                             events, on_damage, base, True)
+
+    def _read_as(self, shape, events, on_damage, base, pieces):
+        """_read's (columns, events with no rows) as ``shape`` makes them: the result, and a
+        damaged trace's partial result alike."""
         base = _base(base)
         try:
-            pieces, empty = self._read(events, on_damage, base, True)
+            got, empty = self._read(events, on_damage, base, pieces)
         except TraceError as e:
             if e.partial is not None:
-                e.partial = e.partial[0] | {k: [] for k in e.partial[1]}
+                e.partial = shape(*e.partial, base)
             raise
-        return pieces | {k: [] for k in empty}
+        return shape(got, empty, base)
 
     def _damaged_from(self, acc, stopped, damage):
         """The time (ns) from which events may be missing: the last event read on a CPU whose
