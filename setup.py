@@ -2,8 +2,18 @@
 chunk inflation (nfsreaddir._zchunks, which needs libzstd's header) are optional: without a C
 compiler, Python headers or zstd.h the build goes on without them, and the reader and the slab
 analysis use their numpy and python-zstandard versions."""
+
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension(f"nfsreaddir.{m}", [f"analyzer/nfsreaddir/{m}.c"],
-                             extra_compile_args=["-O2"], libraries=libs, optional=True)
-                   for m, libs in (("_ringbuf", []), ("_slab", []), ("_zchunks", ["zstd"]))])
+setup(
+    ext_modules=[
+        Extension(
+            f"nfsreaddir.{m}",
+            [f"analyzer/nfsreaddir/{m}.c"],
+            extra_compile_args=["-O2"],
+            libraries=libs,
+            optional=True,
+        )
+        for m, libs in (("_ringbuf", []), ("_slab", []), ("_zchunks", ["zstd"]))
+    ]
+)

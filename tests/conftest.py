@@ -61,6 +61,7 @@ def _run_main(args):
     status (an exception that escapes is a traceback on stderr and status 1, as in a process)
     and its output decoded as text=True decodes it."""
     from nfsreaddir import cli
+
     streams, fds = (sys.stdout, sys.stderr), (os.dup(1), os.dup(2))
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         for s in streams:
@@ -70,9 +71,9 @@ def _run_main(args):
         sys.stdout, sys.stderr = open(os.dup(1), "w"), open(os.dup(2), "w")
         try:
             code = cli.main(args)
-        except SystemExit as e:         # argparse refusing the words
+        except SystemExit as e:  # argparse refusing the words
             code = e.code
-        except Exception:               # noqa: BLE001 (what the interpreter would print)
+        except Exception:  # noqa: BLE001 (what the interpreter would print)
             traceback.print_exc()
             code = 1
         finally:
@@ -86,14 +87,15 @@ def _run_main(args):
             os.dup2(fds[1], 2)
             for fd in fds:
                 os.close(fd)
-        if isinstance(code, str):       # SystemExit("message"): printed, status 1
+        if isinstance(code, str):  # SystemExit("message"): printed, status 1
             err.seek(0, os.SEEK_END)
             err.write(code.encode() + b"\n")
             code = 1
         out.seek(0)
         err.seek(0)
-        return subprocess.CompletedProcess(NFS_READDIR + args, code or 0,
-                                           out.read().decode(), err.read().decode())
+        return subprocess.CompletedProcess(
+            NFS_READDIR + args, code or 0, out.read().decode(), err.read().decode()
+        )
 
 
 def installed(tool):
@@ -123,8 +125,10 @@ def pytest_collection_modifyitems(items):
     """The files that boot guests first: they take most of `make test`'s time, so with two
     workers each should start at once rather than after the quick files (--dist loadfile
     hands out files in this order)."""
+
     def boots(item):
         return item.get_closest_marker("vm") is not None
+
     first = {item.fspath for item in items if boots(item)}
     items.sort(key=lambda item: item.fspath not in first)
 
@@ -132,8 +136,11 @@ def pytest_collection_modifyitems(items):
 def no_tracefs():
     """Fail the test: the host's tracefs is not writable. setup-host mounts it, and `make
     test` runs as root, so this is a broken setup."""
-    pytest.fail("tracefs is not writable at /sys/kernel/tracing (needs root, and tracefs "
-                "mounted): run reproducers/setup-host as root", pytrace=False)
+    pytest.fail(
+        "tracefs is not writable at /sys/kernel/tracing (needs root, and tracefs "
+        "mounted): run reproducers/setup-host as root",
+        pytrace=False,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -149,27 +156,36 @@ def editcap():
 def report_text(trace_cmd, dat, out, raw=False):
     """`trace-cmd report [-R]` of a trace, as a user would paste it into a bug report."""
     with open(out, "w") as f:
-        subprocess.run([trace_cmd, "report"] + (["-R"] if raw else []) + [dat], stdout=f,
-                       stderr=subprocess.DEVNULL, check=True, timeout=600)
+        subprocess.run(
+            [trace_cmd, "report"] + (["-R"] if raw else []) + [dat],
+            stdout=f,
+            stderr=subprocess.DEVNULL,
+            check=True,
+            timeout=600,
+        )
     return out
 
 
 CACHE = os.environ.get("NFSRT_CACHE") or os.path.expanduser("~/.cache/nfs-readdir-trace")
 # The tree check-series keeps: one extraction of the kernel source serves every kernel test.
-KERNEL_TREE = os.environ.get("NFSRT_CHECK_TREE") or os.path.join(CACHE, "trees",
-                                                                  "linux-5.10-check")
+KERNEL_TREE = os.environ.get("NFSRT_CHECK_TREE") or os.path.join(CACHE, "trees", "linux-5.10-check")
 SERIES = os.path.join(TOP, "kernel-patches", "v5.10")
 
 
 def series_tree(branch, tree=KERNEL_TREE):
     """The pristine Debian 5.10 tree (made once, kept with its build products) on a fresh
     branch that carries the series as commits; returns the patch files applied."""
-    subprocess.run([os.path.join(TOP, "kernel-patches", "prepare-tree"), "--reset", tree],
-                   check=True, capture_output=True, timeout=3600)
+    subprocess.run(
+        [os.path.join(TOP, "kernel-patches", "prepare-tree"), "--reset", tree],
+        check=True,
+        capture_output=True,
+        timeout=3600,
+    )
     git = ["git", "-C", tree, "-c", "user.name=nfsrt-test", "-c", "user.email=test@invalid"]
     subprocess.run(git + ["checkout", "-q", "-B", branch, "nfsrt-base"], check=True)
     with open(os.path.join(SERIES, "series")) as f:
-        patches = [os.path.join(SERIES, p.strip()) for p in f
-                   if p.strip() and not p.startswith("#")]
+        patches = [
+            os.path.join(SERIES, p.strip()) for p in f if p.strip() and not p.startswith("#")
+        ]
     subprocess.run(git + ["am", "-q"] + patches, check=True, capture_output=True)
     return patches

@@ -21,7 +21,7 @@ NFS_PORT = 2049
 @dataclass
 class Packet:
     sec: int
-    frac: int           # microseconds (or nanoseconds in a nanosecond pcap)
+    frac: int  # microseconds (or nanoseconds in a nanosecond pcap)
     data: bytes
     orig_len: int
 
@@ -62,7 +62,7 @@ def read(path):
     out, off = [], 24
     while off + 16 <= len(raw):
         sec, frac, incl, orig = struct.unpack_from("<IIII", raw, off)
-        out.append(Packet(sec, frac, raw[off + 16:off + 16 + incl], orig))
+        out.append(Packet(sec, frac, raw[off + 16 : off + 16 + incl], orig))
         off += 16 + incl
     return head, out
 
@@ -123,7 +123,7 @@ def coalesce(packets, max_ip=65535):
     the joined one for a retransmission. The joined segment takes the first one's headers and
     sequence number and stands at the later one's place and time, so that every reply still
     comes after its call. A join that would pass max_ip bytes of IP packet is not made."""
-    pending = {}        # (src port, dst port) -> index in out of a reply waiting for its pair
+    pending = {}  # (src port, dst port) -> index in out of a reply waiting for its pair
     out = []
     for p in packets:
         ports = p.ports()

@@ -25,8 +25,9 @@ def test_restarts_are_the_cookie_zero_readdirs_after_the_first(fixture, phase):
     assert cookies[0] == 0
     # A cookie-0 READDIR before the listing asked for anything beyond the first page fills
     # that page again for a reader still inside it (the 7.3 fixture): no restart.
-    assert len(lst.restarts) == sum(1 for i, c in enumerate(cookies) if i and c == 0
-                                    and max(cookies[:i]) > 0)
+    assert len(lst.restarts) == sum(
+        1 for i, c in enumerate(cookies) if i and c == 0 and max(cookies[:i]) > 0
+    )
     # Every restart re-reads at least the READDIR it starts with.
     assert all(r.refetched >= 1 and r.cost_ns >= 0 for r in lst.restarts)
 
@@ -40,8 +41,7 @@ def test_only_5_10_nfsv4_modified_is_bad(fixture):
         v = judge([a])
         bad = fixture["name"] == "5.10-v4.1" and phase == "modified"
         untested = phase == "idle" or fixture["name"] == "5.10-v3"
-        assert v.code == (1 if bad else 125 if untested else 0), (fixture["name"], phase,
-                                                                  v.reason)
+        assert v.code == (1 if bad else 125 if untested else 0), (fixture["name"], phase, v.reason)
         if bad:
             assert "restarted" in v.reason and "cookie 0" in v.reason
             assert len(lst.restarts) >= 2
@@ -100,8 +100,9 @@ def test_evidence_names_the_kernel_events(fixture):
         if fixture["name"] == "5.10-v4.1":
             # NFSv4: the directory comes from the nfs4:nfs4_readdir event after each RPC.
             assert a.evidence["rpc_directory"] == ["nfs4:nfs4_readdir"]
-            assert a.listings[0].fileid == int(fixture["results"]["phases"]["modified"][
-                "dir_fileid"])
+            assert a.listings[0].fileid == int(
+                fixture["results"]["phases"]["modified"]["dir_fileid"]
+            )
     else:
         assert "nfs:nfs_readdir_cache_fill" in rpc
 
@@ -131,9 +132,13 @@ class _Without:
 
 # The series' page-fill events, under the names of v1-v2 (upstream's, with other fields) and of
 # v3 on (its own); each fixture was recorded with one set.
-SERIES_FILLS = {"5.10-series-v4.1": ("nfs:nfs_readdir_cache_fill", "nfs:nfs_readdir_uncached"),
-                "5.10-series3-v4.1": ("nfs:nfs_readdir_cache_page_filled",
-                                      "nfs:nfs_readdir_uncached_page_filled")}
+SERIES_FILLS = {
+    "5.10-series-v4.1": ("nfs:nfs_readdir_cache_fill", "nfs:nfs_readdir_uncached"),
+    "5.10-series3-v4.1": (
+        "nfs:nfs_readdir_cache_page_filled",
+        "nfs:nfs_readdir_uncached_page_filled",
+    ),
+}
 
 
 @pytest.mark.parametrize("name", sorted(SERIES_FILLS))
@@ -149,7 +154,8 @@ def test_the_series_fill_events_read_as_its_nfs4_readdirs(name, phase):
     fills = analyze(_Without(trace, ["nfs4:nfs4_readdir"]))
     assert full.evidence["rpc"] == ["nfs4:nfs4_readdir"]
     assert sorted(fills.evidence["rpc"]) == sorted(
-        set(SERIES_FILLS[name]) & set(trace.event_names()))
+        set(SERIES_FILLS[name]) & set(trace.event_names())
+    )
     (a,) = [x for x in full.listings if x.phase == phase]
     (b,) = [x for x in fills.listings if x.phase == phase]
     assert list(a.rpcs["cookie"]) == list(b.rpcs["cookie"]) and len(a.rpcs) > 1

@@ -1,6 +1,7 @@
 """The benchmark's trace cutter: the smaller bench traces are the first part of one recording,
 byte for byte, so that their time per event compares sizes and nothing else. Checked against
 the recording itself, by this project's reader and by `trace-cmd report`."""
+
 import json
 import os
 import re
@@ -25,14 +26,19 @@ needs_trace_cmd = needs_setup(TRACE_CMD, "trace-cmd is not installed")
 
 
 def cut(src, dst, *parts):
-    return subprocess.run([sys.executable, CUT, str(src), str(dst)] + [str(p) for p in parts],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, CUT, str(src), str(dst)] + [str(p) for p in parts],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def report_by_cpu(path):
     """trace-cmd report's event lines of each CPU, in order."""
-    out = subprocess.run([TRACE_CMD, "report", str(path)], capture_output=True, text=True,
-                         check=True, timeout=120).stdout
+    out = subprocess.run(
+        [TRACE_CMD, "report", str(path)], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
     lines = defaultdict(list)
     for line in out.splitlines():
         m = re.search(r"\[(\d+)\] +\d+\.\d+: ", line)
@@ -54,11 +60,13 @@ def test_a_cut_is_every_cpus_first_events(tmp_path, fraction):
     assert set(part) == set(whole)
     for cpu, lines in part.items():
         assert 0 < len(lines) < len(whole[cpu])
-        assert lines == whole[cpu][:len(lines)], cpu
+        assert lines == whole[cpu][: len(lines)], cpu
     # the reader agrees with report, field by field on the prefix of each CPU
     a, b = open_trace(KMEM), open_trace(dst)
-    events = sorted(set(b.event_names()) & {"kmem:kmem_cache_alloc", "kmem:kmem_cache_free",
-                                       "sched:sched_switch"})
+    events = sorted(
+        set(b.event_names())
+        & {"kmem:kmem_cache_alloc", "kmem:kmem_cache_free", "sched:sched_switch"}
+    )
     ca, cb = a.read_columns(events), b.read_columns(events)
     seen = 0
     for ev in events:
@@ -67,7 +75,7 @@ def test_a_cut_is_every_cpus_first_events(tmp_path, fraction):
             seen += int(mb.sum())
             for k, col in cb[ev].items():
                 if isinstance(col, np.ndarray):
-                    assert (ca[ev][k][ma][:mb.sum()] == col[mb]).all(), (ev, cpu, k)
+                    assert (ca[ev][k][ma][: mb.sum()] == col[mb]).all(), (ev, cpu, k)
     assert seen > 0
     assert b.info["damage"] == []
 
@@ -88,11 +96,13 @@ def test_slices_partition_the_recording(tmp_path):
 def test_refusals_name_the_problem_and_leave_nothing(tmp_path):
     text = tmp_path / "report.txt"
     text.write_text("not a trace\n")
-    for args, code, words in (((KMEM, tmp_path / "o.dat", 0), 2, "FRACTION must be"),
-                              ((KMEM, tmp_path / "o.dat", "half"), 2, "FRACTION must be"),
-                              ((KMEM, tmp_path / "o.dat", "1/2", "1"), 2, "FROM must be"),
-                              ((text, tmp_path / "o.dat", 0.5), 1, "not a trace.dat file"),
-                              ((tmp_path / "none.dat", tmp_path / "o.dat", 0.5), 1, "none.dat")):
+    for args, code, words in (
+        ((KMEM, tmp_path / "o.dat", 0), 2, "FRACTION must be"),
+        ((KMEM, tmp_path / "o.dat", "half"), 2, "FRACTION must be"),
+        ((KMEM, tmp_path / "o.dat", "1/2", "1"), 2, "FROM must be"),
+        ((text, tmp_path / "o.dat", 0.5), 1, "not a trace.dat file"),
+        ((tmp_path / "none.dat", tmp_path / "o.dat", 0.5), 1, "none.dat"),
+    ):
         p = cut(*args)
         assert p.returncode == code and words in p.stderr, (args, p.stderr)
         assert "Traceback" not in p.stderr
@@ -103,12 +113,14 @@ def test_make_trace_options_are_usage_or_refused(tmp_path):
     """-h/--help print the usage; any other argument starting with '-' is refused with a line
     that names it, before anything is recorded or made (it is never taken as the directory)."""
     for opt in ("-h", "--help"):
-        p = subprocess.run([MAKE_TRACE, opt], capture_output=True, text=True, timeout=60,
-                           cwd=tmp_path)
+        p = subprocess.run(
+            [MAKE_TRACE, opt], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        )
         assert p.returncode == 0 and p.stdout.startswith("usage: "), p
     for args in (["--out", "x"], ["-n"], ["a", "b"]):
-        p = subprocess.run([MAKE_TRACE, *args], capture_output=True, text=True, timeout=60,
-                           cwd=tmp_path)
+        p = subprocess.run(
+            [MAKE_TRACE, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        )
         assert p.returncode == 2 and p.stderr.startswith("make-trace: "), (args, p)
         assert args[0] in p.stderr.splitlines()[0] or "one DIR" in p.stderr
     assert os.listdir(tmp_path) == []
@@ -119,25 +131,25 @@ def test_make_trace_cuts_the_smaller_scales_from_one_recording(tmp_path):
     """With the largest recording in place, make-trace cuts the smaller scale from it (no
     tracefs needed) and reuses the cut the next time."""
     shutil.copy(KMEM, tmp_path / "kmem-2x.dat")
-    shutil.copy(KMEM + ".json", tmp_path / "kmem-2x.dat.json")   # 192 KiB per CPU = 2 x 96
+    shutil.copy(KMEM + ".json", tmp_path / "kmem-2x.dat.json")  # 192 KiB per CPU = 2 x 96
     env = dict(os.environ, BENCH_BUFFER_KB="96", BENCH_SCALES="1 2")
-    p = subprocess.run([MAKE_TRACE, str(tmp_path)], capture_output=True, text=True, env=env,
-                       timeout=300)
+    p = subprocess.run(
+        [MAKE_TRACE, str(tmp_path)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert p.returncode == 0, p.stderr
     meta = json.loads((tmp_path / "kmem-1x.dat.json").read_text())
     src = json.loads((tmp_path / "kmem-2x.dat.json").read_text())
     assert meta["cut_of"] == src["recorded"] and meta["fraction"] == "1/2", meta
-    assert meta["report_events"] == sum(map(len, report_by_cpu(tmp_path / "kmem-1x.dat")
-                                            .values()))
-    again = subprocess.run([MAKE_TRACE, str(tmp_path)], capture_output=True, text=True,
-                           env=env, timeout=300)
+    assert meta["report_events"] == sum(map(len, report_by_cpu(tmp_path / "kmem-1x.dat").values()))
+    again = subprocess.run(
+        [MAKE_TRACE, str(tmp_path)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert again.returncode == 0 and again.stderr.count("reusing") == 2, again.stderr
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".recording")]
 
 
 TRACEFS = "/sys/kernel/tracing"
-TRACING_STATE = ("tracing_on", "options/overwrite", "trace_clock", "set_event",
-                 "current_tracer")
+TRACING_STATE = ("tracing_on", "options/overwrite", "trace_clock", "set_event", "current_tracer")
 
 
 def tracing_state():
@@ -160,14 +172,16 @@ def test_make_trace_records_and_leaves_tracing_as_it_found_it(tmp_path):
         no_tracefs()
     before = tracing_state()
     env = dict(os.environ, BENCH_BUFFER_KB="96", BENCH_SCALES="1", BENCH_MAX_SECONDS="60")
-    p = subprocess.run([MAKE_TRACE, str(tmp_path)], capture_output=True, text=True, env=env,
-                       timeout=300)
+    p = subprocess.run(
+        [MAKE_TRACE, str(tmp_path)], capture_output=True, text=True, env=env, timeout=300
+    )
     if "top-level trace buffer is in use" in p.stderr:
         pytest.skip(f"another tracer holds this host's top-level buffer: {p.stderr}")
     assert p.returncode == 0, p.stderr
     meta = json.loads((tmp_path / "kmem-1x.dat.json").read_text())
-    assert meta["report_events"] == sum(map(len, report_by_cpu(tmp_path / "kmem-1x.dat")
-                                            .values())) > 0
+    assert (
+        meta["report_events"] == sum(map(len, report_by_cpu(tmp_path / "kmem-1x.dat").values())) > 0
+    )
     after = tracing_state()
     # the kernel rounds a size to whole pages: 1408 KiB reads back as 1410
     assert abs(after.pop("buffer_size_kb") - before.pop("buffer_size_kb")) <= 4, p.stderr

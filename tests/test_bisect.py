@@ -19,8 +19,9 @@ BISECT_RUN = os.path.join(TOP, "reproducers", "bisect-run")
 
 
 def git(*args, **kw):
-    return subprocess.run(["git", "-C", TREE] + list(args), check=True, text=True,
-                          capture_output=True, **kw).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", TREE] + list(args), check=True, text=True, capture_output=True, **kw
+    ).stdout.strip()
 
 
 @pytest.mark.slow
@@ -33,8 +34,9 @@ def test_a_commit_that_does_not_build_is_skipped():
     head = git("rev-parse", "--short=12", "HEAD")
     log_dir = os.path.join(TREE, ".git", "nfsrt-bisect-test")
     subprocess.run(["rm", "-rf", log_dir], check=True)
-    p = subprocess.run([BISECT_RUN, "--log-dir", log_dir], cwd=TREE, capture_output=True,
-                       text=True, timeout=3600)
+    p = subprocess.run(
+        [BISECT_RUN, "--log-dir", log_dir], cwd=TREE, capture_output=True, text=True, timeout=3600
+    )
     assert p.returncode == 125, p.stdout + p.stderr
     with open(os.path.join(log_dir, "steps.tsv")) as f:
         step = f.read().splitlines()[-1].split("\t")
@@ -42,8 +44,10 @@ def test_a_commit_that_does_not_build_is_skipped():
     git("checkout", "-q", "nfsrt-base")
 
 
-@pytest.mark.skipif(os.environ.get("NFSRT_TEST_BISECT") != "1",
-                    reason="builds and boots several kernels: run `make test-bisect`")
+@pytest.mark.skipif(
+    os.environ.get("NFSRT_TEST_BISECT") != "1",
+    reason="builds and boots several kernels: run `make test-bisect`",
+)
 def test_bisect_names_the_cookie_resume_fix():
     patches = series_tree("bisect")
     fix = [p for p in patches if "Continue-a-listing" in p]
@@ -59,14 +63,20 @@ def test_bisect_names_the_cookie_resume_fix():
     git("bisect", "reset")
     git("bisect", "start", "--term-old=broken", "--term-new=fixed", "bisect", "nfsrt-base")
     try:
-        p = subprocess.run(["git", "bisect", "run", BISECT_RUN, "--find-fix"], cwd=TREE,
-                           capture_output=True, text=True, timeout=4 * 3600)
+        p = subprocess.run(
+            ["git", "bisect", "run", BISECT_RUN, "--find-fix"],
+            cwd=TREE,
+            capture_output=True,
+            text=True,
+            timeout=4 * 3600,
+        )
         print(p.stdout[-6000:])
         found = git("bisect", "log")
     finally:
         git("bisect", "reset")
-    summary = subprocess.run([BISECT_RUN, "--summary"], cwd=TREE, capture_output=True,
-                             text=True).stdout
+    summary = subprocess.run(
+        [BISECT_RUN, "--summary"], cwd=TREE, capture_output=True, text=True
+    ).stdout
     print(summary)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "first fixed commit" in found and subject in found, found

@@ -21,10 +21,13 @@ from nfsreaddir.model import analysis, wire
 from nfsreaddir.rules import verdict
 from nfsreaddir.trace import capture, magic, open_trace, pcapng
 
-CAP_FIXTURES = sorted(d for d in os.listdir(FIXTURES) if d.endswith("-cap")
-                      and os.path.exists(os.path.join(FIXTURES, d, "COMMAND")))
+CAP_FIXTURES = sorted(
+    d
+    for d in os.listdir(FIXTURES)
+    if d.endswith("-cap") and os.path.exists(os.path.join(FIXTURES, d, "COMMAND"))
+)
 PHASES = ("idle", "modified")
-SOURCE = "6.1-v4.1-cap"     # the capture the damaged ones are made from
+SOURCE = "6.1-v4.1-cap"  # the capture the damaged ones are made from
 
 # Issue 14's three kernels, each recorded by tests/fixtures/record with the same workload (the
 # COMMAND beside each): what their modified listing is comes from the workload, never from the
@@ -66,10 +69,27 @@ def _names(name, which):
 def _wire_readdir_cookies(cap):
     """The cookie of every NFSv4 READDIR call in a capture, in order, first transmission only,
     straight from tshark's fields (nothing of capture.py or wire.py)."""
-    out = subprocess.run(["tshark", "-r", cap, "-n", "-Y", "rpc.msgtyp == 0 && nfs.opcode == 26",
-                          "-T", "fields", "-e", "tcp.srcport", "-e", "rpc.xid",
-                          "-e", "nfs.cookie4"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            cap,
+            "-n",
+            "-Y",
+            "rpc.msgtyp == 0 && nfs.opcode == 26",
+            "-T",
+            "fields",
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "rpc.xid",
+            "-e",
+            "nfs.cookie4",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     seen, cookies = set(), []
     for line in out.splitlines():
         port, xid, cookie = line.split("\t")
@@ -82,11 +102,12 @@ def _wire_readdir_cookies(cap):
 def test_every_field_is_one_this_tshark_knows():
     """tshark refuses an unknown -e field outright; name the missing one instead."""
     known = set()
-    out = subprocess.run(["tshark", "-G", "fields"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["tshark", "-G", "fields"], capture_output=True, text=True, check=True
+    ).stdout
     for line in out.splitlines():
         parts = line.split("\t")
-        if len(parts) > 2 and parts[0] in ("F", "P"):     # fields and protocols
+        if len(parts) > 2 and parts[0] in ("F", "P"):  # fields and protocols
             known.add(parts[2])
     assert [f for _, f in capture.FIELDS if f not in known] == []
 
@@ -169,11 +190,20 @@ def test_analyze_of_capture_and_trace_agree(name, phase):
     t = json.loads(run_cli("analyze", "--json", dat, check=0).stdout)[0]
     lw = next(x for x in w["listings"] if x["phase"] == phase)
     lt = next(x for x in t["listings"] if x["phase"] == phase)
-    for k in ("readdirs", "restarts", "cookie_zero_readdirs", "refetched_readdirs", "ending",
-              "dir_fileid", "entries"):
+    for k in (
+        "readdirs",
+        "restarts",
+        "cookie_zero_readdirs",
+        "refetched_readdirs",
+        "ending",
+        "dir_fileid",
+        "entries",
+    ):
         assert lw[k] == lt[k], (k, lw[k], lt[k])
     assert w["verdict"]["code"] == t["verdict"]["code"] == EXPECTED[name, phase], (
-        w["verdict"]["reason"], t["verdict"]["reason"])
+        w["verdict"]["reason"],
+        t["verdict"]["reason"],
+    )
     # ... and what the workload says: the client's own READDIR count, and every READDIR at
     # cookie 0 after the first a restart.
     assert lt["readdirs"] == int(_facts(name)[f"{phase}.readdir"])
@@ -210,8 +240,9 @@ def test_the_wire_shows_why(name):
 @pytest.mark.parametrize("name", CAP_FIXTURES)
 def test_check_and_analyze_accept_captures(name):
     """check answers for a capture with the same exit status as for the trace beside it."""
-    expected = verdict.judge([analysis.analyze(open_trace(
-        os.path.join(FIXTURES, name, "modified.dat")))]).code
+    expected = verdict.judge(
+        [analysis.analyze(open_trace(os.path.join(FIXTURES, name, "modified.dat")))]
+    ).code
     cap = _pcap(name, "modified")
     p = run_cli("check", cap, check=expected)
     # A verdict on a listing names its client; "never exercised" (6.1-v3-cap) names none.
@@ -243,8 +274,7 @@ def test_pcapng_gives_the_same_listings(tmp_path, editcap):
 # --------------------------------------------------------------------------- bad captures
 def test_snaplen_96_is_named(tmp_path, editcap):
     out = tmp_path / "short.pcap"
-    subprocess.run([editcap, "-s", "96", _pcap(SOURCE, "modified"), str(out)],
-                   check=True)
+    subprocess.run([editcap, "-s", "96", _pcap(SOURCE, "modified"), str(out)], check=True)
     p = run_cli("analyze", out)
     assert p.returncode == 128 and "snaplen" in p.stderr and "Traceback" not in p.stderr
     p = run_cli("check", out, check=125)
@@ -255,20 +285,20 @@ def test_truncated_capture_is_damage_not_a_verdict(tmp_path):
     src = _pcap(SOURCE, "modified")
     data = gzip.decompress(open(src, "rb").read())
     out = tmp_path / "cut.pcap"
-    out.write_bytes(data[: len(data) // 2 + 7])     # mid-packet
+    out.write_bytes(data[: len(data) // 2 + 7])  # mid-packet
     p = run_cli("check", out)
     assert "Traceback" not in p.stdout + p.stderr
     a = wire.analyze(str(out))
-    assert any("cut short" in d["what"] or "missing" in d["what"]
-               for lst in a.listings for d in lst.damage), [lst.damage for lst in a.listings]
+    assert any(
+        "cut short" in d["what"] or "missing" in d["what"] for lst in a.listings for d in lst.damage
+    ), [lst.damage for lst in a.listings]
     # Cut before its end, the listing did not reach eof: cannot decide, never good.
     assert p.returncode == 125, p.stdout
 
 
 def test_wrong_link_type_is_no_nfs(tmp_path, editcap):
     out = tmp_path / "usb.pcap"
-    subprocess.run([editcap, "-T", "usb-linux", _pcap(SOURCE, "idle"), str(out)],
-                   check=True)
+    subprocess.run([editcap, "-T", "usb-linux", _pcap(SOURCE, "idle"), str(out)], check=True)
     p = run_cli("analyze", out)
     assert p.returncode == 128 and "no ONC RPC" in p.stderr and "Traceback" not in p.stderr
     run_cli("check", out, check=125)
@@ -278,8 +308,11 @@ def test_capture_without_nfs(tmp_path):
     # Frames that are TCP but no RPC at all: the first 3 of a capture (handshake or acks).
     tshark = installed("tshark")
     out = tmp_path / "nothing.pcap"
-    subprocess.run([tshark, "-r", _pcap(SOURCE, "idle"), "-Y", "!rpc", "-w", str(out)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [tshark, "-r", _pcap(SOURCE, "idle"), "-Y", "!rpc", "-w", str(out)],
+        check=True,
+        capture_output=True,
+    )
     p = run_cli("analyze", out)
     assert p.returncode == 128 and "no ONC RPC" in p.stderr and "Traceback" not in p.stderr
 
@@ -310,8 +343,11 @@ def test_capture_stops_with_the_reproducer(tmp_path):
     # A shell started with SIGINT ignored (any job a non-interactive shell put in the
     # background, and so a CI run started that way) cannot trap it; a user's terminal gives the
     # reproducer the default, as this does.
-    p = subprocess.Popen(["bash", "-c", script], start_new_session=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        ["bash", "-c", script],
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     pidfile = tmp_path / "pid"
     for _ in range(100):
         if pidfile.exists() and pidfile.read_text().strip():
@@ -321,8 +357,9 @@ def test_capture_stops_with_the_reproducer(tmp_path):
     os.kill(p.pid, signal.SIGINT)
     assert p.wait(30) == 130
     time.sleep(0.2)
-    assert not os.path.exists(f"/proc/{pid}") or \
-        open(f"/proc/{pid}/comm").read().strip() != "tcpdump"
+    assert (
+        not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/comm").read().strip() != "tcpdump"
+    )
     assert magic.capture_format(str(tmp_path / "x.pcap")) == "pcap"
     assert "packets captured" in (tmp_path / "log").read_text()
 
@@ -331,8 +368,12 @@ def test_pcapng_interface_statistics_give_the_drop_count(tmp_path):
     """dumpcap writes pcapng with interface statistics (isb_ifdrop); editcap's conversion of a
     pcap has none, so it says nothing rather than 0."""
     out = tmp_path / "lo.pcapng"
-    subprocess.run(["dumpcap", "-q", "-i", "lo", "-a", "duration:1", "-w", str(out)],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["dumpcap", "-q", "-i", "lo", "-a", "duration:1", "-w", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     assert magic.capture_format(str(out)) == "pcapng"
     assert pcapng.pcapng_drops(str(out)) == 0
     gz = tmp_path / "lo.pcapng.gz"
@@ -349,8 +390,11 @@ def test_two_passes_over_one_directory_cannot_be_separated():
     assert len(one) >= 3
     gap = int(one["ts"].diff().dropna().min() // 2) or 1
     two = one.assign(ts=one["ts"] + gap, reply_ts=one["reply_ts"] + gap, xid=one["xid"] + 1)
-    cap.readdirs = (pd.concat([one, two], ignore_index=True)
-                    .sort_values("ts", kind="stable").reset_index(drop=True))
+    cap.readdirs = (
+        pd.concat([one, two], ignore_index=True)
+        .sort_values("ts", kind="stable")
+        .reset_index(drop=True)
+    )
     out = wire.listings(cap)
     assert any(lst.ambiguous_rows for lst in out)
     for lst in out:
@@ -360,7 +404,7 @@ def test_two_passes_over_one_directory_cannot_be_separated():
 
 
 # --------------------------------------------------------------------------- issue 30
-V3 = "6.1-v3-cap"   # NFSv3, 20 files: each listing one READDIRPLUS; client port 868 both phases
+V3 = "6.1-v3-cap"  # NFSv3, 20 files: each listing one READDIRPLUS; client port 868 both phases
 V3_CLIENT_PORT = 868
 
 
@@ -379,8 +423,12 @@ def test_a_change_tied_with_the_first_readdir_is_not_during_it(tmp_path):
     to eof: it cannot restart, and the change came before it, not during it."""
     head, idle = pcapedit.read(_pcap(V3, "idle"))
     _, modified = pcapedit.read(_pcap(V3, "modified"))
-    path = _write(tmp_path, "coarse.pcap", head,
-                  pcapedit.quantize(pcapedit.speed_up(idle + modified, 10), 10_000))
+    path = _write(
+        tmp_path,
+        "coarse.pcap",
+        head,
+        pcapedit.quantize(pcapedit.speed_up(idle + modified, 10), 10_000),
+    )
     cap = capture.read(path)
     # The derivation does what it says: the modified listing's READDIR shares its timestamp
     # with the GETATTR reply that showed the directory's new mtime.
@@ -414,8 +462,12 @@ def test_a_server_on_another_port_is_read_where_named(tmp_path):
     protocol): nothing is NFS until the server's port is named. 6.1-v3-cap's idle capture with
     both ports rewritten."""
     head, idle = pcapedit.read(_pcap(V3, "idle"))
-    path = _write(tmp_path, "port.pcap", head, pcapedit.set_port(
-        pcapedit.set_port(idle, 2049, 20049), V3_CLIENT_PORT, 705))
+    path = _write(
+        tmp_path,
+        "port.pcap",
+        head,
+        pcapedit.set_port(pcapedit.set_port(idle, 2049, 20049), V3_CLIENT_PORT, 705),
+    )
     with pytest.raises(analysis.AnalysisError, match="no NFS traffic"):
         wire.analyze(path)
     a = wire.analyze(path, ports=[20049])
@@ -441,9 +493,23 @@ def test_frames_with_several_rpc_messages_are_read_message_by_message(name, tmp_
     damage."""
     head, packets = pcapedit.read(_pcap(name, "modified"))
     path = _write(tmp_path, "joined.pcap", head, pcapedit.coalesce(packets))
-    several = subprocess.run(["tshark", "-r", path, "-n", "-Y", "count(rpc.xid) > 1",
-                              "-T", "fields", "-e", "frame.number"],
-                             capture_output=True, text=True, check=True).stdout.split()
+    several = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            path,
+            "-n",
+            "-Y",
+            "count(rpc.xid) > 1",
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert len(several) > 10
     a, b = wire.analyze(_pcap(name, "modified")), wire.analyze(path)
     assert b.info["unsplit_frames"] == 0 and b.info["split_frames"] == len(several)
@@ -464,40 +530,48 @@ def test_a_capture_without_nfs_says_so(tmp_path):
     cut to 96 bytes) is not NFS cut by the snaplen: there is no NFS in it at all."""
     import socket
     import threading
+
     out = tmp_path / "other.pcap"
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
     port = srv.getsockname()[1]
-    dump = subprocess.Popen(["dumpcap", "-i", "lo", "-s", "96", "-f", f"tcp port {port}",
-                             "-P", "-w", str(out)],
-                            stderr=subprocess.PIPE, text=True)
+    dump = subprocess.Popen(
+        ["dumpcap", "-i", "lo", "-s", "96", "-f", f"tcp port {port}", "-P", "-w", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         for line in dump.stderr:
             if line.startswith("Capturing on"):
                 break
-        time.sleep(1)       # "Capturing on" can come before the filter takes packets
+        time.sleep(1)  # "Capturing on" can come before the filter takes packets
 
         def serve():
             conn, _ = srv.accept()
             while conn.recv(1 << 16):
                 pass
             conn.close()
+
         t = threading.Thread(target=serve)
         t.start()
         with socket.create_connection(("127.0.0.1", port)) as c:
             for _ in range(40):
                 c.sendall(b"x" * 4000)
         t.join(30)
-        time.sleep(0.5)     # dumpcap writes what it has on SIGINT
+        time.sleep(0.5)  # dumpcap writes what it has on SIGINT
         dump.send_signal(signal.SIGINT)
         dump.wait(30)
     finally:
         dump.kill()
         srv.close()
     assert magic.capture_format(str(out)) == "pcap"
-    cut = subprocess.run(["tshark", "-r", out, "-Y", "frame.cap_len < frame.len"],
-                         capture_output=True, text=True, check=True).stdout
+    cut = subprocess.run(
+        ["tshark", "-r", out, "-Y", "frame.cap_len < frame.len"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert cut.strip(), "no frame was cut by the snaplen"
     p = run_cli("analyze", out)
     assert p.returncode == 128 and "Traceback" not in p.stderr

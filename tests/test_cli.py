@@ -24,8 +24,9 @@ def test_analyze_tells_the_story():
     p = run_cli("analyze", os.path.join(BAD, "modified.dat"), check=0)
     assert "nfsprobe:nfs4_proc_readdir" in p.stdout
     assert "restart at cookie 0" in p.stdout
-    assert "revalidate -> GETATTR -> revalidate_done(INVALID_DATA) -> invalidate_mapping" \
-        in p.stdout
+    assert (
+        "revalidate -> GETATTR -> revalidate_done(INVALID_DATA) -> invalidate_mapping" in p.stdout
+    )
     assert p.stderr == ""
 
 
@@ -43,19 +44,29 @@ def test_check_gives_git_bisect_run_its_answer():
 TRACE_CMD_TRIXIE = os.path.join(os.path.dirname(__file__), "tools", "trace-cmd-trixie")
 
 
-@pytest.mark.parametrize("tool,conversion", [
-    ("trace-cmd", ["--file-version", "6"]),
-    ("trace-cmd", ["--file-version", "7", "--compression", "none"]),
-    ("trace-cmd", ["--file-version", "7", "--compression", "zstd"]),
-    (TRACE_CMD_TRIXIE, ["--file-version", "7", "--compression", "zlib"]),
-    (TRACE_CMD_TRIXIE, ["--file-version", "6"]),
-])
-def test_file_versions_and_compression_give_identical_results(tmp_path, trace_cmd, tool,
-                                                              conversion):
+@pytest.mark.parametrize(
+    "tool,conversion",
+    [
+        ("trace-cmd", ["--file-version", "6"]),
+        ("trace-cmd", ["--file-version", "7", "--compression", "none"]),
+        ("trace-cmd", ["--file-version", "7", "--compression", "zstd"]),
+        (TRACE_CMD_TRIXIE, ["--file-version", "7", "--compression", "zlib"]),
+        (TRACE_CMD_TRIXIE, ["--file-version", "6"]),
+    ],
+)
+def test_file_versions_and_compression_give_identical_results(
+    tmp_path, trace_cmd, tool, conversion
+):
     src = os.path.join(BAD, "modified.dat")
     out = tmp_path / "converted.dat"
-    subprocess.run([trace_cmd if tool == "trace-cmd" else tool, "convert"] + conversion
-                   + ["-i", src, "-o", str(out)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [trace_cmd if tool == "trace-cmd" else tool, "convert"]
+        + conversion
+        + ["-i", src, "-o", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     expected = {"6": "v6,", "none": "v7,"}.get(conversion[-1], f"v7 {conversion[-1]},")
     p = run_cli("analyze", out, check=0)
     assert f"trace.dat {expected}" in p.stdout
@@ -119,6 +130,7 @@ def test_compare_puts_two_kernels_side_by_side():
 
 # Bad input: a clear message, a documented exit status, never a traceback.
 
+
 def assert_clean_error(p, code, *words):
     assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
     assert "Traceback" not in p.stderr + p.stdout
@@ -128,8 +140,12 @@ def assert_clean_error(p, code, *words):
 
 def test_missing_file():
     # As a process: the status the shell sees, and nothing but the message on its stderr.
-    assert_clean_error(run_cli("analyze", "/nonexistent.dat", process=True), EXIT_ERROR,
-                       "/nonexistent.dat", "no such file")
+    assert_clean_error(
+        run_cli("analyze", "/nonexistent.dat", process=True),
+        EXIT_ERROR,
+        "/nonexistent.dat",
+        "no such file",
+    )
 
 
 def test_empty_file(tmp_path):
@@ -149,15 +165,16 @@ def test_truncated_trace(tmp_path, fraction):
     src = os.path.join(BAD, "modified.dat")
     data = open(src, "rb").read()
     f = tmp_path / "cut.dat"
-    f.write_bytes(data[:int(len(data) * fraction)])
+    f.write_bytes(data[: int(len(data) * fraction)])
     p = run_cli("analyze", f)
     assert "Traceback" not in p.stderr
     # Either a clear error, or the part before the cut with a warning that it is partial.
     if p.returncode == 0:
         assert "damaged" in p.stdout or "truncated" in p.stdout
     else:
-        assert p.returncode == EXIT_ERROR and ("truncated" in p.stderr or "damaged" in p.stderr
-                                      or "READDIR" in p.stderr), p.stderr
+        assert p.returncode == EXIT_ERROR and (
+            "truncated" in p.stderr or "damaged" in p.stderr or "READDIR" in p.stderr
+        ), p.stderr
 
 
 def test_trace_without_nfs_events_names_what_to_record(tmp_path, trace_cmd):
@@ -165,8 +182,12 @@ def test_trace_without_nfs_events_names_what_to_record(tmp_path, trace_cmd):
     `trace-cmd record -e ...` would have captured a listing."""
     out = tmp_path / "markers-only.txt"
     with open(out, "w") as f:
-        subprocess.run([trace_cmd, "report", "-F", "ftrace/print",
-                        os.path.join(GOOD, "idle.dat")], stdout=f, check=True, timeout=300)
+        subprocess.run(
+            [trace_cmd, "report", "-F", "ftrace/print", os.path.join(GOOD, "idle.dat")],
+            stdout=f,
+            check=True,
+            timeout=300,
+        )
     p = run_cli("analyze", out)
     assert_clean_error(p, EXIT_ERROR, "no READDIR", "trace-cmd record -e 'nfs:nfs_readdir_*'")
     assert_clean_error(run_cli("check", out), 125, "cannot decide:")
@@ -195,8 +216,19 @@ def test_check_without_cookies_cannot_decide_alone(tmp_path, trace_cmd):
     events to record, unless an idle listing of the same run is there to compare with."""
     out = tmp_path / "rpc-only.txt"
     with open(out, "w") as f:
-        subprocess.run([trace_cmd, "report", "-R", "-F", "sunrpc/rpc_request",
-                        os.path.join(BAD, "modified.dat")], stdout=f, check=True, timeout=300)
+        subprocess.run(
+            [
+                trace_cmd,
+                "report",
+                "-R",
+                "-F",
+                "sunrpc/rpc_request",
+                os.path.join(BAD, "modified.dat"),
+            ],
+            stdout=f,
+            check=True,
+            timeout=300,
+        )
     p = run_cli("check", out)
     assert_clean_error(p, 125, "cannot decide", "trace-cmd record")
 
@@ -212,13 +244,23 @@ def test_usage_errors_stop_a_bisect():
     assert p.returncode == EXIT_ERROR and "usage:" in p.stderr
 
 
-@pytest.mark.parametrize("args", [
-    ["check", "--max-restarts", "-1"], ["check", "--max-restarts", "nan"],
-    ["check", "--max-restarts", "1.5"], ["check", "--max-ratio", "-1"],
-    ["check", "--max-ratio", "nan"], ["check", "--max-ratio", "inf"],
-    ["check", "--max-ratio", "0"], ["check", "--max-ratio", "x"],
-    ["analyze", "--details", "-1"], ["analyze", "--top", "-3"],
-    ["record", "--duration", "nan"], ["watch", "--duration", "inf"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", "--max-restarts", "-1"],
+        ["check", "--max-restarts", "nan"],
+        ["check", "--max-restarts", "1.5"],
+        ["check", "--max-ratio", "-1"],
+        ["check", "--max-ratio", "nan"],
+        ["check", "--max-ratio", "inf"],
+        ["check", "--max-ratio", "0"],
+        ["check", "--max-ratio", "x"],
+        ["analyze", "--details", "-1"],
+        ["analyze", "--top", "-3"],
+        ["record", "--duration", "nan"],
+        ["watch", "--duration", "inf"],
+    ],
+)
 def test_a_number_out_of_range_is_refused_not_judged(args):
     """`--max-restarts -1` used to judge every listing bad ("restarted 0 times"), `--max-ratio
     nan` every ratio good: each option's value is checked, in one line naming it."""
@@ -239,18 +281,25 @@ print(code, sorted(m for m in ("pandas", "matplotlib", "numpy") if m in sys.modu
 """
 
 
-@pytest.mark.parametrize("args,code", [
-    (["--help"], 0),
-    (["results", "--verdict", "{run}"], 0),
-    (["analyze"], EXIT_ERROR),                  # a usage error
-    (["results", "{run}/none"], EXIT_ERROR),    # an input error (no results directory)
-])
+@pytest.mark.parametrize(
+    "args,code",
+    [
+        (["--help"], 0),
+        (["results", "--verdict", "{run}"], 0),
+        (["analyze"], EXIT_ERROR),  # a usage error
+        (["results", "{run}/none"], EXIT_ERROR),  # an input error (no results directory)
+    ],
+)
 def test_commands_that_analyze_nothing_do_not_import_pandas(tmp_path, args, code):
     # pandas costs about half a second of start-up (0.16 s for --help without it, 1.8 s
     # with it, measured on the 2-core host under load).
     (tmp_path / "results.json").write_text('{"verdict": "PASS", "reasons": ["fine"]}')
-    p = subprocess.run([sys.executable, "-c", PROBE] + [a.format(run=tmp_path) for a in args],
-                       text=True, capture_output=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE] + [a.format(run=tmp_path) for a in args],
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert p.stdout.splitlines()[-1] == f"{code} []", (p.stdout, p.stderr)
     assert "Traceback" not in p.stderr
 
@@ -260,7 +309,8 @@ def test_slab_analysis_does_not_import_pandas(args):
     # The slab section of a kmem trace: numpy columns from the reader, text without pandas
     # (0.45 s of imports and 90 MB of the process on the 8.4 M-event bench trace).
     trace = os.path.join(FIXTURES, "kmem-host", "kmem.dat")
-    p = subprocess.run([sys.executable, "-c", PROBE] + args + [trace],
-                       text=True, capture_output=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE] + args + [trace], text=True, capture_output=True, timeout=120
+    )
     assert p.stdout.splitlines()[-1] == "0 ['numpy']", (p.stdout[-2000:], p.stderr)
     assert "dentry" in p.stdout

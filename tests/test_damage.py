@@ -37,12 +37,18 @@ def copies(tmp_path_factory):
     tc = installed("trace-cmd")
     d = tmp_path_factory.mktemp("copies")
     out = {"zstd": BAD_DAT}
-    for name, tool, args in (("none", tc, ["--compression", "none"]),
-                             ("v6", tc, ["--file-version", "6"]),
-                             ("zlib", str(TRACE_CMD_TRIXIE), ["--compression", "zlib"])):
+    for name, tool, args in (
+        ("none", tc, ["--compression", "none"]),
+        ("v6", tc, ["--file-version", "6"]),
+        ("zlib", str(TRACE_CMD_TRIXIE), ["--compression", "zlib"]),
+    ):
         out[name] = d / f"{name}.dat"
-        subprocess.run([tool, "convert", *args, "-i", str(BAD_DAT), "-o", str(out[name])],
-                       check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [tool, "convert", *args, "-i", str(BAD_DAT), "-o", str(out[name])],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     return out
 
 
@@ -65,8 +71,9 @@ def _listings_damage(data):
     fd = os.memfd_create("trace")
     try:
         os.write(fd, data)
-        return [d for lst in analyze(open_trace(f"/proc/self/fd/{fd}")).listings
-                for d in lst.damage]
+        return [
+            d for lst in analyze(open_trace(f"/proc/self/fd/{fd}")).listings for d in lst.damage
+        ]
     finally:
         os.close(fd)
 
@@ -93,8 +100,11 @@ def restart_records(path):
     t, recs = records(path, "nfsprobe:nfs4_proc_readdir")
     f = t.event_format("nfsprobe:nfs4_proc_readdir").fields["cookie"]
     data = path.read_bytes()
-    zero = [r for r in recs if int.from_bytes(data[r[0] + f.offset:r[0] + f.offset + f.size],
-                                              "little") == 0]
+    zero = [
+        r
+        for r in recs
+        if int.from_bytes(data[r[0] + f.offset : r[0] + f.offset + f.size], "little") == 0
+    ]
     return t, zero[1:]
 
 
@@ -105,10 +115,10 @@ def test_v6_cut_short_is_analyzed_up_to_the_cut(copies):
     data = copies["v6"].read_bytes()
     t = open_trace(copies["v6"])
     (_, off0, size0), (_, off1, size1) = t.file.buf.cpus
-    code, reason = verdict_of_bytes(data[:off1 + size1 * 3 // 4])
+    code, reason = verdict_of_bytes(data[: off1 + size1 * 3 // 4])
     assert code == verdict.BAD, reason
     assert "restarted" in reason
-    code, reason = verdict_of_bytes(data[:off0 + 100])
+    code, reason = verdict_of_bytes(data[: off0 + 100])
     assert code not in (verdict.GOOD, verdict.BAD), reason
 
 
@@ -125,9 +135,14 @@ def test_v7_cut_short_is_analyzed_up_to_the_cut(copies, copy):
     (_, off0, _), (_, off1, size1) = t.file.buf.cpus
     t.close()
     end1 = off1 + size1 + (4 if copy != "none" else 0)
-    cuts = {off0 + 100: None, (off0 + off1) // 2: None, off1 + 2: verdict.UNDECIDED,
-            off1 + size1 * 3 // 4: verdict.BAD if copy == "none" else verdict.UNDECIDED,
-            end1: verdict.BAD, len(data) - 10: verdict.BAD}
+    cuts = {
+        off0 + 100: None,
+        (off0 + off1) // 2: None,
+        off1 + 2: verdict.UNDECIDED,
+        off1 + size1 * 3 // 4: verdict.BAD if copy == "none" else verdict.UNDECIDED,
+        end1: verdict.BAD,
+        len(data) - 10: verdict.BAD,
+    }
     for cut, want in cuts.items():
         code, reason = verdict_of_bytes(data[:cut])
         assert "metadata" not in reason, (cut, reason)
@@ -148,7 +163,7 @@ def test_unknown_event_id_is_damage(copies):
     unused = max(t.file.formats.by_id) + 1
     data = bytearray(path.read_bytes())
     for pos, _, _ in restarts:
-        data[pos:pos + 2] = unused.to_bytes(2, "little")
+        data[pos : pos + 2] = unused.to_bytes(2, "little")
     code, reason = verdict_of_bytes(bytes(data))
     assert code == verdict.UNDECIDED, reason
     assert f"unknown id {unused}" in reason and "[UNKNOWN EVENT]" in reason
@@ -163,8 +178,8 @@ def test_time_running_backwards_is_damage(copies):
     P = t.file.buf.page_size
     page = restarts[0][0] // P * P
     data = bytearray(path.read_bytes())
-    stamp = int.from_bytes(data[page:page + 8], "little")
-    bit = next(b for b in range(36, 40) if not stamp >> b & 1)     # set: later, not earlier
+    stamp = int.from_bytes(data[page : page + 8], "little")
+    bit = next(b for b in range(36, 40) if not stamp >> b & 1)  # set: later, not earlier
     data[page + bit // 8] ^= 1 << (bit % 8)
     code, reason = verdict_of_bytes(bytes(data))
     assert code != verdict.GOOD, reason
@@ -179,11 +194,12 @@ def test_impossible_pid_is_damage(copies):
     pf = t.event_format("nfsprobe:nfs4_proc_readdir").fields["common_pid"]
     data = bytearray(path.read_bytes())
     pos = restarts[0][0] + pf.offset
-    data[pos:pos + 4] = (tables.PID_MAX_LIMIT + 1).to_bytes(4, "little")
+    data[pos : pos + 4] = (tables.PID_MAX_LIMIT + 1).to_bytes(4, "little")
     code, reason = verdict_of_bytes(bytes(data))
     assert code != verdict.GOOD, reason
-    assert any("beyond the kernel's PID_MAX_LIMIT" in d["what"]
-               for d in _listings_damage(bytes(data)))
+    assert any(
+        "beyond the kernel's PID_MAX_LIMIT" in d["what"] for d in _listings_damage(bytes(data))
+    )
 
 
 def test_report_ts_diff_is_read(tmp_path):
@@ -191,8 +207,13 @@ def test_report_ts_diff_is_read(tmp_path):
     verdict as the trace.dat (before: every line skipped, "no READDIR in this trace")."""
     txt = tmp_path / "ts-diff.txt"
     with open(txt, "w") as f:
-        subprocess.run([installed("trace-cmd"), "report", "--ts-diff", str(BAD_DAT)],
-                       stdout=f, stderr=subprocess.DEVNULL, check=True, timeout=300)
+        subprocess.run(
+            [installed("trace-cmd"), "report", "--ts-diff", str(BAD_DAT)],
+            stdout=f,
+            stderr=subprocess.DEVNULL,
+            check=True,
+            timeout=300,
+        )
     assert "(+" in txt.read_text()[:100000]
     code, reason = verdict_of_bytes(txt.read_bytes())
     want = verdict_of_bytes(BAD_DAT.read_bytes())
@@ -211,22 +232,30 @@ def test_deleted_readdir_line_is_damage(bad_report):
     """The READDIR kprobe line of the last restart (cookie=0) deleted, its nfs4:nfs4_readdir
     line kept: the task's calls and their ends no longer alternate, and the listing carries
     that damage (before: no damage, the restart silently gone)."""
-    i = [k for k, line in enumerate(bad_report)
-         if "nfs4_proc_readdir:" in line and " cookie=0 " in line][-1]
-    edited = "".join(bad_report[:i] + bad_report[i + 1:]).encode()
+    i = [
+        k
+        for k, line in enumerate(bad_report)
+        if "nfs4_proc_readdir:" in line and " cookie=0 " in line
+    ][-1]
+    edited = "".join(bad_report[:i] + bad_report[i + 1 :]).encode()
     code, reason = verdict_of_bytes(edited)
     assert code != verdict.GOOD, reason
-    assert any("no end logged between" in d["what"] or "of one successful READDIR" in d["what"]
-               for d in _listings_damage(edited))
+    assert any(
+        "no end logged between" in d["what"] or "of one successful READDIR" in d["what"]
+        for d in _listings_damage(edited)
+    )
 
 
 def test_deleted_end_line_is_damage(bad_report):
     """The nfs4:nfs4_readdir line after the last restart's kprobe deleted: two READDIR calls
     of one task with no end between is damage (before: none)."""
-    i = [k for k, line in enumerate(bad_report)
-         if "nfs4_proc_readdir:" in line and " cookie=0 " in line][-1]
+    i = [
+        k
+        for k, line in enumerate(bad_report)
+        if "nfs4_proc_readdir:" in line and " cookie=0 " in line
+    ][-1]
     j = next(k for k in range(i + 1, len(bad_report)) if " nfs4_readdir:" in bad_report[k])
-    edited = "".join(bad_report[:j] + bad_report[j + 1:]).encode()
+    edited = "".join(bad_report[:j] + bad_report[j + 1 :]).encode()
     assert any("no end logged between" in d["what"] for d in _listings_damage(edited))
 
 
@@ -234,12 +263,17 @@ def test_position_edited_to_zero_is_damage(tmp_path):
     """The patched series' trace (good): a getdents' `pos=` edited to 0 makes the reader's
     position go back with no seek, which only a seek can do: the listing is damaged, not
     judged from the edited position (before: judged, "good", the damage unseen)."""
-    lines = report_text(installed("trace-cmd"), SERIES_DAT,
-                        tmp_path / "series.txt").read_text().splitlines(True)
-    i = next(k for k, line in enumerate(lines)
-             if "nfs_readdir_enter:" in line and " pos=0 " not in line)
-    edited = "".join(lines[:i] + [re.sub(r" pos=\d+", " pos=0", lines[i], count=1)]
-                     + lines[i + 1:]).encode()
+    lines = (
+        report_text(installed("trace-cmd"), SERIES_DAT, tmp_path / "series.txt")
+        .read_text()
+        .splitlines(True)
+    )
+    i = next(
+        k for k, line in enumerate(lines) if "nfs_readdir_enter:" in line and " pos=0 " not in line
+    )
+    edited = "".join(
+        lines[:i] + [re.sub(r" pos=\d+", " pos=0", lines[i], count=1)] + lines[i + 1 :]
+    ).encode()
     code, reason = verdict_of_bytes(edited)
     assert code == verdict.UNDECIDED, reason
     assert any("with no seek between" in d["what"] for d in _listings_damage(edited))
@@ -256,11 +290,25 @@ def _fingerprint(path):
     reader says of damage and loss. Equal fingerprints give equal verdicts, so a flip that
     leaves it unchanged needs no analysis (10x cheaper)."""
     t = open_trace(path)
-    cols = t.read_columns({ev: sorted(c) for ev, c in tables.wanted(t).items()},
-                          on_damage="partial")
+    cols = t.read_columns(
+        {ev: sorted(c) for ev, c in tables.wanted(t).items()}, on_damage="partial"
+    )
     t.check_records()
-    parts = [repr({k: t.info.get(k) for k in ("partial", "partial_from", "damage",
-                                                "damaged_events", "lost_events", "lost_total")})]
+    parts = [
+        repr(
+            {
+                k: t.info.get(k)
+                for k in (
+                    "partial",
+                    "partial_from",
+                    "damage",
+                    "damaged_events",
+                    "lost_events",
+                    "lost_total",
+                )
+            }
+        )
+    ]
     for ev in sorted(cols):
         for c in sorted(cols[ev]):
             v = cols[ev][c]
@@ -300,15 +348,17 @@ def _sweep(path, pool_size=2):
         # with flags in the high bits) and that many bytes of events; the rest of the page is
         # unused and holds no data to damage.
         P = t.file.buf.page_size
-        spans = [(p, p + 16 + (int.from_bytes(_DATA[p + 8:p + 16], "little") & 0xFFFFF))
-                 for _, off, size in t.file.buf.cpus for p in range(off, off + size, P)]
+        spans = [
+            (p, p + 16 + (int.from_bytes(_DATA[p + 8 : p + 16], "little") & 0xFFFFF))
+            for _, off, size in t.file.buf.cpus
+            for p in range(off, off + size, P)
+        ]
     _BASE = verdict_of_bytes(_DATA) + (_fingerprint(path),)
     assert _BASE[0] == verdict.BAD
     bits = [b for a, z in spans for b in range(a * 8, z * 8, 97)]
     with multiprocessing.get_context("fork").Pool(pool_size) as pool:
         results = pool.map(_flipped, bits, chunksize=16)
-    counts = {"caught as damage": 0, "unchanged": 0, "changed but still not good": 0,
-              "GOOD": 0}
+    counts = {"caught as damage": 0, "unchanged": 0, "changed but still not good": 0, "GOOD": 0}
     for code, reason in results:
         if (code, reason) == _BASE[:2]:
             counts["unchanged"] += 1
@@ -350,10 +400,12 @@ def _edits_near_restarts(lines, around=3):
     """Each line within ``around`` lines of a restart (a cookie=0 READDIR kprobe after the
     listing's first): deleted, and each number in it changed (to 0; a 0 to 1), one edit per
     copy."""
-    restarts = [k for k, line in enumerate(lines)
-                if "nfs4_proc_readdir:" in line and " cookie=0 " in line][1:]
-    near = sorted({k for r in restarts for k in range(r - around, r + around + 1)
-                   if 0 <= k < len(lines)})
+    restarts = [
+        k for k, line in enumerate(lines) if "nfs4_proc_readdir:" in line and " cookie=0 " in line
+    ][1:]
+    near = sorted(
+        {k for r in restarts for k in range(r - around, r + around + 1) if 0 <= k < len(lines)}
+    )
     edits = []
     for k in near:
         edits.append((k, None))
@@ -374,8 +426,7 @@ def test_no_edited_line_turns_bad_into_good(bad_report):
     edits = _edits_near_restarts(bad_report)
     with multiprocessing.get_context("fork").Pool(2) as pool:
         results = pool.map(_edited, edits, chunksize=8)
-    counts = {"caught as damage": 0, "unchanged": 0, "changed but still not good": 0,
-              "GOOD": 0}
+    counts = {"caught as damage": 0, "unchanged": 0, "changed but still not good": 0, "GOOD": 0}
     goods = []
     for edit, (code, reason) in zip(edits, results):
         if (code, reason) == base:

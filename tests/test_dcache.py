@@ -32,8 +32,11 @@ def have(name):
     return os.path.exists(os.path.join(fixture_path(name), "COMMAND"))
 
 
-DCACHE_FIXTURES = sorted(d[len("dcache-"):] for d in os.listdir(FIXTURES)
-                         if d.startswith("dcache-") and have(d[len("dcache-"):]))
+DCACHE_FIXTURES = sorted(
+    d[len("dcache-") :]
+    for d in os.listdir(FIXTURES)
+    if d.startswith("dcache-") and have(d[len("dcache-") :])
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,34 +58,56 @@ def facts(name):
 # ------------------------------------------------------------------ hand-made markers
 def table(lines):
     """A markers table (ts in seconds, text)."""
-    return pd.DataFrame({"ts": [int(t * S) for t, _ in lines],
-                         "pid": 1, "text": [x for _, x in lines]})
+    return pd.DataFrame(
+        {"ts": [int(t * S) for t, _ in lines], "pid": 1, "text": [x for _, x in lines]}
+    )
 
 
 SYNTH = [
     (0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative nfs=4.1"),
-    (0.5, "nfsrt: sample nr_dentry=100 nr_unused=50 nr_negative=10 slab_active=120 "
-          "slab_total=130 slab_objsize=192 kmalloc32_active=7"),
+    (
+        0.5,
+        "nfsrt: sample nr_dentry=100 nr_unused=50 nr_negative=10 slab_active=120 "
+        "slab_total=130 slab_objsize=192 kmalloc32_active=7",
+    ),
     (1.0, "nfsrt: phase=before event=start"),
-    (1.2, "nfsrt: timing loop=before target=nfs n=10 ns=10.0,20.0,30.0 ref_ns=5.0,5.0,5.0 "
-          "median_ns=20.0 ref_median_ns=5.0"),
+    (
+        1.2,
+        "nfsrt: timing loop=before target=nfs n=10 ns=10.0,20.0,30.0 ref_ns=5.0,5.0,5.0 "
+        "median_ns=20.0 ref_median_ns=5.0",
+    ),
     (1.4, "nfsrt: phase=before event=end seconds=0.4"),
     (2.0, "nfsrt: phase=misses event=start count=200"),
-    (2.5, "nfsrt: sample nr_dentry=150 nr_unused=90 nr_negative=60 slab_active=170 "
-          "slab_total=190 slab_objsize=192 kmalloc32_active=7"),
-    (3.0, "nfsrt: sample nr_dentry=400 nr_unused=50 nr_negative=190 slab_active=420 "
-          "slab_total=440 slab_objsize=192 kmalloc32_active=9 label=peak"),
+    (
+        2.5,
+        "nfsrt: sample nr_dentry=150 nr_unused=90 nr_negative=60 slab_active=170 "
+        "slab_total=190 slab_objsize=192 kmalloc32_active=7",
+    ),
+    (
+        3.0,
+        "nfsrt: sample nr_dentry=400 nr_unused=50 nr_negative=190 slab_active=420 "
+        "slab_total=440 slab_objsize=192 kmalloc32_active=9 label=peak",
+    ),
     (4.0, "nfsrt: phase=misses event=end seconds=2.0 count=200 found=0 missing=200"),
-    (4.1, "nfsrt: sample nr_dentry=300 nr_unused=250 nr_negative=210 slab_active=320 "
-          "slab_total=330 slab_objsize=192 kmalloc32_active=9"),
+    (
+        4.1,
+        "nfsrt: sample nr_dentry=300 nr_unused=250 nr_negative=210 slab_active=320 "
+        "slab_total=330 slab_objsize=192 kmalloc32_active=9",
+    ),
     (5.0, "nfsrt: phase=after event=start"),
     # The stat loop twice as slow, but the fstat reference too: the host slowed down.
-    (5.2, "nfsrt: timing loop=after target=nfs n=10 ns=20.0,40.0,60.0 ref_ns=10.0,10.0,10.0 "
-          "median_ns=40.0 ref_median_ns=10.0"),
+    (
+        5.2,
+        "nfsrt: timing loop=after target=nfs n=10 ns=20.0,40.0,60.0 ref_ns=10.0,10.0,10.0 "
+        "median_ns=40.0 ref_median_ns=10.0",
+    ),
     (5.4, "nfsrt: phase=after event=end seconds=0.4"),
     (6.0, "nfsrt: phase=dropped event=start"),
-    (6.2, "nfsrt: timing loop=dropped target=nfs n=10 ns=11.0,21.0,31.0 ref_ns=5.0,5.0,5.0 "
-          "median_ns=21.0 ref_median_ns=5.0"),
+    (
+        6.2,
+        "nfsrt: timing loop=dropped target=nfs n=10 ns=11.0,21.0,31.0 ref_ns=5.0,5.0,5.0 "
+        "median_ns=21.0 ref_median_ns=5.0",
+    ),
     (6.4, "nfsrt: phase=dropped event=end seconds=0.4"),
     (7.0, "somebody else's marker"),
 ]
@@ -105,7 +130,7 @@ def test_parse_markers_keeps_every_sample_key_and_phase_value():
 
 def test_summary_deltas_rates_and_negative_share():
     s = dcache.summary(markers.parse(table(SYNTH)))
-    json.dumps(s)                                   # JSON-able as it is
+    json.dumps(s)  # JSON-able as it is
     p = s["phases"]["misses"]
     # From the last sample before the start (t=0.5) to the first after the end (t=4.1).
     assert p["before"]["nr_dentry"] == 100 and p["after"]["nr_dentry"] == 300
@@ -140,7 +165,7 @@ def test_summary_takes_a_samples_frame_and_phases():
 
 
 def test_summary_of_a_phase_cut_short_uses_the_last_sample():
-    lines = SYNTH[:8]                              # stops inside `misses`
+    lines = SYNTH[:8]  # stops inside `misses`
     s = dcache.summary(markers.parse(table(lines)))
     p = s["phases"]["misses"]
     assert p["seconds"] is None
@@ -149,8 +174,10 @@ def test_summary_of_a_phase_cut_short_uses_the_last_sample():
 
 def test_plot_draws_dentries_and_negatives_over_time():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     m = markers.parse(table(SYNTH))
     fig, ax = plt.subplots()
     plot.dcache_samples(ax, m.samples, m.phases)
@@ -158,7 +185,7 @@ def test_plot_draws_dentries_and_negatives_over_time():
     assert set(lines) == {"nr_dentry", "nr_negative"}
     assert list(lines["nr_dentry"].get_ydata()) == [100, 150, 400, 300]
     assert list(lines["nr_negative"].get_xdata()) == pytest.approx([0.0, 2.0, 2.5, 3.6])
-    assert len(ax.patches) == 4                    # one span per phase
+    assert len(ax.patches) == 4  # one span per phase
     plt.close(fig)
 
 
@@ -190,8 +217,9 @@ SCRIPTS = ["dcache-negative", "dcache-unlink-storm", "dcache-readdirplus", "dcac
 
 
 def run_script(name, *args):
-    return subprocess.run([os.path.join(REPRODUCERS, name)] + list(args), text=True,
-                          capture_output=True, timeout=60)
+    return subprocess.run(
+        [os.path.join(REPRODUCERS, name)] + list(args), text=True, capture_output=True, timeout=60
+    )
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -206,28 +234,34 @@ def test_help_and_bad_options(name):
     assert p.returncode == 125 and "needs a value" in p.stderr
 
 
-@pytest.mark.parametrize("name,args,message", [
-    ("dcache-negative", ["--reps", "0"], "--reps must be an integer >= 1"),
-    ("dcache-negative", ["--local", "xfs"], "--local must be ext4 or tmpfs"),
-    ("dcache-negative", ["--max-slowdown", "x"], "--max-slowdown must be a number"),
-    ("dcache-negative", ["--exec-loop", "x"], "--exec-loop must be an integer >= 0"),
-    ("dcache-negative", ["--miss-by", "open"], "--miss-by must be stat or cat"),
-    ("dcache-negative", ["--paired", "3"], "--paired needs --exec-loop N"),
-    ("dcache-negative", ["--miss-dir", "dev"], "--miss-dir must be beside or own"),
-    ("dcache-negative", ["--local-misses", "10", "--relookup", "11"],
-     "--relookup must not exceed --local-misses"),
-    ("dcache-unlink-storm", ["--via", "smb"], "--via must be nfs or local"),
-    ("dcache-memcg", ["--nfs", "3"], "--nfs must be 4.0, 4.1 or 4.2"),
-    ("dcache-unlink-storm", ["--files", "2", "--workers", "3"], "must not exceed --files"),
-    ("dcache-unlink-storm", ["--restat", "2"], "--restat must be 0 or 1"),
-    ("dcache-readdirplus", ["--sizes", "10,10"], "a size twice"),
-    ("dcache-readdirplus", ["--sizes", "10,,20"], "comma-separated integers"),
-    ("dcache-readdirplus", ["--mount-opts", "a b"], "--mount-opts"),
-    ("dcache-memcg", ["--mounts", "1,0"], "--mounts must be an integer >= 1"),
-    ("dcache-memcg", ["--memcgs", "1,5000"], "at most 4096"),
-    ("dcache-memcg", ["--mounts", "1,2000"], "at most 1024"),
-    ("dcache-memcg", ["--touch-mounts", "0"], "--touch-mounts must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "name,args,message",
+    [
+        ("dcache-negative", ["--reps", "0"], "--reps must be an integer >= 1"),
+        ("dcache-negative", ["--local", "xfs"], "--local must be ext4 or tmpfs"),
+        ("dcache-negative", ["--max-slowdown", "x"], "--max-slowdown must be a number"),
+        ("dcache-negative", ["--exec-loop", "x"], "--exec-loop must be an integer >= 0"),
+        ("dcache-negative", ["--miss-by", "open"], "--miss-by must be stat or cat"),
+        ("dcache-negative", ["--paired", "3"], "--paired needs --exec-loop N"),
+        ("dcache-negative", ["--miss-dir", "dev"], "--miss-dir must be beside or own"),
+        (
+            "dcache-negative",
+            ["--local-misses", "10", "--relookup", "11"],
+            "--relookup must not exceed --local-misses",
+        ),
+        ("dcache-unlink-storm", ["--via", "smb"], "--via must be nfs or local"),
+        ("dcache-memcg", ["--nfs", "3"], "--nfs must be 4.0, 4.1 or 4.2"),
+        ("dcache-unlink-storm", ["--files", "2", "--workers", "3"], "must not exceed --files"),
+        ("dcache-unlink-storm", ["--restat", "2"], "--restat must be 0 or 1"),
+        ("dcache-readdirplus", ["--sizes", "10,10"], "a size twice"),
+        ("dcache-readdirplus", ["--sizes", "10,,20"], "comma-separated integers"),
+        ("dcache-readdirplus", ["--mount-opts", "a b"], "--mount-opts"),
+        ("dcache-memcg", ["--mounts", "1,0"], "--mounts must be an integer >= 1"),
+        ("dcache-memcg", ["--memcgs", "1,5000"], "at most 4096"),
+        ("dcache-memcg", ["--mounts", "1,2000"], "at most 1024"),
+        ("dcache-memcg", ["--touch-mounts", "0"], "--touch-mounts must be an integer >= 1"),
+    ],
+)
 def test_option_values_are_checked_before_anything_runs(name, args, message):
     p = run_script(name, *args)
     assert p.returncode == 125 and message in p.stderr, p.stderr
@@ -266,7 +300,8 @@ def test_every_phase_is_framed_by_samples(name):
     f = facts(name)
     timed = [p for p in f if p != "run" and "seconds" in f[p]]
     assert [p.name for p in m.phases if p.name in timed] == sorted(
-        timed, key=[p.name for p in m.phases].index)
+        timed, key=[p.name for p in m.phases].index
+    )
     ts = m.samples["ts"]
     for p in m.phases:
         assert p.end is not None, p.name
@@ -285,15 +320,18 @@ def test_every_phase_is_framed_by_samples(name):
 @pytest.mark.parametrize("name", DCACHE_FIXTURES)
 def test_plot_of_a_run(name, tmp_path):
     run = fixture_path(name)
-    out = plot.dcache_runs([(pipeline.dcache_saved(run), pipeline.dcache_markers(run))],
-                           tmp_path / "run.png")
+    out = plot.dcache_runs(
+        [(pipeline.dcache_saved(run), pipeline.dcache_markers(run))], tmp_path / "run.png"
+    )
     assert os.path.getsize(out) > 10000
 
 
 def test_plot_of_two_kernels_draws_the_figures_they_are_about(built):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (a, b) = plt.subplots(2, 1)
     rdp = [res(built, f"readdirplus-{k}") for k in ("5.10", "6.1")]
     plot.dcache_figures(a, rdp)
@@ -306,7 +344,7 @@ def test_plot_of_two_kernels_draws_the_figures_they_are_about(built):
     cells = [c for c in memcg[0]["phase_order"] if "memcg" in memcg[0]["phases"][c]]
     heights = [p.get_height() for p in b.patches]
     # bars: per kernel, the setup bars of every cell, then the lookup bars stacked on them
-    first = heights[:len(cells)]
+    first = heights[: len(cells)]
     assert first == [memcg[0]["phases"][c]["memcg"]["lru_bytes_setup"] for c in cells]
     plt.close(fig)
 
@@ -327,23 +365,35 @@ def test_compare_two_kernels(built, repro):
 # ------------------------------------------------------------------ through nfs-readdir
 def test_cli_analyze_prints_the_phase_deltas_and_figures(built):
     from conftest import run_cli
+
     name = "unlink-storm-6.1"
     r = res(built, name)
     out = run_cli("analyze", fixture_path(name), check=0).stdout
-    assert out.startswith(f"{fixture_path(name)}: dcache-unlink-storm on {r['kernel']}: "
-                          f"{r['verdict']}: {r['reasons'][0]}")
-    rows = {line.split()[0]: line.split() for line in out.splitlines()
-            if line.split()[:1] and line.split()[0] in r["phases"]}
+    assert out.startswith(
+        f"{fixture_path(name)}: dcache-unlink-storm on {r['kernel']}: "
+        f"{r['verdict']}: {r['reasons'][0]}"
+    )
+    rows = {
+        line.split()[0]: line.split()
+        for line in out.splitlines()
+        if line.split()[:1] and line.split()[0] in r["phases"]
+    }
     storm = r["phases"]["storm"]
-    assert rows["storm"][2:4] == [str(storm["delta"]["nr_dentry"]),
-                                  str(storm["delta"]["nr_negative"])]
-    figures = {line.split()[0]: line.split()[1:] for line in out.split("figures:")[1].splitlines()
-               if line.strip()}
+    assert rows["storm"][2:4] == [
+        str(storm["delta"]["nr_dentry"]),
+        str(storm["delta"]["nr_negative"]),
+    ]
+    figures = {
+        line.split()[0]: line.split()[1:]
+        for line in out.split("figures:")[1].splitlines()
+        if line.strip()
+    }
     assert figures["storm_negative_delta"] == [str(r["figures"]["storm_negative_delta"])]
 
 
 def test_cli_analyze_shows_the_lookup_slowdown(built):
     from conftest import run_cli
+
     r = res(built, "negative-6.1")
     out = run_cli("analyze", fixture_path("negative-6.1"), check=0).stdout
     block = out.split("lookup loops", 1)[1].split("\n\n", 1)[0]
@@ -355,21 +405,25 @@ def test_cli_analyze_shows_the_lookup_slowdown(built):
 
 def test_cli_analyze_json_of_a_dcache_trace_is_its_results(built):
     from conftest import run_cli
+
     name = "negative-5.10"
-    out = json.loads(run_cli("analyze", "--json",
-                             os.path.join(fixture_path(name), "dcache.dat"), check=0).stdout)
+    out = json.loads(
+        run_cli("analyze", "--json", os.path.join(fixture_path(name), "dcache.dat"), check=0).stdout
+    )
     assert len(out) == 1
     fresh = json.loads(json.dumps(res(built, name), sort_keys=True))
     assert out[0]["dcache"]["figures"] == fresh["figures"]
     for target in ("nfs", "local"):
         lookup = out[0]["dcache"]["lookup"][target]
         assert lookup["walk_slowdown"] == fresh["figures"][f"{target}_walk_slowdown"]
-        assert lookup["slowdown"] == round(lookup["loops"]["after"]["median_ns"] /
-                                           lookup["loops"]["before"]["median_ns"], 3)
+        assert lookup["slowdown"] == round(
+            lookup["loops"]["after"]["median_ns"] / lookup["loops"]["before"]["median_ns"], 3
+        )
 
 
 def test_cli_compare_and_plot_two_kernels(built, tmp_path):
     from conftest import run_cli
+
     a, b = fixture_path("memcg-5.10"), fixture_path("memcg-6.1")
     out = run_cli("compare", a, b, check=0).stdout
     ra, rb = res(built, "memcg-5.10"), res(built, "memcg-6.1")
@@ -385,6 +439,7 @@ def test_cli_compare_and_plot_two_kernels(built, tmp_path):
 
 def test_cli_will_not_mix_dcache_runs_and_readdir_traces(tmp_path):
     from conftest import run_cli
+
     readdir = os.path.join(FIXTURES, "6.1-v3")
     p = run_cli("compare", fixture_path("memcg-6.1"), readdir, check=128)
     assert "is a dcache run and the other is not" in p.stderr
@@ -396,6 +451,7 @@ def test_cli_names_a_dcache_run_without_its_trace(tmp_path):
     import shutil
 
     from conftest import run_cli
+
     d = tmp_path / "run"
     shutil.copytree(fixture_path("negative-6.1"), d)
     os.unlink(d / "dcache.dat")
@@ -408,14 +464,16 @@ def test_cli_names_a_dcache_run_without_its_trace(tmp_path):
 def test_results_module_dispatches_to_dcache(tmp_path):
     """`python -m nfsreaddir results DIR` (what vm-run runs) writes the dcache results."""
     import shutil
+
     name = DCACHE_FIXTURES[0]
     d = tmp_path / "run"
     shutil.copytree(fixture_path(name), d)
     os.unlink(d / "results.json")
     py = os.path.join(TOP, ".venv", "bin", "python")
     subprocess.run([py, "-m", "nfsreaddir", "results", str(d)], check=True, timeout=300)
-    p = subprocess.run([py, "-m", "nfsreaddir", "results", "--verdict", str(d)], text=True,
-                       capture_output=True)
+    p = subprocess.run(
+        [py, "-m", "nfsreaddir", "results", "--verdict", str(d)], text=True, capture_output=True
+    )
     with open(d / "results.json") as f:
         r = json.load(f)
     assert p.stdout.startswith(r["verdict"] + ": ") and r["name"] == facts(name)["run"]["name"]
@@ -425,8 +483,9 @@ def test_results_module_dispatches_to_dcache(tmp_path):
 
 # ------------------------------------------------------------------ dcache-negative
 def median_of(name, key):
-    return statistics.median(float(x) for x in facts(name)[key.split(".")[0]][
-        key.split(".", 1)[1]].split(","))
+    return statistics.median(
+        float(x) for x in facts(name)[key.split(".")[0]][key.split(".", 1)[1]].split(",")
+    )
 
 
 @pytest.mark.parametrize("kernel", ["5.10", "6.1"])
@@ -441,8 +500,10 @@ def test_negative_lookups_leave_one_negative_dentry_each(built, kernel):
     assert r["nfs_misses"] <= f["nfs_lookups_traced"] <= r["nfs_misses"] + 20
     assert r["phases"]["nfs-misses"]["missing"] == r["nfs_misses"]
     # A negative dentry is a whole dentry: the dentry slab grows by its size per miss.
-    objsize = r["phases"]["local-misses"]["after"]["slab_bytes"] / \
-        r["phases"]["local-misses"]["after"]["slab_active"]
+    objsize = (
+        r["phases"]["local-misses"]["after"]["slab_bytes"]
+        / r["phases"]["local-misses"]["after"]["slab_active"]
+    )
     assert f["local_dentry_bytes_added"] == pytest.approx(objsize * r["local_misses"], rel=0.02)
     # drop_caches takes them all back.
     assert f["nr_negative_after_drop"] < 0.001 * r["local_misses"]
@@ -457,13 +518,19 @@ def test_negative_slowdown_is_the_ratio_of_the_two_medians(built, kernel):
         after = median_of(name, f"after.{target}.ns")
         assert r["figures"][f"{target}_slowdown"] == round(after / before, 3)
         ff = facts(name)
-        walk = {loop: statistics.median(
-            float(a) / float(b) for a, b in zip(ff[loop][f"{target}.ns"].split(","),
-                                                ff[loop][f"{target}.ref_ns"].split(",")))
-            for loop in ("before", "after", "dropped")}
+        walk = {
+            loop: statistics.median(
+                float(a) / float(b)
+                for a, b in zip(
+                    ff[loop][f"{target}.ns"].split(","), ff[loop][f"{target}.ref_ns"].split(",")
+                )
+            )
+            for loop in ("before", "after", "dropped")
+        }
         assert r["figures"][f"{target}_walk_slowdown"] == round(walk["after"] / walk["before"], 3)
         assert r["figures"][f"{target}_control_walk_slowdown"] == round(
-            walk["dropped"] / walk["before"], 3)
+            walk["dropped"] / walk["before"], 3
+        )
         assert len(ff["before"][f"{target}.ns"].split(",")) == r["reps"]
 
 
@@ -471,9 +538,12 @@ def test_negative_slowdown_is_the_ratio_of_the_two_medians(built, kernel):
 def test_negative_verdict_follows_the_threshold(built, kernel):
     r = res(built, f"negative-{kernel}")
     limit = r["max_slowdown"]
-    bad = [t for t in ("nfs", "local")
-           if r["figures"][f"{t}_walk_slowdown"] > limit
-           and r["figures"][f"{t}_control_walk_slowdown"] <= limit]
+    bad = [
+        t
+        for t in ("nfs", "local")
+        if r["figures"][f"{t}_walk_slowdown"] > limit
+        and r["figures"][f"{t}_control_walk_slowdown"] <= limit
+    ]
     assert r["verdict"] == ("FAIL" if bad else "PASS"), r["reasons"]
     # Lowering the threshold below what was measured turns it into a FAIL, unless the
     # control was as slow.
@@ -509,8 +579,8 @@ def test_unlink_storm_client_keeps_the_unlinked_dentry_as_negative(built, kernel
     r = res(built, f"unlink-storm-{kernel}")
     f, files = r["figures"], r["files"]
     assert f["client_negative_from_unlink"] >= 0.95 * files
-    assert f["storm_negative_delta"] >= 1.95 * files       # client + server
-    assert f["nfs_lookups_traced"] >= files                # each unlink looked the name up
+    assert f["storm_negative_delta"] >= 1.95 * files  # client + server
+    assert f["nfs_lookups_traced"] >= files  # each unlink looked the name up
     # So the re-lookups of the removed names are answered from the dcache: no LOOKUP.
     assert f["restat_lookups_traced"] == 0 and abs(f["restat_negative_delta"]) < 0.01 * files
     assert r["phases"]["restat"]["missing"] == files
@@ -521,9 +591,11 @@ def test_storm_steady_rate_leaves_out_the_workers_start_and_the_wait_for_the_las
     """Hand-made: nothing removed for the storm's first 2 s (workers starting), then 100
     negative dentries a second until all 1,000 are there at 13 s, then 7 s of waiting. The
     early, late and fitted rates are the 100 a second of the removals themselves."""
-    lines = [(0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-unlink-storm"),
-             (0.5, "nfsrt: sample nr_dentry=50 nr_unused=0 nr_negative=0"),
-             (1.0, "nfsrt: phase=storm event=start files=1000")]
+    lines = [
+        (0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-unlink-storm"),
+        (0.5, "nfsrt: sample nr_dentry=50 nr_unused=0 nr_negative=0"),
+        (1.0, "nfsrt: phase=storm event=start files=1000"),
+    ]
     for t in range(2, 21):
         n = min(max(t - 3, 0), 10) * 100
         lines.append((t, f"nfsrt: sample nr_dentry={1050 - n} nr_unused=0 nr_negative={n}"))
@@ -539,8 +611,9 @@ def test_storm_steady_rates_follow_the_traced_unlinks(built, kernel):
     nfs:nfs_unlink_exit events between the 10th and 30th, 70th and 90th, 10th and 90th
     percentile of the unlinks, times the negative dentries each removed file left."""
     f = res(built, f"unlink-storm-{kernel}")["figures"]
-    _, events = dcache.read_trace(os.path.join(fixture_path(f"unlink-storm-{kernel}"),
-                                               "dcache.dat"))
+    _, events = dcache.read_trace(
+        os.path.join(fixture_path(f"unlink-storm-{kernel}"), "dcache.dat")
+    )
     ts = sorted(events.loc[events["key"] == "nfs_unlink_exit", "ts"])
     n = len(ts)
     assert n == f["files"]
@@ -586,10 +659,10 @@ def test_readdirplus_5_10_primes_only_the_first_getdents(built):
     f = r["figures"]
     sizes = sizes_of(r)
     for n in sizes:
-        assert f[f"n{n}_primed_traced"] == 0              # no such event on 5.10
+        assert f[f"n{n}_primed_traced"] == 0  # no such event on 5.10
     small, mid, big = (f[f"n{n}_client_dentries"] for n in sizes)
-    assert small == pytest.approx(sizes[0], rel=0.15, abs=50)     # all of a small one
-    assert mid == pytest.approx(big, rel=0.15)                    # flat past the first call
+    assert small == pytest.approx(sizes[0], rel=0.15, abs=50)  # all of a small one
+    assert mid == pytest.approx(big, rel=0.15)  # flat past the first call
     assert big < 0.2 * sizes[-1]
     assert f["largest_client_per_name"] <= r["max_per_name"] and r["verdict"] == "PASS"
 
@@ -611,7 +684,7 @@ def test_memcg_5_10_allocates_list_lru_lists_before_any_use(built):
     c = cells(r)
     assert set(c) == {"k1-m1", "k1-m16", "k8-m1", "k8-m16"}
     for name, x in c.items():
-        assert x["lru_allocs_touch"] == 0, name           # all of it at setup
+        assert x["lru_allocs_touch"] == 0, name  # all of it at setup
     # New memcgs grow the id space: every list_lru of every superblock gets new lists.
     assert c["k1-m16"]["lru_allocs_setup"] > 10 * 16
     # New superblocks get lists for every memcg id, even with one memcg.
@@ -648,6 +721,7 @@ def test_memcg_pair_figure_is_the_interaction_of_the_corners(built):
 # ------------------------------------------------------------------ the list_lru model
 def test_capacity_follows_the_5_10_rule():
     from nfsreaddir.model import listlru
+
     # 4 at first; the id that overflows C makes it 2 x (id + 1).
     assert [listlru.capacity(n) for n in (1, 4, 5, 10, 11, 22, 23)] == [4, 4, 10, 10, 22, 22, 46]
     assert listlru.capacity(1024) == 1534 and listlru.capacity(10_000) == 12_286
@@ -659,11 +733,12 @@ def test_5_10_pointer_arrays_above_8_kib_are_not_counted():
     25,165,824 bytes, C lists and a node array per list_lru and no pointer array (a 12,288-byte
     kvmalloc, kmalloc_large, whose event names kvmalloc_node)."""
     from nfsreaddir.model import listlru
+
     assert listlru.array_traced(1022) and not listlru.array_traced(1023)
     assert 2 * 256 * listlru.lru_bytes_510(1534, traced=True) == 25_165_824
     assert 2 * 256 * listlru.lru_bytes_510(1534) == 2 * 256 * 65_536
     assert listlru.capacity_of_allocs(785_920 // 512) == 1534
-    assert listlru.capacity_of_allocs(48) == 46           # the array counted: 1 + C + 1
+    assert listlru.capacity_of_allocs(48) == 46  # the array counted: 1 + C + 1
     assert listlru.lru_bytes_510(46, traced=True) == listlru.lru_bytes_510(46) == 2048
 
 
@@ -673,19 +748,24 @@ def test_5_10_code_law_gives_the_recorded_bytes_exactly(built):
     memcg-aware list_lru in the system (the k8 anomaly: k1-m16 grew it, the k8 cells reuse
     the ids and pay only for their own superblocks)."""
     from nfsreaddir.model import listlru
+
     c = cells(res(built, "memcg-5.10"))
     assert c["k1-m1"]["lru_bytes_setup"] == 2 * listlru.lru_bytes_510(4) == 512
     for name in ("k8-m1", "k8-m16"):
         assert c[name]["lru_bytes_setup"] == 8 * 2 * listlru.lru_bytes_510(22) == 15_360
     growth = c["k1-m16"]["lru_bytes_setup"] - 512
     per_lru = listlru.growth_bytes_510(4, 10) + listlru.growth_bytes_510(10, 22)
-    assert growth % per_lru == 0 and 40 < growth // per_lru < 200   # list_lrus in the guest
+    assert growth % per_lru == 0 and 40 < growth // per_lru < 200  # list_lrus in the guest
 
 
 def test_fit_recovers_known_coefficients():
     from nfsreaddir.model import listlru
-    rows = [{"K": k, "M": m, "P": m * min(k, 2), "C": listlru.capacity(m + 5)}
-            for k in (1, 2, 4) for m in (1, 8, 32)]
+
+    rows = [
+        {"K": k, "M": m, "P": m * min(k, 2), "C": listlru.capacity(m + 5)}
+        for k in (1, 2, 4)
+        for m in (1, 8, 32)
+    ]
     for r in rows:
         r["bytes"] = 300 * r["K"] + 80 * r["K"] * r["C"] + 150 * r["P"] + 20 * r["M"]
     fit = listlru.fit(rows)
@@ -713,8 +793,8 @@ def test_memcg_grid_6_1_fits_a_cost_per_used_pair(built):
     assert len(c) == 9 and f["model_cells"] == 9
     for name, x in c.items():
         assert x["pairs"] == x["memcgs"] * min(2, x["mounts"]), name
-        assert x["lru_bytes_mkdir"] == 0, name          # making memcgs costs nothing
-        assert x["lru_allocs_mount"] == 2 * x["mounts"], name   # two list heads a superblock
+        assert x["lru_bytes_mkdir"] == 0, name  # making memcgs costs nothing
+        assert x["lru_allocs_mount"] == 2 * x["mounts"], name  # two list heads a superblock
         # At least the dentry and inode lists of every used pair.
         assert x["lru_allocs_touch"] >= 2 * x["pairs"], name
     assert f["eager"] is False and f["growth_bytes"] == 0
@@ -742,25 +822,28 @@ def test_a_cell_cut_short_before_its_lookups_is_left_out_of_the_model(monkeypatc
 
     def figures(until):
         """The run's figures with the `touched` samples after time `until` taken away."""
+
         def cut(path):
             markers, events = read(path)
             s = markers.samples
             markers.samples = s[(s["label"] != "touched") | (s["ts"] < until(s["ts"]))]
             return markers, events
+
         monkeypatch.setattr(dcache_judge, "read_trace", cut)
         return dcache_judge.build_results(fixture_path("memcg-grid-6.1"))["figures"]
 
-    f = figures(lambda ts: ts.quantile(0.8))     # the last cells cut short
+    f = figures(lambda ts: ts.quantile(0.8))  # the last cells cut short
     assert f["eager"] is False and "law_max_rel_error" not in f
     assert 0 < f["model_cells"] < 9
-    f = figures(lambda ts: ts.min())             # every cell cut short
+    f = figures(lambda ts: ts.min())  # every cell cut short
     assert "eager" not in f and "model_cells" not in f
 
 
 def test_memcg_grid_5_10_follows_the_code_law(built):
     if not have("memcg-grid-5.10"):
-        pytest.skip("no dcache-memcg-grid-5.10 fixture: "
-                    "tests/fixtures/record-dcache memcg-grid-5.10")
+        pytest.skip(
+            "no dcache-memcg-grid-5.10 fixture: tests/fixtures/record-dcache memcg-grid-5.10"
+        )
     r = res(built, "memcg-grid-5.10")
     f = r["figures"]
     c = cells(r)
@@ -790,8 +873,10 @@ def test_memcg_touch_counts_pairs_and_splits_the_setup(built, kernel):
     are counted in the kernel (hist trigger) and carried by the samples where the kernel has
     hist triggers (6.1), recorded one by one where it has not (Debian's 5.10)."""
     if not have(f"memcg-touch-{kernel}"):
-        pytest.skip(f"no dcache-memcg-touch-{kernel} fixture: "
-                    f"tests/fixtures/record-dcache memcg-touch-{kernel}")
+        pytest.skip(
+            f"no dcache-memcg-touch-{kernel} fixture: "
+            f"tests/fixtures/record-dcache memcg-touch-{kernel}"
+        )
     r = res(built, f"memcg-touch-{kernel}")
     c, f = cells(r), r["figures"]
     assert r["lru_count"] == ("trace" if kernel == "5.10" else "hist")
@@ -819,8 +904,13 @@ def test_memcg_touch_counts_pairs_and_splits_the_setup(built, kernel):
 
 def _dcache_sh(script, **env):
     lib = os.path.join(REPRODUCERS, "lib", "dcache.sh")
-    return subprocess.run(["bash", "-c", f". {lib}; {script}"], text=True, capture_output=True,
-                          timeout=60, env={**os.environ, **env})
+    return subprocess.run(
+        ["bash", "-c", f". {lib}; {script}"],
+        text=True,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
 
 
 def test_exec_driver_counts_runs_failures_and_child_time():
@@ -850,7 +940,8 @@ def test_hist_counts_are_summed_over_call_sites(tmp_path):
         ":sort=hitcount:size=256 if call_site >= 0x1 [active]\n#\n\n"
         "{ call_site: 18446744071583000000 } hitcount:          4  bytes_alloc:        128\n"
         "{ call_site: 18446744071583000064 } hitcount:       1852  bytes_alloc:      79360\n"
-        "\nTotals:\n    Hits: 1856\n    Entries: 2\n    Dropped: 0\n")
+        "\nTotals:\n    Hits: 1856\n    Entries: 2\n    Dropped: 0\n"
+    )
     p = _dcache_sh("TRACEFS=$T; dc_hist_read kmem:kmalloc", T=str(tmp_path))
     assert p.stdout.split() == ["1856", "79488"], p.stderr
 
@@ -872,16 +963,22 @@ def test_memcg_6_1_bytes_follow_the_used_pairs_not_the_superblocks(built):
     assert r["figures"]["pair_lru_bytes"] == 0
 
 
-@needs_setup(subprocess.run(["sh", "-c", "command -v mkfs.xfs"], capture_output=True)
-             .returncode == 0, "no mkfs.xfs on this host")
+@needs_setup(
+    subprocess.run(["sh", "-c", "command -v mkfs.xfs"], capture_output=True).returncode == 0,
+    "no mkfs.xfs on this host",
+)
 def test_mkfs_gives_xfs_the_size_it_needs(tmp_path):
     """lb_mkfs: xfsprogs refuses a file system under 300 MB, and --via local --fs xfs sizes
     its image by the files (161 MiB for 100,000): the image is grown to 320 MiB (sparse)."""
     lib = os.path.join(REPRODUCERS, "lib", "loopback.sh")
     img = tmp_path / "x.img"
-    p = subprocess.run(["bash", "-c", f". {lib}; lb_mkfs xfs {img} 161 100000"], text=True,
-                       capture_output=True, timeout=60,
-                       env={**os.environ, "RESULTS": str(tmp_path)})
+    p = subprocess.run(
+        ["bash", "-c", f". {lib}; lb_mkfs xfs {img} 161 100000"],
+        text=True,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "RESULTS": str(tmp_path)},
+    )
     assert p.returncode == 0, (p.stderr, (tmp_path / "log").read_text())
     assert img.stat().st_size == 320 << 20
     with open(img, "rb") as f:
@@ -893,8 +990,9 @@ def test_unlink_storm_via_local_keeps_a_negative_dentry_per_removed_file(built):
     workers' own count says every file went, and each removed name stays as one negative
     dentry (memory to spare), freed by the unmount of that xfs."""
     if not have("unlink-local-6.1"):
-        pytest.skip("no dcache-unlink-local-6.1 fixture: "
-                    "tests/fixtures/record-dcache unlink-local-6.1")
+        pytest.skip(
+            "no dcache-unlink-local-6.1 fixture: tests/fixtures/record-dcache unlink-local-6.1"
+        )
     r = res(built, "unlink-local-6.1")
     f, fx = r["figures"], facts("unlink-local-6.1")
     assert r["via"] == "local" and r["fs"] == "xfs"
@@ -903,7 +1001,7 @@ def test_unlink_storm_via_local_keeps_a_negative_dentry_per_removed_file(built):
     assert f["nfs_unlinks_traced"] == 0 and f["nfs_lookups_traced"] == 0
     assert f["storm_negative_delta"] == pytest.approx(n, rel=0.02)
     assert f["client_negative_from_unlink"] == pytest.approx(n, rel=0.02)
-    assert f["restat_negative_delta"] == 0          # the re-lookups find them in the dcache
+    assert f["restat_negative_delta"] == 0  # the re-lookups find them in the dcache
     # the storm turned the files' own dentries negative: no share of the dentries it added
     # (a handful) describes the thousands of negative ones
     storm = r["phases"]["storm"]
@@ -916,8 +1014,9 @@ def test_negative_exec_loop_and_misses_by_cat(built):
     one negative dentry), and each loop times N execs of cat on each target; the figures are
     the ratios of the children's system time the driver reported (its facts)."""
     if not have("negative-exec-6.1"):
-        pytest.skip("no dcache-negative-exec-6.1 fixture: "
-                    "tests/fixtures/record-dcache negative-exec-6.1")
+        pytest.skip(
+            "no dcache-negative-exec-6.1 fixture: tests/fixtures/record-dcache negative-exec-6.1"
+        )
     r = res(built, "negative-exec-6.1")
     f, fx = r["figures"], facts("negative-exec-6.1")
     assert fx["run"]["miss_by"] == "cat"
@@ -934,34 +1033,46 @@ def test_negative_exec_loop_and_misses_by_cat(built):
             loops[loop] = float(kv["sys_s"])
             assert f[f"{target}_exec_{loop}_sys_us"] == round(loops[loop] * 1e6 / n)
         assert f[f"{target}_exec_sys_slowdown"] == pytest.approx(
-            loops["after"] / loops["before"], abs=1e-3)
+            loops["after"] / loops["before"], abs=1e-3
+        )
         assert f[f"{target}_control_exec_sys_slowdown"] == pytest.approx(
-            loops["dropped"] / loops["before"], abs=1e-3)
+            loops["dropped"] / loops["before"], abs=1e-3
+        )
 
 
 # ------------------------------------------------------------------ --paired
 def _block(t, cycle, state, sys_s, ref_ns, neg, target="nfs", med=None):
-    return (t, f"nfsrt: paired cycle={cycle} step=block state={state} target={target} n=10 "
-               f"nr_negative={neg} runs=10 failed=0 wall_s=2.0 user_s=0.1 sys_s={sys_s} "
-               f"ref_ns={ref_ns} exec_med_us={med or sys_s * 1e5:.0f}")
+    return (
+        t,
+        f"nfsrt: paired cycle={cycle} step=block state={state} target={target} n=10 "
+        f"nr_negative={neg} runs=10 failed=0 wall_s=2.0 user_s=0.1 sys_s={sys_s} "
+        f"ref_ns={ref_ns} exec_med_us={med or sys_s * 1e5:.0f}",
+    )
 
 
 def test_paired_cycles_compare_each_polluted_block_with_both_clean_neighbours():
     """A host that slows steadily (clean blocks 1.0, 2.0, 3.0 s) and misses that add nothing:
     each polluted block lies halfway between its neighbours, so every ratio is 1.0, where the
     comparison with the clean block before it alone would say 1.5 and 1.25."""
-    m = markers.parse(table([
-        (0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative"),
-        _block(1, 0, "clean", 1.0, 100.0, 10),
-        (2, "nfsrt: paired cycle=1 step=misses target=nfs count=500 found=0 missing=500 "
-            "other=0 seconds=1.5"),
-        _block(3, 1, "polluted", 1.5, 150.0, 510),
-        _block(4, 1, "clean", 2.0, 200.0, 11),
-        _block(5, 2, "polluted", 2.5, 250.0, 511),
-        _block(6, 2, "clean", 3.0, 300.0, 12),
-        # a polluted block without its clean neighbour (an interrupted run) is no cycle
-        _block(7, 3, "polluted", 9.0, 300.0, 512),
-    ]))
+    m = markers.parse(
+        table(
+            [
+                (0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative"),
+                _block(1, 0, "clean", 1.0, 100.0, 10),
+                (
+                    2,
+                    "nfsrt: paired cycle=1 step=misses target=nfs count=500 found=0 missing=500 "
+                    "other=0 seconds=1.5",
+                ),
+                _block(3, 1, "polluted", 1.5, 150.0, 510),
+                _block(4, 1, "clean", 2.0, 200.0, 11),
+                _block(5, 2, "polluted", 2.5, 250.0, 511),
+                _block(6, 2, "clean", 3.0, 300.0, 12),
+                # a polluted block without its clean neighbour (an interrupted run) is no cycle
+                _block(7, 3, "polluted", 9.0, 300.0, 512),
+            ]
+        )
+    )
     t = dcache.summary(m)["paired"]["nfs"]
     assert [c["cycle"] for c in t["cycles"]] == [1, 2]
     assert [c["sys_ratio"] for c in t["cycles"]] == [1.0, 1.0]
@@ -979,12 +1090,16 @@ def test_paired_cycles_compare_each_polluted_block_with_both_clean_neighbours():
 
 def test_paired_verdict_is_the_median_of_the_cycles():
     """Three cycles, one an outlier: the median decides, the spread is reported."""
-    lines = [(0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative"),
-             _block(1, 0, "clean", 1.0, 100.0, 10)]
+    lines = [
+        (0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative"),
+        _block(1, 0, "clean", 1.0, 100.0, 10),
+    ]
     # The outlier cycle is a burst inside one block: its sum moved, its median exec did not.
     for c, pol, med in ((1, 1.6, 1.6e5), (2, 9.0, 1.5e5), (3, 1.7, 1.7e5)):
-        lines += [_block(2 * c, c, "polluted", pol, 100.0, 510, med=med),
-                  _block(2 * c + 1, c, "clean", 1.0, 100.0, 10)]
+        lines += [
+            _block(2 * c, c, "polluted", pol, 100.0, 510, med=med),
+            _block(2 * c + 1, c, "clean", 1.0, 100.0, 10),
+        ]
     s = dcache.summary(markers.parse(table(lines)))
     t = s["paired"]["nfs"]
     assert t["sys_ratio_median"] == 1.7 and t["sys_ratio_max"] == 9.0
@@ -1008,8 +1123,10 @@ def test_negative_paired_cycles_remove_the_misses_and_time_both_states(built):
     dentry each) and then removed by the rmdir of their directory; the figures are the ratios
     of the system times the driver reported (the facts)."""
     if not have("negative-paired-6.1"):
-        pytest.skip("no dcache-negative-paired-6.1 fixture: "
-                    "tests/fixtures/record-dcache negative-paired-6.1")
+        pytest.skip(
+            "no dcache-negative-paired-6.1 fixture: "
+            "tests/fixtures/record-dcache negative-paired-6.1"
+        )
     r = res(built, "negative-paired-6.1")
     f, fx = r["figures"], facts("negative-paired-6.1")
     cycles, n = int(fx["run"]["paired"]), int(fx["run"]["exec_loop"])
@@ -1035,8 +1152,9 @@ def test_negative_paired_cycles_remove_the_misses_and_time_both_states(built):
             # removed directory and the renames come and go as well).
             assert c["negative_removed"] == pytest.approx(misses, abs=0.02 * misses + 10), i
         ratios = sorted(c["sys_ratio"] for c in t["cycles"])
-        assert f[f"{target}_paired_sys_ratio_median"] == pytest.approx(statistics.median(ratios),
-                                                                       abs=1e-3)
+        assert f[f"{target}_paired_sys_ratio_median"] == pytest.approx(
+            statistics.median(ratios), abs=1e-3
+        )
         assert f[f"{target}_paired_sys_ratio_min"] == ratios[0]
     for c in range(1, cycles + 1):
         for target in ("nfs", "local"):
@@ -1047,16 +1165,28 @@ def test_negative_paired_cycles_remove_the_misses_and_time_both_states(built):
 def test_relookup_rate_is_the_known_missing_names_a_second():
     """--relookup N: the phase's count over its seconds, and the negative dentries it added
     (none: every name is answered by the dentry its miss left)."""
-    m = markers.parse(table([
-        (0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative"),
-        (0.5, "nfsrt: sample nr_dentry=100 nr_unused=50 nr_negative=10"),
-        (1.0, "nfsrt: phase=local-misses event=start count=1000"),
-        (3.0, "nfsrt: phase=local-misses event=end seconds=2.0 count=1000 found=0 missing=1000"),
-        (3.1, "nfsrt: sample nr_dentry=1100 nr_unused=1050 nr_negative=1010"),
-        (3.2, "nfsrt: phase=local-relookup event=start count=500"),
-        (3.4, "nfsrt: phase=local-relookup event=end seconds=0.25 count=500 found=0 missing=500"),
-        (3.5, "nfsrt: sample nr_dentry=1100 nr_unused=1050 nr_negative=1010"),
-    ]))
+    m = markers.parse(
+        table(
+            [
+                (0.0, "nfsrt: run kernel=6.1.0-50-amd64 reproducer=dcache-negative"),
+                (0.5, "nfsrt: sample nr_dentry=100 nr_unused=50 nr_negative=10"),
+                (1.0, "nfsrt: phase=local-misses event=start count=1000"),
+                (
+                    3.0,
+                    "nfsrt: phase=local-misses event=end seconds=2.0 count=1000 found=0 "
+                    "missing=1000",
+                ),
+                (3.1, "nfsrt: sample nr_dentry=1100 nr_unused=1050 nr_negative=1010"),
+                (3.2, "nfsrt: phase=local-relookup event=start count=500"),
+                (
+                    3.4,
+                    "nfsrt: phase=local-relookup event=end seconds=0.25 count=500 found=0 "
+                    "missing=500",
+                ),
+                (3.5, "nfsrt: sample nr_dentry=1100 nr_unused=1050 nr_negative=1010"),
+            ]
+        )
+    )
     s = dcache.summary(m)
     res = {"phases": s["phases"], "local_misses": 1000, "nfs_misses": 0}
     f, _, _ = dcache_judge.JUDGES["dcache-negative"](res, {}, m, None)
@@ -1068,5 +1198,6 @@ def test_relookup_rate_is_the_known_missing_names_a_second():
 def test_a_sequential_run_with_the_paired_option_off_is_judged_on_its_loops():
     """Runs since --paired have run.paired=0 among their facts (res["paired"]): no cycles."""
     f, fail, _ = dcache_judge.JUDGES["dcache-negative"](
-        {"paired": 0, "phases": {}, "lookup": {}}, {}, None, None)
+        {"paired": 0, "phases": {}, "lookup": {}}, {}, None, None
+    )
     assert fail == ["no lookup timings in the trace"] and f["negative_added"] == 0

@@ -24,8 +24,12 @@ USER_EVENTS = ("nfs/nfs_readdir_.*", "nfs/nfs_invalidate_mapping_enter", "sunrpc
 # 7.3 fires no invalidation when a listing meets a change: only the change attribute moves.
 VERSION_ONLY = ("nfs/nfs_readdir_.*", "sunrpc/rpc_request")
 # Stock 5.10 recorded with the cookie kprobe alone: no opens, no markers.
-KPROBE_ONLY = ("nfsprobe/.*", "nfs4/nfs4_readdir", "nfs/nfs_invalidate_mapping_enter",
-               "sunrpc/rpc_request")
+KPROBE_ONLY = (
+    "nfsprobe/.*",
+    "nfs4/nfs4_readdir",
+    "nfs/nfs_invalidate_mapping_enter",
+    "sunrpc/rpc_request",
+)
 
 
 def filtered(trace_cmd, dat, out, keep):
@@ -42,8 +46,7 @@ def facts(name):
 
 
 def kernels_with_fixture():
-    return [k for k in ("6.1", "6.12", "7.3") if os.path.isdir(os.path.join(FIXTURES,
-                                                                             f"{k}-v4.1"))]
+    return [k for k in ("6.1", "6.12", "7.3") if os.path.isdir(os.path.join(FIXTURES, f"{k}-v4.1"))]
 
 
 @pytest.mark.parametrize("keep", [USER_EVENTS, VERSION_ONLY], ids=["invalidations", "version"])
@@ -54,9 +57,8 @@ def test_a_listing_that_went_on_past_changes_decides(tmp_path, trace_cmd, kernel
     not asked before: the kernel went on there. Good, saying so, and how often."""
     name = f"{kernel}-v4.1"
     f = facts(name)
-    assert f["modified.status"] == "0"      # the lister read the directory to its end
-    p = filtered(trace_cmd, os.path.join(FIXTURES, name, "modified.dat"), tmp_path / "t.txt",
-                 keep)
+    assert f["modified.status"] == "0"  # the lister read the directory to its end
+    p = filtered(trace_cmd, os.path.join(FIXTURES, name, "modified.dat"), tmp_path / "t.txt", keep)
     c = run_cli("check", p)
     assert c.returncode == 0 and c.stdout.startswith("good:"), c.stdout + c.stderr
     assert "the end of the directory was not seen" in c.stdout, c.stdout
@@ -72,8 +74,12 @@ def test_a_listing_that_went_on_past_changes_decides(tmp_path, trace_cmd, kernel
 def test_a_listing_that_met_no_change_proves_nothing(tmp_path, trace_cmd, kernel):
     """The idle listing of the same run, recorded the same way: nothing changed under it, so
     it neither restarted nor went on past a change."""
-    p = filtered(trace_cmd, os.path.join(FIXTURES, f"{kernel}-v4.1", "idle.dat"),
-                 tmp_path / "t.txt", USER_EVENTS)
+    p = filtered(
+        trace_cmd,
+        os.path.join(FIXTURES, f"{kernel}-v4.1", "idle.dat"),
+        tmp_path / "t.txt",
+        USER_EVENTS,
+    )
     c = run_cli("check", p)
     assert c.returncode == 125 and "cannot decide" in c.stdout, c.stdout + c.stderr
     js = json.loads(run_cli("analyze", "--json", p).stdout)[0]
@@ -99,28 +105,36 @@ def test_ambiguous_restarts_are_a_range_everywhere(tmp_path, trace_cmd):
     trace, with the reproducer's markers, shows its one lister restart 5 times)."""
     name = "5.10-v4.1"
     assert facts(name)["modified.status"] == "0"
-    p = filtered(trace_cmd, os.path.join(FIXTURES, name, "modified.dat"), tmp_path / "t.txt",
-                 KPROBE_ONLY)
-    full = json.loads(run_cli("analyze", "--json", os.path.join(FIXTURES, name,
-                                                                 "modified.dat")).stdout)[0]
+    p = filtered(
+        trace_cmd, os.path.join(FIXTURES, name, "modified.dat"), tmp_path / "t.txt", KPROBE_ONLY
+    )
+    full = json.loads(
+        run_cli("analyze", "--json", os.path.join(FIXTURES, name, "modified.dat")).stdout
+    )[0]
     truth = full["listings"][0]
     assert truth["restarts"] == 5, truth
     c = run_cli("check", p)
     assert c.returncode == 125, c.stdout + c.stderr
     # The likely reading, and what would settle it.
-    assert ("if paced-lister[449] opened the directory once, it restarted 5 times at cookie 0 "
-            "after 5 invalidations") in c.stdout, c.stdout
+    assert (
+        "if paced-lister[449] opened the directory once, it restarted 5 times at cookie 0 "
+        "after 5 invalidations"
+    ) in c.stdout, c.stdout
     assert "between 0 and 5 times" in c.stdout and "nfs_opendir" in c.stdout, c.stdout
     js = json.loads(run_cli("analyze", "--json", p).stdout)[0]
     (lst,) = js["listings"]
     assert lst["restarts"] is None and (lst["restarts_min"], lst["restarts_max"]) == (0, 5)
     assert lst["invalidations_followed_by_restart"] is None
-    assert (lst["invalidations_followed_by_restart_min"],
-            lst["invalidations_followed_by_restart_max"]) == (0, 5)
+    assert (
+        lst["invalidations_followed_by_restart_min"],
+        lst["invalidations_followed_by_restart_max"],
+    ) == (0, 5)
     assert lst["refetched_readdirs"] is None
     assert lst["refetched_readdirs_max"] == truth["refetched_readdirs"] > 0
-    assert all(i["followed_by_restart"] is None and i["followed_by_ambiguous"]
-               for i in js["invalidations"][0])
+    assert all(
+        i["followed_by_restart"] is None and i["followed_by_ambiguous"]
+        for i in js["invalidations"][0]
+    )
     text = run_cli("analyze", p).stdout
     lines = text.splitlines()
     head = next(k for k, ln in enumerate(lines) if "restarts" in ln.split())
@@ -171,13 +185,14 @@ def test_a_readdir_inside_a_catch_up_is_part_of_that_restart(tmp_path, trace_cmd
     assert [r["refetched"] for r in full["restarts"][k]] == [2, 4, 15]
     text = tmp_path / "r.txt"
     with open(text, "w") as f:
-        subprocess.run([trace_cmd, "report", dat], stdout=f, stderr=subprocess.DEVNULL,
-                       check=True, timeout=300)
+        subprocess.run(
+            [trace_cmd, "report", dat], stdout=f, stderr=subprocess.DEVNULL, check=True, timeout=300
+        )
     lines = text.read_text().splitlines(keepends=True)
     mine = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("ls-453 ")]
     getdents = [i for i in mine if " nfs_readdir: " in lines[i]]
     readdirs = [i for i in mine if " nfs4_proc_readdir: " in lines[i]]
-    g = getdents[-1]                    # the getdents of the last restart's catch-up
+    g = getdents[-1]  # the getdents of the last restart's catch-up
     after = [i for i in readdirs if i > g]
     assert len(after) >= 15
     third = lines[after[2]]

@@ -30,8 +30,12 @@ def git_bisect_reads(code):
 
 def test_only_a_verdict_reads_as_an_answer():
     from nfsreaddir.rules import verdict
+
     assert (status.GOOD, status.BAD, status.UNDECIDED) == (
-        verdict.GOOD, verdict.BAD, verdict.UNDECIDED)
+        verdict.GOOD,
+        verdict.BAD,
+        verdict.UNDECIDED,
+    )
     answers = {status.GOOD: "good", status.BAD: "bad", status.UNDECIDED: "skip"}
     for code in status.TABLE:
         assert git_bisect_reads(code) == answers.get(code, "stop"), code
@@ -40,7 +44,7 @@ def test_only_a_verdict_reads_as_an_answer():
 @pytest.mark.parametrize("command", ("",) + COMMANDS + ("slab", "record", "watch"))
 def test_every_help_and_the_readme_give_the_table(command):
     p = run_cli(*([command] if command else []), "--help", check=0)
-    table = p.stdout[p.stdout.index("exit status:"):]
+    table = p.stdout[p.stdout.index("exit status:") :]
     for code, (*_, what) in status.TABLE.items():
         assert f"  {code} " in table and what.split()[0] in table, (code, table)
     with open(os.path.join(TOP, "README.md")) as f:
@@ -50,11 +54,14 @@ def test_every_help_and_the_readme_give_the_table(command):
 
 
 def _argv(command, path, out):
-    return {"check": ["check", path], "analyze": ["analyze", path],
-            "results": ["results", "--verdict", path],
-            "export": ["export", path, "-o", os.path.join(out, "tables")],
-            "plot": ["plot", path, "-o", os.path.join(out, "p.png")],
-            "compare": ["compare", path, GOOD]}[command]
+    return {
+        "check": ["check", path],
+        "analyze": ["analyze", path],
+        "results": ["results", "--verdict", path],
+        "export": ["export", path, "-o", os.path.join(out, "tables")],
+        "plot": ["plot", path, "-o", os.path.join(out, "p.png")],
+        "compare": ["compare", path, GOOD],
+    }[command]
 
 
 @pytest.fixture
@@ -73,7 +80,7 @@ def test_what_is_not_a_verdict_stops_a_bisect(command, case, shared_dir):
     empty = os.path.join(shared_dir, "empty")
     os.mkdir(empty)
     if case == "unreadable":
-        if command == "results":    # a run whose results.json cannot be read
+        if command == "results":  # a run whose results.json cannot be read
             path = os.path.join(shared_dir, "run")
             shutil.copytree(GOOD, path)
             locked = os.path.join(path, "results.json")
@@ -85,18 +92,29 @@ def test_what_is_not_a_verdict_stops_a_bisect(command, case, shared_dir):
             shutil.copy(os.path.join(BAD, "modified.dat"), path)
         os.chmod(locked, 0)
         # As a process, as another user where this is root (root reads any file).
-        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] \
-            if os.geteuid() == 0 else []
-        p = subprocess.run(as_user + NFS_READDIR + _argv(command, path, shared_dir),
-                           capture_output=True, text=True, timeout=300)
+        as_user = (
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+            if os.geteuid() == 0
+            else []
+        )
+        p = subprocess.run(
+            as_user + NFS_READDIR + _argv(command, path, shared_dir),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         words = ["Permission denied", path]
     else:
-        path = {"usage": os.path.join(BAD, "modified.dat"),
-                "missing": os.path.join(shared_dir, "none.dat"), "no-trace": empty}[case]
+        path = {
+            "usage": os.path.join(BAD, "modified.dat"),
+            "missing": os.path.join(shared_dir, "none.dat"),
+            "no-trace": empty,
+        }[case]
         argv = _argv(command, path, shared_dir)
         p = run_cli(*(argv + ["--no-such-option"] if case == "usage" else argv))
-        words = {"usage": ["usage:", "--no-such-option"], "missing": [path],
-                 "no-trace": [empty]}[case]
+        words = {"usage": ["usage:", "--no-such-option"], "missing": [path], "no-trace": [empty]}[
+            case
+        ]
     assert p.returncode == status.ERROR, (p.returncode, p.stdout, p.stderr)
     assert git_bisect_reads(p.returncode) == "stop"
     assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
@@ -115,9 +133,12 @@ def test_git_bisect_run_stops_where_the_step_cannot_run(tmp_path):
     repo.mkdir()
 
     def git(*args):
-        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c",
-                               "user.email=t@t"] + list(args), capture_output=True, text=True,
-                              timeout=120)
+        return subprocess.run(
+            ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"] + list(args),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     git("init", "-q")
     for n, trace in enumerate((GOOD, str(tmp_path / "lost.dat"), BAD)):
@@ -126,7 +147,7 @@ def test_git_bisect_run_stops_where_the_step_cannot_run(tmp_path):
         git("commit", "-q", "-m", f"step {n}")
     first, middle, last = git("rev-list", "--reverse", "HEAD").stdout.split()
     step = tmp_path / "step"
-    step.write_text(f"#!/bin/sh\nexec {' '.join(NFS_READDIR)} check \"$(cat trace)\"\n")
+    step.write_text(f'#!/bin/sh\nexec {" ".join(NFS_READDIR)} check "$(cat trace)"\n')
     step.chmod(step.stat().st_mode | stat.S_IXUSR)
     git("bisect", "start", last, first)
     p = git("bisect", "run", str(step))
@@ -139,8 +160,9 @@ def test_git_bisect_run_stops_where_the_step_cannot_run(tmp_path):
 BISECT_RUN = os.path.join(TOP, "reproducers", "bisect-run")
 
 
-@pytest.mark.parametrize("results,code,word", [
-    (BAD, 1, "bad"), (GOOD, 0, "good"), (None, 128, "stop")])
+@pytest.mark.parametrize(
+    "results,code,word", [(BAD, 1, "bad"), (GOOD, 0, "good"), (None, 128, "stop")]
+)
 def test_bisect_run_stops_when_the_analyzer_fails(tmp_path, results, code, word):
     """reproducers/bisect-run's answer from `nfs-readdir check` of the step's results: the
     verdict, or a stop when the analyzer cannot run on them (here a results directory without
@@ -153,20 +175,37 @@ def test_bisect_run_stops_when_the_analyzer_fails(tmp_path, results, code, word)
     shutil.copy(BISECT_RUN, here)
     os.symlink(os.path.dirname(os.path.dirname(sys.executable)), tmp_path / ".venv")
     (here / "build-kernel").write_text("#!/bin/sh\nexit 0\n")
-    fill = f"cp -r {results}/. \"$results\"" if results else ":"
+    fill = f'cp -r {results}/. "$results"' if results else ":"
     (here / "vm-run").write_text(
-        "#!/bin/bash\nwhile [ $# -gt 0 ]; do [ \"$1\" = --results ] && results=$2; "
-        f"shift; done\nmkdir -p \"$results\"; {fill}; exit 0\n")
+        '#!/bin/bash\nwhile [ $# -gt 0 ]; do [ "$1" = --results ] && results=$2; '
+        f'shift; done\nmkdir -p "$results"; {fill}; exit 0\n'
+    )
     for f in here.iterdir():
         f.chmod(0o755)
     tree = tmp_path / "linux"
     (tree / "kernel").mkdir(parents=True)
     (tree / "Makefile").write_text("")
     subprocess.run(["git", "init", "-q", str(tree)], check=True)
-    subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t",
-                    "commit", "-q", "--allow-empty", "-m", "a kernel"], check=True)
-    p = subprocess.run([str(here / "bisect-run")], cwd=tree, capture_output=True, text=True,
-                       timeout=300)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(tree),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "a kernel",
+        ],
+        check=True,
+    )
+    p = subprocess.run(
+        [str(here / "bisect-run")], cwd=tree, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == code, (p.returncode, p.stderr)
     assert git_bisect_reads(p.returncode) == word
     with open(tree / ".git" / "nfsrt-bisect" / "steps.tsv") as f:

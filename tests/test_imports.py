@@ -19,8 +19,9 @@ def modules():
             if f.endswith(".py"):
                 rel = os.path.relpath(os.path.join(d, f), os.path.dirname(PACKAGE))[:-3]
                 name = rel.replace(os.sep, ".")
-                out[name[:-len(".__init__")] if name.endswith(".__init__") else name] = \
+                out[name[: -len(".__init__")] if name.endswith(".__init__") else name] = (
                     os.path.join(d, f)
+                )
     return out
 
 
@@ -35,9 +36,8 @@ def imports(name, path, known):
             base = package
             for _ in range(node.level - 1):
                 base = base.rpartition(".")[0]
-            mod = (f"{base}.{node.module}" if node.module else base) if node.level \
-                else node.module
-            for a in node.names:        # `from . import x` imports module x, not the package
+            mod = (f"{base}.{node.module}" if node.module else base) if node.level else node.module
+            for a in node.names:  # `from . import x` imports module x, not the package
                 out.add(f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod)
     return {m for m in out if m in known and m != name}
 
@@ -50,7 +50,7 @@ def cycle(graph):
         state[m] = "open"
         for n in sorted(graph[m]):
             if state.get(n) == "open":
-                return path[path.index(n):] + [n]
+                return path[path.index(n) :] + [n]
             if n not in state:
                 found = visit(n, path + [n])
                 if found:
@@ -94,11 +94,16 @@ def private_imports(name, path, known):
         if not (mod or "").startswith("nfsreaddir") or mod == name:
             continue
         for a in node.names:
-            compiled = os.path.exists(os.path.join(os.path.dirname(PACKAGE),
-                                                   *f"{mod}.{a.name}".split(".")) + ".c")
-            dunder = a.name.startswith("__") and a.name.endswith("__")    # __version__
-            if (a.name.startswith("_") and not dunder and f"{mod}.{a.name}" not in known
-                    and not compiled):
+            compiled = os.path.exists(
+                os.path.join(os.path.dirname(PACKAGE), *f"{mod}.{a.name}".split(".")) + ".c"
+            )
+            dunder = a.name.startswith("__") and a.name.endswith("__")  # __version__
+            if (
+                a.name.startswith("_")
+                and not dunder
+                and f"{mod}.{a.name}" not in known
+                and not compiled
+            ):
                 out.append(f"{name}:{node.lineno} imports {a.name} from {mod}")
     return out
 
@@ -113,13 +118,13 @@ def test_the_private_walk_sees_private_imports(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("from .other import _hidden, shown\nfrom . import _slab\n")
     assert private_imports("nfsreaddir.m", str(f), {"nfsreaddir.other"}) == [
-        "nfsreaddir.m:1 imports _hidden from nfsreaddir.other"]
+        "nfsreaddir.m:1 imports _hidden from nfsreaddir.other"
+    ]
 
 
 MAX_LINES = 500
 
 
 def test_no_module_is_over_500_lines():
-    long = {m: n for m, p in modules().items()
-            if (n := sum(1 for _ in open(p))) > MAX_LINES}
+    long = {m: n for m, p in modules().items() if (n := sum(1 for _ in open(p))) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"

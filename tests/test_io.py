@@ -22,9 +22,17 @@ def listings(stdout):
 
 
 def shell(cmd, **kw):
-    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300,
-                          cwd=TOP, env=dict(os.environ, PATH=os.path.dirname(sys.executable)
-                                            + os.pathsep + os.environ["PATH"]), **kw)
+    return subprocess.run(
+        ["bash", "-c", cmd],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=TOP,
+        env=dict(
+            os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+        ),
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,20 +40,25 @@ def expected():
     return listings(run_cli("analyze", "--json", DAT, check=0).stdout)
 
 
-@pytest.mark.parametrize("how", [
-    "trace-cmd report {dat} 2>/dev/null | nfs-readdir analyze --json -",
-    "nfs-readdir analyze --json - < {dat}",
-    "cat {dat} | nfs-readdir analyze --json /dev/stdin",
-    "nfs-readdir analyze --json <(cat {dat})",
-    "rm -f {fifo}; mkfifo {fifo}; (cat {dat} > {fifo} &); nfs-readdir analyze --json {fifo}",
-], ids=["report-text-pipe", "stdin", "dev-stdin", "process-substitution", "fifo"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "trace-cmd report {dat} 2>/dev/null | nfs-readdir analyze --json -",
+        "nfs-readdir analyze --json - < {dat}",
+        "cat {dat} | nfs-readdir analyze --json /dev/stdin",
+        "nfs-readdir analyze --json <(cat {dat})",
+        "rm -f {fifo}; mkfifo {fifo}; (cat {dat} > {fifo} &); nfs-readdir analyze --json {fifo}",
+    ],
+    ids=["report-text-pipe", "stdin", "dev-stdin", "process-substitution", "fifo"],
+)
 def test_a_trace_from_a_pipe_or_fifo(how, expected, tmp_path):
     p = shell(how.format(dat=DAT, fifo=tmp_path / "fifo"))
     assert p.returncode == 0, p.stderr
-    assert p.stderr == ""               # no progress line into a pipe
+    assert p.stderr == ""  # no progress line into a pipe
     got = listings(p.stdout)
-    assert [(x["readdirs"], x["restarts"], x["ending"]) for x in got] == \
-        [(x["readdirs"], x["restarts"], x["ending"]) for x in expected]
+    assert [(x["readdirs"], x["restarts"], x["ending"]) for x in got] == [
+        (x["readdirs"], x["restarts"], x["ending"]) for x in expected
+    ]
 
 
 CAPTURE = os.path.join(FIXTURES, "6.1-v4.1-cap", "modified.pcap.gz")
@@ -56,11 +69,15 @@ def from_capture():
     return listings(run_cli("analyze", "--json", CAPTURE, check=0).stdout)
 
 
-@pytest.mark.parametrize("how", [
-    "zcat {cap} | nfs-readdir analyze --json -",
-    "nfs-readdir analyze --json - < {cap}",
-    "rm -f {fifo}; mkfifo {fifo}; (zcat {cap} > {fifo} &); nfs-readdir analyze --json {fifo}",
-], ids=["pcap-pipe", "gzip-stdin", "fifo"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "zcat {cap} | nfs-readdir analyze --json -",
+        "nfs-readdir analyze --json - < {cap}",
+        "rm -f {fifo}; mkfifo {fifo}; (zcat {cap} > {fifo} &); nfs-readdir analyze --json {fifo}",
+    ],
+    ids=["pcap-pipe", "gzip-stdin", "fifo"],
+)
 def test_a_capture_from_a_pipe_or_fifo(how, from_capture, tmp_path):
     """A capture (the 6.1 fixture's, its gzip'd file or zcat of it) through a stream gives the
     listings of the file, and its spooled copy is gone afterwards (TMPDIR is watched)."""
@@ -69,8 +86,9 @@ def test_a_capture_from_a_pipe_or_fifo(how, from_capture, tmp_path):
     p = shell(f"export TMPDIR={spool}; " + how.format(cap=CAPTURE, fifo=tmp_path / "fifo"))
     assert p.returncode == 0, p.stderr
     got = listings(p.stdout)
-    assert got and [(x["readdirs"], x["restarts"], x["ending"]) for x in got] == \
-        [(x["readdirs"], x["restarts"], x["ending"]) for x in from_capture]
+    assert got and [(x["readdirs"], x["restarts"], x["ending"]) for x in got] == [
+        (x["readdirs"], x["restarts"], x["ending"]) for x in from_capture
+    ]
     assert os.listdir(spool) == []
 
 
@@ -82,9 +100,16 @@ def test_a_stream_named_twice_is_refused():
         assert "a stream can be read only once" in p.stderr and "Traceback" not in p.stderr
 
 
-@pytest.mark.parametrize("args,code", [
-    (["check", BAD], 1), (["check", GOOD], 0), (["results", "--verdict", BAD], 1),
-    (["analyze", BAD], 141), (["compare", BAD, GOOD], 141)])
+@pytest.mark.parametrize(
+    "args,code",
+    [
+        (["check", BAD], 1),
+        (["check", GOOD], 0),
+        (["results", "--verdict", BAD], 1),
+        (["analyze", BAD], 141),
+        (["compare", BAD, GOOD], 141),
+    ],
+)
 def test_a_closed_output_is_never_success(args, code):
     """The reader of the output has gone before anything is written (as `| head` does to a
     long output): a verdict still answers; any other command does not say it is done."""
@@ -100,19 +125,25 @@ def test_a_full_disk_names_the_file_and_what_to_do(tmp_path):
     namespace of the test's own (gone with it)."""
     p = shell(f"nfs-readdir analyze {DAT} > /dev/full")
     assert p.returncode == EXIT_ERROR, p.stderr
-    assert p.stderr.splitlines() == ["nfs-readdir: cannot write the output: standard output: "
-                                     "No space left on device (free space there, or write "
-                                     "somewhere else)"]
+    assert p.stderr.splitlines() == [
+        "nfs-readdir: cannot write the output: standard output: "
+        "No space left on device (free space there, or write "
+        "somewhere else)"
+    ]
     p = shell(f"nfs-readdir check {BAD} > /dev/full")
     assert p.returncode == 1 and "the exit status is the verdict (1)" in p.stderr, p.stderr
     small = tmp_path / "small"
     small.mkdir()
-    p = shell(f"unshare --mount --propagation private sh -c 'mount -t tmpfs -o size=16k "
-              f"tmpfs {small} && nfs-readdir export {DAT} -o {small}/tables'")
+    p = shell(
+        f"unshare --mount --propagation private sh -c 'mount -t tmpfs -o size=16k "
+        f"tmpfs {small} && nfs-readdir export {DAT} -o {small}/tables'"
+    )
     assert p.returncode == EXIT_ERROR, (p.returncode, p.stderr)
     (line,) = p.stderr.splitlines()
-    assert line.startswith(f"nfs-readdir: cannot write {small}/tables/") and \
-        "No space left on device (free space there or export to another -o DIR" in line, line
+    assert (
+        line.startswith(f"nfs-readdir: cannot write {small}/tables/")
+        and "No space left on device (free space there or export to another -o DIR" in line
+    ), line
     assert "Traceback" not in p.stderr and os.listdir(small) == []
 
 
@@ -139,15 +170,19 @@ def test_exports_of_many_traces_never_overwrite(dataset, tmp_path):
     # The same trace again: nothing rewritten.
     again = run_cli("export", BAD, "-o", out, "--format", "parquet", check=0)
     assert "exported before" in again.stdout and ".parquet\n" not in again.stdout.replace(
-        "exported before; left as it was\n", "")
+        "exported before; left as it was\n", ""
+    )
 
 
 def test_every_table_has_one_schema_for_every_kernel(dataset):
     import pyarrow.parquet as pq
+
     out, _, _ = dataset
     for table in os.listdir(out):
-        schemas = {str(pq.read_schema(os.path.join(out, table, f)))
-                   for f in os.listdir(os.path.join(out, table))}
+        schemas = {
+            str(pq.read_schema(os.path.join(out, table, f)))
+            for f in os.listdir(os.path.join(out, table))
+        }
         assert len(schemas) == 1, (table, schemas)
         names = pq.read_schema(os.path.join(out, table, os.listdir(out / table)[0])).names
         assert names[:5] == ["trace_id", "trace", "kernel", "nfs", "listing"], names
@@ -156,6 +191,7 @@ def test_every_table_has_one_schema_for_every_kernel(dataset):
 def test_duckdb_answers_restarts_and_readdirs_per_listing(dataset):
     """The README's query, over the export of every fixture at once, equals analyze --json."""
     import duckdb
+
     out, _, truth = dataset
     rows = duckdb.sql(f"""
         SELECT l.kernel, l.trace, l.listing, l.restarts, count(r.ts) AS readdirs
@@ -163,24 +199,30 @@ def test_duckdb_answers_restarts_and_readdirs_per_listing(dataset):
         LEFT JOIN read_parquet('{out}/rpc/*.parquet') r USING (trace_id, listing)
         GROUP BY ALL ORDER BY ALL""").fetchall()
     got = {(t, i): (restarts, n) for _, t, i, restarts, n in rows}
-    want = {(t, i): (lst["restarts"], lst["readdirs"]) for t, lsts in truth.items()
-            for i, lst in enumerate(lsts)}
+    want = {
+        (t, i): (lst["restarts"], lst["readdirs"])
+        for t, lsts in truth.items()
+        for i, lst in enumerate(lsts)
+    }
     assert got == want
     kernels = {k for k, *_ in rows}
-    assert any(k.startswith("5.10.") for k in kernels) and any(k.startswith("6.1.") for k in
-                                                                kernels)
+    assert any(k.startswith("5.10.") for k in kernels) and any(
+        k.startswith("6.1.") for k in kernels
+    )
 
 
 @pytest.fixture(scope="module")
 def dcache_dataset(tmp_path_factory):
     """The Parquet export of every dcache fixture into one folder."""
     out = tmp_path_factory.mktemp("dcache") / "tables"
-    names = [d for r in ("dcache-negative", "dcache-unlink-storm", "dcache-readdirplus",
-                         "dcache-memcg") for d in fixture_dirs(r)]
+    names = [
+        d
+        for r in ("dcache-negative", "dcache-unlink-storm", "dcache-readdirplus", "dcache-memcg")
+        for d in fixture_dirs(r)
+    ]
     assert len(names) >= 8
     for name in names:
-        run_cli("export", os.path.join(FIXTURES, name), "-o", out, "--format", "parquet",
-                check=0)
+        run_cli("export", os.path.join(FIXTURES, name), "-o", out, "--format", "parquet", check=0)
     return out, names
 
 
@@ -188,25 +230,39 @@ def dcache_dataset(tmp_path_factory):
 def test_a_dcache_run_exports_phases_not_listings(dcache_dataset):
     import duckdb
     import pyarrow.parquet as pq
+
     out, names = dcache_dataset
     # A readdirplus run's umount phases are no listings: no readdir table at all.
-    assert sorted(os.listdir(out)) == ["dcache_figures", "dcache_phases", "dcache_runs",
-                                       "dcache_samples"]
+    assert sorted(os.listdir(out)) == [
+        "dcache_figures",
+        "dcache_phases",
+        "dcache_runs",
+        "dcache_samples",
+    ]
     for table in os.listdir(out):
         files = [os.path.join(out, table, f) for f in os.listdir(out / table)]
         assert len({str(pq.read_schema(f)) for f in files}) == 1, table
-        assert pq.read_schema(files[0]).names[:5] == ["trace_id", "trace", "kernel", "nfs",
-                                                      "reproducer"]
+        assert pq.read_schema(files[0]).names[:5] == [
+            "trace_id",
+            "trace",
+            "kernel",
+            "nfs",
+            "reproducer",
+        ]
     runs = duckdb.sql(f"SELECT reproducer, verdict FROM read_parquet('{out}/dcache_runs/*')")
     assert len(runs.fetchall()) == len(names)
     # The storm's own count: run.files names removed, one nfs_unlink_exit each in the storm.
-    removed = dict(duckdb.sql(f"""
+    removed = dict(
+        duckdb.sql(f"""
         SELECT trace, delta FROM read_parquet('{out}/dcache_phases/*')
-        WHERE phase = 'storm' AND counter = 'event:nfs_unlink_exit'""").fetchall())
+        WHERE phase = 'storm' AND counter = 'event:nfs_unlink_exit'""").fetchall()
+    )
     # Negative dentries over time: the storm's samples climb by at least one per removed file.
-    rise = dict(duckdb.sql(f"""
+    rise = dict(
+        duckdb.sql(f"""
         SELECT trace, max(value) - min(value) FROM read_parquet('{out}/dcache_samples/*')
-        WHERE phase = 'storm' AND counter = 'nr_negative' GROUP BY trace""").fetchall())
+        WHERE phase = 'storm' AND counter = 'nr_negative' GROUP BY trace""").fetchall()
+    )
     storms = fixture_dirs("dcache-unlink-storm")
     assert len(rise) == len(storms)
     for name in storms:
@@ -233,9 +289,11 @@ def test_export_of_a_trace_without_readdirs_says_so(tmp_path):
 
 
 def test_parquet_without_pyarrow_names_the_extra(tmp_path):
-    code = ("import sys; sys.modules['pyarrow'] = None; from nfsreaddir.cli import main; "
-            f"sys.exit(main(['export', {DAT!r}, '-o', {str(tmp_path / 'x')!r}, "
-            "'--format', 'parquet']))")
+    code = (
+        "import sys; sys.modules['pyarrow'] = None; from nfsreaddir.cli import main; "
+        f"sys.exit(main(['export', {DAT!r}, '-o', {str(tmp_path / 'x')!r}, "
+        "'--format', 'parquet']))"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == EXIT_ERROR and "nfs-readdir-trace[parquet]" in p.stderr, p.stderr
 
@@ -262,9 +320,21 @@ def test_plot_writes_exactly_the_path_it_prints(tmp_path):
 def test_plot_puts_traces_without_cookies_on_their_own_axes(tmp_path, trace_cmd):
     rpc_only = tmp_path / "rpc-only.txt"
     with open(rpc_only, "w") as f:
-        subprocess.run([trace_cmd, "report", "-R", "-F", "sunrpc/rpc_request", "-F",
-                        "ftrace/print", os.path.join(GOOD, "modified.dat")], stdout=f,
-                       check=True, timeout=300)
+        subprocess.run(
+            [
+                trace_cmd,
+                "report",
+                "-R",
+                "-F",
+                "sunrpc/rpc_request",
+                "-F",
+                "ftrace/print",
+                os.path.join(GOOD, "modified.dat"),
+            ],
+            stdout=f,
+            check=True,
+            timeout=300,
+        )
     out = tmp_path / "mixed.svg"
     run_cli("plot", DAT, rpc_only, "-o", out, check=0)
     svg = out.read_text()
@@ -280,21 +350,29 @@ def test_a_file_name_that_is_not_utf8(tmp_path):
     trace = os.path.join(d, b"t.dat")
     with open(trace, "wb") as f, open(DAT, "rb") as src:
         f.write(src.read())
-    for args in (["analyze"], ["analyze", "--json"], ["check"],
-                 ["export", "-o", os.fsencode(tmp_path / "out")],
-                 # pyarrow takes paths as UTF-8: a folder whose name is not
-                 ["export", "--format", "parquet", "-o", os.path.join(d, b"tables")]):
-        p = subprocess.run([os.fsencode(a) for a in NFS_READDIR] + [os.fsencode(a) for a in
-                                                                   args] + [trace],
-                           capture_output=True)
+    for args in (
+        ["analyze"],
+        ["analyze", "--json"],
+        ["check"],
+        ["export", "-o", os.fsencode(tmp_path / "out")],
+        # pyarrow takes paths as UTF-8: a folder whose name is not
+        ["export", "--format", "parquet", "-o", os.path.join(d, b"tables")],
+    ):
+        p = subprocess.run(
+            [os.fsencode(a) for a in NFS_READDIR] + [os.fsencode(a) for a in args] + [trace],
+            capture_output=True,
+        )
         assert p.returncode in (0, 1) and b"internal error" not in p.stderr, (args, p.stderr)
     assert b"listings" in os.listdir(os.path.join(d, b"tables"))
-    assert b"bad\xffname" in subprocess.run(NFS_READDIR + ["analyze", trace],
-                                            capture_output=True).stdout
+    assert (
+        b"bad\xffname"
+        in subprocess.run(NFS_READDIR + ["analyze", trace], capture_output=True).stdout
+    )
 
 
 def test_every_column_is_explained_in_the_readme_and_by_explain():
     from nfsreaddir.present import glossary
+
     text = run_cli("analyze", "--explain", check=0).stdout
     with open(os.path.join(TOP, "README.md")) as f:
         readme = f.read()

@@ -21,11 +21,11 @@ def series_patches():
         return [p.strip() for p in f if p.strip() and not p.startswith("#")]
 
 
-@pytest.mark.kernel     # compiles fs/nfs after each patch: in make test, not make check
+@pytest.mark.kernel  # compiles fs/nfs after each patch: in make test, not make check
 def test_series_applies_builds_after_each_patch_and_passes_checkpatch():
     n = len(series_patches())
     p = subprocess.run([CHECK, "--each"], capture_output=True, text=True, timeout=3600)
-    out = p.stdout + p.stderr       # progress and the per-patch reports go to stderr
+    out = p.stdout + p.stderr  # progress and the per-patch reports go to stderr
     assert p.returncode == 0, out[-8000:]
     assert "all checks passed" in out
     # fs/nfs/ was built after every patch, not only with the whole series (bisectability),
@@ -43,16 +43,38 @@ PAUSE = {"4.1": "0.3", "3": "2.5"}
 
 
 @pytest.mark.kernel
-@pytest.mark.skipif(os.environ.get("NFSRT_TEST_KERNEL") != "1",
-                    reason="builds a whole kernel: run `make test-kernel`")
+@pytest.mark.skipif(
+    os.environ.get("NFSRT_TEST_KERNEL") != "1",
+    reason="builds a whole kernel: run `make test-kernel`",
+)
 @pytest.mark.parametrize("nfs", ["4.1", "3"])
 def test_patched_kernel_lists_without_restarts(tmp_path, nfs):
     series_tree("test-kernel")
     subprocess.run([BUILD, KERNEL_TREE], check=True, timeout=7200)
-    p = subprocess.run([VM_RUN, "--kernel", KERNEL_TREE, "--results", str(tmp_path), "--",
-                        "readdir-loopback", "--nfs", nfs, "--files", "4000", "--pause",
-                        PAUSE[nfs], "--bufsize", "4096", "--timeout", "150"],
-                       capture_output=True, text=True, timeout=2400)
+    p = subprocess.run(
+        [
+            VM_RUN,
+            "--kernel",
+            KERNEL_TREE,
+            "--results",
+            str(tmp_path),
+            "--",
+            "readdir-loopback",
+            "--nfs",
+            nfs,
+            "--files",
+            "4000",
+            "--pause",
+            PAUSE[nfs],
+            "--bufsize",
+            "4096",
+            "--timeout",
+            "150",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     with open(tmp_path / "results.json") as f:
         r = json.load(f)

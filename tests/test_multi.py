@@ -43,8 +43,11 @@ def test_every_reader_has_its_own_listings(name, form, trace_cmd, tmp_path):
     the same instant as the next begins (a coarse emulated clock) is still one listing that
     reached the end."""
     dat = os.path.join(FIXTURES, name, "multi.dat")
-    path = dat if form == "dat" else report_text(trace_cmd, dat, tmp_path / "multi.txt",
-                                                   raw=form.endswith("-R"))
+    path = (
+        dat
+        if form == "dat"
+        else report_text(trace_cmd, dat, tmp_path / "multi.txt", raw=form.endswith("-R"))
+    )
     found = listings_of(path)
     for reader in truth(name)["readers"]:
         mine = [lst for lst in found if lst["pid"] == reader["pid"]]
@@ -97,9 +100,15 @@ def test_a_change_before_the_reader_left_the_start_is_no_evidence():
     from nfsreaddir import trace
     from nfsreaddir.model import analysis
     from nfsreaddir.rules import verdict
+
     a = analysis.analyze(trace.open_trace(os.path.join(FIXTURES, "multi-5.10", "multi.dat")))
-    early = [lst for lst in a.listings if lst.invalidations and len(lst.rpcs)
-             and all(i.ts <= lst.rpcs["ts"].min() for i in lst.invalidations)]
+    early = [
+        lst
+        for lst in a.listings
+        if lst.invalidations
+        and len(lst.rpcs)
+        and all(i.ts <= lst.rpcs["ts"].min() for i in lst.invalidations)
+    ]
     assert early
     for lst in early:
         assert not lst.exercised and verdict.judge_listing(lst).word == "untested", lst.label()

@@ -26,16 +26,32 @@ def records(path):
 
 def test_paced_lister_lists_every_name_once(tmp_path):
     d = make_dir(tmp_path, 1500)
-    out = subprocess.run([PACED, "--bufsize", "1024", str(d)], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [PACED, "--bufsize", "1024", str(d)], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert sorted(n for n in out if n not in (".", "..")) == sorted(os.listdir(d))
 
 
 def test_poller_lists_until_told_to_stop(tmp_path):
     d = make_dir(tmp_path, 700)
     rec, stop = tmp_path / "poller.jsonl", tmp_path / "stop"
-    p = subprocess.Popen([READER, "list", "--kind", "poller", "--record", rec, "--every", "0.05",
-                          "--until", stop, "--bufsize", "4096", d])
+    p = subprocess.Popen(
+        [
+            READER,
+            "list",
+            "--kind",
+            "poller",
+            "--record",
+            rec,
+            "--every",
+            "0.05",
+            "--until",
+            stop,
+            "--bufsize",
+            "4096",
+            d,
+        ]
+    )
     while not rec.exists() or len(records(rec)) < 3:
         assert p.poll() is None
     stop.touch()
@@ -55,8 +71,22 @@ def test_poller_lists_until_told_to_stop(tmp_path):
 def test_rewinder_reads_part_then_all(tmp_path):
     d = make_dir(tmp_path, 500)
     rec = tmp_path / "rewinder.jsonl"
-    subprocess.run([READER, "list", "--kind", "rewinder", "--record", rec, "--rewind", "1024",
-                    "--times", "2", d], check=True)
+    subprocess.run(
+        [
+            READER,
+            "list",
+            "--kind",
+            "rewinder",
+            "--record",
+            rec,
+            "--rewind",
+            "1024",
+            "--times",
+            "2",
+            d,
+        ],
+        check=True,
+    )
     listings = records(rec)
     assert len(listings) == 2
     for r in listings:
@@ -70,9 +100,32 @@ def test_run_records_the_programs_own_pid_and_output(tmp_path):
     rec, out = tmp_path / "ls.jsonl", tmp_path / "ls"
     # The consumer reads 100 bytes per 10 ms through a 4 KiB pipe: ls (3.6 KB of names) must
     # wait for it, so the run takes at least 0.3 s.
-    subprocess.run([READER, "run", "--kind", "slow-ls", "--record", rec, "--out", out,
-                    "--pipe-size", "4096", "--chunk", "100", "--pause", "0.01", "--times", "2",
-                    "--", "sh", "-c", 'echo $$; exec ls -f "$0"', d], check=True)
+    subprocess.run(
+        [
+            READER,
+            "run",
+            "--kind",
+            "slow-ls",
+            "--record",
+            rec,
+            "--out",
+            out,
+            "--pipe-size",
+            "4096",
+            "--chunk",
+            "100",
+            "--pause",
+            "0.01",
+            "--times",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            'echo $$; exec ls -f "$0"',
+            d,
+        ],
+        check=True,
+    )
     runs = records(rec)
     assert len(runs) == 2
     for i, r in enumerate(runs, 1):
@@ -88,14 +141,33 @@ def test_run_records_the_programs_own_pid_and_output(tmp_path):
 
 def test_run_stops_a_program_at_its_timeout(tmp_path):
     rec = tmp_path / "r.jsonl"
-    p = subprocess.run([READER, "run", "--kind", "find", "--record", rec, "--out",
-                        tmp_path / "o", "--timeout", "1", "--", "sleep", "30"], timeout=20)
+    p = subprocess.run(
+        [
+            READER,
+            "run",
+            "--kind",
+            "find",
+            "--record",
+            rec,
+            "--out",
+            tmp_path / "o",
+            "--timeout",
+            "1",
+            "--",
+            "sleep",
+            "30",
+        ],
+        timeout=20,
+    )
     assert p.returncode == 1
     (r,) = records(rec)
     assert r["timed_out"] is True and r["signal"] == 15 and r["exit"] is None
 
 
 def test_unknown_options_are_refused(tmp_path):
-    p = subprocess.run([READER, "list", "--kind", "x", "--record", tmp_path / "r", "--frob",
-                        "1", tmp_path], capture_output=True, text=True)
+    p = subprocess.run(
+        [READER, "list", "--kind", "x", "--record", tmp_path / "r", "--frob", "1", tmp_path],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode != 0 and "unknown option --frob" in p.stderr

@@ -20,19 +20,32 @@ from nfsreaddir.trace import pipe as ringbuf
 from nfsreaddir.trace.format import parse_header_page as _parse_header_page
 
 TRACEFS = "/sys/kernel/tracing"
-host_tracefs = needs_setup(os.path.exists(os.path.join(TRACEFS, "available_events"))
-                           and os.geteuid() == 0, "needs root and tracefs")
+host_tracefs = needs_setup(
+    os.path.exists(os.path.join(TRACEFS, "available_events")) and os.geteuid() == 0,
+    "needs root and tracefs",
+)
 
 
 def snapshot(tracefs):
     """What must be as it was: kprobes, enabled events, buffer size, tracing_on, clock, and
     the instances."""
     out = {}
-    for name in ("kprobe_events", "set_event", "buffer_size_kb", "tracing_on", "trace_clock",
-                 "instances"):
+    for name in (
+        "kprobe_events",
+        "set_event",
+        "buffer_size_kb",
+        "tracing_on",
+        "trace_clock",
+        "instances",
+    ):
         p = os.path.join(tracefs, name)
-        out[name] = (None if not os.path.exists(p) else sorted(os.listdir(p))
-                     if os.path.isdir(p) else open(p).read())
+        out[name] = (
+            None
+            if not os.path.exists(p)
+            else sorted(os.listdir(p))
+            if os.path.isdir(p)
+            else open(p).read()
+        )
     return out
 
 
@@ -49,21 +62,39 @@ def test_refusals_name_the_problem_and_touch_nothing(tmp_path):
     # (The host's top-level tracefs is shared with other users: only what is ours is checked.)
     kprobes = snapshot(TRACEFS)["kprobe_events"]
     # This host has no NFS client: no READDIR source at all.
-    assert_refused(run_cli("record", "-o", tmp_path / "t.dat", "--", "true"),
-                   "no source of READDIRs", "modprobe nfs")
+    assert_refused(
+        run_cli("record", "-o", tmp_path / "t.dat", "--", "true"),
+        "no source of READDIRs",
+        "modprobe nfs",
+    )
     assert_refused(run_cli("watch", "--duration", "1"), "no source of READDIRs")
     assert_refused(run_cli("record"), "-- COMMAND or --duration")
     assert_refused(run_cli("watch", "--dir", tmp_path / "nope"), "--dir", "No such file")
-    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-                       + NFS_READDIR + ["record", "--duration", "1"],
-                       capture_output=True, text=True, env=dict(os.environ, HOME="/tmp"))
+    p = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        + NFS_READDIR
+        + ["record", "--duration", "1"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HOME="/tmp"),
+    )
     assert_refused(p, "must run as root")
     # No tracefs mounted (a private mount namespace hides it under an empty tmpfs).
-    p = subprocess.run(["unshare", "-m", "sh", "-c",
-                        "mount -t tmpfs none /sys/kernel/tracing && "
-                        "mount -t tmpfs none /sys/kernel/debug 2>/dev/null; exec \"$@\"", "sh"]
-                       + NFS_READDIR + ["record", "--duration", "1"], capture_output=True,
-                       text=True)
+    p = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            "mount -t tmpfs none /sys/kernel/tracing && "
+            'mount -t tmpfs none /sys/kernel/debug 2>/dev/null; exec "$@"',
+            "sh",
+        ]
+        + NFS_READDIR
+        + ["record", "--duration", "1"],
+        capture_output=True,
+        text=True,
+    )
     assert_refused(p, "no tracefs", "mount -t tracefs")
     after = snapshot(TRACEFS)
     assert after["kprobe_events"] == kprobes
@@ -90,8 +121,9 @@ def test_session_puts_back_what_a_recorder_changed(private_tracefs):
     def put(name, value):
         with open(os.path.join(t, name), "w") as f:
             f.write(value)
-    put("events/sched/sched_switch/enable", "1")    # on before: must stay on
-    put("per_cpu/cpu0/buffer_size_kb", "1000")      # sizes differ: "X"
+
+    put("events/sched/sched_switch/enable", "1")  # on before: must stay on
+    put("per_cpu/cpu0/buffer_size_kb", "1000")  # sizes differ: "X"
     before = snapshot(t)
     per_cpu = open(os.path.join(t, "per_cpu/cpu0/buffer_size_kb")).read()
     s = tracing.Session(t)
@@ -112,8 +144,9 @@ def _drain(root, header, fmt, fields):
     """Every record an instance's per-CPU buffers hold now, decoded as watch reads them."""
     out = []
     for cpu in os.listdir(os.path.join(root, "per_cpu")):
-        fd = os.open(os.path.join(root, "per_cpu", cpu, "trace_pipe_raw"),
-                     os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(
+            os.path.join(root, "per_cpu", cpu, "trace_pipe_raw"), os.O_RDONLY | os.O_NONBLOCK
+        )
         try:
             while True:
                 try:
@@ -173,8 +206,9 @@ def test_filter_keeps_records_out_of_the_buffer():
                 assert f.read().strip() == expr
             p = subprocess.run(["ls", "-f", TOP], capture_output=True)
             assert p.returncode == 0
-            counts[expr] = sum(1 for item in _drain(s.root, header, fmt, ["fd"])
-                               if item[0] != "lost")
+            counts[expr] = sum(
+                1 for item in _drain(s.root, header, fmt, ["fd"]) if item[0] != "lost"
+            )
         finally:
             assert s.close() == []
         assert snapshot(TRACEFS) == before
@@ -185,6 +219,7 @@ def test_plan_by_kernel_knowledge(tmp_path):
     """The plan from a tracefs: a stock 5.10 (no readdir tracepoints) gets the cookie and open
     kprobes in the best argument form its README offers; 6.1 gets the tracepoints and only the
     open kprobes; arm64 gets its registers; 6.1's cookie comes from no kprobe."""
+
     def fake_tracefs(name, evs, readme, fields=None):
         d = tmp_path / name
         (d / "events").mkdir(parents=True)
@@ -195,38 +230,71 @@ def test_plan_by_kernel_knowledge(tmp_path):
             s, n = ev.split(":")
             (d / "events" / s / n).mkdir(parents=True)
             (d / "events" / s / n / "format").write_text(
-                f"name: {n}\nID: 1\nformat:\n" + "".join(
+                f"name: {n}\nID: 1\nformat:\n"
+                + "".join(
                     f"\tfield:u64 {f};\toffset:{8 + 8 * i};\tsize:8;\tsigned:0;\n"
-                    for i, f in enumerate(flds)) + "\nprint fmt: \"\"\n")
+                    for i, f in enumerate(flds)
+                )
+                + '\nprint fmt: ""\n'
+            )
         return str(d)
+
     syms = tmp_path / "kallsyms"
-    syms.write_text("".join(f"ffffffffc0000000 t {f}\t[nfs]\n" for f in
-                            ("nfs4_proc_readdir", "nfs3_proc_readdir", "nfs_opendir",
-                             "nfs_closedir", "nfs_readdir")))
-    base = ["nfs:nfs_invalidate_mapping_enter", "nfs4:nfs4_readdir", "sunrpc:rpc_request",
-            "syscalls:sys_enter_getdents64", "syscalls:sys_exit_getdents64"]
-    t510 = fake_tracefs("510", base, "$stack<index>, $stack, $retval, $comm, $arg<N>,\n",
-                        {"nfs4:nfs4_readdir": ["error", "dev", "fileid"]})
+    syms.write_text(
+        "".join(
+            f"ffffffffc0000000 t {f}\t[nfs]\n"
+            for f in (
+                "nfs4_proc_readdir",
+                "nfs3_proc_readdir",
+                "nfs_opendir",
+                "nfs_closedir",
+                "nfs_readdir",
+            )
+        )
+    )
+    base = [
+        "nfs:nfs_invalidate_mapping_enter",
+        "nfs4:nfs4_readdir",
+        "sunrpc:rpc_request",
+        "syscalls:sys_enter_getdents64",
+        "syscalls:sys_exit_getdents64",
+    ]
+    t510 = fake_tracefs(
+        "510",
+        base,
+        "$stack<index>, $stack, $retval, $comm, $arg<N>,\n",
+        {"nfs4:nfs4_readdir": ["error", "dev", "fileid"]},
+    )
     p = recordplan.plan(t510, str(syms), release="5.10.0-46-amd64", machine="x86_64")
     defs = [d for k in p.kprobes for d in k.definitions[:1]]
-    assert "p:nfsprobe/nfs4_proc_readdir nfs4_proc_readdir cookie=$arg3:u64 count=$arg5:u32 " \
-           "plus=$arg6:u8" in defs
+    assert (
+        "p:nfsprobe/nfs4_proc_readdir nfs4_proc_readdir cookie=$arg3:u64 count=$arg5:u32 "
+        "plus=$arg6:u8" in defs
+    )
     assert "p:nfsprobe/nfs_readdir nfs_readdir file=$arg1:x64 pos=+8($arg2):s64" in defs
     # The register form stays as the fallback.
     k = next(k for k in p.kprobes if k.spec.function == "nfs_readdir")
     assert k.definitions[-1].endswith("file=%di:x64 pos=+8(%si):s64")
-    assert {"nfsprobe:nfs4_proc_readdir", "nfs4:nfs4_readdir", "sunrpc:rpc_request",
-            "syscalls:sys_exit_getdents64"} <= set(p.events)
+    assert {
+        "nfsprobe:nfs4_proc_readdir",
+        "nfs4:nfs4_readdir",
+        "sunrpc:rpc_request",
+        "syscalls:sys_exit_getdents64",
+    } <= set(p.events)
     arm = recordplan.plan(t510, str(syms), release="5.10.0-46-arm64", machine="aarch64")
     k = next(k for k in arm.kprobes if k.spec.function == "nfs4_proc_readdir")
     assert k.definitions[-1].endswith("cookie=%x2:u64 count=%x4:u32 plus=%x5:u8")
-    t61 = fake_tracefs("61", base + ["nfs:nfs_readdir_cache_fill", "nfs:nfs_readdir_uncached"],
-                       "$arg<N>,\n\t <argname>[->field[->field|.field...]],\n",
-                       {"nfs:nfs_readdir_cache_fill": ["dev", "fileid", "cookie", "dtsize"],
-                        "nfs:nfs_readdir_uncached": ["dev", "fileid", "cookie", "dtsize"]})
+    t61 = fake_tracefs(
+        "61",
+        base + ["nfs:nfs_readdir_cache_fill", "nfs:nfs_readdir_uncached"],
+        "$arg<N>,\n\t <argname>[->field[->field|.field...]],\n",
+        {
+            "nfs:nfs_readdir_cache_fill": ["dev", "fileid", "cookie", "dtsize"],
+            "nfs:nfs_readdir_uncached": ["dev", "fileid", "cookie", "dtsize"],
+        },
+    )
     p = recordplan.plan(t61, str(syms), release="6.1.0-50-amd64", machine="x86_64")
-    assert {k.spec.function for k in p.kprobes} == {"nfs_opendir", "nfs_closedir",
-                                                    "nfs_readdir"}
+    assert {k.spec.function for k in p.kprobes} == {"nfs_opendir", "nfs_closedir", "nfs_readdir"}
     k = next(k for k in p.kprobes if k.spec.function == "nfs_readdir")
     assert k.definitions[0].endswith("file=file:x64 pos=ctx->pos:s64")
     assert p.sources["rpc"] == "nfs:nfs_readdir_cache_fill, nfs:nfs_readdir_uncached"
@@ -250,15 +318,26 @@ class _Replay:
 
     def __init__(self, path):
         from nfsreaddir.trace import field_column, open_trace
+
         self.trace = open_trace(path)
-        req = {name: sorted(set(f.values()) | ({src.where[0]} if src.where else set()))
-               for name, (_, src, f) in tables.stream_sources(self.trace).items()}
+        req = {
+            name: sorted(set(f.values()) | ({src.where[0]} if src.where else set()))
+            for name, (_, src, f) in tables.stream_sources(self.trace).items()
+        }
         self._by_id, self.items, self.comms = {}, [], {}
         for i, (name, df) in enumerate(self.trace.read(req).items()):
             self._by_id[i] = type("F", (), {"full_name": name, "id": i})
             for r in df.to_dict("records"):
-                f = {c: (None if (v := r.get(field_column(c))) is None or v != v
-                         else v if isinstance(v, str) else int(v)) for c in req[name]}
+                f = {
+                    c: (
+                        None
+                        if (v := r.get(field_column(c))) is None or v != v
+                        else v
+                        if isinstance(v, str)
+                        else int(v)
+                    )
+                    for c in req[name]
+                }
                 self.items.append((int(r["ts"]), int(r["cpu"]), i, int(r["pid"]), f))
                 self.comms[int(r["pid"])] = r["comm"]
         self.items.sort(key=lambda x: (x[0], x[1]))
@@ -273,14 +352,22 @@ class _Replay:
         return self.comms.get(pid, "?")
 
 
-@pytest.mark.parametrize("trace", ["5.10-v4.1/modified.dat", "5.10-series-v4.1/modified.dat",
-                                   "6.1-v4.1/modified.dat", "multi-6.1/multi.dat"])
+@pytest.mark.parametrize(
+    "trace",
+    [
+        "5.10-v4.1/modified.dat",
+        "5.10-series-v4.1/modified.dat",
+        "6.1-v4.1/modified.dat",
+        "multi-6.1/multi.dat",
+    ],
+)
 def test_watch_lines_are_the_restarts_analyze_finds(trace):
     """watch prints a restart the moment its READDIR is read, from the analyzer's reader
     model driven one event at a time: on real traces, as many lines as analyze() finds
     restarts (5 on stock 5.10, none on the series or 6.1), each naming the lister."""
     from nfsreaddir.live import watch
     from nfsreaddir.model import analysis
+
     replay = _Replay(os.path.join(TOP, "tests", "fixtures", trace))
     out = io.StringIO()
     t = watch._Tracker(replay, out, None, replay.items[0][0])
@@ -290,7 +377,8 @@ def test_watch_lines_are_the_restarts_analyze_finds(trace):
     lines = re.findall(r"\[ *\+([0-9.]+)s\] restart +\S+\[(\d+)\]", out.getvalue())
     assert t.restarts == len(lines) == len(restarts), (out.getvalue(), restarts)
     assert sorted((int(pid), round(float(s), 3)) for s, pid in lines) == sorted(
-        (pid, round((ts - replay.items[0][0]) / 1e9, 3)) for pid, ts in restarts)
+        (pid, round((ts - replay.items[0][0]) / 1e9, 3)) for pid, ts in restarts
+    )
     assert ("5.10-v4.1" in trace) == bool(restarts)
 
 
@@ -313,21 +401,31 @@ class _Filtered:
 
     def read(self, req, **kw):
         from nfsreaddir.trace import field_column
-        extra = {ev: sorted(set(cols) | {"type"}) for ev, cols in req.items()
-                 if ev in self.filters}
+
+        extra = {ev: sorted(set(cols) | {"type"}) for ev, cols in req.items() if ev in self.filters}
         out = self.trace.read({**req, **extra}, **kw)
         for ev in extra:
             want = int(self.filters[ev].split("==")[1])
             df = out[ev]
             keep = df[field_column("type")] == want
             self.dropped += int((~keep).sum())
-            out[ev] = df[keep].drop(columns=[field_column("type")]
-                                    if "type" not in req[ev] else []).reset_index(drop=True)
+            out[ev] = (
+                df[keep]
+                .drop(columns=[field_column("type")] if "type" not in req[ev] else [])
+                .reset_index(drop=True)
+            )
         return out
 
 
-@pytest.mark.parametrize("trace", ["6.1-v3/modified.dat", "6.1-v4.1/modified.dat",
-                                   "6.12-v4.1/modified.dat", "multi-6.1/multi.dat"])
+@pytest.mark.parametrize(
+    "trace",
+    [
+        "6.1-v3/modified.dat",
+        "6.1-v4.1/modified.dat",
+        "6.12-v4.1/modified.dat",
+        "multi-6.1/multi.dat",
+    ],
+)
 def test_watch_filters_change_no_analysis(trace):
     """What watch keeps out of its ring buffer (nfs_set_cache_invalid and the other inode
     events of the revalidation tables, for inodes that are not directories: one per name a
@@ -336,6 +434,7 @@ def test_watch_filters_change_no_analysis(trace):
     from nfsreaddir.live import watch
     from nfsreaddir.model import analysis
     from nfsreaddir.trace import open_trace
+
     t = open_trace(os.path.join(TOP, "tests", "fixtures", trace))
     plan = recordplan.Plan("", "", sorted(t.event_names()), [], {}, [])
     evs, filters = watch.watched(t, plan)
@@ -344,15 +443,17 @@ def test_watch_filters_change_no_analysis(trace):
     f = _Filtered(t, filters)
     whole, kept = analysis.analyze(t).to_dict(), analysis.analyze(f).to_dict()
     assert f.dropped > 0
-    assert json.dumps(kept, sort_keys=True, default=str) == \
-        json.dumps(whole, sort_keys=True, default=str)
+    assert json.dumps(kept, sort_keys=True, default=str) == json.dumps(
+        whole, sort_keys=True, default=str
+    )
 
 
 # ------------------------------------------------------------------------------------- VMs
 def vm_run(kernel, results, *args, timeout=1200):
     """record-watch in a guest."""
-    return vmrun.vm_run(kernel, results, os.path.join(TOP, "tests", "vm", "record-watch"), *args,
-                        timeout=timeout)
+    return vmrun.vm_run(
+        kernel, results, os.path.join(TOP, "tests", "vm", "record-watch"), *args, timeout=timeout
+    )
 
 
 def check(d):
@@ -376,8 +477,15 @@ def test_stock_5_10_record_check_watch(tmp_path):
     lister = [x for x in a["listings"] if x["comm"] == "paced-lister"]
     wl = [x for x in w["listings"] if x["comm"] == "paced-lister"]
     assert len(lister) == len(wl) == 1, (lister, wl)
-    for k in ("restarts", "readdirs", "invalidations", "cookie_zero_readdirs", "ending",
-              "invalidations_followed_by_restart", "refetched_readdirs"):
+    for k in (
+        "restarts",
+        "readdirs",
+        "invalidations",
+        "cookie_zero_readdirs",
+        "ending",
+        "invalidations_followed_by_restart",
+        "refetched_readdirs",
+    ):
         assert wl[0][k] == lister[0][k], (k, wl[0][k], lister[0][k])
     assert w["verdict"]["code"] == 1 and w["verdict"]["word"] == "bad", w["verdict"]
     # One line per restart, as it happened: the first within a second of its READDIR.
@@ -421,15 +529,19 @@ SERIES_IMAGE = "/work/build/images/bzImage-series-v3"
 
 
 @pytest.mark.kernel
-@pytest.mark.skipif(os.environ.get("NFSRT_TEST_KERNEL") != "1",
-                    reason="needs a kernel built with the series: run `make test-kernel`")
+@pytest.mark.skipif(
+    os.environ.get("NFSRT_TEST_KERNEL") != "1",
+    reason="needs a kernel built with the series: run `make test-kernel`",
+)
 def test_series_kernel_record_check_good(tmp_path):
     """5.10 with the series: record takes its tracepoints (no kprobe needed) and check says
     good. Boots the image the kernel build leaves at SERIES_IMAGE (or NFSRT_SERIES_IMAGE)."""
     image = os.environ.get("NFSRT_SERIES_IMAGE", SERIES_IMAGE)
     if not os.path.exists(image):
-        pytest.fail(f"no kernel image with the series at {image}: build one "
-                    "(reproducers/build-kernel) and set NFSRT_SERIES_IMAGE")
+        pytest.fail(
+            f"no kernel image with the series at {image}: build one "
+            "(reproducers/build-kernel) and set NFSRT_SERIES_IMAGE"
+        )
     p = vm_run(image, tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     rec = (tmp_path / "record.txt").read_text()

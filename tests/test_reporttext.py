@@ -56,8 +56,9 @@ def test_default_and_raw_agree(dat_files, tmp_path):
                 if fname not in a:
                     continue
                 x = a[fname]
-                assert fname in b or not pd.api.types.is_integer_dtype(x), \
+                assert fname in b or not pd.api.types.is_integer_dtype(x), (
                     f"{dat} {full}: default report parse lacks integer field {fname}"
+                )
                 if fname not in b:
                     continue
                 y = b[fname]
@@ -104,8 +105,9 @@ def test_text_matches_binary(dat_files, tmp_path):
                     if got != want:
                         # -R prints %x fields without 0x: all-digit values are ambiguous
                         raw = [str(v) for v in fr_s[full][col]]
-                        assert [int(v, 16) % mod for v in raw] == want, \
+                        assert [int(v, 16) % mod for v in raw] == want, (
                             f"{dat} {full}.{f.name}: {got[:3]} vs {want[:3]}"
+                        )
                 elif f.kind == "str":
                     # the text has no types: a string field of digits only (a file named
                     # "17") parses as integers when typed; compare the text as printed
@@ -119,9 +121,15 @@ def test_six_decimal_timestamps(dat_files, tmp_path):
     for dat in dat_files:
         txt = tmp_path / "six.txt"
         import subprocess
+
         with open(txt, "wb") as f:
-            subprocess.run([TRACE_CMD, "report", "-i", str(dat)], check=True, stdout=f,
-                           stderr=subprocess.PIPE, timeout=900)
+            subprocess.run(
+                [TRACE_CMD, "report", "-i", str(dat)],
+                check=True,
+                stdout=f,
+                stderr=subprocess.PIPE,
+                timeout=900,
+            )
         six = ReportText(str(txt))
         nine = ReportText(str(report_text(dat, tmp_path / "nine.txt", raw=False)))
         names = sorted(six.event_names())
@@ -166,22 +174,37 @@ def test_normalisation(default_text):
     assert t.info["format"] == "report text"
     assert t.info["cpus"] == 2 and t.info["file_version"] == 7
     names = t.event_names()
-    assert {"nfs:nfs_readdir_cache_fill", "sunrpc:rpc_request", "ftrace:print",
-            "nfs4:nfs4_readdir"} <= names
-    fr = t.read({"nfs:nfs_readdir_cache_fill": ["dev", "fileid", "cookie", "verifier",
-                                                 "index", "dtsize", "fhandle"],
-                 "nfs:nfs_invalidate_mapping_enter": ["dev", "fileid"],
-                 "sunrpc:rpc_request": ["task_id", "client_id"],
-                 "nfs4:nfs4_readdir": ["error", "dev", "fileid"],
-                 "ftrace:print": ["buf"],
-                 "nfsprobe:readdir_probe": ["cookie", "name"],
-                 "nfs:nfs_lookup_enter": ["flags", "name", "dev", "dir"],
-                 "nfs:not_there": ["dev"]})
+    assert {
+        "nfs:nfs_readdir_cache_fill",
+        "sunrpc:rpc_request",
+        "ftrace:print",
+        "nfs4:nfs4_readdir",
+    } <= names
+    fr = t.read(
+        {
+            "nfs:nfs_readdir_cache_fill": [
+                "dev",
+                "fileid",
+                "cookie",
+                "verifier",
+                "index",
+                "dtsize",
+                "fhandle",
+            ],
+            "nfs:nfs_invalidate_mapping_enter": ["dev", "fileid"],
+            "sunrpc:rpc_request": ["task_id", "client_id"],
+            "nfs4:nfs4_readdir": ["error", "dev", "fileid"],
+            "ftrace:print": ["buf"],
+            "nfsprobe:readdir_probe": ["cookie", "name"],
+            "nfs:nfs_lookup_enter": ["flags", "name", "dev", "dir"],
+            "nfs:not_there": ["dev"],
+        }
+    )
     r = fr["nfs:nfs_readdir_cache_fill"].iloc[0]
     assert r["ts"] == 100_000_001_000 and r["cpu"] == 0 and r["pid"] == 1234 and r["comm"] == "ls"
-    assert r["dev"] == (0 << 20 | 0x2e) and r["fileid"] == 1234 and r["fhandle"] == 0x1A2B3C4D
+    assert r["dev"] == (0 << 20 | 0x2E) and r["fileid"] == 1234 and r["fhandle"] == 0x1A2B3C4D
     assert r["cookie"] == 0x10 and r["verifier"] == "0x00000000" and r["index"] == 3
-    assert fr["nfs:nfs_invalidate_mapping_enter"]["dev"].tolist() == [0x2e]
+    assert fr["nfs:nfs_invalidate_mapping_enter"]["dev"].tolist() == [0x2E]
     rq = fr["sunrpc:rpc_request"]
     assert rq["task_id"].tolist() == [0x12, 18] and rq["client_id"].tolist() == [3, 3]
     rq = t.read({"rpc_request": ["version", "procname", "async", "progname"]})["rpc_request"]
@@ -189,10 +212,11 @@ def test_normalisation(default_text):
     assert rq["procname"].tolist() == ["READDIR", "READDIRPLUS"]
     assert rq["progname"].tolist() == ["nfs", "nfs"]
     cf = t.read({"nfs_readdir_cache_fill": ["cookie", "verifier", "index", "dev"]})[
-        "nfs_readdir_cache_fill"]
+        "nfs_readdir_cache_fill"
+    ]
     assert cf["cookie"].tolist() == [0x10, 0x1F] and cf["index"].tolist() == [3, 2]
     assert cf["verifier"].tolist() == ["0x00000000", "00000000000000ff"]
-    assert cf["dev"].tolist() == [0x2e, 0x3c]
+    assert cf["dev"].tolist() == [0x2E, 0x3C]
     pr = t.read({"nfsprobe:nfs4_proc_readdir": None})["nfsprobe:nfs4_proc_readdir"]
     assert pr["__probe_ip"].tolist() == [0xFFFFFFFFC07F2BF0] and pr["count"].tolist() == [32768]
     r4 = fr["nfs4:nfs4_readdir"].iloc[0]
@@ -205,7 +229,7 @@ def test_normalisation(default_text):
     lk = fr["nfs:nfs_lookup_enter"].iloc[0]
     # name=MAJ:MIN:DIR/NAME splits into the -R fields dev, dir and name
     assert lk["flags"] == 4 and lk["name"] == "foo bar"
-    assert lk["dev"] == 0x2e and lk["dir"] == 77
+    assert lk["dev"] == 0x2E and lk["dir"] == 77
     assert len(fr["nfs:not_there"]) == 0 and list(fr["nfs:not_there"].columns)[-1] == "dev"
     assert t.info["lost_events"] == [{"cpu": 0, "ts": 100_000_005_000, "count": 12}]
     fmt = t.event_format("nfs:nfs_readdir_cache_fill")
@@ -223,15 +247,24 @@ def test_raw_lines(tmp_path):
         "  sleep-6573  [003]   279.096432789: print:                 ip=tracing_mark_write buf=hello a=b\n"  # noqa: E501
         "  ls-7505  [001]   704.651925477: sched_wakeup:          comm=python pid=7483 prio=120 target_cpu=001\n"  # noqa: E501
         "  qemu-6377  [000]   279.131157466: libc_openat:           __probe_ip=7f26a65fb150 dfd=-100 path=. flags=0x230000 comm=qemu x\n"  # noqa: E501
-        "  qemu-6377  [000]   279.131157467: libc_openat:           __probe_ip=7f26a65fb000 dfd=14 path=etc flags=0x0 comm=qemu\n")  # noqa: E501
+        "  qemu-6377  [000]   279.131157467: libc_openat:           __probe_ip=7f26a65fb000 dfd=14 path=etc flags=0x0 comm=qemu\n"  # noqa: E501
+    )
     t = open_trace(p)
     assert t.info["format"] == "report text -R"
     fr = t.read({"print": None, "sched_wakeup": None, "uprobes:libc_openat": None})
     assert fr["print"]["buf"].tolist() == ["hello a=b"]
     assert fr["print"]["ts"].tolist() == [279_096_432_789]
     w = fr["sched_wakeup"]
-    assert list(w.columns) == ["ts", "cpu", "pid", "comm", "field_comm", "field_pid", "prio",
-                               "target_cpu"]
+    assert list(w.columns) == [
+        "ts",
+        "cpu",
+        "pid",
+        "comm",
+        "field_comm",
+        "field_pid",
+        "prio",
+        "target_cpu",
+    ]
     assert w["pid"].tolist() == [7505] and w["field_pid"].tolist() == [7483]
     o = fr["uprobes:libc_openat"]
     assert o["__probe_ip"].tolist() == [0x7F26A65FB150, 0x7F26A65FB000]
@@ -251,14 +284,17 @@ def test_both_readers_give_one_interface_and_one_column_type(tmp_path):
         "  ls-7505  [001]   704.651925477: kmem_cache_alloc: call_site=0x1 ptr=0xff00 "
         "bytes_req=192 bytes_alloc=192 gfp_flags=0x0 node=0 accounted=0 name=dentry\n"
         "  ls-7505  [001]   704.651925478: kmem_cache_alloc: call_site=0x1 ptr=0xff40 "
-        "bytes_req=64 bytes_alloc=64 gfp_flags=0x0 node=0 accounted=0 name=kmalloc-64\n")
+        "bytes_req=64 bytes_alloc=64 gfp_flags=0x0 node=0 accounted=0 name=kmalloc-64\n"
+    )
     text = open_trace(p)
     dat = open_trace(FIXTURES / "kmem-host" / "kmem.dat")
     assert isinstance(text, Trace) and isinstance(dat, Trace)
     want = {"kmem:kmem_cache_alloc": ["ptr", "bytes_alloc", "name"]}
     for t in (text, dat):
-        for cols in (t.read_columns(want)["kmem:kmem_cache_alloc"],
-                     t.read_pieces(want)["kmem:kmem_cache_alloc"][0]):
+        for cols in (
+            t.read_columns(want)["kmem:kmem_cache_alloc"],
+            t.read_pieces(want)["kmem:kmem_cache_alloc"][0],
+        ):
             for c in ("ts", "cpu", "pid", "ptr", "bytes_alloc"):
                 assert isinstance(cols[c], np.ndarray) and cols[c].dtype.kind in "iu", (t, c)
             for c in ("comm", "name"):

@@ -45,11 +45,12 @@ def test_rebuilt_results_match_the_recorded_run(fixture, tmp_path):
 
 def test_a_repeated_or_lost_name_fails_the_run(tmp_path):
     from conftest import FIXTURES
+
     d = tmp_path / "run"
     shutil.copytree(f"{FIXTURES}/6.1-v3", d)
     names = (d / "names-modified.txt").read_text().split()
-    names.append(names[10])          # listed twice
-    del names[20]                    # never listed
+    names.append(names[10])  # listed twice
+    del names[20]  # never listed
     (d / "names-modified.txt").write_text("\n".join(sorted(names)) + "\n")
     subprocess.check_call([sys.executable, "-m", "nfsreaddir", "results", str(d)])
     res = json.loads((d / "results.json").read_text())
@@ -61,9 +62,21 @@ def test_a_repeated_or_lost_name_fails_the_run(tmp_path):
 
 def test_table_puts_kernels_side_by_side():
     from conftest import FIXTURES
-    out = subprocess.run([sys.executable, "-m", "nfsreaddir", "results", "--table",
-                          f"{FIXTURES}/5.10-v4.1", f"{FIXTURES}/6.1-v3"],
-                         capture_output=True, text=True, check=True).stdout
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nfsreaddir",
+            "results",
+            "--table",
+            f"{FIXTURES}/5.10-v4.1",
+            f"{FIXTURES}/6.1-v3",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "5.10.0-" in out and "6.1.0-" in out and "READDIR RPCs" in out
     assert "FAIL" in out and "PASS" in out
 
@@ -75,6 +88,7 @@ def test_overhead_is_the_ratio_of_the_medians_of_one_run(tmp_path):
     import statistics
 
     from conftest import FIXTURES
+
     src = f"{FIXTURES}/overhead-5.10-series"
     facts = results.read_facts(f"{src}/facts")
     d, res = rebuild(src, tmp_path)
@@ -85,8 +99,11 @@ def test_overhead_is_the_ratio_of_the_medians_of_one_run(tmp_path):
     assert res["verdict"] == ("PASS" if res["slowdown"] <= 1.10 else "FAIL")
     assert res == json.loads(open(f"{src}/results.json").read())
     # The same times judged against a limit below the measured slowdown fail.
-    text = (d / "facts").read_text().replace("run.max_slowdown=1.10",
-                                             f"run.max_slowdown={res['slowdown'] - 0.01:.2f}")
+    text = (
+        (d / "facts")
+        .read_text()
+        .replace("run.max_slowdown=1.10", f"run.max_slowdown={res['slowdown'] - 0.01:.2f}")
+    )
     (d / "facts").write_text(text)
     subprocess.check_call([sys.executable, "-m", "nfsreaddir", "results", str(d)])
     strict = json.loads((d / "results.json").read_text())
@@ -97,11 +114,14 @@ def test_a_directory_that_is_no_run_says_what_it_lacks(tmp_path):
     """results on a directory that is no reproducer's: what it lacks, in one line, and no
     verdict (an error, which stops a bisect), never a raw errno."""
     from nfsreaddir.status import ERROR as EXIT_ERROR
+
     p = run_cli("results", "--verdict", tmp_path)
     assert p.returncode == EXIT_ERROR and p.stdout == "", p.stdout
-    assert p.stderr == (f"nfs-readdir: {tmp_path} is not a reproducer's results directory: it "
-                        "has no results.json (the reproducers and vm-run write one into their "
-                        "--results directory)\n")
+    assert p.stderr == (
+        f"nfs-readdir: {tmp_path} is not a reproducer's results directory: it "
+        "has no results.json (the reproducers and vm-run write one into their "
+        "--results directory)\n"
+    )
     p = run_cli("results", tmp_path)
     assert p.returncode == EXIT_ERROR and "it has no facts file" in p.stderr, p.stderr
     # A run whose results.json was not written yet: the command that writes it.

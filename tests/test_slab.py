@@ -29,22 +29,32 @@ from nfsreaddir.trace.text import ReportText
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HOST = FIXTURES / "kmem-host" / "kmem.dat"
-KMALLOC = [FIXTURES / "dcache-memcg-5.10" / "dcache.dat",
-           FIXTURES / "dcache-memcg-6.1" / "dcache.dat"]
+KMALLOC = [
+    FIXTURES / "dcache-memcg-5.10" / "dcache.dat",
+    FIXTURES / "dcache-memcg-6.1" / "dcache.dat",
+]
 NFS = FIXTURES / "6.1-v4.1" / "modified.dat"
 TRACE_CMD = shutil.which("trace-cmd")
 # Without trace-cmd these fail (conftest.installed), they do not skip.
 needs_trace_cmd = pytest.mark.usefixtures("trace_cmd")
 
-_LINE = re.compile(r"\[(\d+)\]\s+(\d+)\.(\d+):\s+(kmem_cache_alloc|kmem_cache_alloc_node|"
-                   r"kmem_cache_free|kmalloc|kmalloc_node|kfree):\s+(.*)$")
+_LINE = re.compile(
+    r"\[(\d+)\]\s+(\d+)\.(\d+):\s+(kmem_cache_alloc|kmem_cache_alloc_node|"
+    r"kmem_cache_free|kmalloc|kmalloc_node|kfree):\s+(.*)$"
+)
 
 
 def report_events(dat):
     """(ts ns, kind, ptr, cache name or None, bytes_alloc or None) per kmem line of
     `trace-cmd report -t` (default print formats), in the report's order."""
-    out = subprocess.run([TRACE_CMD, "report", "-t", str(dat)], check=True, timeout=600,
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    out = subprocess.run(
+        [TRACE_CMD, "report", "-t", str(dat)],
+        check=True,
+        timeout=600,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ).stdout
     evs = []
     for line in out.splitlines():
         m = _LINE.search(line)
@@ -53,15 +63,22 @@ def report_events(dat):
         ts = int(m.group(2)) * 10**9 + int(m.group(3).ljust(9, "0"))
         rest = m.group(5)
         kv = dict(re.findall(r"(\w+)=(\S+)", rest))
-        evs.append((ts, m.group(4), int(kv["ptr"], 16), kv.get("name"),
-                    int(kv["bytes_alloc"]) if "bytes_alloc" in kv else None))
+        evs.append(
+            (
+                ts,
+                m.group(4),
+                int(kv["ptr"], 16),
+                kv.get("name"),
+                int(kv["bytes_alloc"]) if "bytes_alloc" in kv else None,
+            )
+        )
     return evs
 
 
 def expected(evs, use_names=True):
     """Per-cache figures, one event at a time (the definitions in nfsreaddir.model.slab)."""
     evs = sorted(evs, key=lambda e: (e[0], not e[1].startswith(("kmem_cache_alloc", "kmalloc"))))
-    live = {}                                 # ptr -> cache of the live object
+    live = {}  # ptr -> cache of the live object
     c = defaultdict(Counter)
     running, peak = Counter(), Counter()
     unknown = 0
@@ -73,7 +90,7 @@ def expected(evs, use_names=True):
                 cache = f"kmalloc-{size}"
             else:
                 cache = name if (use_names and name) else f"size-{size}"
-            if ptr in live:                   # allocated again: freed, untraced
+            if ptr in live:  # allocated again: freed, untraced
                 old = live.pop(ptr)
                 c[old]["untraced_frees"] += 1
                 running[old] -= 1
@@ -140,7 +157,7 @@ def test_host_trace_matches_report(host_events):
     assert counts["kmem_cache_alloc"] > 1000 and counts["kmem_cache_free"] > 500
     exp, unknown = expected(host_events)
     check_against(s, exp, unknown)
-    assert unknown == 0                       # the free events name their cache
+    assert unknown == 0  # the free events name their cache
     # objects live at the end, counted by ptr: the allocations whose ptr is never seen again
     last = {}
     for _, kind, ptr, *_ in sorted(host_events, key=lambda e: e[0]):
@@ -151,7 +168,7 @@ def test_host_trace_matches_report(host_events):
     assert d["allocs"] == exp["dentry"]["allocs"] > 0
     assert d["object_size"] == slab.DENTRY_OBJECT_SIZE
     assert s["seconds"] > 0 and s["start_ts"] == min(e[0] for e in host_events)
-    json.dumps(s)                             # JSON-able as it is
+    json.dumps(s)  # JSON-able as it is
     text = render.slab_text(s, top=5)
     assert "dentry cache (name)" in text and "more caches" in text
     assert text.splitlines()[2].split()[0] == s["caches"][0]["cache"]
@@ -168,6 +185,7 @@ class _NoName:
         if fmt is None or "name" not in fmt.fields:
             return fmt
         import copy
+
         f2 = copy.copy(fmt)
         f2.fields = {k: v for k, v in fmt.fields.items() if k != "name"}
         return f2
@@ -208,8 +226,13 @@ def test_report_text_path_same(tmp_path):
     """The same figures from `trace-cmd report -R` text as from the trace.dat."""
     txt = tmp_path / "r.txt"
     with open(txt, "wb") as f:
-        subprocess.run([TRACE_CMD, "report", "-R", "-t", str(HOST)], check=True, stdout=f,
-                       stderr=subprocess.DEVNULL, timeout=600)
+        subprocess.run(
+            [TRACE_CMD, "report", "-R", "-t", str(HOST)],
+            check=True,
+            stdout=f,
+            stderr=subprocess.DEVNULL,
+            timeout=600,
+        )
     a = slab.summarize(open_trace(HOST))
     b = slab.summarize(ReportText(str(txt)))
     assert a["caches"] == b["caches"] and a["total"] == b["total"]
@@ -222,8 +245,7 @@ def test_no_kmem_events():
 
 def test_module_command():
     cmd = [sys.executable, "-m", "nfsreaddir", "slab"]
-    p = subprocess.run(cmd + [str(HOST), "--top", "3"], capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run(cmd + [str(HOST), "--top", "3"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("slab growth over") and "dentry" in p.stdout
     p = subprocess.run(cmd + [str(HOST), "--json"], capture_output=True, text=True, timeout=300)
@@ -239,8 +261,9 @@ def test_lost_events_noted_with_the_stored_count():
     assert s["lost_events"] == 1 and s["lost_total"] == 8999
     assert "8999 events lost in 1 place:" in " ".join(s["notes"])
 
-    class Uncounted:          # a marker without a count and no stored stats
+    class Uncounted:  # a marker without a count and no stored stats
         info = {"lost_events": [{"cpu": 0, "ts": 1, "count": None}], "lost_total": None}
+
     note = " ".join(slab._summarize(Uncounted(), *_reread(HOST))["notes"])
     assert "an unknown number of events lost in 1 place" in note and " 0 events" not in note
 
@@ -280,12 +303,12 @@ def test_compiled_pass_on_many_pointers_and_tied_times(monkeypatch):
     size_of = rng.integers(8, 4096, len(names))
 
     def kind(n, alloc, named, runs):
-        ts = rng.integers(0, n // 4, n)             # about 4 events per instant
-        ts[:n // runs * runs].reshape(runs, -1).sort()   # per CPU: runs in time order
+        ts = rng.integers(0, n // 4, n)  # about 4 events per instant
+        ts[: n // runs * runs].reshape(runs, -1).sort()  # per CPU: runs in time order
         if runs == 1:
-            rng.shuffle(ts)                         # (one kind with no order at all)
+            rng.shuffle(ts)  # (one kind with no order at all)
         ptr = rng.integers(1, 200_000, n, dtype=np.uint64) << np.uint64(16)
-        ptr[rng.random(n) < 0.001] = rng.integers(0, 17, 1)[0]   # failed, kfree(NULL)
+        ptr[rng.random(n) < 0.001] = rng.integers(0, 17, 1)[0]  # failed, kfree(NULL)
         code = rng.integers(-1 if not alloc else 0, len(names), n).astype(np.int32)
         cols = {"ts": ts, "ptr": ptr}
         if alloc:
@@ -294,10 +317,12 @@ def test_compiled_pass_on_many_pointers_and_tied_times(monkeypatch):
             cols["name"] = Strs(code, names)
         return cols
 
-    frames = {"kmem:kmem_cache_alloc": kind(700_000, True, True, 2),
-              "kmem:kmalloc": kind(300_000, True, False, 5),
-              "kmem:kmem_cache_free": kind(600_000, False, True, 3),
-              "kmem:kfree": kind(30_000, False, False, 1)}
+    frames = {
+        "kmem:kmem_cache_alloc": kind(700_000, True, True, 2),
+        "kmem:kmalloc": kind(300_000, True, False, 5),
+        "kmem:kmem_cache_free": kind(600_000, False, True, 3),
+        "kmem:kfree": kind(30_000, False, False, 1),
+    }
     request = {ev: list(cols) for ev, cols in frames.items()}
 
     class Trace:
@@ -309,15 +334,17 @@ def test_compiled_pass_on_many_pointers_and_tied_times(monkeypatch):
         out = {}
         for ev, cols in frames.items():
             half = len(cols["ts"]) // 2
-            first = {c: v[:half] if not isinstance(v, Strs) else Strs(v.codes[:half], names)
-                     for c, v in cols.items()}
+            first = {
+                c: v[:half] if not isinstance(v, Strs) else Strs(v.codes[:half], names)
+                for c, v in cols.items()
+            }
             second = {c: v[half:] for c, v in cols.items() if not isinstance(v, Strs)}
             if "name" in cols:
                 code = cols["name"].codes[half:]
-                second["name"] = Strs(np.where(code < 0, code, len(names) - 1 - code),
-                                       names[::-1])
+                second["name"] = Strs(np.where(code < 0, code, len(names) - 1 - code), names[::-1])
             out[ev] = [first, second]
         return out
+
     fast = slab._summarize(Trace(), request, fresh())
     monkeypatch.setattr(slab, "_slab", None)
     assert fast == slab._summarize(Trace(), request, fresh())

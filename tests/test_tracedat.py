@@ -41,6 +41,7 @@ needs_trace_cmd = pytest.mark.usefixtures("trace_cmd")
 
 # ------------------------------------------------------------------ helpers
 
+
 def fixture_files():
     if not FIXTURES.is_dir():
         return []
@@ -58,15 +59,15 @@ def report_text(dat, out_txt, raw=True, instance=None):
 
 
 def trace_cmd_compressions():
-    r = subprocess.run([TRACE_CMD, "list", "-c"], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, timeout=60)
+    r = subprocess.run(
+        [TRACE_CMD, "list", "-c"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60
+    )
     return set(re.findall(r"^\s*(\w+),", r.stdout.decode("utf-8", "replace"), re.M))
 
 
 def convert(src, dst, version, compression=None):
     """`trace-cmd convert`; returns None on success, else the tool's output."""
-    cmd = [TRACE_CMD, "convert", "-i", str(src), "-o", str(dst),
-           "--file-version", str(version)]
+    cmd = [TRACE_CMD, "convert", "-i", str(src), "-o", str(dst), "--file-version", str(version)]
     if compression:
         cmd += ["--compression", compression]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
@@ -79,8 +80,11 @@ class Syms:
     """Kernel symbol lookup from the kallsyms saved in the trace (as trace-cmd dumps them)."""
 
     def __init__(self, dat):
-        text = subprocess.run([TRACE_CMD, "dump", "--kallsyms", str(dat)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout
+        text = subprocess.run(
+            [TRACE_CMD, "dump", "--kallsyms", str(dat)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        ).stdout
         addrs, names = [], []
         for line in text.decode("utf-8", "replace").splitlines():
             parts = line.split()
@@ -135,7 +139,7 @@ def int_matches(b, s, size, syms):
 
 
 def arr_bytes(s):
-    inner = s[len("ARRAY["):].rstrip("]").strip()
+    inner = s[len("ARRAY[") :].rstrip("]").strip()
     return bytes(int(x, 16) for x in inner.split(",") if x.strip())
 
 
@@ -188,8 +192,9 @@ def compare_with_report(dat, tmp_path, instance=None):
             continue
         assert list(bdf.columns[:4]) == list(BASE_COLUMNS)
         for c in ("ts", "cpu", "pid"):
-            np.testing.assert_array_equal(bdf[c].to_numpy(), tdf[c].to_numpy(),
-                                          err_msg=f"{dat} {full} {c}")
+            np.testing.assert_array_equal(
+                bdf[c].to_numpy(), tdf[c].to_numpy(), err_msg=f"{dat} {full} {c}"
+            )
         bc = bdf["comm"].to_numpy(dtype=object)
         tc = tdf["comm"].to_numpy(dtype=object)
         bad = np.flatnonzero((bc != "<...>") & (bc != tc))
@@ -209,10 +214,13 @@ def compare_with_report(dat, tmp_path, instance=None):
                     problems.append(f"{full}.{fname} row {i}: decoded {b!r}, report {s!r}")
                     break
     assert not problems, f"{dat}:\n" + "\n".join(problems[:8])
+
     # lost events: same cpus and counts as the report's "EVENTS DROPPED" lines
     def lost(info):
-        return sorted((d["cpu"], d["count"] if d["count"] is not None else -1)
-                      for d in info["lost_events"])
+        return sorted(
+            (d["cpu"], d["count"] if d["count"] is not None else -1) for d in info["lost_events"]
+        )
+
     assert lost(t.info) == lost(rt.info), (t.info["lost_events"], rt.info["lost_events"])
     for d in t.info["lost_events"]:
         assert isinstance(d["ts"], int) and d["cpu"] >= 0
@@ -222,8 +230,12 @@ def compare_with_report(dat, tmp_path, instance=None):
 def frames_equal(a, b, what):
     assert set(a) == set(b), what
     for k in a:
-        pd.testing.assert_frame_equal(a[k].reset_index(drop=True), b[k].reset_index(drop=True),
-                                      check_dtype=True, obj=f"{what} {k}")
+        pd.testing.assert_frame_equal(
+            a[k].reset_index(drop=True),
+            b[k].reset_index(drop=True),
+            check_dtype=True,
+            obj=f"{what} {k}",
+        )
 
 
 _PRESENT = {}
@@ -244,6 +256,7 @@ def read_all(path, instance=None, events=None):
 
 # ------------------------------------------------------------ host trace
 
+
 def _write(path, value):
     Path(path).write_text(value)
 
@@ -253,8 +266,11 @@ def host_trace(tmp_path_factory):
     """A short real trace of this host (kmem, sched, trace_marker, one instance)."""
     installed("trace-cmd")
     if not (TRACEFS / "tracing_on").exists():
-        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            ["mount", "-t", "tracefs", "nodev", str(TRACEFS)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     if not os.access(TRACEFS / "tracing_on", os.W_OK):
         no_tracefs()
     out = tmp_path_factory.mktemp("host") / "host.dat"
@@ -319,10 +335,13 @@ def dat_files(request):
 
 # -------------------------------------------------------------------- tests
 
+
 def test_fixtures_present():
     if not fixture_files():
-        pytest.skip(f"no *.dat fixtures under {FIXTURES} yet (the reproducer records them); "
-                    "the other tests ran on a host trace recorded for the test")
+        pytest.skip(
+            f"no *.dat fixtures under {FIXTURES} yet (the reproducer records them); "
+            "the other tests ran on a host trace recorded for the test"
+        )
 
 
 @pytest.mark.slow
@@ -349,8 +368,10 @@ def test_host_trace_instance_and_lost_events(host_trace, tmp_path):
     assert ti.info["lost_events"], "the 8 KB instance buffer should have dropped events"
     # the instance's own stored stats, not the top buffer's: its tiny buffer overwrote
     assert ti.info["cpu_stats"] and sum(st["overrun"] for st in ti.info["cpu_stats"].values())
-    assert ti.info["lost_total"] == sum(st["overrun"] + st["dropped_events"] + st["commit_overrun"]
-                                        for st in ti.info["cpu_stats"].values())
+    assert ti.info["lost_total"] == sum(
+        st["overrun"] + st["dropped_events"] + st["commit_overrun"]
+        for st in ti.info["cpu_stats"].values()
+    )
     with pytest.raises(TraceError, match="no_such_instance"):
         open_trace(host_trace, instance="no_such_instance")
 
@@ -387,7 +408,7 @@ def test_a_trace_of_instances_alone(tmp_path):
     """No events in the top-level buffer: the one instance that has them is read, and named;
     with two, the message names both and says how to read each (not "no kmem events")."""
     one = tmp_path / "one.dat"
-    name, = extract_instances_only(one, ["nfsreaddir_only"])
+    (name,) = extract_instances_only(one, ["nfsreaddir_only"])
     p = run_cli("slab", one, check=0)
     assert f"reading those of instance {name!r}" in p.stderr, p.stderr
     assert "kmem_cache_alloc" in p.stdout
@@ -401,8 +422,14 @@ def test_a_trace_of_instances_alone(tmp_path):
 def report_stats(dat):
     """{cpu: {name: int}} of the stored ring-buffer stats as `trace-cmd report --stat`
     prints them (the oracle of info["cpu_stats"])."""
-    r = subprocess.run([TRACE_CMD, "report", "--stat", str(dat)], stdout=subprocess.PIPE,
-                       stderr=subprocess.DEVNULL, check=True, timeout=300, text=True)
+    r = subprocess.run(
+        [TRACE_CMD, "report", "--stat", str(dat)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        timeout=300,
+        text=True,
+    )
     out, cpu = {}, None
     for line in r.stdout.splitlines():
         m = re.match(r"CPU: (\d+)$", line)
@@ -428,14 +455,20 @@ def test_lost_events_unknown_count_and_cpu_stats():
     for cpu, st in stats.items():
         for k, v in st.items():
             assert t.info["cpu_stats"][cpu][k] == v, (cpu, k)
-    total = sum(st["overrun"] + st["dropped_events"] + st["commit_overrun"]
-                for st in stats.values())
-    assert t.info["lost_total"] == total          # known from the stats before any read
+    total = sum(
+        st["overrun"] + st["dropped_events"] + st["commit_overrun"] for st in stats.values()
+    )
+    assert t.info["lost_total"] == total  # known from the stats before any read
     t.read({"sched:sched_switch": ["prev_pid"]})
     assert [(d["cpu"], d["count"]) for d in t.info["lost_events"]] == [(0, None)]
     assert t.info["lost_total"] == total
-    text = subprocess.run([TRACE_CMD, "report", str(dat)], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, check=True, text=True).stdout
+    text = subprocess.run(
+        [TRACE_CMD, "report", str(dat)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        text=True,
+    ).stdout
     assert re.findall(r"CPU:(\d+) \[(\d*) ?EVENTS DROPPED\]", text) == [("0", "")]
 
 
@@ -454,13 +487,20 @@ def test_dropped_events_counted_from_cpu_stats():
 
 def test_parse_cpu_stats_by_name_and_instance():
     from nfsreaddir.trace.format import parse_cpu_stats
-    texts = ["CPU: 0\nentries: 3\noverrun: 5\nnow ts: 12.5\nnew counter: 7",
-             "CPU: 1\noverrun: 0\ndropped events: 2",
-             "\nBuffer: inst\n\n", "CPU: 0\noverrun: 9\nodd: x y"]
+
+    texts = [
+        "CPU: 0\nentries: 3\noverrun: 5\nnow ts: 12.5\nnew counter: 7",
+        "CPU: 1\noverrun: 0\ndropped events: 2",
+        "\nBuffer: inst\n\n",
+        "CPU: 0\noverrun: 9\nodd: x y",
+    ]
     assert parse_cpu_stats(texts) == {
-        "": {0: {"entries": 3, "overrun": 5, "now_ts": 12.5, "new_counter": 7},
-             1: {"overrun": 0, "dropped_events": 2}},
-        "inst": {0: {"overrun": 9, "odd": "x y"}}}
+        "": {
+            0: {"entries": 3, "overrun": 5, "now_ts": 12.5, "new_counter": 7},
+            1: {"overrun": 0, "dropped_events": 2},
+        },
+        "inst": {0: {"overrun": 9, "odd": "x y"}},
+    }
 
 
 def test_instances_of_fixtures(dat_files, tmp_path):
@@ -555,6 +595,7 @@ def test_print_buf(dat_files):
 
 # ---------------------------------------------------------- damaged files
 
+
 class _Timeout(Exception):
     pass
 
@@ -604,7 +645,7 @@ def test_truncated(dat_files, tmp_path):
         # cut in the middle of the last cpu's data: earlier events come back as partial
         lo, hi = max(ranges)
         p = tmp_path / "cut.dat"
-        p.write_bytes(data[:(lo + hi) // 2])
+        p.write_bytes(data[: (lo + hi) // 2])
         r = _attempt(p, events)
         assert isinstance(r, TraceError)
         if r.partial is not None:
@@ -631,11 +672,11 @@ def test_corrupt_bytes_fuzz(dat_files, tmp_path):
                 if mode == "bit":
                     b[j] ^= 1 << rnd.randrange(8)
                 elif mode == "word":
-                    b[j:j + 4] = rnd.randbytes(4)
+                    b[j : j + 4] = rnd.randbytes(4)
                 elif mode == "zero":
-                    b[j:j + 64] = bytes(len(b[j:j + 64]))
+                    b[j : j + 64] = bytes(len(b[j : j + 64]))
                 else:
-                    b[j:j + 16] = b"\xff" * len(b[j:j + 16])
+                    b[j : j + 16] = b"\xff" * len(b[j : j + 16])
             p = tmp_path / "fuzz.dat"
             p.write_bytes(bytes(b))
             r = _attempt(p, events)
@@ -644,10 +685,13 @@ def test_corrupt_bytes_fuzz(dat_files, tmp_path):
 
 
 def test_not_a_trace(tmp_path):
-    cases = {"empty": b"", "text": b"hello world\nthis is not a trace\n",
-             "badmagic": b"\x17\x08\x44trazing6\x00" + bytes(100),
-             "badversion": b"\x17\x08\x44tracing9\x00" + bytes(100),
-             "binary": bytes(range(256)) * 8}
+    cases = {
+        "empty": b"",
+        "text": b"hello world\nthis is not a trace\n",
+        "badmagic": b"\x17\x08\x44trazing6\x00" + bytes(100),
+        "badversion": b"\x17\x08\x44tracing9\x00" + bytes(100),
+        "binary": bytes(range(256)) * 8,
+    }
     for name, data in cases.items():
         p = tmp_path / name
         p.write_bytes(data)
@@ -660,6 +704,7 @@ def test_not_a_trace(tmp_path):
 
 # -------------------------------------------------- zlib re-compression
 
+
 def recompress_v7(src, dst, algo="zlib"):
     """Write ``src`` (a trace-cmd v7 file) again with every compressed section
     and data chunk re-compressed with ``algo`` (only zlib).  Used when the
@@ -667,6 +712,7 @@ def recompress_v7(src, dst, algo="zlib"):
     """
     from nfsreaddir.trace import datfile as td
     from nfsreaddir.trace.raw import decompress
+
     assert algo == "zlib"
     t = open_trace(src)
     e = "little" if t.layout.endian == "<" else "big"
@@ -676,17 +722,17 @@ def recompress_v7(src, dst, algo="zlib"):
         return x.to_bytes(n, e)
 
     def rd(off, n):
-        return int.from_bytes(mm[off:off + n], e)
+        return int.from_bytes(mm[off : off + n], e)
 
     def section(off):
         sid, flags, sdesc, size = rd(off, 2), rd(off + 2, 2), rd(off + 4, 4), rd(off + 8, 8)
-        payload = mm[off + 16:off + 16 + size]
+        payload = mm[off + 16 : off + 16 + size]
         if flags & 1:
             cs, us = rd(off + 16, 4), rd(off + 20, 4)
-            payload = decompress(t.file.compression, mm[off + 24:off + 24 + cs], us, "section")
+            payload = decompress(t.file.compression, mm[off + 24 : off + 24 + cs], us, "section")
         return sid, flags, sdesc, payload
 
-    out = bytearray(mm[:18])          # magic, "7\0", endian, long size, page size
+    out = bytearray(mm[:18])  # magic, "7\0", endian, long size, page size
     out += b"zlib\0" + zlib.ZLIB_VERSION.encode() + b"\0"
     opt_ptr_at = len(out)
     out += bytes(8)
@@ -708,9 +754,11 @@ def recompress_v7(src, dst, algo="zlib"):
         _, _, _, payload = section(off)
         pos, off = 0, 0
         while pos < len(payload):
-            oid, size = int.from_bytes(payload[pos:pos + 2], e), int.from_bytes(
-                payload[pos + 2:pos + 6], e)
-            data = payload[pos + 6:pos + 6 + size]
+            oid, size = (
+                int.from_bytes(payload[pos : pos + 2], e),
+                int.from_bytes(payload[pos + 2 : pos + 6], e),
+            )
+            data = payload[pos + 6 : pos + 6 + size]
             pos += 6 + size
             if oid == 0:
                 off = int.from_bytes(data[:8], e)
@@ -727,14 +775,18 @@ def recompress_v7(src, dst, algo="zlib"):
             name_end = data.index(b"\0", p)
             clock_end = data.index(b"\0", name_end + 1)
             p = clock_end + 1
-            page_size = int.from_bytes(data[p:p + 4], e)
-            ncpu = int.from_bytes(data[p + 4:p + 8], e)
+            page_size = int.from_bytes(data[p : p + 4], e)
+            ncpu = int.from_bytes(data[p + 4 : p + 8], e)
             cpus = []
             q = p + 8
             for _ in range(ncpu):
-                cpus.append((int.from_bytes(data[q:q + 4], e),
-                             int.from_bytes(data[q + 4:q + 12], e),
-                             int.from_bytes(data[q + 12:q + 20], e)))
+                cpus.append(
+                    (
+                        int.from_bytes(data[q : q + 4], e),
+                        int.from_bytes(data[q + 4 : q + 12], e),
+                        int.from_bytes(data[q + 12 : q + 20], e),
+                    )
+                )
                 q += 20
             sid, flags, sdesc = rd(soff, 2), rd(soff + 2, 2), rd(soff + 4, 4)
             sec_off = len(out)
@@ -752,16 +804,18 @@ def recompress_v7(src, dst, algo="zlib"):
                     pos = coff + 4
                     for _ in range(n):
                         cs, us = rd(pos, 4), rd(pos + 4, 4)
-                        raw = decompress(t.file.compression, mm[pos + 8:pos + 8 + cs], us, "chunk")
+                        raw = decompress(
+                            t.file.compression, mm[pos + 8 : pos + 8 + cs], us, "chunk"
+                        )
                         comp = zlib.compress(raw)
                         out.extend(u(len(comp), 4) + u(us, 4) + comp)
                         pos += 8 + cs
                     new_cpus.append((cpu, start, len(out) - start - 4))
                 else:
-                    out.extend(mm[coff:coff + csize])
+                    out.extend(mm[coff : coff + csize])
                     new_cpus.append((cpu, start, csize))
-            out[sec_off + 8:sec_off + 16] = u(len(out) - sec_off - 16, 8)
-            nd = u(sec_off, 8) + data[8:p + 4] + u(len(new_cpus), 4)
+            out[sec_off + 8 : sec_off + 16] = u(len(out) - sec_off - 16, 8)
+            nd = u(sec_off, 8) + data[8 : p + 4] + u(len(new_cpus), 4)
             for cpu, coff, csize in new_cpus:
                 nd += u(cpu, 4) + u(coff, 8) + u(csize, 8)
             new_opts.append((oid, nd))
@@ -770,7 +824,7 @@ def recompress_v7(src, dst, algo="zlib"):
     body = b"".join(u(oid, 2) + u(len(d), 4) + d for oid, d in new_opts)
     body += u(0, 2) + u(8, 4) + u(0, 8)
     opt_off = put_section(0, 1, 0, body)
-    out[opt_ptr_at:opt_ptr_at + 8] = u(opt_off, 8)
+    out[opt_ptr_at : opt_ptr_at + 8] = u(opt_off, 8)
     Path(dst).write_bytes(bytes(out))
 
 
@@ -780,7 +834,8 @@ EXTRACT_CPU = __import__("nfsreaddir.trace.scan", fromlist=["Scan"]).Scan.extrac
 
 needs_compiled = needs_setup(
     __import__("nfsreaddir.trace.ringbuf", fromlist=["_ringbuf"])._ringbuf is not None,
-    "the compiled walk (nfsreaddir._ringbuf) is not built")
+    "the compiled walk (nfsreaddir._ringbuf) is not built",
+)
 
 
 @pytest.fixture
@@ -792,6 +847,7 @@ def numpy_walk(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(ringbuf, "compiled", lambda: None)
             return fn()
+
     return run
 
 
@@ -817,9 +873,12 @@ def extractable(t, events):
     for ev in events:
         fmt = t.event_format(ev)
         if fmt is not None:
-            out[ev] = [f for f in fmt.user_fields()
-                       if (fmt.fields[f].loc is None and fmt.fields[f].kind == "int")
-                       or (fmt.fields[f].loc in ("data", "rel") and fmt.fields[f].kind == "str")]
+            out[ev] = [
+                f
+                for f in fmt.user_fields()
+                if (fmt.fields[f].loc is None and fmt.fields[f].kind == "int")
+                or (fmt.fields[f].loc in ("data", "rel") and fmt.fields[f].kind == "str")
+            ]
     return out
 
 
@@ -830,9 +889,11 @@ def test_extract_equals_numpy_reader(dat_files, numpy_walk, monkeypatch):
     columns) against the numpy walk: every event of every fixture, field by field, with the
     base columns, the lost-events markers, and the pieces of read_pieces()."""
     from nfsreaddir.trace import scan
+
     used = []
-    monkeypatch.setattr(scan.Scan, "extract_cpu",
-                        lambda self, *a: used.append(1) or EXTRACT_CPU(self, *a))
+    monkeypatch.setattr(
+        scan.Scan, "extract_cpu", lambda self, *a: used.append(1) or EXTRACT_CPU(self, *a)
+    )
     for dat in dat_files:
         t = open_trace(dat)
         req = extractable(t, present_events(dat))
@@ -865,8 +926,12 @@ def test_extract_equals_numpy_reader(dat_files, numpy_walk, monkeypatch):
 
 def joined_column(parts):
     """One array of the values of column pieces (strings: decoded from their codes)."""
-    return np.concatenate([np.asarray(p.values, object)[p.codes] if hasattr(p, "codes")
-                           else np.asarray(p) for p in parts])
+    return np.concatenate(
+        [
+            np.asarray(p.values, object)[p.codes] if hasattr(p, "codes") else np.asarray(p)
+            for p in parts
+        ]
+    )
 
 
 @needs_compiled
@@ -878,18 +943,20 @@ def test_extract_widens_string_codes_as_the_dictionary_grows():
     import struct
 
     from nfsreaddir import _ringbuf
+
     P, data_off, evid = 4096, 16, 7
     names = [f"s{i:05d}" for i in range(40_000)] * 2
     pages, page, ts = [], bytearray(), 1000
 
     def close():
         pages.append(struct.pack("<QQ", ts, len(page)) + page.ljust(P - data_off, b"\0"))
+
     for name in names:
         s = name.encode() + b"\0"
         # common_type, flags, preempt_count, pid; then the __data_loc word: offset | len << 16
         data = struct.pack("<HBBiI", evid, 0, 0, 1, 12 | len(s) << 16) + s
         data = data.ljust(-(-len(data) // 4) * 4, b"\0")
-        rec = struct.pack("<I", len(data) // 4 | 1 << 5) + data    # type_len, time delta 1
+        rec = struct.pack("<I", len(data) // 4 | 1 << 5) + data  # type_len, time delta 1
         if len(page) + len(rec) > P - data_off:
             close()
             page = bytearray()
@@ -898,8 +965,9 @@ def test_extract_widens_string_codes_as_the_dictionary_grows():
     slots = np.full(1 << 16, -1, np.int16)
     slots[evid] = 0
     ext = _ringbuf.Extract(slots, [[(1, 8, 4, False, False, 1)]])
-    marks, bad, why, detail = ext.walk(np.frombuffer(b"".join(pages), np.uint8), P, 8, 8,
-                                       data_off, False, 8, 0, 2)
+    marks, bad, why, detail = ext.walk(
+        np.frombuffer(b"".join(pages), np.uint8), P, 8, 8, data_off, False, 8, 0, 2
+    )
     assert why is None and not marks
     n = ext.rows(0)
     mem = ext.take(0, 0)
@@ -934,31 +1002,38 @@ def test_extract_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
     same damage."""
     from nfsreaddir import _ringbuf
     from nfsreaddir.trace.page import damage_text
+
     for dat, t, cpu, block in damaged_blocks(dat_files, 20261124, 10):
         b, hp, idf = t.file.buf, t.file.header_page, t.file.formats.id_field()
         lost = []
-        parts = numpy_walk(lambda t=t, block=block, cpu=cpu, lost=lost:
-                           list(t.walker.walk(block, None, cpu, lost)))
+        parts = numpy_walk(
+            lambda t=t, block=block, cpu=cpu, lost=lost: list(t.walker.walk(block, None, cpu, lost))
+        )
         ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
         ts = np.concatenate([np.asarray(p[0][1], np.uint64) for p in parts])
         keep = ids != (1 << 8 * idf.size) - 1
         # every event into one slot, its id as the one column
-        slots = np.zeros((1 << (8 * idf.size)) if idf.size <= 2 else (1 << 20),
-                         np.int16)
+        slots = np.zeros((1 << (8 * idf.size)) if idf.size <= 2 else (1 << 20), np.int16)
         slots[-1] = -1
-        ext = _ringbuf.Extract(slots, [[(0, idf.offset, idf.size, False, False,
-                                         8)]])
+        ext = _ringbuf.Extract(slots, [[(0, idf.offset, idf.size, False, False, 8)]])
         marks, bad, why, detail = ext.walk(
-            block, b.page_size, hp["commit_off"], hp["commit_size"],
-            hp["data_off"], t.layout.endian == ">", t.file.long_size, idf.offset, idf.size)
+            block,
+            b.page_size,
+            hp["commit_off"],
+            hp["commit_size"],
+            hp["data_off"],
+            t.layout.endian == ">",
+            t.file.long_size,
+            idf.offset,
+            idf.size,
+        )
         n = ext.rows(0)
         got_ts = np.frombuffer(ext.take(0, -1), np.uint64, count=n)
         got_ids = np.frombuffer(ext.take(0, 0), np.uint64, count=n)
         assert np.array_equal(got_ts, ts[keep]), dat
         assert np.array_equal(got_ids.astype(np.int64), ids[keep]), dat
         assert [{"cpu": cpu, "ts": m[1], "count": m[2]} for m in marks] == lost
-        assert damage_text(cpu, why, bad, detail,
-                           b.page_size - hp["data_off"]) == parts[-1][1], dat
+        assert damage_text(cpu, why, bad, detail, b.page_size - hp["data_off"]) == parts[-1][1], dat
 
 
 @pytest.mark.slow
@@ -970,15 +1045,21 @@ def test_compiled_walk_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk)
         got, want = [], []
         for out, run in ((got, lambda f: f()), (want, numpy_walk)):
             lost = []
-            parts = run(lambda t=t, block=block, cpu=cpu, lost=lost:
-                        list(t.walker.walk(block, None, cpu, lost)))
+            parts = run(
+                lambda t=t, block=block, cpu=cpu, lost=lost: list(
+                    t.walker.walk(block, None, cpu, lost)
+                )
+            )
             ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
             # the largest id marks "no event" in the numpy walk: a record whose
             # id was damaged into it counts as none in either
             keep = ids != (1 << 8 * t.file.formats.id_field().size) - 1
-            cols = [np.concatenate([np.asarray(p[0][i], np.int64 if i != 1
-                                               else np.uint64) for p in parts])[keep]
-                    for i in range(3)]
+            cols = [
+                np.concatenate(
+                    [np.asarray(p[0][i], np.int64 if i != 1 else np.uint64) for p in parts]
+                )[keep]
+                for i in range(3)
+            ]
             out += [cols, ids[keep], lost, parts[-1][1]]
         for g, w in zip(got[0], want[0]):
             assert np.array_equal(g, w), dat
@@ -989,10 +1070,20 @@ def test_compiled_walk_takes_the_page_format_of_page_py():
     """The ring-buffer page is defined once, in trace/page.py: the compiled walk's #defines
     are the same values."""
     from nfsreaddir.trace import page
+
     src = (Path(page.__file__).parent.parent / "_ringbuf.c").read_text()
     defines = dict(re.findall(r"^#define ([A-Z_]+) (\(.*\)|\d+)$", src, re.M))
-    names = ["COMMIT_MASK", "MISSED_EVENTS", "MISSED_STORED", "TS_SHIFT", "TS_MSB",
-             "TYPE_DATA_MAX", "TYPE_PADDING", "TYPE_TIME_EXTEND", "TYPE_TIME_STAMP"]
+    names = [
+        "COMMIT_MASK",
+        "MISSED_EVENTS",
+        "MISSED_STORED",
+        "TS_SHIFT",
+        "TS_MSB",
+        "TYPE_DATA_MAX",
+        "TYPE_PADDING",
+        "TYPE_TIME_EXTEND",
+        "TYPE_TIME_STAMP",
+    ]
     for name in names:
         value = eval(re.sub(r"(\d)u?l*l?\b", r"\1", defines[name]))
         assert value == getattr(page, name), name
@@ -1003,36 +1094,41 @@ def test_without_the_compiled_walk_one_notice(dat_files):
     so once on stderr."""
     import json as _json
     import sys as _sys
-    code = ("import sys; sys.modules['nfsreaddir._ringbuf'] = None\n"
-            "from nfsreaddir.trace import open_trace\n"
-            "import json\n"
-            "for p in sys.argv[1:]:\n"
-            "    t = open_trace(p)\n"
-            "    cols = t.read(list(t.event_counts()))\n"
-            "    print(json.dumps({k: len(v) for k, v in cols.items()}))\n")
+
+    code = (
+        "import sys; sys.modules['nfsreaddir._ringbuf'] = None\n"
+        "from nfsreaddir.trace import open_trace\n"
+        "import json\n"
+        "for p in sys.argv[1:]:\n"
+        "    t = open_trace(p)\n"
+        "    cols = t.read(list(t.event_counts()))\n"
+        "    print(json.dumps({k: len(v) for k, v in cols.items()}))\n"
+    )
     paths = [str(p) for p in dat_files[:2]]
-    r = subprocess.run([_sys.executable, "-c", code, *paths], capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [_sys.executable, "-c", code, *paths], capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr
     notice = r.stderr.splitlines()
     assert len(notice) == 1 and "compiled trace reader is not built" in notice[0], r.stderr
     for p, line in zip(paths, r.stdout.splitlines()):
         t = open_trace(p)
-        assert _json.loads(line) == {k: len(v) for k, v in
-                                     t.read(list(t.event_counts())).items()}
+        assert _json.loads(line) == {k: len(v) for k, v in t.read(list(t.event_counts())).items()}
 
 
 # ------------------------------------------------- zstd chunks: libzstd vs python-zstandard
 
 needs_inflate = needs_setup(
     __import__("nfsreaddir.trace.streams", fromlist=["_zchunks"])._zchunks is not None,
-    "the compiled inflate (nfsreaddir._zchunks, libzstd) is not built")
+    "the compiled inflate (nfsreaddir._zchunks, libzstd) is not built",
+)
 
 
 def zstd_chunks(path):
     """(cpu, [(offset of the chunk header, csize, usize)]) of every CPU stream of a v7 zstd
     trace."""
     import struct
+
     t = open_trace(path)
     data = Path(path).read_bytes()
     out = []
@@ -1059,6 +1155,7 @@ def read_both_ways(path, events, monkeypatch):
     """(message, event counts, frames) of a partial read by the compiled inflate and by
     python-zstandard."""
     from nfsreaddir.trace import streams
+
     got = []
     for inflate in (True, False):
         monkeypatch.setattr(streams, "_inflate_wanted", lambda inflate=inflate: inflate)
@@ -1078,6 +1175,7 @@ def test_inflate_equals_python_zstd_on_damaged_chunks(dat_files, tmp_path, monke
     file says): both paths keep the same events and name the same damage
     (libzstd and python-zstandard word the corruption itself differently)."""
     import struct
+
     seen = set()
     for dat in chunky(dat_files):
         events = present_events(dat)
@@ -1100,22 +1198,23 @@ def test_inflate_equals_python_zstd_on_damaged_chunks(dat_files, tmp_path, monke
             }
             for label, new in cases.items():
                 b = bytearray(data)
-                if new is None:             # the data after the frame header zeroed
-                    b[pos + 8 + 12:pos + 8 + csize] = bytes(csize - 12)
+                if new is None:  # the data after the frame header zeroed
+                    b[pos + 8 + 12 : pos + 8 + csize] = bytes(csize - 12)
                 elif isinstance(new, bool):
                     import zstandard
-                    frame = zstandard.ZstdCompressor(write_content_size=new).compress(
-                        bytes(P))
-                    b[pos:pos + 8 + csize] = hdr(len(frame), usize) + frame + bytes(
-                        csize - len(frame))
+
+                    frame = zstandard.ZstdCompressor(write_content_size=new).compress(bytes(P))
+                    b[pos : pos + 8 + csize] = (
+                        hdr(len(frame), usize) + frame + bytes(csize - len(frame))
+                    )
                 else:
-                    b[pos:pos + 8] = new
+                    b[pos : pos + 8] = new
                 p = tmp_path / "chunk.dat"
                 p.write_bytes(bytes(b))
                 (msg_c, part_c), (msg_p, part_p) = read_both_ways(p, events, monkeypatch)
                 assert msg_c and msg_p, (dat, label)
                 assert label in msg_c, (dat, label, msg_c)
-                if label == "corrupt":      # (the libraries' own words, then the same)
+                if label == "corrupt":  # (the libraries' own words, then the same)
                     msg_c, msg_p = (re.sub(r"corrupt \(.*\)\)", "", m) for m in (msg_c, msg_p))
                 assert msg_c == msg_p, label
                 frames_equal(part_c, part_p, f"{dat} {label}")
@@ -1128,6 +1227,7 @@ def test_inflate_in_blocks_smaller_and_larger_than_a_chunk(dat_files, monkeypatc
     """Blocks of one page (every chunk larger: the block grows) and of a few chunks: the
     same frames as the usual blocks."""
     from nfsreaddir.trace import streams
+
     for dat in chunky(dat_files):
         events = present_events(dat)
         _, want = read_all(dat, events=events)
@@ -1139,15 +1239,17 @@ def test_inflate_in_blocks_smaller_and_larger_than_a_chunk(dat_files, monkeypatc
 
 # ------------------------------------ one CPU's stream read in stretches by parallel threads
 
+
 def read_request(path, req, monkeypatch, stretch):
     """(message or None, frames or partial frames, lost events, pieces) of ``path`` read
     by one thread a whole stream at a time (``stretch`` None), or by two threads with every
     stream cut into stretches of ``stretch`` bytes."""
     from nfsreaddir import tuning
+
     with monkeypatch.context() as m:
         m.setattr(tuning, "reader_threads", lambda: 1 if stretch is None else 2)
         m.setattr(tuning, "reader_stretch_bytes", lambda: stretch or 1 << 40)
-        m.setattr(tuning, "STRETCH_IDLE", -1.0)         # cut even streams of one size
+        m.setattr(tuning, "STRETCH_IDLE", -1.0)  # cut even streams of one size
         t = open_trace(path)
         try:
             frames, msg = t.read(req), None
@@ -1173,6 +1275,7 @@ def test_streams_are_cut_where_whole_ones_would_leave_threads_idle():
     leave idle: what decides whether to cut them into stretches."""
     from nfsreaddir import tuning
     from nfsreaddir.trace.scan import _idle_share
+
     assert _idle_share([119, 119], 2) == 0 == _idle_share([10] * 8, 2)
     assert _idle_share([100], 2) == 0.5 and _idle_share([5, 1, 1, 1], 2) == pytest.approx(0.2)
     # the sixths of a recording whose workload moved between the CPUs (KiB stored)
@@ -1186,10 +1289,12 @@ def test_stretches_of_a_stream_read_as_the_whole_stream(dat_files, tmp_path, mon
     a trace whose events sit on one CPU is not read by one thread): the same rows, fields,
     lost-events markers, and pieces in the same order as each stream read whole."""
     from nfsreaddir.trace import streams
+
     cut = []
     stretches = streams.Streams.stretches
-    monkeypatch.setattr(streams.Streams, "stretches",
-                        lambda self, *a: cut.append(stretches(self, *a)) or cut[-1])
+    monkeypatch.setattr(
+        streams.Streams, "stretches", lambda self, *a: cut.append(stretches(self, *a)) or cut[-1]
+    )
     streams_cut = 0
     for dat in with_uncompressed(dat_files, tmp_path):
         req = extractable(open_trace(dat), present_events(dat))
@@ -1203,8 +1308,9 @@ def test_stretches_of_a_stream_read_as_the_whole_stream(dat_files, tmp_path, mon
         assert got[2] == whole[2], dat
         for ev in req:
             for c in got[3][ev][0] if got[3][ev] else ():
-                assert np.array_equal(*(joined_column([p[c] for p in r[3][ev]])
-                                        for r in (got, whole))), (dat, ev, c)
+                assert np.array_equal(
+                    *(joined_column([p[c] for p in r[3][ev]]) for r in (got, whole))
+                ), (dat, ev, c)
     assert streams_cut >= 2, "the fixtures' streams were not cut into stretches"
 
 
@@ -1215,36 +1321,37 @@ def test_stretches_stop_where_the_stream_is_damaged(dat_files, tmp_path, monkeyp
     the damage and nothing after it, with the message of the stream read whole (pages
     counted from the start of the CPU's data)."""
     import struct
+
     seen = set()
     for dat in with_uncompressed(dat_files, tmp_path):
         data = Path(dat).read_bytes()
         t = open_trace(dat)
         req = extractable(t, present_events(dat))
         lo, hi = max(_data_ranges(dat))
-        cases = {"cut short": data[:(lo + hi) // 2]}
+        cases = {"cut short": data[: (lo + hi) // 2]}
         if not t.file.buf.compressed:
             # a page in the middle of the largest stream with a commit size past the page
             _, off, size = max(t.file.buf.cpus, key=lambda c: c[2])
             P, hp = t.file.buf.page_size, t.file.header_page
             at = off + (size // P // 2) * P + hp["commit_off"]
             b = bytearray(data)
-            b[at:at + hp["commit_size"]] = (P * 3).to_bytes(hp["commit_size"], "little")
+            b[at : at + hp["commit_size"]] = (P * 3).to_bytes(hp["commit_size"], "little")
             cases["garbage header"] = bytes(b)
         if t.file.compression == "zstd":
             cpu, chunks = max(zstd_chunks(dat)[1], key=lambda c: len(c[1]))
             pos, csize, usize = chunks[len(chunks) // 2]
             b = bytearray(data)
-            b[pos + 8 + 12:pos + 8 + csize] = bytes(csize - 12)
+            b[pos + 8 + 12 : pos + 8 + csize] = bytes(csize - 12)
             cases["corrupt"] = bytes(b)
             b = bytearray(data)
-            b[pos + 4:pos + 8] = struct.pack(t.layout.endian + "I", usize + 1)
+            b[pos + 4 : pos + 8] = struct.pack(t.layout.endian + "I", usize + 1)
             cases["implausible size"] = bytes(b)
         for label, damaged in cases.items():
             p = tmp_path / "damaged.dat"
             p.write_bytes(damaged)
             try:
                 open_trace(p)
-            except TraceError:      # (v7: the options section after the data is cut off)
+            except TraceError:  # (v7: the options section after the data is cut off)
                 continue
             whole = read_request(p, req, monkeypatch, None)
             got = read_request(p, req, monkeypatch, 1)
@@ -1259,18 +1366,21 @@ def test_without_the_compiled_inflate_one_notice(dat_files):
     """Where libzstd's header was missing at install, python-zstandard decompresses the
     chunks, with one notice on stderr, and the events are the same."""
     import sys as _sys
-    code = ("import sys; sys.modules['nfsreaddir._zchunks'] = None\n"
-            "from nfsreaddir.trace import open_trace\n"
-            "for p in sys.argv[1:]:\n"
-            "    t = open_trace(p)\n"
-            "    print(sorted((k, len(v)) for k, v in t.read(list(t.event_counts())).items()))\n")
+
+    code = (
+        "import sys; sys.modules['nfsreaddir._zchunks'] = None\n"
+        "from nfsreaddir.trace import open_trace\n"
+        "for p in sys.argv[1:]:\n"
+        "    t = open_trace(p)\n"
+        "    print(sorted((k, len(v)) for k, v in t.read(list(t.event_counts())).items()))\n"
+    )
     paths = [str(p) for p in dat_files[:2]]
-    r = subprocess.run([_sys.executable, "-c", code, *paths], capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [_sys.executable, "-c", code, *paths], capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr
     notice = r.stderr.splitlines()
     assert len(notice) == 1 and "python-zstandard" in notice[0], r.stderr
     for p, line in zip(paths, r.stdout.splitlines()):
         t = open_trace(p)
-        assert line == str(sorted((k, len(v)) for k, v in
-                                  t.read(list(t.event_counts())).items()))
+        assert line == str(sorted((k, len(v)) for k, v in t.read(list(t.event_counts())).items()))

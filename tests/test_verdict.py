@@ -43,10 +43,16 @@ def test_check_results_json_and_analyze_agree(name, tmp_path):
     with open(os.path.join(d, "results.json")) as f:
         stored = json.load(f)
     assert RESULT_CODES[res["verdict"]] == RESULT_CODES[stored["verdict"]] == c.returncode, (
-        res["verdict"], stored["verdict"], c.stdout)
+        res["verdict"],
+        stored["verdict"],
+        c.stdout,
+    )
     assert res["reasons"] == [c.stdout.strip()] == stored["reasons"]
-    v = subprocess.run([sys.executable, "-m", "nfsreaddir", "results", "--verdict",
-                        str(tmp_path / "run")], capture_output=True, text=True)
+    v = subprocess.run(
+        [sys.executable, "-m", "nfsreaddir", "results", "--verdict", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+    )
     assert v.returncode == c.returncode
     text = run_cli("analyze", d, check=0).stdout
     assert text.rstrip().splitlines()[-1] == "verdict: " + c.stdout.strip()
@@ -82,8 +88,12 @@ def rpc_only_run(trace_cmd, src, dst):
     for phase in ("idle", "modified"):
         dat = os.path.join(dst, f"{phase}.dat")
         with open(dat + ".txt", "w") as f:
-            subprocess.run([trace_cmd, "report", "-R", "-F", "sunrpc/rpc_request",
-                            "-F", "ftrace/print", dat], stdout=f, check=True, timeout=300)
+            subprocess.run(
+                [trace_cmd, "report", "-R", "-F", "sunrpc/rpc_request", "-F", "ftrace/print", dat],
+                stdout=f,
+                check=True,
+                timeout=300,
+            )
         os.replace(dat + ".txt", dat)
     os.unlink(os.path.join(dst, "results.json"))
     run_cli("results", dst, check=0)
@@ -104,7 +114,7 @@ def test_without_cookies_check_and_results_json_use_one_rule(tmp_path, trace_cmd
     res = rpc_only_run(trace_cmd, BAD, tmp_path / "bad")
     c = run_cli("check", tmp_path / "bad")
     assert res["verdict"] == "FAIL" and c.returncode == 1, (res["reasons"], c.stdout)
-    assert ph["modified"]["restarts"] is None       # unknown, not 0
+    assert ph["modified"]["restarts"] is None  # unknown, not 0
     # Nothing that reports an invalidation was recorded: unknown too, in results.json, in
     # analyze --json and in the text (the 5.10 modified listing met 4 in the full trace).
     for phase in res["phases"].values():
@@ -152,10 +162,15 @@ def test_no_single_line_edit_of_a_bad_report_is_good(tmp_path, trace_cmd, raw):
         ln = lines[i]
         j = rng.randrange(max(1, len(ln) - 1))
         op = rng.choice(("sub", "del", "ins", "cut", "drop", "dup"))
-        new = {"sub": ln[:j] + rng.choice(chars) + ln[j + 1:], "del": ln[:j] + ln[j + 1:],
-               "ins": ln[:j] + rng.choice(chars) + ln[j:], "cut": ln[:j] + "\n", "drop": "",
-               "dup": ln + ln}[op]
-        p = write(tmp_path, lines[:i] + [new] + lines[i + 1:])
+        new = {
+            "sub": ln[:j] + rng.choice(chars) + ln[j + 1 :],
+            "del": ln[:j] + ln[j + 1 :],
+            "ins": ln[:j] + rng.choice(chars) + ln[j:],
+            "cut": ln[:j] + "\n",
+            "drop": "",
+            "dup": ln + ln,
+        }[op]
+        p = write(tmp_path, lines[:i] + [new] + lines[i + 1 :])
         v = judge_paths([str(p)])
         seen.add(v.code)
         assert v.code != 0, (op, i, ln, new, v.reason)
@@ -168,7 +183,7 @@ def test_a_listing_cut_off_by_the_end_of_the_trace_is_not_complete(tmp_path, tra
     which decides (issue 30: a listing that survived a change is evidence)."""
     lines = report_lines(trace_cmd, tmp_path, dat=os.path.join(GOOD, "modified.dat"))
     end = next(i for i, ln in enumerate(lines) if "event=end" in ln)
-    p = write(tmp_path, lines[:end - 3])
+    p = write(tmp_path, lines[: end - 3])
     c = run_cli("check", p)
     assert c.returncode == 0 and "cut off by the end of the trace" in c.stdout, c.stdout
     assert "the end of the directory was not seen" in c.stdout, c.stdout
@@ -194,13 +209,30 @@ def test_a_killed_listing_is_not_complete(tmp_path, trace_cmd):
 def test_unknowns_are_null_question_marks_and_cannot_tell(tmp_path, trace_cmd):
     out = tmp_path / "rpc-only.txt"
     with open(out, "w") as f:
-        subprocess.run([trace_cmd, "report", "-R", "-F", "sunrpc/rpc_request", "-F",
-                        "nfs/nfs_invalidate_mapping_enter", os.path.join(BAD, "modified.dat")],
-                       stdout=f, check=True, timeout=300)
+        subprocess.run(
+            [
+                trace_cmd,
+                "report",
+                "-R",
+                "-F",
+                "sunrpc/rpc_request",
+                "-F",
+                "nfs/nfs_invalidate_mapping_enter",
+                os.path.join(BAD, "modified.dat"),
+            ],
+            stdout=f,
+            check=True,
+            timeout=300,
+        )
     js = json.loads(run_cli("analyze", "--json", out, check=0).stdout)[0]
     for lst in js["listings"]:
-        for k in ("restarts", "refetched_readdirs", "restart_cost_seconds",
-                  "invalidations_followed_by_restart", "cookie_zero_readdirs"):
+        for k in (
+            "restarts",
+            "refetched_readdirs",
+            "restart_cost_seconds",
+            "invalidations_followed_by_restart",
+            "cookie_zero_readdirs",
+        ):
             assert lst[k] is None, (k, lst[k])
     assert js["restarts"] == [None] * len(js["listings"])
     text = run_cli("analyze", out, check=0).stdout
@@ -245,8 +277,11 @@ def test_bisect_run_usage_errors_stop_the_bisect(tmp_path):
 
 def test_a_results_json_that_cannot_be_read_has_no_verdict(tmp_path):
     (tmp_path / "results.json").write_text('{"verdict": ')
-    p = subprocess.run([sys.executable, "-m", "nfsreaddir", "results", "--verdict", str(tmp_path)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "nfsreaddir", "results", "--verdict", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 125 and p.stdout.startswith("UNDECIDED"), p.stdout
 
 
@@ -255,9 +290,21 @@ def test_a_cookie_kprobe_is_read_under_any_group_name(tmp_path, trace_cmd):
     """A user's own kprobe group: the same trace with its group renamed (v6, where the group
     name is stored once, as text) gives the same restarts."""
     v6 = tmp_path / "v6.dat"
-    subprocess.run([trace_cmd, "convert", "--file-version", "6", "-i",
-                    os.path.join(BAD, "modified.dat"), "-o", str(v6)], check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            trace_cmd,
+            "convert",
+            "--file-version",
+            "6",
+            "-i",
+            os.path.join(BAD, "modified.dat"),
+            "-o",
+            str(v6),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     data = v6.read_bytes()
     assert data.count(b"nfsprobe") == 1
     mine = tmp_path / "myprobes.dat"
@@ -266,16 +313,31 @@ def test_a_cookie_kprobe_is_read_under_any_group_name(tmp_path, trace_cmd):
     assert "restarted 5 times" in c.stdout and "myprobes:nfs4_proc_readdir" in c.stdout
 
 
-@pytest.mark.parametrize("name,has,lacks", [
-    ("6.1-v4.1", "nfs:nfs_readdir_*", "p:nfsprobe/nfs4_proc_readdir"),
-    ("5.10-v4.1", "p:nfsprobe/nfs4_proc_readdir", "nfs:nfs_readdir_*"),
-])
+@pytest.mark.parametrize(
+    "name,has,lacks",
+    [
+        ("6.1-v4.1", "nfs:nfs_readdir_*", "p:nfsprobe/nfs4_proc_readdir"),
+        ("5.10-v4.1", "p:nfsprobe/nfs4_proc_readdir", "nfs:nfs_readdir_*"),
+    ],
+)
 def test_advice_names_only_events_the_traces_kernel_has(tmp_path, trace_cmd, name, has, lacks):
     out = tmp_path / "rpc-only.txt"
     with open(out, "w") as f:
-        subprocess.run([trace_cmd, "report", "-R", "-F", "sunrpc/rpc_request", "-F",
-                        "ftrace/print", os.path.join(FIXTURES, name, "modified.dat")],
-                       stdout=f, check=True, timeout=300)
+        subprocess.run(
+            [
+                trace_cmd,
+                "report",
+                "-R",
+                "-F",
+                "sunrpc/rpc_request",
+                "-F",
+                "ftrace/print",
+                os.path.join(FIXTURES, name, "modified.dat"),
+            ],
+            stdout=f,
+            check=True,
+            timeout=300,
+        )
     c = run_cli("check", out)
     assert c.returncode == 125 and "record with nfs-readdir record" in c.stdout, c.stdout
     assert has in c.stdout and lacks not in c.stdout, c.stdout
@@ -283,8 +345,9 @@ def test_advice_names_only_events_the_traces_kernel_has(tmp_path, trace_cmd, nam
     assert has in text and lacks not in text
 
 
-def test_lost_events_are_counted_where_known_and_undecide_the_listings_they_hit(tmp_path,
-                                                                              trace_cmd):
+def test_lost_events_are_counted_where_known_and_undecide_the_listings_they_hit(
+    tmp_path, trace_cmd
+):
     """trace-cmd report prints 'CPU:N [LOST n EVENTS]' where a CPU lost events: the count is
     reported, and a good listing that the loss overlaps can no longer be called good."""
     lines = report_lines(trace_cmd, tmp_path, dat=os.path.join(GOOD, "modified.dat"))

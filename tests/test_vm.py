@@ -12,8 +12,18 @@ from vmrun import VM_RUN, vm_run
 
 pytestmark = pytest.mark.vm
 # Small and paced: a short listing that still meets several attribute-cache expiries.
-SMALL = ["--files", "4000", "--fs", "ext4", "--pause", "0.3", "--bufsize", "4096",
-         "--timeout", "150"]
+SMALL = [
+    "--files",
+    "4000",
+    "--fs",
+    "ext4",
+    "--pause",
+    "0.3",
+    "--bufsize",
+    "4096",
+    "--timeout",
+    "150",
+]
 
 
 def results_of(d):
@@ -33,7 +43,7 @@ def stock_runs(tmp_path_factory):
 
 def test_stock_5_10_restarts_and_fails(stock_runs):
     p, d = stock_runs["5.10"]
-    assert p.returncode == 1, p.stdout + p.stderr     # FAIL: the problem is reproduced
+    assert p.returncode == 1, p.stdout + p.stderr  # FAIL: the problem is reproduced
     assert "FAIL" in p.stdout
     r = results_of(d)
     idle, mod = r["phases"]["idle"], r["phases"]["modified"]
@@ -42,8 +52,11 @@ def test_stock_5_10_restarts_and_fails(stock_runs):
     assert mod["invalidations"] >= 2 and mod["restarts"] >= 2
     assert idle["restarts"] == 0
     # The same answer from the analyzer, as git bisect run would get it.
-    c = subprocess.run([os.path.join(TOP, ".venv", "bin", "nfs-readdir"), "check", str(d)],
-                       capture_output=True, text=True)
+    c = subprocess.run(
+        [os.path.join(TOP, ".venv", "bin", "nfs-readdir"), "check", str(d)],
+        capture_output=True,
+        text=True,
+    )
     assert c.returncode == 1 and c.stdout.startswith("bad:"), c.stdout + c.stderr
 
 
@@ -66,8 +79,9 @@ def interrupted(tmp_path_factory):
     """One 6.1 guest in which each reproducer gets Ctrl-C in the middle of its work
     (tests/vm/interrupt-all): vm-run's result and the results directory."""
     d = tmp_path_factory.mktemp("interrupt-all")
-    return vm_run("debian:6.1", d, os.path.join(TOP, "tests", "vm", "interrupt-all"),
-                  timeout=1800), d
+    return vm_run(
+        "debian:6.1", d, os.path.join(TOP, "tests", "vm", "interrupt-all"), timeout=1800
+    ), d
 
 
 def interrupt_check(interrupted, repro):
@@ -115,8 +129,9 @@ def test_a_reproducers_255_is_not_a_lost_vm(tmp_path):
 def test_a_guest_that_dies_leaves_its_console(tmp_path):
     """A guest that panics is no verdict (125), and what its kernel said last reaches the
     user: the console is kept in RESULTS/console.log and its last lines are printed."""
-    p = vm_run("debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "panic"),
-               again_if_lost=False)
+    p = vm_run(
+        "debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "panic"), again_if_lost=False
+    )
     assert p.returncode == 125, p.stdout + p.stderr
     assert "guest died" in p.stderr and "no verdict" in p.stderr, p.stderr
     assert "Kernel panic" in p.stderr.split("from its last report:")[-1], p.stderr
@@ -127,25 +142,36 @@ def test_a_guest_that_dies_leaves_its_console(tmp_path):
 def test_bad_arguments_are_named(tmp_path):
     """Checked before anything is set up (on the host, no VM needed)."""
     lb = os.path.join(TOP, "reproducers", "readdir-loopback")
-    for args, words in ((["--nfs", "5"], "--nfs must be"), (["--files", "x"], "--files"),
-                        (["--fs", "btrfs"], "--fs must be"), (["--frob"], "unknown option"),
-                        (["--files"], "needs a value")):
+    for args, words in (
+        (["--nfs", "5"], "--nfs must be"),
+        (["--files", "x"], "--files"),
+        (["--fs", "btrfs"], "--fs must be"),
+        (["--frob"], "unknown option"),
+        (["--files"], "needs a value"),
+    ):
         p = subprocess.run([lb] + args, capture_output=True, text=True)
         assert p.returncode == 125 and words in p.stderr, (args, p.stderr)
     ovh = os.path.join(TOP, "reproducers", "readdir-overhead")
-    for args, words in ((["--recorder", "bogus"], "unknown recorder 'bogus'"),
-                        (["--recorder", "record:x"], "unknown recorder"),
-                        (["--warmup", "x"], "--warmup must be"),
-                        (["--repeat", "0"], "--repeat must be")):
+    for args, words in (
+        (["--recorder", "bogus"], "unknown recorder 'bogus'"),
+        (["--recorder", "record:x"], "unknown recorder"),
+        (["--warmup", "x"], "--warmup must be"),
+        (["--repeat", "0"], "--repeat must be"),
+    ):
         p = subprocess.run([ovh] + args, capture_output=True, text=True)
         assert p.returncode == 125 and words in p.stderr, (args, p.stderr)
     multi = os.path.join(TOP, "reproducers", "readdir-multi")
-    for args, words in ((["--slow-chunk", "0"], "--slow-chunk must be"),
-                        (["--poll-every", "x"], "'x' is not a number"),
-                        (["--nfs", "5"], "--nfs must be"), (["--frob"], "unknown option")):
+    for args, words in (
+        (["--slow-chunk", "0"], "--slow-chunk must be"),
+        (["--poll-every", "x"], "'x' is not a number"),
+        (["--nfs", "5"], "--nfs must be"),
+        (["--frob"], "unknown option"),
+    ):
         p = subprocess.run([multi] + args, capture_output=True, text=True)
         assert p.returncode == 125 and words in p.stderr, (args, p.stderr)
-    p = subprocess.run([VM_RUN, "--kernel", "debian:4.19", "--results", str(tmp_path)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [VM_RUN, "--kernel", "debian:4.19", "--results", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 125 and "unknown Debian kernel" in p.stderr, p.stderr
-

@@ -16,13 +16,13 @@ def test_a_guest_whose_cpu_stopped_is_found_hung():
     with gzip.open(os.path.join(TOP, "tests", "consoles", "rcu-stall-6.1.log.gz")) as f:
         console = f.read()
     watch = StallWatch()
-    for i in range(0, len(console), 4000):     # as the pipe delivers it: lines cut anywhere
-        watch.feed(console[i:i + 4000])
+    for i in range(0, len(console), 4000):  # as the pipe delivers it: lines cut anywhere
+        watch.feed(console[i : i + 4000])
     assert watch.hung == ("30917", 252.047737), watch.hung
     # The reports up to 287 s of guest time (189 s of one stall), and the same with each report
     # naming a grace period of its own (stalls that ended): neither is a hung guest.
-    cut = console[:console.index(b"[  350.080148]")]
-    numbers = iter(range(10 ** 6))
+    cut = console[: console.index(b"[  350.080148]")]
+    numbers = iter(range(10**6))
     renumbered = re.sub(rb"g=30917", lambda m: b"g=%d" % next(numbers), cut)
     for text in (cut, renumbered):
         watch = StallWatch()

@@ -33,8 +33,16 @@ StallWatch = _script_module(VM_RUN, "vm_run_script").StallWatch
 
 def vm_run(kernel, results, *cmd, timeout=1200, again_if_lost=True):
     """`vm-run --kernel KERNEL --results RESULTS -- CMD...` as a CompletedProcess (text)."""
-    args = [VM_RUN, "--kernel", kernel, "--results", str(results), "--timeout", str(timeout),
-            "--"] + [str(c) for c in cmd]
+    args = [
+        VM_RUN,
+        "--kernel",
+        kernel,
+        "--results",
+        str(results),
+        "--timeout",
+        str(timeout),
+        "--",
+    ] + [str(c) for c in cmd]
     p = subprocess.run(args, text=True, capture_output=True, timeout=timeout + 60)
     if again_if_lost and p.returncode == 125 and LOST.search(p.stderr):
         lost = os.path.join(results, "lost-vm")
@@ -42,7 +50,10 @@ def vm_run(kernel, results, *cmd, timeout=1200, again_if_lost=True):
         for name in os.listdir(results):
             if name != "lost-vm":
                 os.rename(os.path.join(results, name), os.path.join(lost, name))
-        warnings.warn(f"{kernel}: the guest was lost, ran once more; vm-run said:\n"
-                      + p.stderr[-3000:], pytest.PytestWarning, stacklevel=2)
+        warnings.warn(
+            f"{kernel}: the guest was lost, ran once more; vm-run said:\n" + p.stderr[-3000:],
+            pytest.PytestWarning,
+            stacklevel=2,
+        )
         p = subprocess.run(args, text=True, capture_output=True, timeout=timeout + 60)
     return p

@@ -40,38 +40,42 @@ from .trace import TraceError
 # The analyses, renderers and capture reader import pandas (about 0.5 s): each command imports
 # what it uses, so `--help`, `results --verdict` and the like do not pay for it.
 
+
 def load(paths, with_slab=False, ports=()):
     """pipeline.load with the user's names for spooled inputs and a progress line."""
     from . import pipeline
-    loaded = pipeline.load(paths, with_slab=with_slab, ports=ports, shown=shown,
-                           progress=_reading)
+
+    loaded = pipeline.load(paths, with_slab=with_slab, ports=ports, shown=shown, progress=_reading)
     progress(None)
     return loaded
 
 
 def _reading(n, paths, path):
     """Say which trace is read, for several traces or for big ones."""
-    if len(paths) > 1 or sum(os.path.getsize(p) for p in paths
-                             if os.path.isfile(p)) > PROGRESS_BYTES:
+    if (
+        len(paths) > 1
+        or sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) > PROGRESS_BYTES
+    ):
         progress(f"reading {n}/{len(paths)}: {shown(path)}")
 
 
 def cmd_analyze(args):
     if args.explain:
         from .present import glossary
+
         sys.stdout.write(glossary.explain())
         return status.GOOD
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     from . import pipeline
     from .present.render import dcache_report, print_analysis, slab_text
+
     dcache_runs, traces = pipeline.split_dcache(args.traces)
     loaded = load(traces, with_slab=True, ports=args.port) if traces else []
     analyses = [x.analysis for x in loaded if x.analysis is not None]
     v = pipeline.judge(loaded, traces) if analyses else None
     if args.json:
-        found = {id(f.listing): {"finding": f.word, "why": f.why} for f in v.findings} if v \
-            else {}
+        found = {id(f.listing): {"finding": f.word, "why": f.why} for f in v.findings} if v else {}
         out = []
         for x in loaded:
             if x.analysis is None:
@@ -99,9 +103,16 @@ def cmd_analyze(args):
 def cmd_check(args):
     from . import pipeline
     from .model.analysis import AnalysisError
+
     try:
-        v = pipeline.judge_paths(args.traces, args.max_restarts, args.max_ratio, args.port,
-                                 shown=shown, progress=_reading)
+        v = pipeline.judge_paths(
+            args.traces,
+            args.max_restarts,
+            args.max_ratio,
+            args.port,
+            shown=shown,
+            progress=_reading,
+        )
         progress(None)
     except (TraceError, AnalysisError) as e:
         # Read, but what is in it cannot decide (not a trace, no READDIR, a capture cut by its
@@ -110,7 +121,7 @@ def cmd_check(args):
         args.answer = status.UNDECIDED
         print(f"cannot decide: {said(e)}")
         return status.UNDECIDED
-    args.answer = v.code    # the answer stands even if the line cannot be written
+    args.answer = v.code  # the answer stands even if the line cannot be written
     print(v.reason)
     return v.code
 
@@ -119,21 +130,29 @@ def cmd_export(args):
     from . import pipeline
     from .model.analysis import AnalysisError
     from .present import export
+
     dcache_runs, traces = pipeline.split_dcache(pipeline.expand(args.traces))
     for path in dcache_runs:
         res, markers = pipeline.dcache_with_markers(path)
         written, kept = export.write_dcache(
-            res, markers, os.path.join(pipeline.run_dir(path), res["trace"]), path,
-            args.output, args.format)
+            res,
+            markers,
+            os.path.join(pipeline.run_dir(path), res["trace"]),
+            path,
+            args.output,
+            args.format,
+        )
         _say_exported(written, kept)
     for path in traces:
         try:
             a, t = pipeline.readdir_analysis(path, ports=args.port, shown=shown(path))
         except AnalysisError as e:
-            raise AnalysisError(f"{shown(path)}: nothing to export: {e} (slab figures are in "
-                                "`analyze --json`)") from None
-        written, kept = export.write(a, path if t is None else t.path, args.output, args.format,
-                                     pipeline.findings(a))
+            raise AnalysisError(
+                f"{shown(path)}: nothing to export: {e} (slab figures are in `analyze --json`)"
+            ) from None
+        written, kept = export.write(
+            a, path if t is None else t.path, args.output, args.format, pipeline.findings(a)
+        )
         _say_exported(written, kept)
     return status.GOOD
 
@@ -147,18 +166,21 @@ def _say_exported(written, kept):
 
 def cmd_plot(args):
     from .present import plot
+
     try:
-        plot.output_format(args.output)     # refused before any trace is read
+        plot.output_format(args.output)  # refused before any trace is read
     except ValueError as e:
         raise UsageError(str(e)) from None
     from . import pipeline
+
     dcache_runs, traces = pipeline.split_dcache(args.traces)
     if dcache_runs and traces:
-        raise UsageError("plot readdir traces and dcache runs separately (one kind per "
-                         "figure)")
+        raise UsageError("plot readdir traces and dcache runs separately (one kind per figure)")
     if dcache_runs:
-        plot.dcache_runs([(pipeline.dcache_saved(p), pipeline.dcache_markers(p))
-                          for p in dcache_runs], args.output)
+        plot.dcache_runs(
+            [(pipeline.dcache_saved(p), pipeline.dcache_markers(p)) for p in dcache_runs],
+            args.output,
+        )
     else:
         plot.listings([x.analysis for x in load(traces, ports=args.port)], args.output)
     print(args.output)
@@ -168,17 +190,23 @@ def cmd_plot(args):
 def cmd_compare(args):
     from . import pipeline
     from .present import compare
+
     dcache_runs, _ = pipeline.split_dcache([args.before, args.after])
     if len(dcache_runs) == 1:
-        raise UsageError(f"{dcache_runs[0]} is a dcache run and the other is not: compare two "
-                         "runs of the same kind")
+        raise UsageError(
+            f"{dcache_runs[0]} is a dcache run and the other is not: compare two "
+            "runs of the same kind"
+        )
     if dcache_runs:
-        table = compare.dcache_table(pipeline.dcache_results(args.before),
-                                     pipeline.dcache_results(args.after))
+        table = compare.dcache_table(
+            pipeline.dcache_results(args.before), pipeline.dcache_results(args.after)
+        )
     else:
-        table = compare.table([x.analysis for x in load([args.before], ports=args.port)],
-                              [x.analysis for x in load([args.after], ports=args.port)],
-                              (args.before, args.after))
+        table = compare.table(
+            [x.analysis for x in load([args.before], ports=args.port)],
+            [x.analysis for x in load([args.after], ports=args.port)],
+            (args.before, args.after),
+        )
     if args.json:
         print(table.to_json(orient="index", indent=2))
     else:
@@ -192,6 +220,7 @@ def cmd_results(args):
     (exit status the verdict's), or put several runs side by side."""
     if args.table:
         from .present import results
+
         try:
             print(results.table(args.dir))
         except (ValueError, KeyError) as e:
@@ -201,7 +230,7 @@ def cmd_results(args):
         raise UsageError("results takes one DIR unless --table")
     if args.verdict:
         path = runs.results_json(args.dir[0])
-        with open(path, "rb") as f:     # unreadable: an error (status.ERROR), no verdict
+        with open(path, "rb") as f:  # unreadable: an error (status.ERROR), no verdict
             text = f.read()
         # vm-run and the reproducers take this exit status as the run's verdict; a
         # results.json whose content holds none (a run cut short writing it) cannot decide.
@@ -217,6 +246,7 @@ def cmd_results(args):
         print(line)
         return code
     from .present import results
+
     results.write(args.dir[0])
     return status.GOOD
 
@@ -224,10 +254,13 @@ def cmd_results(args):
 def cmd_slab(args):
     from . import pipeline
     from .present.render import slab_text
+
     s = pipeline.slab_of(args.trace)
     if s is None:
-        raise UsageError(f"{shown(args.trace)}: no kmem allocation/free events; record with "
-                         + events.record_advice(None, {"slab"}))
+        raise UsageError(
+            f"{shown(args.trace)}: no kmem allocation/free events; record with "
+            + events.record_advice(None, {"slab"})
+        )
     if args.json:
         json.dump(s, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -238,6 +271,7 @@ def cmd_slab(args):
 
 def cmd_record(args):
     from .live import record
+
     if bool(args.command) == (args.duration is not None):
         raise UsageError("record needs either -- COMMAND or --duration SECONDS (one of them)")
     return record.run(args.output, args.command, args.duration, args.dcache, args.slab)
@@ -245,6 +279,7 @@ def cmd_record(args):
 
 def cmd_watch(args):
     from .live import watch
+
     # (its output: the guarded stdout of this run, not the one bound when watch was imported)
     return watch.run(args.duration, args.dir, args.json, out=sys.stdout)
 
@@ -270,9 +305,15 @@ def _port(v):
 
 def _port_option(parser):
     """--port, for every command that reads captures."""
-    parser.add_argument("--port", type=_port, action="append", default=[], metavar="PORT",
-                        help="captures: another NFS server port to decode as ONC RPC (2049 "
-                             "always is); repeat for more")
+    parser.add_argument(
+        "--port",
+        type=_port,
+        action="append",
+        default=[],
+        metavar="PORT",
+        help="captures: another NFS server port to decode as ONC RPC (2049 "
+        "always is); repeat for more",
+    )
 
 
 def _count(v):
@@ -299,35 +340,64 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser():
-    p = _Parser(prog="nfs-readdir", description=__doc__.split("\n\n")[0],
-                epilog=__doc__.split("\n\n", 1)[1].strip())
+    p = _Parser(
+        prog="nfs-readdir",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1].strip(),
+    )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("analyze", help="per listing: entries, time, READDIRs, restarts, "
-                                       "invalidations, dentries added; per dcache run: "
-                                       "phase deltas, rates, negative share, slowdown")
+    s = sub.add_parser(
+        "analyze",
+        help="per listing: entries, time, READDIRs, restarts, "
+        "invalidations, dentries added; per dcache run: "
+        "phase deltas, rates, negative share, slowdown",
+    )
     s.add_argument("traces", nargs="*", metavar="TRACE")
     s.add_argument("--json", action="store_true", help="machine-readable output")
-    s.add_argument("--explain", action="store_true",
-                   help="what every column of the table and of the exports means, and exit")
-    s.add_argument("--details", type=_count, default=10, metavar="N",
-                   help="restarts and invalidations shown per listing (default 10)")
-    s.add_argument("--top", type=_count, default=10, metavar="N",
-                   help="slab caches shown, by growth, for traces with kmem events "
-                        "(default 10)")
+    s.add_argument(
+        "--explain",
+        action="store_true",
+        help="what every column of the table and of the exports means, and exit",
+    )
+    s.add_argument(
+        "--details",
+        type=_count,
+        default=10,
+        metavar="N",
+        help="restarts and invalidations shown per listing (default 10)",
+    )
+    s.add_argument(
+        "--top",
+        type=_count,
+        default=10,
+        metavar="N",
+        help="slab caches shown, by growth, for traces with kmem events (default 10)",
+    )
     _port_option(s)
     s.set_defaults(func=cmd_analyze)
 
-    s = sub.add_parser("check", help="verdict for git bisect run: 0 good, 1 bad, 125 skip, "
-                                     "128 error (stops the bisect)")
+    s = sub.add_parser(
+        "check",
+        help="verdict for git bisect run: 0 good, 1 bad, 125 skip, 128 error (stops the bisect)",
+    )
     s.add_argument("traces", nargs="+", metavar="TRACE")
-    s.add_argument("--max-restarts", type=_count, default=0, metavar="N",
-                   help="restarts allowed per listing, at cookie 0 or below the reader's "
-                        "position (default 0)")
-    s.add_argument("--max-ratio", type=_ratio, default=None, metavar="R",
-                   help="without cookies: modified/idle READDIR ratio allowed (default: the "
-                        f"run's own, else {MAX_RATIO})")
+    s.add_argument(
+        "--max-restarts",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="restarts allowed per listing, at cookie 0 or below the reader's position (default 0)",
+    )
+    s.add_argument(
+        "--max-ratio",
+        type=_ratio,
+        default=None,
+        metavar="R",
+        help="without cookies: modified/idle READDIR ratio allowed (default: the "
+        f"run's own, else {MAX_RATIO})",
+    )
     _port_option(s)
     s.set_defaults(func=cmd_check)
 
@@ -338,46 +408,64 @@ def parser():
     _port_option(s)
     s.set_defaults(func=cmd_export)
 
-    s = sub.add_parser("plot", help="cookie progress per listing, invalidations, restarts and "
-                                    "dentries over time; dcache runs: dentries and negative "
-                                    "dentries over time, one panel per run (PNG or SVG)")
+    s = sub.add_parser(
+        "plot",
+        help="cookie progress per listing, invalidations, restarts and "
+        "dentries over time; dcache runs: dentries and negative "
+        "dentries over time, one panel per run (PNG or SVG)",
+    )
     s.add_argument("traces", nargs="+", metavar="TRACE")
     s.add_argument("-o", "--output", required=True, metavar="FILE.png|FILE.svg|FILE.pdf")
     _port_option(s)
     s.set_defaults(func=cmd_plot)
 
-    s = sub.add_parser("compare", help="two traces or results directories side by side (e.g. "
-                                       "one reproducer on two kernels)")
+    s = sub.add_parser(
+        "compare",
+        help="two traces or results directories side by side (e.g. one reproducer on two kernels)",
+    )
     s.add_argument("before", metavar="A")
     s.add_argument("after", metavar="B")
     s.add_argument("--json", action="store_true")
     _port_option(s)
     s.set_defaults(func=cmd_compare)
 
-    s = sub.add_parser("record", help="record a trace on this machine with the events and "
-                                      "kprobes its kernel has (root; tracefs is put back as "
-                                      "it was)")
-    s.add_argument("-o", "--output", default="trace.dat", metavar="FILE",
-                   help="trace file (default trace.dat)")
-    s.add_argument("--dcache", action="store_true",
-                   help="also dcache samples every second and the dentries READDIR adds")
+    s = sub.add_parser(
+        "record",
+        help="record a trace on this machine with the events and "
+        "kprobes its kernel has (root; tracefs is put back as "
+        "it was)",
+    )
+    s.add_argument(
+        "-o", "--output", default="trace.dat", metavar="FILE", help="trace file (default trace.dat)"
+    )
+    s.add_argument(
+        "--dcache",
+        action="store_true",
+        help="also dcache samples every second and the dentries READDIR adds",
+    )
     s.add_argument("--slab", action="store_true", help="also the kmem allocation events")
-    s.add_argument("--duration", type=_seconds, metavar="S",
-                   help="record for S seconds (instead of a command)")
-    s.add_argument("command", nargs="*", metavar="-- COMMAND",
-                   help="record while COMMAND runs")
+    s.add_argument(
+        "--duration", type=_seconds, metavar="S", help="record for S seconds (instead of a command)"
+    )
+    s.add_argument("command", nargs="*", metavar="-- COMMAND", help="record while COMMAND runs")
     s.set_defaults(func=cmd_record)
 
-    s = sub.add_parser("watch", help="print invalidations and restarts as they happen; the "
-                                     "summary and exit status of check at Ctrl-C or the end")
+    s = sub.add_parser(
+        "watch",
+        help="print invalidations and restarts as they happen; the "
+        "summary and exit status of check at Ctrl-C or the end",
+    )
     s.add_argument("--duration", type=_seconds, metavar="S", help="stop after S seconds")
     s.add_argument("--dir", metavar="PATH", help="only listings of this directory")
     s.add_argument("--json", action="store_true", help="the summary as analyze --json gives it")
     s.set_defaults(func=cmd_watch)
 
-    s = sub.add_parser("results", help="a reproducer's results directory: write its "
-                                       "results.json; --verdict: its PASS/FAIL line and exit "
-                                       "status (0, 1, 125); --table: runs side by side")
+    s = sub.add_parser(
+        "results",
+        help="a reproducer's results directory: write its "
+        "results.json; --verdict: its PASS/FAIL line and exit "
+        "status (0, 1, 125); --table: runs side by side",
+    )
     s.add_argument("dir", nargs="+", metavar="DIR")
     s.add_argument("--verdict", action="store_true", help="print the verdict line only")
     s.add_argument("--table", action="store_true", help="print the runs side by side")
@@ -396,9 +484,14 @@ def input_errors():
     directory that is no reproducer's results, and those of the modules this run imported (a
     module never imported raised nothing)."""
     errors = [UsageError, TraceError, runs.NotARun]
-    for module, name in (("pipeline", "InputError"), ("model.analysis", "AnalysisError"),
-                         ("model.dcache", "DcacheError"), ("present.export", "ExportError"),
-                         ("live.recordplan", "KernelLacks"), ("live.tracing", "Refused")):
+    for module, name in (
+        ("pipeline", "InputError"),
+        ("model.analysis", "AnalysisError"),
+        ("model.dcache", "DcacheError"),
+        ("present.export", "ExportError"),
+        ("live.recordplan", "KernelLacks"),
+        ("live.tracing", "Refused"),
+    ):
         loaded = sys.modules.get(f"{__package__}.{module}")
         if loaded is not None:
             errors.append(getattr(loaded, name))
@@ -432,14 +525,19 @@ def _run(args, stack):
         print(f"nfs-readdir: {said(e)}", file=sys.stderr)
     except OSError as e:
         where = e.filename or getattr(args, "output", None)
-        print(f"nfs-readdir: {said(os_error_text(e, where and shown(os.fsdecode(where))))}",
-              file=sys.stderr)
+        print(
+            f"nfs-readdir: {said(os_error_text(e, where and shown(os.fsdecode(where))))}",
+            file=sys.stderr,
+        )
     except KeyboardInterrupt:
         print("nfs-readdir: interrupted", file=sys.stderr)
         return status.INTERRUPTED
     except Exception as e:  # a bug: say so in one line; no command may give a false verdict
-        print(f"nfs-readdir: internal error: {type(e).__name__}: {said(e)} (please report it "
-              "with the trace and the command)", file=sys.stderr)
+        print(
+            f"nfs-readdir: internal error: {type(e).__name__}: {said(e)} (please report it "
+            "with the trace and the command)",
+            file=sys.stderr,
+        )
     return status.ERROR
 
 
@@ -454,10 +552,12 @@ def _output_lost(e, args):
         os.dup2(null, stdout.fileno())
         os.close(null)
     answer = getattr(args, "answer", None)
-    if e.errno != errno.EPIPE:      # a closed pipe is the reader's choice (| head): no message
+    if e.errno != errno.EPIPE:  # a closed pipe is the reader's choice (| head): no message
         then = f"; the exit status is the verdict ({answer})" if answer is not None else ""
-        print(f"nfs-readdir: cannot write the output: "
-              f"{os_error_text(e, 'standard output')}{then}", file=sys.stderr)
+        print(
+            f"nfs-readdir: cannot write the output: {os_error_text(e, 'standard output')}{then}",
+            file=sys.stderr,
+        )
     if answer is not None:
         return answer
     return status.OUTPUT_CLOSED if e.errno == errno.EPIPE else status.ERROR

@@ -17,22 +17,24 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Source:
-    event: str                      # system:name; "*:name" matches a kprobe of any group
-    fields: dict                    # canonical column -> raw field name
-    constants: dict = field(default_factory=dict)   # canonical column -> fixed value
-    where: tuple = ()               # (raw field, allowed values): rows to keep
-    kernels: str = ""               # which kernels have it, for messages
-    optional: tuple = ()            # canonical columns filled only when the event has them
+    event: str  # system:name; "*:name" matches a kprobe of any group
+    fields: dict  # canonical column -> raw field name
+    constants: dict = field(default_factory=dict)  # canonical column -> fixed value
+    where: tuple = ()  # (raw field, allowed values): rows to keep
+    kernels: str = ""  # which kernels have it, for messages
+    optional: tuple = ()  # canonical columns filled only when the event has them
 
 
 # The group the reproducers and `nfs-readdir record` give their kprobes; any other is read too.
 KPROBE_SYSTEM = "nfsprobe"
+
 
 @dataclass(frozen=True)
 class Arg:
     """One value a kprobe fetches: the function's argument `argno` (1-based, C order), or the
     `type` value at `offset` bytes into what that argument points to; `btf` is the same by the
     parameter's name, for kernels whose probes read BTF (`ctx->pos`)."""
+
     name: str
     argno: int
     type: str
@@ -44,6 +46,7 @@ class Arg:
 class ProbeSpec:
     """A function to probe where no tracepoint carries what a table needs, and the kernels
     whose signature the arguments were read from (inclusive; None: open-ended)."""
+
     function: str
     args: tuple
     since: tuple | None = None
@@ -53,16 +56,19 @@ class ProbeSpec:
         """Whether the signature holds for kernel generation gen (None: not known)."""
         if gen is None:
             return self.since is None and self.until is None
-        return ((self.since is None or gen >= self.since)
-                and (self.until is None or gen <= self.until))
+        return (self.since is None or gen >= self.since) and (
+            self.until is None or gen <= self.until
+        )
 
 
 # The READDIR cookie of stock 5.0-5.10: nfs{4,3}_proc_readdir(struct dentry *dentry,
 # const struct cred *cred, u64 cookie, struct page **pages, unsigned int count, bool plus).
 # 5.11 passes a struct nfs_readdir_arg instead, and 5.18 adds tracepoints with the cookie.
 _PROC_READDIR_ARGS = (Arg("cookie", 3, "u64"), Arg("count", 5, "u32"), Arg("plus", 6, "u8"))
-COOKIE_KPROBES = {fn: ProbeSpec(fn, _PROC_READDIR_ARGS, since=(5, 0), until=(5, 10))
-                  for fn in ("nfs4_proc_readdir", "nfs3_proc_readdir")}
+COOKIE_KPROBES = {
+    fn: ProbeSpec(fn, _PROC_READDIR_ARGS, since=(5, 0), until=(5, 10))
+    for fn in ("nfs4_proc_readdir", "nfs3_proc_readdir")
+}
 # What the reader did, on kernels without the series' events: the open file and its position.
 # nfs_opendir/nfs_closedir(struct inode *inode, struct file *filp) and nfs_readdir(struct file
 # *file, struct dir_context *ctx), whose ctx->pos follows the actor pointer (offset 8 on 64-bit)
@@ -70,8 +76,10 @@ COOKIE_KPROBES = {fn: ProbeSpec(fn, _PROC_READDIR_ARGS, since=(5, 0), until=(5, 
 OPEN_KPROBES = {
     "nfs_opendir": ProbeSpec("nfs_opendir", (Arg("file", 2, "x64", btf="filp"),)),
     "nfs_closedir": ProbeSpec("nfs_closedir", (Arg("file", 2, "x64", btf="filp"),)),
-    "nfs_readdir": ProbeSpec("nfs_readdir", (Arg("file", 1, "x64", btf="file"),
-                                             Arg("pos", 2, "s64", offset=8, btf="ctx->pos"))),
+    "nfs_readdir": ProbeSpec(
+        "nfs_readdir",
+        (Arg("file", 1, "x64", btf="file"), Arg("pos", 2, "s64", offset=8, btf="ctx->pos")),
+    ),
 }
 # The kernel's calling convention: the registers of the first arguments, per `uname -m`.
 ARG_REGISTERS = {
@@ -106,102 +114,184 @@ def kprobe_definition(spec, form, machine, group=None):
 
 RPC_SOURCES = [
     # This project's 5.10 series: one event per READDIR reply with the cookie asked for.
-    (Source("nfs4:nfs4_readdir", {"dev": "dev", "fileid": "fileid", "cookie": "cookie",
-                                 "dtsize": "count", "plus": "plus"},
-            optional=("error",), kernels="5.10 with kernel-patches/v5.10"),),
+    (
+        Source(
+            "nfs4:nfs4_readdir",
+            {
+                "dev": "dev",
+                "fileid": "fileid",
+                "cookie": "cookie",
+                "dtsize": "count",
+                "plus": "plus",
+            },
+            optional=("error",),
+            kernels="5.10 with kernel-patches/v5.10",
+        ),
+    ),
     # The page cache fill and the uncached read, each one READDIR: 5.18 and later, and 5.10
     # with this project's series over NFSv3. Upstream's names fire before the RPC (fields
     # verifier char[8], index); the series' v1-v2 used the same names for events that fire
     # after it (a u64 verifier, page_index, last_cookie, entries, eof, error), and the series
     # since v3 gives those its own names. Each name here has one layout per kernel, and the
     # fields read from them are common to all: traces of every version read the same.
-    tuple(Source(ev, {"dev": "dev", "fileid": "fileid", "cookie": "cookie", "dtsize": "dtsize"},
-                 optional=("version", "error"), kernels=kernels)
-          for ev, kernels in (
-              ("nfs:nfs_readdir_cache_fill", "5.18+ (6.1, 6.12), 5.10 with the series v1-v2"),
-              ("nfs:nfs_readdir_uncached", "5.18+ (6.1, 6.12), 5.10 with the series v1-v2"),
-              ("nfs:nfs_readdir_cache_page_filled", "5.10 with kernel-patches/v5.10"),
-              ("nfs:nfs_readdir_uncached_page_filled", "5.10 with kernel-patches/v5.10"))),
+    tuple(
+        Source(
+            ev,
+            {"dev": "dev", "fileid": "fileid", "cookie": "cookie", "dtsize": "dtsize"},
+            optional=("version", "error"),
+            kernels=kernels,
+        )
+        for ev, kernels in (
+            ("nfs:nfs_readdir_cache_fill", "5.18+ (6.1, 6.12), 5.10 with the series v1-v2"),
+            ("nfs:nfs_readdir_uncached", "5.18+ (6.1, 6.12), 5.10 with the series v1-v2"),
+            ("nfs:nfs_readdir_cache_page_filled", "5.10 with kernel-patches/v5.10"),
+            ("nfs:nfs_readdir_uncached_page_filled", "5.10 with kernel-patches/v5.10"),
+        )
+    ),
     # Stock 5.0-5.10: the kprobe on nfs{4,3}_proc_readdir, with the cookie but not the
     # directory (NFSv4 gets it from nfs4:nfs4_readdir, see PAIRED_DIRECTORY).
-    tuple(Source(f"*:{fn}", {"cookie": "cookie"}, optional=("dtsize", "plus"),
-                 kernels="5.0-5.10 (kprobe)") for fn in COOKIE_KPROBES),
+    tuple(
+        Source(
+            f"*:{fn}",
+            {"cookie": "cookie"},
+            optional=("dtsize", "plus"),
+            kernels="5.0-5.10 (kprobe)",
+        )
+        for fn in COOKIE_KPROBES
+    ),
     # Any kernel: the RPC itself, counted but with no cookie and no directory.
-    (Source("sunrpc:rpc_request", {}, where=("procname", ("READDIR", "READDIRPLUS")),
-            kernels="any"),),
+    (
+        Source(
+            "sunrpc:rpc_request", {}, where=("procname", ("READDIR", "READDIRPLUS")), kernels="any"
+        ),
+    ),
 ]
 # Optional columns and the raw fields they come from, where the name differs.
-OPTIONAL_FIELDS = {"dtsize": ("count", "dtsize"), "plus": ("plus",), "version": ("version",),
-                   "error": ("error",)}
+OPTIONAL_FIELDS = {
+    "dtsize": ("count", "dtsize"),
+    "plus": ("plus",),
+    "version": ("version",),
+    "error": ("error",),
+}
 
 # Stock 5.10's nfs4:nfs4_readdir (no cookie) follows each NFSv4 READDIR of the same task: it
 # names the directory and the error of the RPC the cookie kprobe saw.
-PAIRED_DIRECTORY = Source("nfs4:nfs4_readdir", {"dev": "dev", "fileid": "fileid",
-                                               "error": "error"}, kernels="any")
+PAIRED_DIRECTORY = Source(
+    "nfs4:nfs4_readdir", {"dev": "dev", "fileid": "fileid", "error": "error"}, kernels="any"
+)
 
 # A READDIR error that means the reader was interrupted by a signal (ERESTARTSYS): killed.
 ERESTARTSYS = 512
-KILLED_ERRORS = {ERESTARTSYS, 4}        # ERESTARTSYS, EINTR
+KILLED_ERRORS = {ERESTARTSYS, 4}  # ERESTARTSYS, EINTR
 
 INVALIDATION_SOURCES = [
-    (Source("nfs:nfs_readdir_invalidate_cache", {"dev": "dev", "fileid": "fileid",
-                                                  "reason": "reason"},
-            kernels="5.10 with kernel-patches/v5.10"),),
-    (Source("nfs:nfs_invalidate_mapping_enter", {"dev": "dev", "fileid": "fileid"},
-            constants={"reason": "invalidate_mapping"}, kernels="any"),),
+    (
+        Source(
+            "nfs:nfs_readdir_invalidate_cache",
+            {"dev": "dev", "fileid": "fileid", "reason": "reason"},
+            kernels="5.10 with kernel-patches/v5.10",
+        ),
+    ),
+    (
+        Source(
+            "nfs:nfs_invalidate_mapping_enter",
+            {"dev": "dev", "fileid": "fileid"},
+            constants={"reason": "invalidate_mapping"},
+            kernels="any",
+        ),
+    ),
 ]
 
 # 5.18+ trims the readdir page cache instead of dropping it; recorded beside the drops.
-RANGE_INVALIDATION = Source("nfs:nfs_readdir_invalidate_cache_range",
-                            {"dev": "dev", "fileid": "fileid", "start": "range_start",
-                             "end": "range_end"}, kernels="5.18+")
+RANGE_INVALIDATION = Source(
+    "nfs:nfs_readdir_invalidate_cache_range",
+    {"dev": "dev", "fileid": "fileid", "start": "range_start", "end": "range_end"},
+    kernels="5.18+",
+)
 
 REVALIDATION_SOURCES = [
-    Source("nfs:nfs_revalidate_inode_enter", {"dev": "dev", "fileid": "fileid"},
-           constants={"step": "revalidate"}),
-    Source("nfs:nfs_revalidate_inode_exit", {"dev": "dev", "fileid": "fileid",
-                                             "cache_validity": "cache_validity"},
-           optional=("version",), constants={"step": "revalidate_done"}),
-    Source("nfs:nfs_getattr_enter", {"dev": "dev", "fileid": "fileid"},
-           constants={"step": "getattr"}),
-    Source("nfs:nfs_set_cache_invalid", {"dev": "dev", "fileid": "fileid",
-                                         "cache_validity": "cache_validity"},
-           constants={"step": "set_cache_invalid"}),
-    Source("sunrpc:rpc_request", {}, constants={"step": "GETATTR"},
-           where=("procname", ("GETATTR",))),
+    Source(
+        "nfs:nfs_revalidate_inode_enter",
+        {"dev": "dev", "fileid": "fileid"},
+        constants={"step": "revalidate"},
+    ),
+    Source(
+        "nfs:nfs_revalidate_inode_exit",
+        {"dev": "dev", "fileid": "fileid", "cache_validity": "cache_validity"},
+        optional=("version",),
+        constants={"step": "revalidate_done"},
+    ),
+    Source(
+        "nfs:nfs_getattr_enter", {"dev": "dev", "fileid": "fileid"}, constants={"step": "getattr"}
+    ),
+    Source(
+        "nfs:nfs_set_cache_invalid",
+        {"dev": "dev", "fileid": "fileid", "cache_validity": "cache_validity"},
+        constants={"step": "set_cache_invalid"},
+    ),
+    Source(
+        "sunrpc:rpc_request", {}, constants={"step": "GETATTR"}, where=("procname", ("GETATTR",))
+    ),
 ]
 
 # What the reader asked for, best group first: this project's 5.10 series, or the kprobes of
 # OPEN_KPROBES on any other kernel. They delimit listings (one per open) and give the reader's
 # position, which tells a rewind or a new listing from a restart.
 CALL_SOURCES = [
-    tuple(Source(f"nfs:nfs_{event}", {"dev": "dev", "fileid": "fileid", **extra},
-                 constants={"call": call}, kernels="5.10 with kernel-patches/v5.10")
-          for event, call, extra in (
-              ("readdir_enter", "getdents", {"pos": "pos", "cookie": "cookie"}),
-              ("readdir_exit", "getdents_done", {"pos": "pos", "eof": "eof",
-                                                 "error": "error"}),
-              ("opendir", "opendir", {}),
-              ("closedir", "closedir", {"pos": "pos", "cookie": "cookie"}),
-              ("llseek_dir", "llseek", {"pos": "pos", "cookie": "cookie",
-                                        "old_pos": "old_pos"}),
-          )),
-    (Source("*:nfs_opendir", {"file": "file"}, constants={"call": "opendir"},
-            kernels="any (kprobe)"),
-     Source("*:nfs_closedir", {"file": "file"}, constants={"call": "closedir"},
-            kernels="any (kprobe)"),
-     Source("*:nfs_readdir", {"file": "file", "pos": "pos"}, constants={"call": "getdents"},
-            kernels="any (kprobe)")),
+    tuple(
+        Source(
+            f"nfs:nfs_{event}",
+            {"dev": "dev", "fileid": "fileid", **extra},
+            constants={"call": call},
+            kernels="5.10 with kernel-patches/v5.10",
+        )
+        for event, call, extra in (
+            ("readdir_enter", "getdents", {"pos": "pos", "cookie": "cookie"}),
+            ("readdir_exit", "getdents_done", {"pos": "pos", "eof": "eof", "error": "error"}),
+            ("opendir", "opendir", {}),
+            ("closedir", "closedir", {"pos": "pos", "cookie": "cookie"}),
+            ("llseek_dir", "llseek", {"pos": "pos", "cookie": "cookie", "old_pos": "old_pos"}),
+        )
+    ),
+    (
+        Source(
+            "*:nfs_opendir", {"file": "file"}, constants={"call": "opendir"}, kernels="any (kprobe)"
+        ),
+        Source(
+            "*:nfs_closedir",
+            {"file": "file"},
+            constants={"call": "closedir"},
+            kernels="any (kprobe)",
+        ),
+        Source(
+            "*:nfs_readdir",
+            {"file": "file", "pos": "pos"},
+            constants={"call": "getdents"},
+            kernels="any (kprobe)",
+        ),
+    ),
 ]
 # The reader's system calls, on any kernel with syscall events: how each getdents64 returned
 # (0 at the end of the directory) and the seeks that rewind it.
 SYSCALL_SOURCES = [
-    Source("syscalls:sys_enter_getdents64", {"fd": "fd"}, constants={"call": "sys_getdents"},
-           kernels="any"),
-    Source("syscalls:sys_exit_getdents64", {"ret": "ret"}, constants={"call": "sys_getdents_ret"},
-           kernels="any"),
-    Source("syscalls:sys_enter_lseek", {"fd": "fd", "pos": "offset", "whence": "whence"},
-           constants={"call": "sys_lseek"}, kernels="any"),
+    Source(
+        "syscalls:sys_enter_getdents64",
+        {"fd": "fd"},
+        constants={"call": "sys_getdents"},
+        kernels="any",
+    ),
+    Source(
+        "syscalls:sys_exit_getdents64",
+        {"ret": "ret"},
+        constants={"call": "sys_getdents_ret"},
+        kernels="any",
+    ),
+    Source(
+        "syscalls:sys_enter_lseek",
+        {"fd": "fd", "pos": "offset", "whence": "whence"},
+        constants={"call": "sys_lseek"},
+        kernels="any",
+    ),
 ]
 
 MARKER_SOURCE = Source("ftrace:print", {"text": "buf"})
@@ -210,8 +300,12 @@ MARKER_SOURCE = Source("ftrace:print", {"text": "buf"})
 NFS_INO_INVALID_DATA = 1 << 1
 
 # The slab analysis (slab.py): allocations and frees, and per event the fields it reads.
-SLAB_ALLOC = ("kmem:kmem_cache_alloc", "kmem:kmem_cache_alloc_node", "kmem:kmalloc",
-              "kmem:kmalloc_node")
+SLAB_ALLOC = (
+    "kmem:kmem_cache_alloc",
+    "kmem:kmem_cache_alloc_node",
+    "kmem:kmalloc",
+    "kmem:kmalloc_node",
+)
 SLAB_FREE = ("kmem:kmem_cache_free", "kmem:kfree")
 SLAB_EVENTS = {
     "kmem:kmem_cache_alloc": ["ptr", "bytes_alloc", "name"],
@@ -226,15 +320,25 @@ SLAB_EVENTS = {
 # (a READDIR's reply, the end of an invalidation or a GETATTR) or show the steps between (the
 # series' page-cache search and buffer fill), for a person reading `trace-cmd report`; they are
 # what the reproducers have always recorded.
-CONTEXT_EVENTS = ("nfs:nfs_readdir_cache_fill_done", "nfs:nfs_readdir_uncached_done",
-                  "nfs:nfs_readdir_force_readdirplus", "nfs:nfs_readdir_search_cookie",
-                  "nfs:nfs_readdir_search_pos", "nfs:nfs_readdir_filldir",
-                  "nfs:nfs_invalidate_mapping_exit", "nfs:nfs_getattr_exit",
-                  "nfs:nfs_fsync_dir", "nfs4:nfs4_getattr")
+CONTEXT_EVENTS = (
+    "nfs:nfs_readdir_cache_fill_done",
+    "nfs:nfs_readdir_uncached_done",
+    "nfs:nfs_readdir_force_readdirplus",
+    "nfs:nfs_readdir_search_cookie",
+    "nfs:nfs_readdir_search_pos",
+    "nfs:nfs_readdir_filldir",
+    "nfs:nfs_invalidate_mapping_exit",
+    "nfs:nfs_getattr_exit",
+    "nfs:nfs_fsync_dir",
+    "nfs4:nfs4_getattr",
+)
 # --dcache: the names 5.18+ puts into the dcache from READDIR replies (one event per name: only
 # on request, a big listing logs one per entry).
-DCACHE_EVENTS = ("nfs:nfs_readdir_lookup", "nfs:nfs_readdir_lookup_revalidate",
-                 "nfs:nfs_readdir_lookup_revalidate_failed")
+DCACHE_EVENTS = (
+    "nfs:nfs_readdir_lookup",
+    "nfs:nfs_readdir_lookup_revalidate",
+    "nfs:nfs_readdir_lookup_revalidate_failed",
+)
 
 
 def release(text):
@@ -276,20 +380,39 @@ def record_advice(kernel, missing):
         # Before 5.18 the kprobes give the cookie and the reader's position; on later kernels
         # the tracepoints have the cookie, and the open kprobes only delimit listings.
         old = gen is None or gen < (5, 18)
-        probes = ([s for s in COOKIE_KPROBES.values() if old]
-                  + [s for s in OPEN_KPROBES.values() if old or "calls" in missing])
+        probes = [s for s in COOKIE_KPROBES.values() if old] + [
+            s for s in OPEN_KPROBES.values() if old or "calls" in missing
+        ]
         if probes:
             defs = "; ".join(kprobe_definition(s, "register", "x86_64") for s in probes)
-            out.append(f"kprobes ({defs}) with -e '{KPROBE_SYSTEM}:*'"
-                       + (" (x86-64 registers; the cookie probes fit 5.0-5.10)"
-                          if gen is None else " (x86-64 registers)"))
+            out.append(
+                f"kprobes ({defs}) with -e '{KPROBE_SYSTEM}:*'"
+                + (
+                    " (x86-64 registers; the cookie probes fit 5.0-5.10)"
+                    if gen is None
+                    else " (x86-64 registers)"
+                )
+            )
         out.append("-e syscalls:sys_enter_getdents64 -e syscalls:sys_exit_getdents64")
     if "invalidations" in missing:
         out.append("-e nfs:nfs_invalidate_mapping_enter -e 'nfs:nfs_revalidate_inode_*'")
     if "slab" in missing:
-        out.append(" ".join(f"-e {ev}" for ev in ("kmem:kmem_cache_alloc", "kmem:kmem_cache_free",
-                                                  "kmem:kmalloc", "kmem:kfree")))
+        out.append(
+            " ".join(
+                f"-e {ev}"
+                for ev in (
+                    "kmem:kmem_cache_alloc",
+                    "kmem:kmem_cache_free",
+                    "kmem:kmalloc",
+                    "kmem:kfree",
+                )
+            )
+        )
     only_slab = missing == {"slab"}
-    return (f"nfs-readdir record{' --slab' if 'slab' in missing else ''} -o trace.dat -- "
-            "COMMAND" + ("" if only_slab else " (it picks the events and kprobes of the "
-                         "running kernel)") + ", or trace-cmd record " + " ".join(out))
+    return (
+        f"nfs-readdir record{' --slab' if 'slab' in missing else ''} -o trace.dat -- "
+        "COMMAND"
+        + ("" if only_slab else " (it picks the events and kprobes of the running kernel)")
+        + ", or trace-cmd record "
+        + " ".join(out)
+    )

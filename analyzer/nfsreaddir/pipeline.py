@@ -56,6 +56,7 @@ def split_dcache(paths):
 class Loaded:
     """One input read: its name as shown, its readdir analysis (None for a trace of kmem
     events alone) and its slab summary (None without kmem events, or when not asked)."""
+
     path: str
     analysis: object
     slab: object = None
@@ -63,12 +64,14 @@ class Loaded:
 
 def readdir_analysis(path, ports=(), shown=None):
     """(the readdir analysis of one trace or capture, the trace read or None for a capture)."""
-    if is_capture(path):        # a packet capture: its own reader, the same listings
+    if is_capture(path):  # a packet capture: its own reader, the same listings
         from .model import wire
+
         a = wire.analyze(path, ports=ports)
         t = None
     else:
         from .model.analysis import analyze
+
         t = open_trace(path)
         a = analyze(t)
     a.info = dict(a.info, path=shown or path)
@@ -79,14 +82,16 @@ def _trace(path, shown, with_slab):
     """Loaded of one trace; with_slab: the slab analysis beside the readdir one, both served by
     one pass over the file when both apply."""
     t = open_trace(path)
-    wanted = [a for a in ((tables.load, slab.summarize) if with_slab else (tables.load,))
-              if a.applies(t)]
+    wanted = [
+        a for a in ((tables.load, slab.summarize) if with_slab else (tables.load,)) if a.applies(t)
+    ]
     if len(wanted) > 1:
         t = OnePass(t, requested(t, wanted))
     summary = slab.summarize(t) if slab.summarize in wanted else None
     a = None
-    if tables.load in wanted or summary is None:    # (without a source: "no READDIR")
+    if tables.load in wanted or summary is None:  # (without a source: "no READDIR")
         from .model.analysis import AnalysisError, analyze
+
         try:
             a = analyze(t)
             a.info = dict(a.info, path=shown)
@@ -128,16 +133,21 @@ def checks_of(paths, max_ratio=None):
 def judge(loaded, paths, max_restarts=0, max_ratio=None):
     """The verdict on what load() gave for the paths, as `check` gives it."""
     from .rules import verdict
+
     names, ratio = checks_of(paths, max_ratio)
-    return verdict.judge([x.analysis for x in loaded if x.analysis is not None],
-                         max_restarts=max_restarts, max_ratio=ratio, names=names)
+    return verdict.judge(
+        [x.analysis for x in loaded if x.analysis is not None],
+        max_restarts=max_restarts,
+        max_ratio=ratio,
+        names=names,
+    )
 
 
-def judge_paths(paths, max_restarts=0, max_ratio=None, ports=(), shown=lambda p: p,
-                progress=None):
+def judge_paths(paths, max_restarts=0, max_ratio=None, ports=(), shown=lambda p: p, progress=None):
     """The verdict on traces and results directories, as `check` gives it."""
-    return judge(load(paths, ports=ports, shown=shown, progress=progress), paths,
-                 max_restarts, max_ratio)
+    return judge(
+        load(paths, ports=ports, shown=shown, progress=progress), paths, max_restarts, max_ratio
+    )
 
 
 def slab_of(path):
@@ -148,6 +158,7 @@ def slab_of(path):
 def findings(a):
     """{id(listing): its finding} of every listing of an analysis (for the exports)."""
     from .rules import verdict
+
     return {id(lst): verdict.judge_listing(lst) for lst in a.listings}
 
 
@@ -159,6 +170,7 @@ def readdir_events(trace):
 def listings_so_far(trace):
     """The readdir analysis of a trace still being read, or None while it has no listing."""
     from .model.analysis import AnalysisError, analyze
+
     try:
         return analyze(trace)
     except AnalysisError:
@@ -171,6 +183,7 @@ def live_summary(trace, keep=lambda lst: True):
     import dataclasses
 
     from .rules import verdict
+
     a = listings_so_far(trace)
     if a is not None:
         a = dataclasses.replace(a, listings=[lst for lst in a.listings if keep(lst)])
@@ -186,12 +199,14 @@ def run_dir(path):
 def dcache_results(path):
     """results.json of a dcache run, made afresh from its trace and facts."""
     from .rules import dcache_judge
+
     return dcache_judge.build_results(run_dir(path))
 
 
 def dcache_with_markers(path):
     """(dcache_results(path), the markers of its trace), the trace read once."""
     from .rules import dcache_judge
+
     return dcache_judge.build(run_dir(path))
 
 
@@ -207,6 +222,7 @@ def dcache_saved(path):
 def dcache_markers(path):
     """The markers (samples and phases) of a dcache run's trace."""
     from .model import dcache
+
     return dcache.read_trace(dcache.trace_of(run_dir(path)))[0]
 
 
@@ -214,23 +230,27 @@ def dcache_markers(path):
 class ReaddirRun:
     """A readdir reproducer's run as its results.json sees it: the analysis of every trace, the
     name check of each phase and the run's READDIR ratio limit."""
+
     analyses: list
     names: dict
     max_ratio: float
 
     def judge(self):
         from .rules import verdict
+
         return verdict.judge(self.analyses, max_ratio=self.max_ratio, names=self.names)
 
 
 def readdir_run(directory):
     """The ReaddirRun of a readdir reproducer's results directory."""
-    analyses = [readdir_analysis(trace)[0]
-                for trace in sorted(glob.glob(os.path.join(directory, "*.dat")))]
+    analyses = [
+        readdir_analysis(trace)[0] for trace in sorted(glob.glob(os.path.join(directory, "*.dat")))
+    ]
     return ReaddirRun(analyses, *runs.checks(directory))
 
 
 def overhead(untraced_median, traced_median, limit):
     """readdir-overhead's verdict: (code, reason, slowdown or None)."""
     from .rules import verdict
+
     return verdict.judge_overhead(untraced_median, traced_median, limit)

@@ -51,14 +51,17 @@ def require(directory, file):
     if os.path.isfile(path):
         return path
     if not os.path.isdir(directory):
-        raise NotARun(f"{directory}: no such directory (give a reproducer's --results "
-                      "directory)")
+        raise NotARun(f"{directory}: no such directory (give a reproducer's --results directory)")
     if file == "results.json" and os.path.isfile(os.path.join(directory, "facts")):
-        raise NotARun(f"{directory} has no results.json yet: write it from the run's traces "
-                      f"with `nfs-readdir results {directory}`")
+        raise NotARun(
+            f"{directory} has no results.json yet: write it from the run's traces "
+            f"with `nfs-readdir results {directory}`"
+        )
     what = "facts file (the run's settings)" if file == "facts" else file
-    raise NotARun(f"{directory} is not a reproducer's results directory: it has no {what} "
-                  "(the reproducers and vm-run write one into their --results directory)")
+    raise NotARun(
+        f"{directory} is not a reproducer's results directory: it has no {what} "
+        "(the reproducers and vm-run write one into their --results directory)"
+    )
 
 
 def results_json(directory):
@@ -76,8 +79,12 @@ def check_names(directory, phase, finished):
     counts = collections.Counter(listed)
     dups = sorted(n for n, c in counts.items() if c > 1)
     missing = sorted(expected - counts.keys()) if finished else []
-    return {"duplicates": len(dups), "missing": len(missing) if finished else None,
-            "duplicate_examples": dups[:10], "missing_examples": missing[:10]}
+    return {
+        "duplicates": len(dups),
+        "missing": len(missing) if finished else None,
+        "duplicate_examples": dups[:10],
+        "missing_examples": missing[:10],
+    }
 
 
 def checks(directory):
@@ -89,6 +96,7 @@ def checks(directory):
     if run.get("fs") in NAMES_CHECKED_FS:
         for phase in facts:
             if os.path.exists(os.path.join(directory, f"names-{phase}.txt")):
-                names[phase] = check_names(directory, phase,
-                                           finished=facts[phase].get("status") == "0")
+                names[phase] = check_names(
+                    directory, phase, finished=facts[phase].get("status") == "0"
+                )
     return names, float(run.get("max_ratio") or MAX_RATIO)

@@ -9,27 +9,43 @@ passing for an answer.
 
 import textwrap
 
-GOOD, BAD, UNDECIDED = 0, 1, 125    # the verdict's (good; also "done" for the other commands)
-ERROR = 128             # no verdict: usage, input, output or internal error (the message says)
-INTERRUPTED = 130       # Ctrl-C (128 + SIGINT)
-OUTPUT_CLOSED = 141     # the output's reader went away (| head): 128 + SIGPIPE, as shells say
+GOOD, BAD, UNDECIDED = 0, 1, 125  # the verdict's (good; also "done" for the other commands)
+ERROR = 128  # no verdict: usage, input, output or internal error (the message says)
+INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+OUTPUT_CLOSED = 141  # the output's reader went away (| head): 128 + SIGPIPE, as shells say
 
 # code: (the verdict line's word, results.json's word, the JSON verdict's word (git bisect's),
 # what --help says of it)
 TABLE = {
-    GOOD: ("good", "PASS", "good",
-           "good (check, results --verdict: PASS, watch); done (every other command)"),
+    GOOD: (
+        "good",
+        "PASS",
+        "good",
+        "good (check, results --verdict: PASS, watch); done (every other command)",
+    ),
     BAD: ("bad", "FAIL", "bad", "bad (check, results --verdict: FAIL, watch)"),
-    UNDECIDED: ("cannot decide", "UNDECIDED", "skip",
-                "cannot decide: the inputs were read but cannot tell (git bisect run: skip)"),
-    ERROR: (None, None, None,
-            "error, no verdict: a usage error, an input missing, unreadable or not usable, an "
-            "output that cannot be written, an internal error (the message says which; git "
-            "bisect run stops)"),
+    UNDECIDED: (
+        "cannot decide",
+        "UNDECIDED",
+        "skip",
+        "cannot decide: the inputs were read but cannot tell (git bisect run: skip)",
+    ),
+    ERROR: (
+        None,
+        None,
+        None,
+        "error, no verdict: a usage error, an input missing, unreadable or not usable, an "
+        "output that cannot be written, an internal error (the message says which; git "
+        "bisect run stops)",
+    ),
     INTERRUPTED: (None, None, None, "interrupted (Ctrl-C)"),
-    OUTPUT_CLOSED: (None, None, None,
-                    "the output was closed before all of it was written (| head); a command "
-                    "with a verdict exits with the verdict instead"),
+    OUTPUT_CLOSED: (
+        None,
+        None,
+        None,
+        "the output was closed before all of it was written (| head); a command "
+        "with a verdict exits with the verdict instead",
+    ),
 }
 
 
@@ -57,4 +73,5 @@ def help_text():
     """The exit status table, as --help of every command ends."""
     return "exit status:\n" + "\n".join(
         textwrap.fill(what, 80, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
-        for code, (_, _, _, what) in TABLE.items())
+        for code, (_, _, _, what) in TABLE.items()
+    )

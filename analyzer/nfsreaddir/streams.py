@@ -32,7 +32,7 @@ class GuardedOutput:
         self.stream = stream
 
     def write(self, text):
-        if self.stream is None:    # started with descriptor 1 closed (>&-)
+        if self.stream is None:  # started with descriptor 1 closed (>&-)
             raise OutputLost(OSError(errno.EBADF, "standard output is closed"))
         try:
             return self.stream.write(text)
@@ -82,8 +82,7 @@ def open_inputs(args, stack):
         value = getattr(args, attr, None)
         if value is None:
             continue
-        paths = [_input(p, streams, stack) for p in
-                 (value if isinstance(value, list) else [value])]
+        paths = [_input(p, streams, stack) for p in (value if isinstance(value, list) else [value])]
         setattr(args, attr, paths if isinstance(value, list) else paths[0])
 
 
@@ -97,7 +96,7 @@ def _input(path, streams, stack):
     if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode) and path != "-":
         try:
             if stat.S_ISDIR(st.st_mode):
-                os.listdir(path)    # (unlisted, it would look like a directory without traces)
+                os.listdir(path)  # (unlisted, it would look like a directory without traces)
             else:
                 open(path, "rb").close()
         except OSError as e:
@@ -107,8 +106,10 @@ def _input(path, streams, stack):
     if key in streams:
         name = "standard input (-)" if path == "-" else path
         same = "is named twice" if streams[key] == path else f"and {streams[key]} are one stream"
-        raise UsageError(f"{name} {same}: a stream can be read only once; save it to a file "
-                         "and name the file instead")
+        raise UsageError(
+            f"{name} {same}: a stream can be read only once; save it to a file "
+            "and name the file instead"
+        )
     streams[key] = path
     return _spool(path, stack)
 
@@ -125,9 +126,11 @@ def _spool(path, stack):
         shutil.copyfileobj(src, copy, 1 << 20)
         copy.flush()
     except OSError as e:
-        raise UsageError(f"cannot copy {name} into {tempfile.gettempdir()}: "
-                         f"{e.strerror or e} (free space there, or set TMPDIR to a place "
-                         "with room, or give a file instead of a stream)") from None
+        raise UsageError(
+            f"cannot copy {name} into {tempfile.gettempdir()}: "
+            f"{e.strerror or e} (free space there, or set TMPDIR to a place "
+            "with room, or give a file instead of a stream)"
+        ) from None
     progress(None)
     spooled = f"/proc/{os.getpid()}/fd/{copy.fileno()}"
     SHOWN[spooled] = path

@@ -18,10 +18,10 @@ import os
 import numpy as np
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_GLIBC_START = 128 << 10         # glibc's mmap and trim thresholds before any mallopt()
-SCAN_MMAP_THRESHOLD = 32 << 20   # above the scan's per-block temporaries (up to ~10 MiB)
-BUILD_MMAP_THRESHOLD = 1 << 20   # building columns: few, column-sized temporaries
-TRIM_THRESHOLD = 1 << 30         # freeing the heap's top would only be faulted in again
+_GLIBC_START = 128 << 10  # glibc's mmap and trim thresholds before any mallopt()
+SCAN_MMAP_THRESHOLD = 32 << 20  # above the scan's per-block temporaries (up to ~10 MiB)
+BUILD_MMAP_THRESHOLD = 1 << 20  # building columns: few, column-sized temporaries
+TRIM_THRESHOLD = 1 << 30  # freeing the heap's top would only be faulted in again
 
 
 @functools.lru_cache(maxsize=1)
@@ -39,8 +39,11 @@ def _libc():
 def _mallopt(mmap_threshold, trim_threshold):
     """Set glibc's mmap and trim thresholds; False where that cannot be done (not glibc)."""
     libc = _libc()
-    return bool(libc and libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
-                and libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold))
+    return bool(
+        libc
+        and libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
+        and libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold)
+    )
 
 
 def trim():
@@ -61,7 +64,7 @@ def _no_hugepages():
         return None
     try:
         return (f, f(False))
-    except Exception:      # noqa: BLE001 - an optimisation only
+    except Exception:  # noqa: BLE001 - an optimisation only
         return None
 
 

@@ -1,6 +1,6 @@
 """Units and plain values the analyses share."""
 
-NS = 1_000_000_000      # nanoseconds in a second: trace time stamps are in ns
+NS = 1_000_000_000  # nanoseconds in a second: trace time stamps are in ns
 
 
 def int_or_none(v):

@@ -20,8 +20,8 @@ from ..model import markers
 from . import recordplan, tracing
 from .tracing import Refused
 
-BUFFER_KB = 20000       # per CPU: dropped nothing for 100,000-name listings under emulation
-STOP_SECONDS = 120      # trace-cmd writing its file after Ctrl-C, under emulation
+BUFFER_KB = 20000  # per CPU: dropped nothing for 100,000-name listings under emulation
+STOP_SECONDS = 120  # trace-cmd writing its file after Ctrl-C, under emulation
 
 
 def prepare(dcache=False, slab=False, group=events.KPROBE_SYSTEM):
@@ -83,8 +83,7 @@ def run(output, command=None, duration=None, dcache=False, slab=False, out=sys.s
             raise Refused(f"trace-cmd record failed (exit {rc}); its message is above")
     except (KeyboardInterrupt, tracing.Terminated) as e:
         code = 143 if isinstance(e, tracing.Terminated) else 130
-        out.write("nfs-readdir record: interrupted: stopping trace-cmd, keeping what it "
-                  "recorded\n")
+        out.write("nfs-readdir record: interrupted: stopping trace-cmd, keeping what it recorded\n")
     finally:
         tracing.shield()
         stop.set()
@@ -100,6 +99,8 @@ def run(output, command=None, duration=None, dcache=False, slab=False, out=sys.s
         failed = session.close()
         for f in failed:
             out.write(f"nfs-readdir record: cleanup failed: {f}\n")
-    out.write(f"nfs-readdir record: tracefs restored; trace in {output}: "
-              f"nfs-readdir check {shlex.quote(output)}\n")
+    out.write(
+        f"nfs-readdir record: tracefs restored; trace in {output}: "
+        f"nfs-readdir check {shlex.quote(output)}\n"
+    )
     return code if not failed else 125

@@ -38,6 +38,7 @@ class KernelLacks(Exception):
 class Kprobe:
     """One kprobe to add: its event (group:function) and its definitions, best form first
     (a kernel that refuses one is given the next)."""
+
     event: str
     spec: ProbeSpec
     definitions: tuple
@@ -46,12 +47,13 @@ class Kprobe:
 @dataclass
 class Plan:
     """What to record on the running kernel, and why."""
+
     release: str
     machine: str
-    events: list                # system:event to enable, kprobe events included
-    kprobes: list               # Kprobe
-    sources: dict               # table -> text: where it comes from on this kernel
-    warnings: list              # what the trace will lack
+    events: list  # system:event to enable, kprobe events included
+    kprobes: list  # Kprobe
+    sources: dict  # table -> text: where it comes from on this kernel
+    warnings: list  # what the trace will lack
 
     def trace_cmd(self, output, command, buffer_kb=20000):
         """The `trace-cmd record` command line for this plan."""
@@ -66,9 +68,11 @@ def find_tracefs():
     for d in TRACEFS_DIRS:
         if os.path.exists(os.path.join(d, "available_events")):
             return d
-    raise KernelLacks("no tracefs: neither /sys/kernel/tracing nor /sys/kernel/debug/tracing "
-                      "is mounted (mount -t tracefs nodev /sys/kernel/tracing; the kernel needs "
-                      "CONFIG_FTRACE)")
+    raise KernelLacks(
+        "no tracefs: neither /sys/kernel/tracing nor /sys/kernel/debug/tracing "
+        "is mounted (mount -t tracefs nodev /sys/kernel/tracing; the kernel needs "
+        "CONFIG_FTRACE)"
+    )
 
 
 def _read(path, default=""):
@@ -82,6 +86,7 @@ def _read(path, default=""):
 def tracefs_format(tracefs, event):
     """The format of an event of the running kernel (tracedat.EventFormat), or None."""
     from ..trace.format import parse_format
+
     system, name = event.split(":", 1)
     text = _read(os.path.join(tracefs, "events", system, name, "format"))
     return parse_format(text, system) if text else None
@@ -96,8 +101,11 @@ def kallsyms_functions(path, wanted):
             text = f.read()
     except OSError:
         return set()
-    return {fn for fn in wanted
-            if re.search(rb" [tTwW] " + re.escape(fn.encode()) + rb"(?:\t|\n|$)", text)}
+    return {
+        fn
+        for fn in wanted
+        if re.search(rb" [tTwW] " + re.escape(fn.encode()) + rb"(?:\t|\n|$)", text)
+    }
 
 
 def _has_fields(tracefs, event, fields):
@@ -125,8 +133,9 @@ class _Planner:
         self.gen = kernel_generation(release)
         self.have = set(_read(os.path.join(tracefs, "available_events")).split())
         self.kprobes_ok = os.path.exists(os.path.join(tracefs, "kprobe_events"))
-        self.forms = (_arg_forms(_read(os.path.join(tracefs, "README")), machine)
-                      if self.kprobes_ok else [])
+        self.forms = (
+            _arg_forms(_read(os.path.join(tracefs, "README")), machine) if self.kprobes_ok else []
+        )
         self.functions = kallsyms_functions(kallsyms, set(COOKIE_KPROBES) | set(OPEN_KPROBES))
         self.events, self.kprobes, self.sources, self.warnings = [], [], {}, []
 
@@ -145,16 +154,26 @@ class _Planner:
         self.add(f"{self.group}:{spec.function}")
 
     def usable(self, spec):
-        return (self.kprobes_ok and self.forms and spec.function in self.functions
-                and spec.fits(self.gen))
+        return (
+            self.kprobes_ok
+            and self.forms
+            and spec.function in self.functions
+            and spec.fits(self.gen)
+        )
 
     def readdirs(self):
         """Every tracepoint that carries the cookie; else the cookie kprobes (with the event
         that names their directory); and the RPC itself, counted on any kernel."""
         have = self.have
-        cookie_events = [s.event for g in RPC_SOURCES for s in g if not s.event.startswith("*:")
-                         and "cookie" in s.fields and s.event in have
-                         and _has_fields(self.tracefs, s.event, s.fields.values())]
+        cookie_events = [
+            s.event
+            for g in RPC_SOURCES
+            for s in g
+            if not s.event.startswith("*:")
+            and "cookie" in s.fields
+            and s.event in have
+            and _has_fields(self.tracefs, s.event, s.fields.values())
+        ]
         for ev in cookie_events:
             self.add(ev)
         if cookie_events:
@@ -169,13 +188,20 @@ class _Planner:
             nfs_loaded = any(e.startswith(("nfs:", "nfs4:")) for e in have)
             raise KernelLacks(
                 "this kernel has no source of READDIRs: none of the events "
-                + ", ".join(s.event for g in RPC_SOURCES for s in g
-                            if not s.event.startswith("*:"))
+                + ", ".join(s.event for g in RPC_SOURCES for s in g if not s.event.startswith("*:"))
                 + ", and no kprobe on nfs{3,4}_proc_readdir"
-                + ("" if nfs_loaded else "; no nfs or nfs4 trace events at all: load the NFS "
-                   "client (modprobe nfs nfsv3 nfsv4) or mount an NFS share first")
-                + ("" if have & {"sunrpc:rpc_request"} or not nfs_loaded else
-                   "; sunrpc:rpc_request is missing too"))
+                + (
+                    ""
+                    if nfs_loaded
+                    else "; no nfs or nfs4 trace events at all: load the NFS "
+                    "client (modprobe nfs nfsv3 nfsv4) or mount an NFS share first"
+                )
+                + (
+                    ""
+                    if have & {"sunrpc:rpc_request"} or not nfs_loaded
+                    else "; sunrpc:rpc_request is missing too"
+                )
+            )
 
     def cookie_kprobes(self):
         probes = [s for s in COOKIE_KPROBES.values() if self.usable(s)]
@@ -186,20 +212,28 @@ class _Planner:
             if PAIRED_DIRECTORY.event in self.have:
                 self.add(PAIRED_DIRECTORY.event)
             return
-        why = ("kprobe_events is missing (CONFIG_KPROBE_EVENTS)" if not self.kprobes_ok else
-               "no kprobe argument form known for " + self.machine if not self.forms else
-               f"the READDIR cookie kprobes fit 5.0-5.10 and this is {self.release}"
-               if not any(s.fits(self.gen) for s in COOKIE_KPROBES.values()) else
-               "nfs{3,4}_proc_readdir are not in kallsyms (is the nfs module loaded?)")
-        self.warnings.append(f"no READDIR cookies on this kernel ({why}): a restart cannot be "
-                             "seen, only READDIR counts")
+        why = (
+            "kprobe_events is missing (CONFIG_KPROBE_EVENTS)"
+            if not self.kprobes_ok
+            else "no kprobe argument form known for " + self.machine
+            if not self.forms
+            else f"the READDIR cookie kprobes fit 5.0-5.10 and this is {self.release}"
+            if not any(s.fits(self.gen) for s in COOKIE_KPROBES.values())
+            else "nfs{3,4}_proc_readdir are not in kallsyms (is the nfs module loaded?)"
+        )
+        self.warnings.append(
+            f"no READDIR cookies on this kernel ({why}): a restart cannot be "
+            "seen, only READDIR counts"
+        )
 
     def invalidations(self):
         for s in [s for g in INVALIDATION_SOURCES for s in g] + [RANGE_INVALIDATION]:
             if s.event in self.have:
                 self.add(s.event)
-        self.sources["invalidations"] = ", ".join(
-            s.event for g in INVALIDATION_SOURCES for s in g if s.event in self.have) or "-"
+        self.sources["invalidations"] = (
+            ", ".join(s.event for g in INVALIDATION_SOURCES for s in g if s.event in self.have)
+            or "-"
+        )
         if self.sources["invalidations"] == "-":
             self.warnings.append("no invalidation event: restarts are counted but not explained")
         for s in REVALIDATION_SOURCES:
@@ -224,21 +258,31 @@ class _Planner:
             self.add(ev)
         self.sources["calls"] = ", ".join(x for x in (calls, ", ".join(sys_events)) if x) or "-"
         if self.sources["calls"] == "-":
-            self.warnings.append("nothing tells listings apart (no open kprobes, no syscall "
-                                 "events): a cookie-0 READDIR after the start cannot be told "
-                                 "from a new open")
+            self.warnings.append(
+                "nothing tells listings apart (no open kprobes, no syscall "
+                "events): a cookie-0 READDIR after the start cannot be told "
+                "from a new open"
+            )
 
     def slab(self):
         kmem = [ev for ev in SLAB_EVENTS if ev in self.have]
         if not kmem:
-            raise KernelLacks("--slab: this kernel has none of the kmem events "
-                              + ", ".join(SLAB_EVENTS))
+            raise KernelLacks(
+                "--slab: this kernel has none of the kmem events " + ", ".join(SLAB_EVENTS)
+            )
         for ev in kmem:
             self.add(ev)
 
 
-def plan(tracefs, kallsyms="/proc/kallsyms", release=None, machine=None, dcache=False,
-         slab=False, group=KPROBE_SYSTEM):
+def plan(
+    tracefs,
+    kallsyms="/proc/kallsyms",
+    release=None,
+    machine=None,
+    dcache=False,
+    slab=False,
+    group=KPROBE_SYSTEM,
+):
     """The events and kprobes that fill the tables on the running kernel, from its tracefs
     (available_events, the formats, kprobe_events and its README) and kallsyms. Raises
     KernelLacks when the kernel has no source of READDIRs at all."""
@@ -262,6 +306,7 @@ def main(argv=None):
     definitions best form first). Exit 2, saying why, when the kernel has no READDIR source."""
     import argparse
     import sys
+
     p = argparse.ArgumentParser(prog="python3 -m nfsreaddir.live.recordplan")
     p.add_argument("what", choices=["plan"])
     p.add_argument("--dcache", action="store_true")

@@ -21,8 +21,10 @@ class Refused(Exception):
 
 def check_root():
     if os.geteuid() != 0:
-        raise Refused("must run as root: adding kprobes and enabling trace events needs it "
-                      "(sudo nfs-readdir ...)")
+        raise Refused(
+            "must run as root: adding kprobes and enabling trace events needs it "
+            "(sudo nfs-readdir ...)"
+        )
 
 
 def _write(path, text, append=False):
@@ -93,17 +95,19 @@ class Session:
         self.top = tracefs
         self.root = tracefs
         self.instance = None
-        self.kprobes = []           # events this session added, to remove
-        self.enabled = []           # events this session enabled (instance mode)
-        self.filters = {}           # event -> the filter it had before this session set one
+        self.kprobes = []  # events this session added, to remove
+        self.enabled = []  # events this session enabled (instance mode)
+        self.filters = {}  # event -> the filter it had before this session set one
         self._saved = {}
         if instance:
             d = os.path.join(tracefs, "instances", instance)
             try:
                 os.mkdir(d)
             except FileExistsError:
-                raise Refused(f"the tracefs instance {d} exists already: another watch is "
-                              f"running, or remove it with rmdir {d}") from None
+                raise Refused(
+                    f"the tracefs instance {d} exists already: another watch is "
+                    f"running, or remove it with rmdir {d}"
+                ) from None
             except OSError as e:
                 raise Refused(f"cannot create the tracefs instance {d}: {e.strerror}") from None
             self.instance, self.root = d, d
@@ -114,8 +118,10 @@ class Session:
         self._per_cpu = {}
         if self._saved["buffer_size_kb"].strip() == "X":
             pc = os.path.join(self.root, "per_cpu")
-            self._per_cpu = {os.path.join(pc, c, "buffer_size_kb"):
-                             _read(os.path.join(pc, c, "buffer_size_kb")) for c in os.listdir(pc)}
+            self._per_cpu = {
+                os.path.join(pc, c, "buffer_size_kb"): _read(os.path.join(pc, c, "buffer_size_kb"))
+                for c in os.listdir(pc)
+            }
 
     # -------------------------------------------------------------------------- kprobes
     def add_kprobes(self, kprobes):
@@ -124,14 +130,23 @@ class Session:
         A kprobe of the same name already there (a run that was killed with SIGKILL) is
         refused, never reused or removed: it is not ours."""
         path = os.path.join(self.tracefs, "kprobe_events")
-        existing = {line.split()[0].split(":", 1)[1].replace("/", ":")
-                    for line in _read(path).splitlines() if line.strip()} if kprobes else set()
+        existing = (
+            {
+                line.split()[0].split(":", 1)[1].replace("/", ":")
+                for line in _read(path).splitlines()
+                if line.strip()
+            }
+            if kprobes
+            else set()
+        )
         used, refused = [], {}
         for k in kprobes:
             if k.event in existing:
-                raise Refused(f"a kprobe {k.event} exists already; if no other nfs-readdir or "
-                              f"reproducer runs, remove it: echo '-:{k.event.replace(':', '/')}'"
-                              f" >> {path}")
+                raise Refused(
+                    f"a kprobe {k.event} exists already; if no other nfs-readdir or "
+                    f"reproducer runs, remove it: echo '-:{k.event.replace(':', '/')}'"
+                    f" >> {path}"
+                )
             errors = []
             for d in k.definitions:
                 try:
@@ -143,8 +158,7 @@ class Session:
                 used.append(d)
                 break
             else:
-                refused[k.event] = "; ".join(errors) + _kernel_says(self.tracefs,
-                                                                   k.spec.function)
+                refused[k.event] = "; ".join(errors) + _kernel_says(self.tracefs, k.spec.function)
         return used, refused
 
     # -------------------------------------------------------------------------- instance
@@ -168,8 +182,10 @@ class Session:
                 try:
                     _write(path, expr)
                 except OSError as e:
-                    raise KernelLacks(f"cannot filter {ev} with {expr!r}: {e.strerror}"
-                                      + _kernel_says(self.tracefs, name)) from None
+                    raise KernelLacks(
+                        f"cannot filter {ev} with {expr!r}: {e.strerror}"
+                        + _kernel_says(self.tracefs, name)
+                    ) from None
             try:
                 _write(os.path.join(self.root, "events", system, name, "enable"), "1")
             except OSError as e:
@@ -195,20 +211,28 @@ class Session:
         now = set(_read(os.path.join(self.root, "set_event")).split())
         for ev in sorted((now - before) | set(self.enabled)):
             system, name = ev.split(":", 1)
-            step(f"disable {ev}", lambda s=system, n=name: _write(
-                os.path.join(self.root, "events", s, n, "enable"), "0"))
+            step(
+                f"disable {ev}",
+                lambda s=system, n=name: _write(
+                    os.path.join(self.root, "events", s, n, "enable"), "0"
+                ),
+            )
         for ev, old in sorted(self.filters.items()):
             system, name = ev.split(":", 1)
             # "none" is how an event without a filter reads; "0" clears one.
-            step(f"restore the filter of {ev}", lambda s=system, n=name, v=old: _write(
-                os.path.join(self.root, "events", s, n, "filter"), "0" if v == "none" else v))
+            step(
+                f"restore the filter of {ev}",
+                lambda s=system, n=name, v=old: _write(
+                    os.path.join(self.root, "events", s, n, "filter"), "0" if v == "none" else v
+                ),
+            )
         self.filters = {}
         if self.instance:
             step(f"remove {self.instance}", lambda: os.rmdir(self.instance))
         else:
             for name in ("buffer_size_kb", "trace_clock", "tracing_on"):
                 value = self._saved[name]
-                if name == "trace_clock":   # "[local] global ...": the bracketed one
+                if name == "trace_clock":  # "[local] global ...": the bracketed one
                     value = value.split("[", 1)[1].split("]", 1)[0] if "[" in value else ""
                 if name == "buffer_size_kb" and self._per_cpu:
                     for p, v in self._per_cpu.items():
@@ -219,12 +243,15 @@ class Session:
                     if buffer_kb(_read(path)) != value:
                         step(f"restore {name}", lambda p=path, v=value: _write(p, v))
                 elif value.strip() and _read(os.path.join(self.root, name)) != self._saved[name]:
-                    step(f"restore {name}", lambda n=name, v=value: _write(
-                        os.path.join(self.root, n), v.strip()))
+                    step(
+                        f"restore {name}",
+                        lambda n=name, v=value: _write(os.path.join(self.root, n), v.strip()),
+                    )
         path = os.path.join(self.tracefs, "kprobe_events")
         for ev in reversed(self.kprobes):
-            step(f"remove kprobe {ev}", lambda e=ev: _write(
-                path, f"-:{e.replace(':', '/')}\n", append=True))
+            step(
+                f"remove kprobe {ev}",
+                lambda e=ev: _write(path, f"-:{e.replace(':', '/')}\n", append=True),
+            )
         self.kprobes = []
         return failed
-

@@ -23,7 +23,7 @@ from ..trace import BASE_COLUMNS, field_column, pipe
 from ..units import NS
 from . import recordplan, tracing
 
-BUFFER_KB = 4096        # per CPU; read every POLL_SECONDS, a listing's events fit many times
+BUFFER_KB = 4096  # per CPU; read every POLL_SECONDS, a listing's events fit many times
 POLL_SECONDS = 0.2
 # The dirent type of a directory (DT_DIR, include/linux/fs_types.h), as the inode events that
 # carry the inode's type (the nfs_inode_event_done class: nfs_umode_to_dtype(i_mode)) give it.
@@ -40,8 +40,11 @@ def watched(live, plan):
     analyze() selects (its rows are the listing's directory's, analysis._select)."""
     read = set(pipeline.readdir_events(live))
     evs = [e for e in plan.events if e in read]
-    inode_tables = ([s for g in events.INVALIDATION_SOURCES for s in g]
-                    + events.REVALIDATION_SOURCES + [events.RANGE_INVALIDATION])
+    inode_tables = (
+        [s for g in events.INVALIDATION_SOURCES for s in g]
+        + events.REVALIDATION_SOURCES
+        + [events.RANGE_INVALIDATION]
+    )
     filters = {}
     for s in inode_tables:
         fmt = live.event_format(s.event)
@@ -54,19 +57,26 @@ class LiveTrace:
     """The events read from the ring buffer so far, with the interface of a trace file."""
 
     def __init__(self, tracefs, plan):
-        self.info = {"format": "live ring buffer", "path": "watch", "uname": plan.release,
-                     "lost_events": [], "cpus": None}
+        self.info = {
+            "format": "live ring buffer",
+            "path": "watch",
+            "uname": plan.release,
+            "lost_events": [],
+            "cpus": None,
+        }
         self._formats = {}
         for ev in plan.events:
             fmt = recordplan.tracefs_format(tracefs, ev)
             if fmt is not None:
                 self._formats[ev] = fmt
         self._by_id = {f.id: f for f in self._formats.values()}
-        self.rows = {ev: [] for ev in self._formats}      # (ts, cpu, pid, fields)
+        self.rows = {ev: [] for ev in self._formats}  # (ts, cpu, pid, fields)
         self._comms = {}
-        self.wanted = {self._formats[ev].id: sorted(cols)
-                       for ev, cols in pipeline.readdir_events(self).items()
-                       if ev in self._formats}
+        self.wanted = {
+            self._formats[ev].id: sorted(cols)
+            for ev, cols in pipeline.readdir_events(self).items()
+            if ev in self._formats
+        }
 
     def event_names(self):
         return set(self._formats)
@@ -100,8 +110,12 @@ class LiveTrace:
         out = {}
         for ev, cols in req.items():
             rows = sorted(self.rows.get(ev, []), key=lambda r: (r[0], r[1]))
-            d = {"ts": [r[0] for r in rows], "cpu": [r[1] for r in rows],
-                 "pid": [r[2] for r in rows], "comm": [self._comms.get(r[2], "") for r in rows]}
+            d = {
+                "ts": [r[0] for r in rows],
+                "cpu": [r[1] for r in rows],
+                "pid": [r[2] for r in rows],
+                "comm": [self._comms.get(r[2], "") for r in rows],
+            }
             for c in cols or []:
                 d[field_column(c)] = [r[3].get(c) for r in rows]
             df = pd.DataFrame(d)
@@ -116,15 +130,23 @@ class _Reader:
 
     def __init__(self, root, tracefs):
         sub = os.path.join(root, "buffer_subbuf_size_kb")
-        self.page = (int(open(sub).read()) * 1024 if os.path.exists(sub)
-                     else os.sysconf("SC_PAGE_SIZE"))
+        self.page = (
+            int(open(sub).read()) * 1024 if os.path.exists(sub) else os.sysconf("SC_PAGE_SIZE")
+        )
         from ..trace.format import parse_header_page as _parse_header_page
+
         with open(os.path.join(tracefs, "events", "header_page")) as f:
             self.header = _parse_header_page(f.read(), 8)
-        cpus = sorted(int(d[3:]) for d in os.listdir(os.path.join(root, "per_cpu"))
-                      if d.startswith("cpu"))
-        self.fds = {c: os.open(os.path.join(root, "per_cpu", f"cpu{c}", "trace_pipe_raw"),
-                               os.O_RDONLY | os.O_NONBLOCK) for c in cpus}
+        cpus = sorted(
+            int(d[3:]) for d in os.listdir(os.path.join(root, "per_cpu")) if d.startswith("cpu")
+        )
+        self.fds = {
+            c: os.open(
+                os.path.join(root, "per_cpu", f"cpu{c}", "trace_pipe_raw"),
+                os.O_RDONLY | os.O_NONBLOCK,
+            )
+            for c in cpus
+        }
 
     def drain(self, live):
         """Read every page there is; returns the events taken, in time order
@@ -141,8 +163,7 @@ class _Reader:
                     break
                 for item in pipe.decode_page(page, self.header, live._by_id, live.wanted):
                     if item[0] == "lost":
-                        live.info["lost_events"].append({"cpu": cpu, "ts": None,
-                                                         "count": item[1]})
+                        live.info["lost_events"].append({"cpu": cpu, "ts": None, "count": item[1]})
                         continue
                     ts, eid, pid, fields = item
                     live.add(cpu, ts, eid, pid, fields)
@@ -168,8 +189,10 @@ def _say(out, start, ts, what, who, text, now=None):
     """One line of the watch: when the event happened (from the start), what, whose listing,
     and how late the line comes."""
     now = _now_ns() if now is None else now
-    out.write(f"[{(ts - start) / NS:+9.3f}s] {what:<12} {who}: {text} "
-              f"(seen {(now - ts) / NS:.2f}s after)\n")
+    out.write(
+        f"[{(ts - start) / NS:+9.3f}s] {what:<12} {who}: {text} "
+        f"(seen {(now - ts) / NS:.2f}s after)\n"
+    )
 
 
 def _restart_at(below):
@@ -192,11 +215,12 @@ class _Tracker:
         calls = [f for t, _, f in self.map.values() if t == "calls"]
         self.usable = bool(calls) and any(t == "rpc" for t, _, _ in self.map.values())
         # The kernel watched is the running one.
-        self.model = opens.Opens(any("file" in f for f in calls),
-                                 events.searches_from_first_page(os.uname().release))
+        self.model = opens.Opens(
+            any("file" in f for f in calls), events.searches_from_first_page(os.uname().release)
+        )
         self.rows = 0
         self.restarts = self.invalidations = 0  # lines printed
-        self._invals = {}                       # id(open) -> invalidations seen
+        self._invals = {}  # id(open) -> invalidations seen
         # Per open (by id): a cookie-0 READDIR is a restart or not by what follows it
         # (opens._Open), so its (row, time) waits here; the restarts printed so far; and the
         # restart being caught up on: (the cookie to pass, the invalidations seen then). A
@@ -251,17 +275,22 @@ class _Tracker:
             elif table == "invalidations":
                 fileid = row.get("fileid")
                 # The opens of that directory, else the one the invalidating process reads.
-                mine = ([o for o in model.live.values() if o.fileid == fileid]
-                        or [o for o in (model.reading(pid),) if o is not None])
+                mine = [o for o in model.live.values() if o.fileid == fileid] or [
+                    o for o in (model.reading(pid),) if o is not None
+                ]
                 for o in mine:
                     if not self._shown(o):
                         continue
                     n = self._invals[id(o)] = self._invals.get(id(o), 0) + 1
                     self.invalidations += 1
-                    self._line(ts, "invalidation", o,
-                               f"{src.event} ({row.get('reason')}) by "
-                               f"{self.live.comm(pid)}[{pid}]; so far {n}, "
-                               f"{(ts - o.start) / NS:.3f}s into the listing")
+                    self._line(
+                        ts,
+                        "invalidation",
+                        o,
+                        f"{src.event} ({row.get('reason')}) by "
+                        f"{self.live.comm(pid)}[{pid}]; so far {n}, "
+                        f"{(ts - o.start) / NS:.3f}s into the listing",
+                    )
                     wrote = True
         if wrote:
             self.out.flush()
@@ -271,7 +300,7 @@ class _Tracker:
         had asked before that event."""
         key = id(o)
         done = self._printed.get(key, (0, 0))
-        new = o.restart_rows[done[0]:]
+        new = o.restart_rows[done[0] :]
         shown = done[1]
         wrote = False
         for r in new:
@@ -287,10 +316,14 @@ class _Tracker:
             self.restarts += 1
             shown += 1
             at = _restart_at(r in o.targets)
-            self._line(when, "restart", o,
-                       f"READDIR #{o.rows.index(r) + 1} {at}; so far {shown} "
-                       f"restart{'s' * (shown != 1)}, {len(o.rows)} READDIRs in "
-                       f"{(when - o.start) / NS:.3f}s")
+            self._line(
+                when,
+                "restart",
+                o,
+                f"READDIR #{o.rows.index(r) + 1} {at}; so far {shown} "
+                f"restart{'s' * (shown != 1)}, {len(o.rows)} READDIRs in "
+                f"{(when - o.start) / NS:.3f}s",
+            )
             wrote = True
         self._printed[key] = (len(o.restart_rows), shown)
         return wrote
@@ -310,8 +343,10 @@ class _Printer:
         now = _now_ns()
         for lst in self.listings(a):
             who = _who(lst.comm, lst.pid, lst.fileid)
-            items = sorted([(r.ts, 1, r) for r in lst.restarts]
-                           + [(i.ts, 0, i) for i in lst.invalidations], key=lambda x: x[:2])
+            items = sorted(
+                [(r.ts, 1, r) for r in lst.restarts] + [(i.ts, 0, i) for i in lst.invalidations],
+                key=lambda x: x[:2],
+            )
             for ts, kind, x in items:
                 key = (lst.pid, lst.start, kind, ts)
                 if key in self.seen:
@@ -320,19 +355,30 @@ class _Printer:
                 if kind:
                     done = [r for r in lst.restarts if r.ts <= ts]
                     n_rpc = int((lst.rpcs["ts"] <= ts).sum())
-                    text = (f"READDIR #{x.rpc_index + 1} {_restart_at(x.cookie)}; so far "
-                            f"{len(done)} restart{'s' * (len(done) != 1)}, {n_rpc} READDIRs, "
-                            f"{sum(r.refetched for r in done)} re-read in "
-                            f"{sum(r.cost_ns for r in done) / NS:.3f}s")
+                    text = (
+                        f"READDIR #{x.rpc_index + 1} {_restart_at(x.cookie)}; so far "
+                        f"{len(done)} restart{'s' * (len(done) != 1)}, {n_rpc} READDIRs, "
+                        f"{sum(r.refetched for r in done)} re-read in "
+                        f"{sum(r.cost_ns for r in done) / NS:.3f}s"
+                    )
                     _say(self.out, self.start, ts, "restart", who, text, now)
                 else:
                     n = sum(1 for i in lst.invalidations if i.ts <= ts)
                     chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
-                    then = ("; then cookie 0: a restart or a new open"
-                            if x.followed_by_ambiguous else "")
-                    _say(self.out, self.start, ts, "invalidation", who,
-                         f"{chain}; so far {n}, {(ts - lst.start) / NS:.3f}s into the "
-                         f"listing{then}", now)
+                    then = (
+                        "; then cookie 0: a restart or a new open"
+                        if x.followed_by_ambiguous
+                        else ""
+                    )
+                    _say(
+                        self.out,
+                        self.start,
+                        ts,
+                        "invalidation",
+                        who,
+                        f"{chain}; so far {n}, {(ts - lst.start) / NS:.3f}s into the listing{then}",
+                        now,
+                    )
         self.out.flush()
 
 
@@ -358,8 +404,9 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
         _, refused = session.add_kprobes(plan.kprobes)
         plan.events = [e for e in plan.events if e not in refused]
         with open(os.path.join(session.root, "trace_clock")) as f:
-            clock = "mono" if "mono" in f.read().replace("[", " ").replace("]", " ").split() \
-                else None
+            clock = (
+                "mono" if "mono" in f.read().replace("[", " ").replace("]", " ").split() else None
+            )
         live = LiveTrace(tfs, plan)
         plan.events, filters = watched(live, plan)
         reader = _Reader(session.root, tfs)
@@ -368,12 +415,15 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
         start = _now_ns()
         # With --json, stdout is the summary alone; what runs and the lines go to stderr.
         say = sys.stderr if as_json else out
-        say.write(f"nfs-readdir watch: kernel {plan.release}; READDIRs from "
-                  f"{plan.sources['rpc']}; listings from {plan.sources['calls']}"
-                  + (f"; directory {directory} (fileid {dir_fileid})" if directory else "")
-                  + "; Ctrl-C for the summary\n")
-        for w in plan.warnings + [f"watching without {ev}: the kernel refused it: {why}"
-                                  for ev, why in refused.items()]:
+        say.write(
+            f"nfs-readdir watch: kernel {plan.release}; READDIRs from "
+            f"{plan.sources['rpc']}; listings from {plan.sources['calls']}"
+            + (f"; directory {directory} (fileid {dir_fileid})" if directory else "")
+            + "; Ctrl-C for the summary\n"
+        )
+        for w in plan.warnings + [
+            f"watching without {ev}: the kernel refused it: {why}" for ev, why in refused.items()
+        ]:
             say.write(f"  warning: {w}\n")
         for ev, expr in filters.items():
             say.write(f"  {ev} only where {expr} (filtered in the kernel)\n")
@@ -389,9 +439,11 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
             new = reader.drain(live)
             if printer is None:
                 tracker.feed(new)
-            elif any(live._by_id[e].full_name in inval
-                     or (live._by_id[e].full_name in rpc and f.get("cookie") == 0)
-                     for _, _, e, _, f in new):
+            elif any(
+                live._by_id[e].full_name in inval
+                or (live._by_id[e].full_name in rpc and f.get("cookie") == 0)
+                for _, _, e, _, f in new
+            ):
                 a = pipeline.listings_so_far(live)
                 if a is not None:
                     printer.show(a)
@@ -413,8 +465,10 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
 
 def _summary(live, dir_fileid, as_json, out, interrupted, tracker=None):
     from ..present.render import print_analysis
-    a, v = pipeline.live_summary(live, keep=lambda lst: dir_fileid is None
-                                 or lst.fileid in (None, dir_fileid))
+
+    a, v = pipeline.live_summary(
+        live, keep=lambda lst: dir_fileid is None or lst.fileid in (None, dir_fileid)
+    )
     # The lines against the summary: they differ only where the stream missed what the whole
     # trace shows (an event read after Ctrl-C, a READDIR before its open was seen).
     lines = None if tracker is None or not tracker.usable else tracker.restarts
@@ -426,13 +480,14 @@ def _summary(live, dir_fileid, as_json, out, interrupted, tracker=None):
         json.dump(d, out, indent=2, default=str)
         out.write("\n")
     else:
-        out.write("\nnfs-readdir watch: " + ("interrupted; " if interrupted else "")
-                  + "summary\n")
+        out.write("\nnfs-readdir watch: " + ("interrupted; " if interrupted else "") + "summary\n")
         if a is not None and a.listings:
             print_analysis([a], out=out)
         if lines is not None and lines != total:
-            out.write(f"\nnote: {lines} restart line(s) above, {total} restart(s) in the "
-                      "whole trace: the summary is the one to go by\n")
+            out.write(
+                f"\nnote: {lines} restart line(s) above, {total} restart(s) in the "
+                "whole trace: the summary is the one to go by\n"
+            )
         out.write(f"\nverdict: {v.reason}\n")
     out.flush()
     return v.code

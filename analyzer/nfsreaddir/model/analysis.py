@@ -7,7 +7,6 @@ invalidations it met and the causes the trace shows for them, how its directory'
 attribute moved, the damage that overlaps it, and the dcache's growth during it.
 """
 
-
 import numpy as np
 import pandas as pd
 
@@ -35,7 +34,8 @@ from .opens import (  # noqa: F401 (how a listing ended: part of this module's a
     by_syscalls,
 )
 
-CHAIN_WINDOW_NS = 5 * NS    # how far back an invalidation's causes are looked for
+CHAIN_WINDOW_NS = 5 * NS  # how far back an invalidation's causes are looked for
+
 
 class AnalysisError(Exception):
     """The trace cannot answer the question; the message says what to record instead."""
@@ -59,8 +59,16 @@ def _restarts(rpcs, restart_idx, invalidation_ts, targets=None):
         end_ts = ts[j] if j < len(cookies) else ts[-1]
         inv_before = invalidation_ts[invalidation_ts <= ts[i]]
         prev = ts[i - 1] if i else ts[i]
-        out.append(Restart(int(ts[i]), int(i), int(cookies[i]), int(j - i),
-                           int(end_ts - ts[i]), bool(len(inv_before) and inv_before[-1] >= prev)))
+        out.append(
+            Restart(
+                int(ts[i]),
+                int(i),
+                int(cookies[i]),
+                int(j - i),
+                int(end_ts - ts[i]),
+                bool(len(inv_before) and inv_before[-1] >= prev),
+            )
+        )
     return out
 
 
@@ -120,15 +128,16 @@ def _survived(lst, change_ts, versions):
 def _chain(revals, inv_ts, since):
     """The revalidation steps between `since` and the invalidation, in order, deduplicated;
     a step that found the data cache invalid (NFS_INO_INVALID_DATA) says so."""
-    rows = revals[(revals["ts"] > max(since, inv_ts - CHAIN_WINDOW_NS)) &
-                  (revals["ts"] <= inv_ts)]
+    rows = revals[(revals["ts"] > max(since, inv_ts - CHAIN_WINDOW_NS)) & (revals["ts"] <= inv_ts)]
     # Start at the last revalidation: the one whose GETATTR found the change.
     starts = (rows["step"] == "revalidate").to_numpy().nonzero()[0]
     if len(starts):
-        rows = rows.iloc[starts[-1]:]
-    steps = [step + ("(INVALID_DATA)" if not pd.isna(cv) and int(cv) &
-                     events.NFS_INO_INVALID_DATA else "")
-             for step, cv in zip(rows["step"], rows["cache_validity"])]
+        rows = rows.iloc[starts[-1] :]
+    steps = [
+        step
+        + ("(INVALID_DATA)" if not pd.isna(cv) and int(cv) & events.NFS_INO_INVALID_DATA else "")
+        for step, cv in zip(rows["step"], rows["cache_validity"])
+    ]
     out: list[str] = []
     for s in steps:
         if not out or out[-1] != s:
@@ -171,9 +180,16 @@ def _version_changes(lst, revals, cookie_is_position):
     since = lst.progressed_at
     rpc_ts = lst.rpcs["ts"].to_numpy("int64")
     refills = set(lst.refill_rows)
-    return int(sum(1 for k in changes if last_readdir is not None and since is not None
-                   and since <= v["ts"].iloc[k + 1] <= last_readdir
-                   and int(_next_readdir(rpc_ts, v["ts"].iloc[k + 1])) not in refills))
+    return int(
+        sum(
+            1
+            for k in changes
+            if last_readdir is not None
+            and since is not None
+            and since <= v["ts"].iloc[k + 1] <= last_readdir
+            and int(_next_readdir(rpc_ts, v["ts"].iloc[k + 1])) not in refills
+        )
+    )
 
 
 def _version_moves(lst, revals):
@@ -224,28 +240,50 @@ def damage_windows(info):
     """The stretches of the trace where events are known to be damaged or missing: [from, to]
     in ns, with the pid when the damage names one."""
     out = []
-    lost = sorted(info.get("lost_events") or [], key=lambda x: (x.get("cpu") or 0,
-                                                                x.get("ts") or 0))
+    lost = sorted(
+        info.get("lost_events") or [], key=lambda x: (x.get("cpu") or 0, x.get("ts") or 0)
+    )
     prev: dict[int, float] = {}
     for x in lost:
         cpu, ts = x.get("cpu"), x.get("ts")
         # Events were lost before ts and after the last loss (or the start) on that CPU.
         n = x["count"] if x.get("count") is not None else "an unknown number of"
-        out.append({"from": prev.get(cpu, -1), "to": ts if ts is not None else 1 << 62,
-                    "what": f"{n} events lost on CPU {cpu}"})
+        out.append(
+            {
+                "from": prev.get(cpu, -1),
+                "to": ts if ts is not None else 1 << 62,
+                "what": f"{n} events lost on CPU {cpu}",
+            }
+        )
         if ts is not None:
             prev[cpu] = ts
     if not lost and info.get("lost_total"):
         # The ring buffer's own counters say events were lost, but not where: anywhere.
-        out.append({"from": -1, "to": 1 << 62,
-                    "what": f"{info['lost_total']} events lost (the trace's CPU stats), where is "
-                            "not known"})
+        out.append(
+            {
+                "from": -1,
+                "to": 1 << 62,
+                "what": f"{info['lost_total']} events lost (the trace's CPU stats), where is "
+                "not known",
+            }
+        )
     for d in info.get("damaged_events") or []:
-        out.append({"from": d.get("from", d.get("ts")), "to": d.get("to", d.get("ts")),
-                    "pid": d.get("pid"), "what": d["what"]})
+        out.append(
+            {
+                "from": d.get("from", d.get("ts")),
+                "to": d.get("to", d.get("ts")),
+                "pid": d.get("pid"),
+                "what": d["what"],
+            }
+        )
     if info.get("partial"):
-        out.append({"from": info.get("partial_from", -1), "to": 1 << 62,
-                    "what": "the trace is damaged: only the part before the damage was read"})
+        out.append(
+            {
+                "from": info.get("partial_from", -1),
+                "to": 1 << 62,
+                "what": "the trace is damaged: only the part before the damage was read",
+            }
+        )
     return out
 
 
@@ -257,21 +295,22 @@ def analyze(trace):
     if rpc.empty:
         raise AnalysisError(
             "no READDIR in this trace. Record a listing with: "
-            + events.record_advice(trace.info.get("uname"), {"rpc", "invalidations"}))
+            + events.record_advice(trace.info.get("uname"), {"rpc", "invalidations"})
+        )
     marks = markers_mod.parse(tables["markers"])
     sources = tables["sources"]
     cookies_known = any(not e.startswith("sunrpc:") for e in sources["rpc"])
     invals, revals, ranges = tables["invalidations"], tables["revalidations"], tables["ranges"]
     calls = tables["calls"]
     kinds = set(calls["call"].dropna())
-    first_page = events.searches_from_first_page(marks.run.get("kernel")
-                                                 or trace.info.get("uname"))
+    first_page = events.searches_from_first_page(marks.run.get("kernel") or trace.info.get("uname"))
     if first_page is None and tables["cookie_is_position"]:
         # A trace that does not name its kernel (report text) but has upstream's readdir
         # events, which came with the cookie-indexed cache in 5.18.
         first_page = False
-    if {"opendir", "getdents"} <= kinds or ("getdents" in kinds and sources["calls"]
-                                            and not sources["calls"][0].startswith("syscalls:")):
+    if {"opendir", "getdents"} <= kinds or (
+        "getdents" in kinds and sources["calls"] and not sources["calls"][0].startswith("syscalls:")
+    ):
         keyed_by_file = calls["file"].notna().any()
         opens = by_opens(rpc, calls, cookies_known, keyed_by_file, first_page)
         opens = [o for o in opens if o.rows or o.getdents]
@@ -289,18 +328,30 @@ def analyze(trace):
         o.settle()
         rows = rpc.loc[o.rows].reset_index(drop=True) if o.rows else rpc.iloc[0:0]
         dev = int_or_none(rows["dev"].dropna().iloc[0]) if rows["dev"].notna().any() else o.dev
-        fileid = (int_or_none(rows["fileid"].dropna().iloc[0]) if rows["fileid"].notna().any()
-                  else o.fileid)
+        fileid = (
+            int_or_none(rows["fileid"].dropna().iloc[0])
+            if rows["fileid"].notna().any()
+            else o.fileid
+        )
         comm = str(rows["comm"].iloc[0]) if len(rows) else o.comm
-        lst = Listing(int(o.pid), comm, dev, fileid, int(o.start), int(o.end),
-                      delimited_by=o.delimited_by, rpcs=rows, cookies_known=cookies_known,
-                      began_before_trace=o.began_before_trace, rpc_rows=list(o.rows),
-                      invalidations_known=bool(tables["recorded"]["invalidations"]))
+        lst = Listing(
+            int(o.pid),
+            comm,
+            dev,
+            fileid,
+            int(o.start),
+            int(o.end),
+            delimited_by=o.delimited_by,
+            rpcs=rows,
+            cookies_known=cookies_known,
+            began_before_trace=o.began_before_trace,
+            rpc_rows=list(o.rows),
+            invalidations_known=bool(tables["recorded"]["invalidations"]),
+        )
         # Where neither cookies nor the reader's calls are recorded, when it left the start is
         # not known: any change during the listing counts.
         seen = cookies_known or o.delimited_by in ("opens", "syscalls")
-        lst.progressed_at = (o.progressed_at if seen and not o.began_before_trace
-                             else lst.start)
+        lst.progressed_at = o.progressed_at if seen and not o.began_before_trace else lst.start
         if o.delimited_by in ("opens", "syscalls"):
             lst.getdents = o.getdents
         if o.delimited_by == "opens" or "sys_lseek" in kinds:
@@ -330,15 +381,15 @@ def analyze(trace):
         my_invals = _select(invals, lst)
         inv_ts = my_invals["ts"].to_numpy()
         if cookies_known:
-            lst.restarts = _one_per_catchup(
-                _restarts(lst.rpcs, found[0], inv_ts, found[1]), inv_ts)
+            lst.restarts = _one_per_catchup(_restarts(lst.rpcs, found[0], inv_ts, found[1]), inv_ts)
             # The other bound: every ambiguous READDIR a restart, at cookie 0 (their target is
             # not known).
-            both = sorted(zip(found[0] + lst.ambiguous_rows,
-                              found[1] + [0] * len(lst.ambiguous_rows)))
+            both = sorted(
+                zip(found[0] + lst.ambiguous_rows, found[1] + [0] * len(lst.ambiguous_rows))
+            )
             lst.possible_restarts = _one_per_catchup(
-                _restarts(lst.rpcs, [i for i, _ in both], inv_ts, [t for _, t in both]),
-                inv_ts)
+                _restarts(lst.rpcs, [i for i, _ in both], inv_ts, [t for _, t in both]), inv_ts
+            )
         restart_ts = np.array([r.ts for r in lst.restarts], dtype=np.int64)
         rpc_ts = lst.rpcs["ts"].to_numpy("int64")
         ambiguous = set(lst.ambiguous_rows)
@@ -349,23 +400,32 @@ def analyze(trace):
             nxt = inv_ts[k + 1] if k + 1 < len(inv_ts) else lst.end + 1
             # >=: under emulation the clock is coarse, and the READDIR that restarts can carry
             # the invalidation's own timestamp (it still comes after it in the trace).
-            followed = (bool(((restart_ts >= ts) & (restart_ts < nxt)).any())
-                        if cookies_known else None)
+            followed = (
+                bool(((restart_ts >= ts) & (restart_ts < nxt)).any()) if cookies_known else None
+            )
             after = int(_next_readdir(rpc_ts, ts))
             maybe = after in ambiguous and not followed
-            lst.invalidations.append(Invalidation(
-                int(ts), str(reason), _chain(my_revals, ts, prev),
-                None if maybe else followed, followed_by_ambiguous=maybe,
-                refilled_start=after in refills))
+            lst.invalidations.append(
+                Invalidation(
+                    int(ts),
+                    str(reason),
+                    _chain(my_revals, ts, prev),
+                    None if maybe else followed,
+                    followed_by_ambiguous=maybe,
+                    refilled_start=after in refills,
+                )
+            )
             prev = ts
         if ranges is not None and len(ranges) and lst.progressed_at is not None:
             trims = _select(ranges, lst)["ts"].to_numpy("int64")
             trims = trims[trims >= lst.progressed_at]
-            lst.cache_range_trims = int(sum(int(_next_readdir(rpc_ts, t)) not in refills
-                                            for t in trims))
+            lst.cache_range_trims = int(
+                sum(int(_next_readdir(rpc_ts, t)) not in refills for t in trims)
+            )
         lst.version_changes = _version_changes(lst, revals, tables["cookie_is_position"])
-        changes = list(inv_ts) + (list(_select(ranges, lst)["ts"]) if ranges is not None
-                                  and len(ranges) else [])
+        changes = list(inv_ts) + (
+            list(_select(ranges, lst)["ts"]) if ranges is not None and len(ranges) else []
+        )
         moves = _version_moves(lst, revals) if tables["cookie_is_position"] else []
         lst.survived = _survived(lst, sorted(changes + moves), tables["cookie_is_position"])
         lst.damage = _damage_in(lst, damage)
@@ -376,8 +436,16 @@ def analyze(trace):
     for lst in out:
         lst.searches_from_first_page = first_page
     evidence = {name: list(src or []) for name, src in sources.items()}
-    return Analysis(out, marks.run, marks.counters, evidence, cookies_known, trace.info,
-                    recorded=tables["recorded"], tables=tables)
+    return Analysis(
+        out,
+        marks.run,
+        marks.counters,
+        evidence,
+        cookies_known,
+        trace.info,
+        recorded=tables["recorded"],
+        tables=tables,
+    )
 
 
 def _other_readers(listings):
@@ -389,16 +457,20 @@ def _other_readers(listings):
             by_dir.setdefault((lst.dev, lst.fileid), []).append(lst)
     for group in by_dir.values():
         for a in group:
-            a.other_readers = any(b.pid != a.pid and b.start <= a.end and b.end >= a.start
-                                  for b in group)
+            a.other_readers = any(
+                b.pid != a.pid and b.start <= a.end and b.end >= a.start for b in group
+            )
 
 
 def _label_phases(listings, phases):
     """Give each reproducer phase to the listing that did its work: the one with the most
     READDIRs that started inside the phase's window."""
     for p in phases or []:
-        inside = [i for i, (lst, _, ph) in enumerate(listings) if ph is None
-                  and lst.start >= p.start and (p.end is None or lst.start <= p.end)]
+        inside = [
+            i
+            for i, (lst, _, ph) in enumerate(listings)
+            if ph is None and lst.start >= p.start and (p.end is None or lst.start <= p.end)
+        ]
         if inside:
             i = max(inside, key=lambda i: len(listings[i][0].rpcs))
             listings[i] = (listings[i][0], listings[i][1], p)

@@ -39,10 +39,23 @@ from .markers import parse as parse_markers
 
 TRACE_NAME = "dcache.dat"
 # Counters whose per-phase change the summary always reports (when sampled).
-DELTA_KEYS = ["nr_dentry", "nr_unused", "nr_negative", "slab_active", "slab_bytes",
-              "kmalloc32_active", "kmalloc64_active", "kmalloc_cg32_active",
-              "kmalloc_cg64_active", "radix_tree_node_active", "nfs_inode_active",
-              "kmalloc_bytes", "slab_kb", "sunreclaim_kb", "percpu_kb"]
+DELTA_KEYS = [
+    "nr_dentry",
+    "nr_unused",
+    "nr_negative",
+    "slab_active",
+    "slab_bytes",
+    "kmalloc32_active",
+    "kmalloc64_active",
+    "kmalloc_cg32_active",
+    "kmalloc_cg64_active",
+    "radix_tree_node_active",
+    "nfs_inode_active",
+    "kmalloc_bytes",
+    "slab_kb",
+    "sunreclaim_kb",
+    "percpu_kb",
+]
 RATE_KEYS = ["nr_dentry", "nr_negative", "slab_bytes"]
 REPRODUCERS = ("dcache-negative", "dcache-unlink-storm", "dcache-readdirplus", "dcache-memcg")
 
@@ -56,6 +69,7 @@ def read_trace(path):
     non-marker events (key: "rpc_request:PROC" for sunrpc:rpc_request, else the event name;
     bytes: bytes_alloc of kmem events)."""
     from ..trace import TraceError, open_trace
+
     try:
         t = open_trace(path)
         names = sorted(t.event_names())
@@ -67,14 +81,17 @@ def read_trace(path):
             if fmt is None:
                 continue
             fields = fmt.user_fields()
-            wanted[ev] = [f for f in ("procname", "bytes_alloc") if f in fields and (
-                ev == "sunrpc:rpc_request" or ev.startswith("kmem:"))]
+            wanted[ev] = [
+                f
+                for f in ("procname", "bytes_alloc")
+                if f in fields and (ev == "sunrpc:rpc_request" or ev.startswith("kmem:"))
+            ]
         try:
             frames = t.read(wanted)
         except TraceError as e:
             if e.partial is None:
                 raise
-            frames = e.partial          # an interrupted run: use what was recorded
+            frames = e.partial  # an interrupted run: use what was recorded
     except TraceError as e:
         raise DcacheError(f"{path}: {e}") from None
     markers = parse_markers(frames.get("ftrace:print"))
@@ -82,14 +99,20 @@ def read_trace(path):
     for ev, df in frames.items():
         if ev == "ftrace:print" or not len(df):
             continue
-        key = (ev.split(":", 1)[1] + ":" + df["procname"].astype(str)
-               if "procname" in df else ev.split(":", 1)[1])
+        key = (
+            ev.split(":", 1)[1] + ":" + df["procname"].astype(str)
+            if "procname" in df
+            else ev.split(":", 1)[1]
+        )
         part = pd.DataFrame({"ts": df["ts"].to_numpy(), "event": ev, "key": key})
         if "bytes_alloc" in df:
             part["bytes"] = df["bytes_alloc"].to_numpy()
         parts.append(part)
-    events = (pd.concat(parts, ignore_index=True).sort_values("ts", kind="stable")
-              if parts else pd.DataFrame(columns=["ts", "event", "key"]))
+    events = (
+        pd.concat(parts, ignore_index=True).sort_values("ts", kind="stable")
+        if parts
+        else pd.DataFrame(columns=["ts", "event", "key"])
+    )
     if "bytes" not in events:
         events["bytes"] = pd.Series(dtype="float64")
     return markers, events
@@ -134,8 +157,11 @@ def _median(xs):
 
 def phase_summary(samples, phase, events=None):
     """Deltas of the sampled counters across one phase, rates per second, negative share."""
-    out = {"phase": phase.name, "seconds": phase.seconds,
-           **{k: number(v) for k, v in phase.attrs.items() if not isinstance(v, list)}}
+    out = {
+        "phase": phase.name,
+        "seconds": phase.seconds,
+        **{k: number(v) for k, v in phase.attrs.items() if not isinstance(v, list)},
+    }
     if samples is None or not len(samples):
         return out
     end = phase.end if phase.end is not None else int(samples["ts"].iloc[-1])
@@ -150,20 +176,28 @@ def phase_summary(samples, phase, events=None):
         delta[k] = None if a is None or b is None else b - a
     out["delta"] = delta
     secs = phase.seconds or (end - phase.start) / NS
-    out["rate_per_s"] = {k: (round(delta[k] / secs, 1) if secs and delta.get(k) is not None
-                             else None) for k in RATE_KEYS if k in delta}
+    out["rate_per_s"] = {
+        k: (round(delta[k] / secs, 1) if secs and delta.get(k) is not None else None)
+        for k in RATE_KEYS
+        if k in delta
+    }
     peak = pd.concat([first.to_frame().T, inside, last.to_frame().T])
-    out["peak"] = {k: number(pd.to_numeric(peak[k], errors="coerce").max())
-                   for k in ("nr_dentry", "nr_negative") if k in peak}
+    out["peak"] = {
+        k: number(pd.to_numeric(peak[k], errors="coerce").max())
+        for k in ("nr_dentry", "nr_negative")
+        if k in peak
+    }
     dd, dn = delta.get("nr_dentry"), delta.get("nr_negative")
     # Of the dentries the phase added, the share that is negative; and of all dentries at
     # its end, the negative fraction. A phase that turns dentries it did not add negative
     # (an unlink keeps the removed name's dentry as a negative one) adds more negative
     # dentries than dentries: no share of what it added describes that, so there is none.
-    out["negative_share"] = (ratio(dn, dd) if dd and dd > 0 and dn is not None
-                             and 0 <= dn <= dd else None)
-    out["negative_fraction_after"] = ratio(out["after"].get("nr_negative"),
-                                            out["after"].get("nr_dentry"))
+    out["negative_share"] = (
+        ratio(dn, dd) if dd and dd > 0 and dn is not None and 0 <= dn <= dd else None
+    )
+    out["negative_fraction_after"] = ratio(
+        out["after"].get("nr_negative"), out["after"].get("nr_dentry")
+    )
     if events is not None and len(events):
         ev = events[(events["ts"] >= phase.start) & (events["ts"] <= end)]
         out["events"] = {k: int(v) for k, v in ev["key"].value_counts().sort_index().items()}
@@ -173,13 +207,13 @@ def phase_summary(samples, phase, events=None):
 def lookup_summary(timings):
     """Per target: medians of each timed loop, and the slowdowns against the `before` loop.
 
-        slowdown       median(ns after) / median(ns before)
-        walk_slowdown  median(ns / ref_ns after) / median(ns / ref_ns before): the path walk
-                       against an fstat() of the same file timed in the same repetition (in
-                       alternating blocks), which cancels a change of the host's speed
-        ref_slowdown   the same ratio of the fstat() medians: how much the host changed
-        min_slowdown   min(ns after) / min(ns before): the fastest repetitions
-        control_*      the same for the loop after drop_caches (`dropped`)
+    slowdown       median(ns after) / median(ns before)
+    walk_slowdown  median(ns / ref_ns after) / median(ns / ref_ns before): the path walk
+                   against an fstat() of the same file timed in the same repetition (in
+                   alternating blocks), which cancels a change of the host's speed
+    ref_slowdown   the same ratio of the fstat() medians: how much the host changed
+    min_slowdown   min(ns after) / min(ns before): the fastest repetitions
+    control_*      the same for the loop after drop_caches (`dropped`)
     """
     if timings is None or not len(timings):
         return {}
@@ -189,10 +223,14 @@ def lookup_summary(timings):
         for _, row in tt.iterrows():
             ns, ref = list(row["ns"]), list(row.get("ref_ns") or [])
             walk = [a / b for a, b in zip(ns, ref) if b] if len(ref) == len(ns) else []
-            loops[row["loop"]] = {"n": number(row.get("n")), "reps": len(ns),
-                                  "median_ns": _median(ns), "ref_median_ns": _median(ref),
-                                  "median_walk": _median(walk),
-                                  "min_ns": min(ns) if ns else None}
+            loops[row["loop"]] = {
+                "n": number(row.get("n")),
+                "reps": len(ns),
+                "median_ns": _median(ns),
+                "ref_median_ns": _median(ref),
+                "median_walk": _median(walk),
+                "min_ns": min(ns) if ns else None,
+            }
         t = {"loops": loops}
         before = loops.get("before", {})
         for loop, prefix in (("after", ""), ("dropped", "control_")):
@@ -245,8 +283,9 @@ def paired_summary(paired):
     count and the medians of sys_ratio and exec_med_ratio.
     """
     blocks = [b for b in paired if b.get("step") == "block" and b.get("runs")]
-    misses = {(str(b.get("target")), b.get("cycle")): b for b in paired
-              if b.get("step") == "misses"}
+    misses = {
+        (str(b.get("target")), b.get("cycle")): b for b in paired if b.get("step") == "misses"
+    }
     out = {}
     for target in dict.fromkeys(str(b.get("target")) for b in blocks):
         by = {(b.get("state"), b.get("cycle")): b for b in blocks if str(b.get("target")) == target}
@@ -260,18 +299,28 @@ def paired_summary(paired):
             ref_ratio = _against_neighbours("ref_ns", pol, c0, c1)
             refs = [b.get("ref_ns") for b in (pol, c0, c1)]
             miss = misses.get((target, c), {})
-            cycles.append({
-                "cycle": c, "polluted_sys_us": _round_us(sys_p), "clean_sys_us": _round_us(sys_c),
-                "sys_ratio": sys_ratio,
-                "wall_ratio": ratio(_per_exec("wall_s", pol), _per_exec("wall_s", c0, c1)),
-                "ref_ratio": ref_ratio, "sys_per_ref_ratio": ratio(sys_ratio, ref_ratio),
-                "ref_spread": (ratio(max(refs), min(refs)) if None not in refs and min(refs)
-                               else None),
-                "polluted_exec_med_us": pol.get("exec_med_us"),
-                "exec_med_ratio": _against_neighbours("exec_med_us", pol, c0, c1),
-                "negative_removed": (pol["nr_negative"] - c1["nr_negative"]
-                                     if "nr_negative" in pol and "nr_negative" in c1 else None),
-                "misses_per_s": ratio(miss.get("count"), miss.get("seconds"), 1)})
+            cycles.append(
+                {
+                    "cycle": c,
+                    "polluted_sys_us": _round_us(sys_p),
+                    "clean_sys_us": _round_us(sys_c),
+                    "sys_ratio": sys_ratio,
+                    "wall_ratio": ratio(_per_exec("wall_s", pol), _per_exec("wall_s", c0, c1)),
+                    "ref_ratio": ref_ratio,
+                    "sys_per_ref_ratio": ratio(sys_ratio, ref_ratio),
+                    "ref_spread": (
+                        ratio(max(refs), min(refs)) if None not in refs and min(refs) else None
+                    ),
+                    "polluted_exec_med_us": pol.get("exec_med_us"),
+                    "exec_med_ratio": _against_neighbours("exec_med_us", pol, c0, c1),
+                    "negative_removed": (
+                        pol["nr_negative"] - c1["nr_negative"]
+                        if "nr_negative" in pol and "nr_negative" in c1
+                        else None
+                    ),
+                    "misses_per_s": ratio(miss.get("count"), miss.get("seconds"), 1),
+                }
+            )
         if not cycles:
             continue
         t = {"cycles": cycles, "n": number(by[next(iter(by))].get("n"))}
@@ -279,20 +328,39 @@ def paired_summary(paired):
             v = sorted(x[k] for x in cycles if x[k] is not None)
             if v:
                 q = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else v * 3
-                t.update({f"{k}_median": round(statistics.median(v), 3),
-                          f"{k}_q1": round(q[0], 3), f"{k}_q3": round(q[2], 3),
-                          f"{k}_min": v[0], f"{k}_max": v[-1]})
+                t.update(
+                    {
+                        f"{k}_median": round(statistics.median(v), 3),
+                        f"{k}_q1": round(q[0], 3),
+                        f"{k}_q3": round(q[2], 3),
+                        f"{k}_min": v[0],
+                        f"{k}_max": v[-1],
+                    }
+                )
         for k in ("ref_ratio", "sys_per_ref_ratio"):
             v = [x[k] for x in cycles if x[k] is not None]
             if v:
-                t.update({f"{k}_median": round(statistics.median(v), 3), f"{k}_min": min(v),
-                          f"{k}_max": max(v)})
-        for k in ("polluted_sys_us", "clean_sys_us", "polluted_exec_med_us", "negative_removed",
-                  "misses_per_s"):
+                t.update(
+                    {
+                        f"{k}_median": round(statistics.median(v), 3),
+                        f"{k}_min": min(v),
+                        f"{k}_max": max(v),
+                    }
+                )
+        for k in (
+            "polluted_sys_us",
+            "clean_sys_us",
+            "polluted_exec_med_us",
+            "negative_removed",
+            "misses_per_s",
+        ):
             v = _median([x[k] for x in cycles])
             t[k + "_median"] = round(v, 1) if isinstance(v, float) else v
-        steady = [x for x in cycles
-                  if x["ref_spread"] is not None and x["ref_spread"] <= STEADY_REF_SPREAD]
+        steady = [
+            x
+            for x in cycles
+            if x["ref_spread"] is not None and x["ref_spread"] <= STEADY_REF_SPREAD
+        ]
         t["steady_cycles"] = len(steady)
         for k in ("sys_ratio", "exec_med_ratio"):
             t[f"steady_{k}_median"] = _median([x[k] for x in steady])
@@ -320,35 +388,42 @@ def summary(markers_or_samples, phases=None, timings=None, events=None):
     else:
         samples = markers_or_samples
     phases = list(phases or [])
-    if samples is not None and len(samples) and "slab_bytes" not in samples and {
-            "slab_active", "slab_objsize"} <= set(samples.columns):
+    if (
+        samples is not None
+        and len(samples)
+        and "slab_bytes" not in samples
+        and {"slab_active", "slab_objsize"} <= set(samples.columns)
+    ):
         samples = samples.assign(slab_bytes=samples["slab_active"] * samples["slab_objsize"])
     by_phase = {}
     for p in phases:
         name = p.name
         i = 2
-        while name in by_phase:               # a phase run twice: keep both
+        while name in by_phase:  # a phase run twice: keep both
             name, i = f"{p.name}#{i}", i + 1
         by_phase[name] = phase_summary(samples, p, events)
     out = {"phases": by_phase, "samples": 0 if samples is None else int(len(samples))}
     if samples is not None and len(samples) and phases:
-        whole = Phase("overall", phases[0].start,
-                      phases[-1].end if phases[-1].end is not None else None)
+        whole = Phase(
+            "overall", phases[0].start, phases[-1].end if phases[-1].end is not None else None
+        )
         out["overall"] = phase_summary(samples, whole, events)
     lk = lookup_summary(timings)
     execs = m.execs if isinstance(markers_or_samples, Markers) else []
     for e in execs:
         t = lk.setdefault(str(e.get("target")), {})
         t.setdefault("exec", {})[str(e.get("loop"))] = {
-            k: e.get(k) for k in ("n", "runs", "failed", "wall_s", "user_s", "sys_s")}
+            k: e.get(k) for k in ("n", "runs", "failed", "wall_s", "user_s", "sys_s")
+        }
     for t in lk.values():
         x = t.get("exec", {})
         before = (x.get("before") or {}).get("sys_s")
         # The thread's figure: system time of the same loop after the misses over before.
         t["exec_sys_slowdown"] = ratio((x.get("after") or {}).get("sys_s"), before)
         t["control_exec_sys_slowdown"] = ratio((x.get("dropped") or {}).get("sys_s"), before)
-        t["exec_wall_slowdown"] = ratio((x.get("after") or {}).get("wall_s"),
-                                         (x.get("before") or {}).get("wall_s"))
+        t["exec_wall_slowdown"] = ratio(
+            (x.get("after") or {}).get("wall_s"), (x.get("before") or {}).get("wall_s")
+        )
     if lk:
         out["lookup"] = lk
     cycles = paired_summary(m.paired) if isinstance(markers_or_samples, Markers) else {}
@@ -380,8 +455,7 @@ def run_facts(directory):
     except OSError as e:
         raise DcacheError(f"{path}: {e.strerror or e}") from None
     # Numbers become numbers; comma-separated values (run.sizes, PHASE.TARGET.ns) stay text.
-    return {g: {k: (v if "," in v else value(v)) for k, v in kv.items()}
-            for g, kv in facts.items()}
+    return {g: {k: (v if "," in v else value(v)) for k, v in kv.items()} for g, kv in facts.items()}
 
 
 def trace_of(directory):
@@ -391,8 +465,7 @@ def trace_of(directory):
         return path
     found = sorted(glob.glob(os.path.join(directory, "*.dat")))
     if not found:
-        raise DcacheError(f"{directory}: no {TRACE_NAME} (the run did not get as far as "
-                          "recording; see its log)")
+        raise DcacheError(
+            f"{directory}: no {TRACE_NAME} (the run did not get as far as recording; see its log)"
+        )
     return found[0]
-
-

@@ -13,10 +13,10 @@ from .opens import EOF, UNKNOWN
 @dataclass
 class Restart:
     ts: int
-    rpc_index: int              # index of the READDIR that restarted within the listing
-    cookie: int                 # what it asked for: 0, or a cookie below the reader's position
-    refetched: int              # READDIRs until the listing reached a cookie not read before
-    cost_ns: int                # time from the restart until then
+    rpc_index: int  # index of the READDIR that restarted within the listing
+    cookie: int  # what it asked for: 0, or a cookie below the reader's position
+    refetched: int  # READDIRs until the listing reached a cookie not read before
+    cost_ns: int  # time from the restart until then
     after_invalidation: bool
 
 
@@ -24,8 +24,8 @@ class Restart:
 class Invalidation:
     ts: int
     reason: str
-    chain: list                 # the steps that led to it: revalidate, GETATTR, ...
-    followed_by_restart: bool | None    # None: not known (no cookies, or only ambiguous ones)
+    chain: list  # the steps that led to it: revalidate, GETATTR, ...
+    followed_by_restart: bool | None  # None: not known (no cookies, or only ambiguous ones)
     # The listing's next READDIR went back to cookie 0 for a cause the trace cannot tell.
     followed_by_ambiguous: bool = False
     # The listing's next READDIR filled again the first page, which held the reader: the
@@ -35,7 +35,7 @@ class Invalidation:
 
 @dataclass
 class Listing:
-    pid: int | None                 # None: not known (a listing seen on the wire)
+    pid: int | None  # None: not known (a listing seen on the wire)
     comm: str
     dev: int | None
     fileid: int | None
@@ -43,15 +43,15 @@ class Listing:
     end: int
     delimited_by: str = "readdirs"
     phase: str | None = None
-    status: int | None = None       # the reproducer's lister exit status
+    status: int | None = None  # the reproducer's lister exit status
     entries: int | None = None
     ending: str = UNKNOWN
-    error: int | None = None        # errno of the error that stopped it
+    error: int | None = None  # errno of the error that stopped it
     # Its READDIRs (empty until the reader that builds the listing sets them).
     rpcs: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
-    restart_rows: list = field(default_factory=list)    # READDIR indexes of the restarts
+    restart_rows: list = field(default_factory=list)  # READDIR indexes of the restarts
     ambiguous_rows: list = field(default_factory=list)  # cookie-0 READDIRs of unknown cause
-    refill_rows: list = field(default_factory=list)     # cookie-0 refills of the first page
+    refill_rows: list = field(default_factory=list)  # cookie-0 refills of the first page
     restarts: list = field(default_factory=list)
     # What the restarts would be if every ambiguous READDIR were one: the other bound.
     possible_restarts: list = field(default_factory=list)
@@ -60,20 +60,20 @@ class Listing:
     # READDIRs that met a change of the directory and went on past every cookie asked before:
     # the kernel did not restart there (None: no cookies).
     survived: int | None = None
-    other_readers: bool = False     # another process listed the directory at the same time
+    other_readers: bool = False  # another process listed the directory at the same time
     # The trace's kernel looks for the reader's cookie from the first cached page (before
     # 5.18; None: not known), see events.searches_from_first_page.
     searches_from_first_page: bool | None = None
-    cache_range_trims: int | None = 0   # None: not known (no readdir cache on the wire)
-    getdents: int | None = None     # None: the trace has no getdents event
-    rewinds: list | None = None     # ts of each seek back to 0; None: not observable
+    cache_range_trims: int | None = 0  # None: not known (no readdir cache on the wire)
+    getdents: int | None = None  # None: the trace has no getdents event
+    rewinds: list | None = None  # ts of each seek back to 0; None: not observable
     began_before_trace: bool = False
     # When the reader was first past the start of the directory (None: it never was). Only a
     # change after that can make it restart: a poller's revalidation when it opens the
     # directory drops a cache it has not read from yet.
     progressed_at: int | None = None
-    rpc_rows: list = field(default_factory=list)    # its rows of the canonical rpc table
-    damage: list = field(default_factory=list)      # damaged or lost events during it
+    rpc_rows: list = field(default_factory=list)  # its rows of the canonical rpc table
+    damage: list = field(default_factory=list)  # damaged or lost events during it
     dentries: dict = field(default_factory=dict)
     cookies_known: bool = True
     # False where nothing that reports an invalidation was recorded (a trace of RPCs only, a
@@ -108,21 +108,28 @@ class Listing:
         whose cost was the refill of the first page that still held the reader."""
         if self.progressed_at is None:
             return []
-        return [i for i in self.invalidations
-                if i.ts >= self.progressed_at and not i.refilled_start]
+        return [
+            i for i in self.invalidations if i.ts >= self.progressed_at and not i.refilled_start
+        ]
 
     @property
     def exercised(self):
         """The directory changed under the listing, after the reader was past the start, in a
         way that makes a restart possible: its cache was invalidated, or (5.18+) its change
         attribute moved (cache_range_trims and version_changes count only such changes)."""
-        return bool(self.exercising or self.cache_range_trims or self.version_changes
-                    or self.restarts or self.survived)
+        return bool(
+            self.exercising
+            or self.cache_range_trims
+            or self.version_changes
+            or self.restarts
+            or self.survived
+        )
 
     def label(self):
         who = f"{self.comm}[{self.pid}]"
-        return (f"listing of dir {self.fileid if self.fileid is not None else '?'} by {who}"
-                + (f" ({self.phase})" if self.phase else ""))
+        return f"listing of dir {self.fileid if self.fileid is not None else '?'} by {who}" + (
+            f" ({self.phase})" if self.phase else ""
+        )
 
     def summary(self):
         cookies = self.rpcs["cookie"].dropna()
@@ -130,16 +137,21 @@ class Listing:
         sure = known and not self.ambiguous_rows
         lo, hi = self.restarts, self.possible_restarts
         followed = [bool(i.followed_by_restart) for i in self.invalidations]
-        maybe = [bool(i.followed_by_restart or i.followed_by_ambiguous)
-                 for i in self.invalidations]
+        maybe = [bool(i.followed_by_restart or i.followed_by_ambiguous) for i in self.invalidations]
         with_invals = known and self.invalidations_known
         return {
-            "phase": self.phase, "pid": self.pid, "comm": self.comm,
-            "dev": self.dev, "dir_fileid": self.fileid,
+            "phase": self.phase,
+            "pid": self.pid,
+            "comm": self.comm,
+            "dev": self.dev,
+            "dir_fileid": self.fileid,
             "delimited_by": self.delimited_by,
             "seconds": round((self.end - self.start) / NS, 3),
-            "entries": self.entries, "status": self.status,
-            "ending": self.ending, "complete": self.complete, "error": self.error,
+            "entries": self.entries,
+            "status": self.status,
+            "ending": self.ending,
+            "complete": self.complete,
+            "error": self.error,
             "began_before_trace": self.began_before_trace,
             "timed_out": self.timed_out,
             "getdents": self.getdents,
@@ -154,13 +166,14 @@ class Listing:
             "refetched_readdirs": sum(r.refetched for r in lo) if sure else None,
             "refetched_readdirs_min": sum(r.refetched for r in lo) if known else None,
             "refetched_readdirs_max": sum(r.refetched for r in hi) if known else None,
-            "restart_cost_seconds": (round(sum(r.cost_ns for r in lo) / NS, 3)
-                                     if sure else None),
-            "restart_cost_seconds_max": (round(sum(r.cost_ns for r in hi) / NS, 3)
-                                         if known else None),
+            "restart_cost_seconds": (round(sum(r.cost_ns for r in lo) / NS, 3) if sure else None),
+            "restart_cost_seconds_max": (
+                round(sum(r.cost_ns for r in hi) / NS, 3) if known else None
+            ),
             "invalidations": len(self.invalidations) if self.invalidations_known else None,
-            "invalidations_followed_by_restart": (sum(followed) if with_invals
-                                                  and not self.ambiguous_rows else None),
+            "invalidations_followed_by_restart": (
+                sum(followed) if with_invals and not self.ambiguous_rows else None
+            ),
             "invalidations_followed_by_restart_min": sum(followed) if with_invals else None,
             "invalidations_followed_by_restart_max": sum(maybe) if with_invals else None,
             "survived_changes": self.survived,
@@ -169,8 +182,9 @@ class Listing:
             "cache_range_trims": self.cache_range_trims,
             "exercised": self.exercised,
             "damaged_events": len(self.damage),
-            "max_dtsize": (int(self.rpcs["dtsize"].max())
-                           if self.rpcs["dtsize"].notna().any() else None),
+            "max_dtsize": (
+                int(self.rpcs["dtsize"].max()) if self.rpcs["dtsize"].notna().any() else None
+            ),
             "dentries": self.dentries,
         }
 
@@ -179,11 +193,11 @@ class Listing:
 class Analysis:
     listings: list
     run: dict
-    samples: pd.DataFrame | None    # None: no counter samples (a packet capture)
-    evidence: dict          # table -> the events it came from
+    samples: pd.DataFrame | None  # None: no counter samples (a packet capture)
+    evidence: dict  # table -> the events it came from
     cookies_known: bool
     info: dict
-    recorded: dict = field(default_factory=dict)    # table -> events recorded (fired or not)
+    recorded: dict = field(default_factory=dict)  # table -> events recorded (fired or not)
     tables: dict = field(default_factory=dict, repr=False)  # the canonical tables it read
 
     @property
@@ -192,15 +206,22 @@ class Analysis:
         return events.release(self.run.get("kernel") or self.info.get("uname"))
 
     def to_dict(self):
-        return {"trace": self.info, "run": self.run, "evidence": self.evidence,
-                "cookies_known": self.cookies_known,
-                "listings": [lst.summary() for lst in self.listings],
-                "restarts": [[vars(r) for r in lst.restarts] if lst.cookies_known else None
-                             for lst in self.listings],
-                "rewinds": [lst.rewinds for lst in self.listings],
-                "invalidations": [[vars(i) for i in lst.invalidations]
-                                  if lst.invalidations_known else None
-                                  for lst in self.listings]}
+        return {
+            "trace": self.info,
+            "run": self.run,
+            "evidence": self.evidence,
+            "cookies_known": self.cookies_known,
+            "listings": [lst.summary() for lst in self.listings],
+            "restarts": [
+                [vars(r) for r in lst.restarts] if lst.cookies_known else None
+                for lst in self.listings
+            ],
+            "rewinds": [lst.rewinds for lst in self.listings],
+            "invalidations": [
+                [vars(i) for i in lst.invalidations] if lst.invalidations_known else None
+                for lst in self.listings
+            ],
+        }
 
 
 # ------------------------------------------------------------------------------ per listing

@@ -46,11 +46,14 @@ from typing import TypedDict
 
 import numpy as np
 
-MIN_CAPACITY = 4            # MEMCG_CACHES_MIN_SIZE
-KMALLOC_MAX_CACHE_SIZE = 8192   # SLUB, 4 KiB pages: larger kmallocs are kmalloc_large
+MIN_CAPACITY = 4  # MEMCG_CACHES_MIN_SIZE
+KMALLOC_MAX_CACHE_SIZE = 8192  # SLUB, 4 KiB pages: larger kmallocs are kmalloc_large
+
+
 # The 2021 list_lru report: 10,000 memcgs x 10,000 mounts on a 2-node host.
 class Report(TypedDict):
     """The 2021 report's host and its figures (MiB before and after the patches)."""
+
     memcgs: int
     superblocks: int
     nodes: int
@@ -58,8 +61,13 @@ class Report(TypedDict):
     mb_after: tuple[int, int]
 
 
-REPORT: Report = {"memcgs": 10_000, "superblocks": 10_000, "nodes": 2, "mb_before": 24_464,
-          "mb_after": (6_895, 4_367)}
+REPORT: Report = {
+    "memcgs": 10_000,
+    "superblocks": 10_000,
+    "nodes": 2,
+    "mb_before": 24_464,
+    "mb_after": (6_895, 4_367),
+}
 FEATURES = ("K", "KC", "P", "M")
 # A lazy kernel's cells do not depend on C; given the K x C column, the fit would spend it on
 # whatever else differs between the k1 cells (small C) and the others (2.1 bytes per K x C on
@@ -134,20 +142,25 @@ def fit(rows, features=FEATURES):
     rows = [r for r in rows if r.get("bytes") not in (None, 0)]
     if len(rows) < len(features):
         return None
-    x = np.array([[r["K"] * r["C"] if f == "KC" else r[f] for f in features] for r in rows],
-                 dtype=float)
+    x = np.array(
+        [[r["K"] * r["C"] if f == "KC" else r[f] for f in features] for r in rows], dtype=float
+    )
     y = np.array([r["bytes"] for r in rows], dtype=float)
     w = 1.0 / y
     coef, *_ = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)
     pred = x @ coef
     out = []
     for r, p in zip(rows, pred):
-        out.append({**r, "predicted": round(float(p)),
-                    "rel_error": round(float(p / r["bytes"] - 1), 4)})
+        out.append(
+            {**r, "predicted": round(float(p)), "rel_error": round(float(p / r["bytes"] - 1), 4)}
+        )
     rel = np.array([o["rel_error"] for o in out])
-    return {"coef": {f: round(float(v), 3) for f, v in zip(features, coef)}, "cells": out,
-            "max_rel_error": round(float(np.abs(rel).max()), 4),
-            "rms_rel_error": round(float(np.sqrt((rel ** 2).mean())), 4)}
+    return {
+        "coef": {f: round(float(v), 3) for f, v in zip(features, coef)},
+        "cells": out,
+        "max_rel_error": round(float(np.abs(rel).max()), 4),
+        "rms_rel_error": round(float(np.sqrt((rel**2).mean())), 4),
+    }
 
 
 def predict(coef, superblocks, memcgs, pairs, nodes=1):
@@ -156,8 +169,11 @@ def predict(coef, superblocks, memcgs, pairs, nodes=1):
     per-pair term (6.1) is one kmalloc-64 per list_lru for one or two nodes, so it does not.
     A fit without the K x C feature (lazy) counts it as 0."""
     c = capacity(memcgs)
-    return (nodes * (coef["K"] * superblocks + coef.get("KC", 0) * superblocks * c) +
-            coef["P"] * pairs + coef["M"] * memcgs)
+    return (
+        nodes * (coef["K"] * superblocks + coef.get("KC", 0) * superblocks * c)
+        + coef["P"] * pairs
+        + coef["M"] * memcgs
+    )
 
 
 def code_bytes_510(superblocks, memcgs, nodes):

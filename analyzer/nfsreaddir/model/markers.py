@@ -21,8 +21,16 @@ import pandas as pd
 from ..units import NS
 
 PREFIX = "nfsrt: "
-SAMPLE_COLUMNS = ["nr_dentry", "nr_unused", "nr_negative", "slab_active", "slab_total",
-                  "slab_objsize", "readdir", "readdirplus"]
+SAMPLE_COLUMNS = [
+    "nr_dentry",
+    "nr_unused",
+    "nr_negative",
+    "slab_active",
+    "slab_total",
+    "slab_objsize",
+    "readdir",
+    "readdirplus",
+]
 
 
 @dataclass
@@ -30,11 +38,12 @@ class Phase:
     """One phase of a reproducer, from its start marker to its end marker, with the key=value
     pairs the two carry (the readdir reproducer's dir_fileid, status and entries; the dcache
     reproducers' counts and seconds)."""
+
     name: str
-    start: int                      # ns
-    end: int | None = None          # ns; None when the trace stops inside the phase
-    pid: int | None = None          # the reproducer's shell, not the lister
-    attrs: dict = field(default_factory=dict)   # key=value of the start and end markers
+    start: int  # ns
+    end: int | None = None  # ns; None when the trace stops inside the phase
+    pid: int | None = None  # the reproducer's shell, not the lister
+    attrs: dict = field(default_factory=dict)  # key=value of the start and end markers
 
     @property
     def seconds(self):
@@ -66,10 +75,12 @@ class Markers:
     # slab's objects and their size were sampled).
     samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["ts", "label"]))
     # The readdir reproducer's counters of the samples (SAMPLE_COLUMNS), integers or NA.
-    counters: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
-        columns=["ts"] + SAMPLE_COLUMNS))
-    timings: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
-        columns=["ts", "loop", "target", "n", "ns", "ref_ns"]))
+    counters: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=["ts"] + SAMPLE_COLUMNS)
+    )
+    timings: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=["ts", "loop", "target", "n", "ns", "ref_ns"])
+    )
     # `nfsrt: exec loop=... target=... n=... sys_s=...`: the 2020 thread's exec-of-cat loops
     execs: list = field(default_factory=list)
     # `nfsrt: paired cycle=... step=misses|block ...`: the same loops with the states alternated
@@ -84,7 +95,7 @@ def lines(markers_df, column="text"):
     for ts, pid, text in zip(markers_df["ts"], pids, markers_df[column]):
         text = str(text).strip()
         if text.startswith(PREFIX):
-            words = text[len(PREFIX):].split()
+            words = text[len(PREFIX) :].split()
             if words:
                 yield int(ts), pid, words
 
@@ -100,8 +111,7 @@ def sample_text():
             for line in f:
                 p = line.split()
                 if p and p[0] == "dentry":
-                    words += [f"slab_active={p[1]}", f"slab_total={p[2]}",
-                              f"slab_objsize={p[3]}"]
+                    words += [f"slab_active={p[1]}", f"slab_total={p[2]}", f"slab_objsize={p[3]}"]
                     break
     except OSError:
         pass
@@ -150,8 +160,9 @@ def parse(markers_df):
             m.run.update(_pairs(words[1:], typed=False))
         elif words[0] == "sample":
             kv = _pairs(words[1:])
-            counters.append([ts] + [v if isinstance(v := kv.get(c), int) else None
-                                    for c in SAMPLE_COLUMNS])
+            counters.append(
+                [ts] + [v if isinstance(v := kv.get(c), int) else None for c in SAMPLE_COLUMNS]
+            )
             kv["ts"] = ts
             kv.setdefault("label", None)
             samples.append(kv)
@@ -173,8 +184,7 @@ def parse(markers_df):
                 continue
             kv = {k: value(v) for k, v in kv.items()}
             if event == "start":
-                m.phases.append(Phase(name, ts, pid=None if pid is None else int(pid),
-                                      attrs=kv))
+                m.phases.append(Phase(name, ts, pid=None if pid is None else int(pid), attrs=kv))
             elif event == "end":
                 for p in reversed(m.phases):
                     if p.name == name and p.end is None:
@@ -188,7 +198,8 @@ def parse(markers_df):
         m.samples = df
     if counters:
         m.counters = pd.DataFrame(counters, columns=["ts"] + SAMPLE_COLUMNS).astype(
-            {c: "Int64" for c in SAMPLE_COLUMNS})
+            {c: "Int64" for c in SAMPLE_COLUMNS}
+        )
     if timings:
         m.timings = pd.DataFrame(timings)
     return m

@@ -43,8 +43,14 @@ from .. import events
 from ..units import int_or_none
 
 # How a listing ended.
-EOF, ERROR, KILLED, CLOSED, CUT_OFF, UNKNOWN = ("eof", "error", "killed", "closed", "cut_off",
-                                                "unknown")
+EOF, ERROR, KILLED, CLOSED, CUT_OFF, UNKNOWN = (
+    "eof",
+    "error",
+    "killed",
+    "closed",
+    "cut_off",
+    "unknown",
+)
 ENDINGS = {
     EOF: "reached the end of the directory",
     ERROR: "stopped by an error",
@@ -63,26 +69,26 @@ class _Open:
         # A READDIR below the reader's position: True a restart, None ambiguous, False nothing
         # (events.searches_from_first_page).
         self.below_restarts, self.key, self.delimited_by = below_restarts, key, delimited_by
-        self.rows = []              # rpc table row numbers
+        self.rows = []  # rpc table row numbers
         self.restart_rows, self.ambiguous_rows = [], []
-        self.targets = {}           # restart row -> the reader's position it had to get back to
+        self.targets = {}  # restart row -> the reader's position it had to get back to
         self.at_start = True
-        self.progressed = False     # the reader has been past the start
-        self.progressed_at = None   # when it first was (what it had read could then be lost)
+        self.progressed = False  # the reader has been past the start
+        self.progressed_at = None  # when it first was (what it had read could then be lost)
         self.getdents, self.rewinds, self.ending, self.error = 0, [], None, None
         self.dev = self.fileid = None
         self.began_before_trace = False
-        self.phase = None           # the reproducer's phase, where one delimits the listing
-        self.pos = None             # the reader's position (a cookie) at this getdents
-        self.last_pos = 0           # ... at the previous one, since the start or a rewind
-        self.ordered = True         # positions grew: cookies can be compared by value
-        self.searched = False       # this getdents already restarted
-        self.below = None           # its last READDIR below the position, if it was below
-        self.asked = 0              # the highest cookie asked since the start or a rewind
+        self.phase = None  # the reproducer's phase, where one delimits the listing
+        self.pos = None  # the reader's position (a cookie) at this getdents
+        self.last_pos = 0  # ... at the previous one, since the start or a rewind
+        self.ordered = True  # positions grew: cookies can be compared by value
+        self.searched = False  # this getdents already restarted
+        self.below = None  # its last READDIR below the position, if it was below
+        self.asked = 0  # the highest cookie asked since the start or a rewind
         # A cookie-0 READDIR after the start, until what follows settles it: (row, the reader's
         # position then, whether a restart would be visible as one, not as a rewind).
         self.zero = None
-        self.refills = []           # cookie-0 READDIRs that refilled the page holding the position
+        self.refills = []  # cookie-0 READDIRs that refilled the page holding the position
 
     def position(self, ts, pos):
         """The reader enters the file system at position pos (None: not known)."""
@@ -226,20 +232,19 @@ class Opens:
         columns that the call has (file, dev, fileid, pos, eof, error, ret, in_fs)."""
         pid, ts, call = r["pid"], r["ts"], r["call"]
         live = self.live
-        key = (pid, r.get("file")) if self.keyed_by_file else (pid, r.get("dev"),
-                                                               r.get("fileid"))
+        key = (pid, r.get("file")) if self.keyed_by_file else (pid, r.get("dev"), r.get("fileid"))
         if call == "opendir":
             if key in live:
                 self.done.append(_close(live.pop(key), None))
-            live[key] = _Open(pid, r["comm"], ts, "opens", key=key,
-                              below_restarts=self.below_restarts)
+            live[key] = _Open(
+                pid, r["comm"], ts, "opens", key=key, below_restarts=self.below_restarts
+            )
         elif call in ("getdents", "llseek", "closedir", "getdents_done"):
             o = live.get(key)
             if o is None:
                 if call in ("closedir", "getdents_done"):
                     return
-                o = _Open(pid, r["comm"], ts, "opens", key=key,
-                          below_restarts=self.below_restarts)
+                o = _Open(pid, r["comm"], ts, "opens", key=key, below_restarts=self.below_restarts)
                 o.began_before_trace = call == "llseek"
                 live[key] = o
             if call == "getdents":
@@ -273,8 +278,13 @@ def by_opens(rpc, calls, cookies_known, keyed_by_file, below_restarts):
     m = Opens(keyed_by_file, below_restarts)
     for r in _merged(rpc, calls):
         if r["kind"] == "rpc":
-            m.readdir(r["pid"], r["comm"], r["ts"], r["row"],
-                      int_or_none(r["cookie"]) if cookies_known else None)
+            m.readdir(
+                r["pid"],
+                r["comm"],
+                r["ts"],
+                r["row"],
+                int_or_none(r["cookie"]) if cookies_known else None,
+            )
         else:
             m.call(r)
     return m.all()
@@ -308,10 +318,18 @@ def _merged(rpc, calls):
     """READDIRs and reader calls in time order (a call before a READDIR at the same instant:
     the READDIR happens inside the call), with each syscall return marked when the
     getdents64 it ends went into NFS."""
-    a = pd.DataFrame({"ts": rpc["ts"].to_numpy(), "pid": rpc["pid"].to_numpy(),
-                      "comm": rpc["comm"].to_numpy(), "kind": "rpc", "order": 1,
-                      "row": np.arange(len(rpc)), "cookie": rpc["cookie"].to_numpy(),
-                      "dir": rpc["fileid"].to_numpy()})
+    a = pd.DataFrame(
+        {
+            "ts": rpc["ts"].to_numpy(),
+            "pid": rpc["pid"].to_numpy(),
+            "comm": rpc["comm"].to_numpy(),
+            "kind": "rpc",
+            "order": 1,
+            "row": np.arange(len(rpc)),
+            "cookie": rpc["cookie"].to_numpy(),
+            "dir": rpc["fileid"].to_numpy(),
+        }
+    )
     # The tables hold each event's rows apart, so at one timestamp (a coarse emulated clock
     # gives several events one) the trace's own order is gone; _causal() puts a process's
     # events of one instant back in the only order its calls allow.
@@ -361,8 +379,17 @@ def _causal(rows, has_sys):
 
 
 # Outside a call an open comes before the reads of the file, and a close after them.
-_OUTSIDE = ("llseek", "sys_lseek", "opendir", "sys_getdents", "getdents", "rpc",
-            "sys_getdents_ret", "getdents_done", "closedir")
+_OUTSIDE = (
+    "llseek",
+    "sys_lseek",
+    "opendir",
+    "sys_getdents",
+    "getdents",
+    "rpc",
+    "sys_getdents_ret",
+    "getdents_done",
+    "closedir",
+)
 _PREFER = {  # what can happen next at each level, most likely first
     0: _OUTSIDE,
     1: ("getdents", "rpc", "sys_getdents_ret", "getdents_done"),
@@ -383,8 +410,12 @@ def _pick(pending, lv, directory):
     for want in _PREFER[lv]:
         for n, r in enumerate(pending):
             # A READDIR of another directory belongs to a later readdir.
-            if _kind(r) == want and not (want == "rpc" and lv == 2 and directory is not None
-                                         and int_or_none(r.get("dir")) not in (None, directory)):
+            if _kind(r) == want and not (
+                want == "rpc"
+                and lv == 2
+                and directory is not None
+                and int_or_none(r.get("dir")) not in (None, directory)
+            ):
                 return n
     return 0
 
@@ -407,7 +438,7 @@ def by_syscalls(rpc, calls, cookies_known):
     returns 0, the next getdents64 on that fd starts another."""
     lseeks_seen = (calls["call"] == "sys_lseek").any()
     done: list[_Open] = []
-    live: dict[tuple | None, _Open] = {}     # (None: no listing is current)
+    live: dict[tuple | None, _Open] = {}  # (None: no listing is current)
     current: dict[int, tuple] = {}
     for r in _merged(rpc, calls):
         pid, ts = r["pid"], r["ts"]
@@ -421,8 +452,12 @@ def by_syscalls(rpc, calls, cookies_known):
                 current[pid] = o.key
             # Without lseek events a rewind cannot be seen, so a restart cannot be told from
             # one.
-            o.readdir(r["row"], ts, int_or_none(r["cookie"]) if cookies_known else None,
-                      rewinds_visible=bool(lseeks_seen))
+            o.readdir(
+                r["row"],
+                ts,
+                int_or_none(r["cookie"]) if cookies_known else None,
+                rewinds_visible=bool(lseeks_seen),
+            )
             continue
         call = r["call"]
         if call == "sys_getdents":
@@ -439,7 +474,7 @@ def by_syscalls(rpc, calls, cookies_known):
             if o is None:
                 continue
             _returned(o, ts, ret=r["ret"])
-            if o.ending is not None:        # end of directory, or an error: the listing is over
+            if o.ending is not None:  # end of directory, or an error: the listing is over
                 done.append(live.pop(key))
                 del current[pid]
             elif int_or_none(r["ret"]):

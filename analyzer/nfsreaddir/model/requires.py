@@ -6,10 +6,12 @@ nothing writes the list out a second time."""
 def requires_events(request_of, applies=None):
     """Mark an analysis function: request_of(trace) is {event: fields} it reads from that
     trace; applies(trace) whether the trace has anything for it (default: a request at all)."""
+
     def mark(fn):
         fn.requires = request_of
         fn.applies = applies or (lambda trace: bool(request_of(trace)))
         return fn
+
     return mark
 
 

@@ -50,7 +50,7 @@ try:
     # The compiled passes (setup.py builds them with the reader's); a C extension without a
     # stub, so mypy cannot see its attributes.
     from .. import _slab  # type: ignore[attr-defined]
-except ImportError:            # (the reader says once that it is not built)
+except ImportError:  # (the reader says once that it is not built)
     _slab = None
 
 __all__ = ["EVENTS", "summarize", "read_request", "DENTRY_OBJECT_SIZE"]
@@ -64,6 +64,7 @@ ALLOC_EVENTS, FREE_EVENTS, EVENTS = events.SLAB_ALLOC, events.SLAB_FREE, events.
 # dentry cache's object size, which identifies it where events carry no cache name.
 DENTRY_OBJECT_SIZE = 192
 DENTRY_CACHE = "dentry"
+
 
 def _fields(trace, event):
     """The fields of EVENTS[event] that the trace's format has, or None (unusable)."""
@@ -79,9 +80,10 @@ def _fields(trace, event):
 def _factorize(col):
     """(codes, list of str labels) of a string column: the trace.dat reader's codes and
     values, else (the text reader's pandas column) a categorical's or pandas' factorization."""
-    if hasattr(col, "codes"):     # (pandas columns have no codes of their own)
+    if hasattr(col, "codes"):  # (pandas columns have no codes of their own)
         return col.codes, [str(v) for v in col.values]
     import pandas as pd  # the text reader's columns: pandas is loaded already
+
     if isinstance(col.dtype, pd.CategoricalDtype):
         codes = col.cat.codes.to_numpy()
         return codes, [str(c) for c in col.cat.categories]
@@ -125,8 +127,9 @@ class _Caches:
                 table[size] = self.code(f"{prefix}{size}")
             return sizes, table
         uniq, codes = np.unique(sizes, return_inverse=True)
-        return codes.reshape(-1), np.array([self.code(f"{prefix}{int(u)}") for u in uniq],
-                                           dtype=np.int32)
+        return codes.reshape(-1), np.array(
+            [self.code(f"{prefix}{int(u)}") for u in uniq], dtype=np.int32
+        )
 
 
 def _key(key):
@@ -171,7 +174,7 @@ def summarize(trace):
     pieces = trace.read_pieces(request, base=("ts",))
     if _slab is not None:
         return _summarize(trace, request, pieces)
-    with heap_reuse():          # (numpy's many temporaries of the same size)
+    with heap_reuse():  # (numpy's many temporaries of the same size)
         return _summarize(trace, request, pieces)
 
 
@@ -202,13 +205,22 @@ def _summarize(trace, request, read):
         for df in read.get(ev, ()):
             key, table = caches.by_name(df["name"]) if "name" in df else (None, None)
             pieces.append((False, _array(df["ts"]), _array(df["ptr"]), None, key, table))
-    read.clear()         # the only reference to the columns from here on is the pieces'
-    pieces = [(a, np.ascontiguousarray(ts, np.int64), np.ascontiguousarray(ptr, np.uint64),
-               None if size is None else np.ascontiguousarray(size), _key(key), table)
-              for a, ts, ptr, size, key, table in pieces]
+    read.clear()  # the only reference to the columns from here on is the pieces'
+    pieces = [
+        (
+            a,
+            np.ascontiguousarray(ts, np.int64),
+            np.ascontiguousarray(ptr, np.uint64),
+            None if size is None else np.ascontiguousarray(size),
+            _key(key),
+            table,
+        )
+        for a, ts, ptr, size, key, table in pieces
+    ]
     k = len(caches.labels)
     tally, (failed, n_unknown, n_unpaired, name_mismatch, t0, t1) = (
-        _tally_compiled if _slab is not None else tally_sorted)(pieces, k)
+        _tally_compiled if _slab is not None else tally_sorted
+    )(pieces, k)
     del pieces
     secs = (t1 - t0) / NS
 
@@ -218,25 +230,44 @@ def _summarize(trace, request, read):
         live = int(tally["live"][i])
         peak_live = int(tally["peak_live"][i])
         return {
-            "cache": caches.labels[i], "object_size": size,
-            "allocs": int(tally["allocs"][i]), "frees": int(tally["frees"][i]),
-            "untraced_frees": int(tally["untraced_frees"][i]), "net": net,
+            "cache": caches.labels[i],
+            "object_size": size,
+            "allocs": int(tally["allocs"][i]),
+            "frees": int(tally["frees"][i]),
+            "untraced_frees": int(tally["untraced_frees"][i]),
+            "net": net,
             "frees_of_earlier": int(tally["frees"][i] - tally["frees_matched"][i]),
-            "alloc_bytes": int(tally["alloc_bytes"][i]), "net_bytes": net * size,
-            "live": live, "live_bytes": live * size,
+            "alloc_bytes": int(tally["alloc_bytes"][i]),
+            "net_bytes": net * size,
+            "live": live,
+            "live_bytes": live * size,
             "peak_live": peak_live,
             # (a peak above 0 is reached at an allocation, whose time is kept)
-            "peak_live_s": (round((int(tally["peak_live_ts"][i]) - t0) / NS, 6)
-                            if peak_live > 0 else None),
+            "peak_live_s": (
+                round((int(tally["peak_live_ts"][i]) - t0) / NS, 6) if peak_live > 0 else None
+            ),
             "peak_net": int(tally["peak_net"][i]),
             "growth_per_s": round(net / secs, 3) if secs > 0 else None,
             "growth_bytes_per_s": round(net * size / secs, 1) if secs > 0 else None,
         }
-    rows = sorted((row(i) for i in range(k)),
-                  key=lambda r: (-r["net_bytes"], -r["net"], r["cache"]))
-    tot = {key: sum(r[key] for r in rows) for key in
-           ("allocs", "frees", "untraced_frees", "net", "frees_of_earlier", "alloc_bytes",
-            "net_bytes", "live", "live_bytes")}
+
+    rows = sorted(
+        (row(i) for i in range(k)), key=lambda r: (-r["net_bytes"], -r["net"], r["cache"])
+    )
+    tot = {
+        key: sum(r[key] for r in rows)
+        for key in (
+            "allocs",
+            "frees",
+            "untraced_frees",
+            "net",
+            "frees_of_earlier",
+            "alloc_bytes",
+            "net_bytes",
+            "live",
+            "live_bytes",
+        )
+    }
     tot["frees"] += n_unknown
     tot["net"] -= n_unknown
     tot["growth_per_s"] = round(tot["net"] / secs, 3) if secs > 0 else None
@@ -250,24 +281,35 @@ def _summarize(trace, request, read):
     else:
         d = next((r for r in rows if r["cache"] == f"size-{DENTRY_OBJECT_SIZE}"), None)
         if d is not None:
-            dentry = dict(d, identified_by=f"object size {DENTRY_OBJECT_SIZE} B (other "
-                          f"{DENTRY_OBJECT_SIZE}-byte caches are counted with it)")
+            dentry = dict(
+                d,
+                identified_by=f"object size {DENTRY_OBJECT_SIZE} B (other "
+                f"{DENTRY_OBJECT_SIZE}-byte caches are counted with it)",
+            )
     notes = []
     if not any(counts.get(ev) for ev in ("kmem:kmem_cache_alloc", "kmem:kmem_cache_alloc_node")):
-        notes.append("no kmem_cache_alloc events: only kmalloc is traced, so the dentry "
-                     "cache (and other named caches) cannot be seen; record with "
-                     + events.record_advice(None, {"slab"}))
+        notes.append(
+            "no kmem_cache_alloc events: only kmalloc is traced, so the dentry "
+            "cache (and other named caches) cannot be seen; record with "
+            + events.record_advice(None, {"slab"})
+        )
     if not any(counts.get(ev) for ev in FREE_EVENTS):
-        notes.append("no free events: every allocation counts as growth; record "
-                     "kmem:kmem_cache_free and kmem:kfree too")
+        notes.append(
+            "no free events: every allocation counts as growth; record "
+            "kmem:kmem_cache_free and kmem:kfree too"
+        )
     if n_unknown:
-        notes.append(f"{n_unknown} frees of objects allocated before the trace name no "
-                     "cache (the free events have no name field): counted in the total only")
+        notes.append(
+            f"{n_unknown} frees of objects allocated before the trace name no "
+            "cache (the free events have no name field): counted in the total only"
+        )
     if n_unpaired:
-        notes.append(f"{n_unpaired} objects were allocated again with no free traced in "
-                     "between (freed by a path with no free event: kmem_cache_free_bulk, "
-                     "kfree of a cache object, lost events): counted as freed then "
-                     "('untraced_frees')")
+        notes.append(
+            f"{n_unpaired} objects were allocated again with no free traced in "
+            "between (freed by a path with no free event: kmem_cache_free_bulk, "
+            "kfree of a cache object, lost events): counted as freed then "
+            "('untraced_frees')"
+        )
     if name_mismatch:
         notes.append(f"{name_mismatch} frees name another cache than their allocation")
     info = getattr(trace, "info", {}) or {}
@@ -277,12 +319,15 @@ def _summarize(trace, request, read):
         # an uncounted marker is an unknown number, never 0
         how_many = "an unknown number of" if lost_total is None else str(lost_total)
         where = f" in {len(lost)} place{'s' if len(lost) > 1 else ''}" if lost else ""
-        notes.append(f"{how_many} events lost{where}: counts are lower bounds, and objects "
-                     "may look live")
+        notes.append(
+            f"{how_many} events lost{where}: counts are lower bounds, and objects may look live"
+        )
     return {
         "events": counts,
         "by": "name" if named else "bytes_alloc",
-        "start_ts": t0, "end_ts": t1, "seconds": round(secs, 6),
+        "start_ts": t0,
+        "end_ts": t1,
+        "seconds": round(secs, 6),
         "caches": rows,
         "total": tot,
         "dentry": dentry,

@@ -13,7 +13,7 @@ def cache_codes(piece):
     _, ts, _, _, key, table = piece
     if key is None:
         return np.full(len(ts), -1, np.int32)
-    return np.append(table, np.int32(-1))[key]      # a key of -1 picks the last entry: -1
+    return np.append(table, np.int32(-1))[key]  # a key of -1 picks the last entry: -1
 
 
 def sort_by_ptr(ptr):
@@ -57,9 +57,9 @@ def sort_times(ts):
         order = np.argsort(ts, kind="stable")
         ts.sort(kind="stable")
         return order.astype(idt, copy=False)
-    step = 1 << 20                      # in slices: no temporary of the whole size
+    step = 1 << 20  # in slices: no temporary of the whole size
     for i in range(0, n, step):
-        c = ts[i:i + step]
+        c = ts[i : i + step]
         c -= lo
         c <<= rbits
         c |= np.arange(i, i + len(c), dtype=np.int64)
@@ -69,8 +69,8 @@ def sort_times(ts):
     ts.sort(kind="stable")
     order = np.empty(n, idt)
     for i in range(0, n, step):
-        c = ts[i:i + step]
-        order[i:i + len(c)] = c & ((1 << rbits) - 1)
+        c = ts[i : i + step]
+        order[i : i + len(c)] = c & ((1 << rbits) - 1)
         c >>= rbits
         c += lo
     return order
@@ -86,7 +86,7 @@ def running_max_sorted(group, delta, ngroups):
     if not n:
         return peak, at
     g = group.astype(np.int16 if ngroups < (1 << 15) else np.int32)
-    order = np.argsort(g, kind="stable")            # radix sort for int16
+    order = np.argsort(g, kind="stable")  # radix sort for int16
     cs = np.cumsum(delta[order], dtype=np.int32 if n < (1 << 31) else np.int64)
     gs = g[order]
     del g
@@ -119,7 +119,7 @@ def tally(pieces, k):
     pass is not built, and its oracle."""
     na = sum(len(p[1]) for p in pieces if p[0])
     # one column at a time, each dropped once joined: memory holds about one copy
-    ts = np.concatenate([p[1] for p in pieces])       # (a copy: sorted in place below)
+    ts = np.concatenate([p[1] for p in pieces])  # (a copy: sorted in place below)
     ptr = np.concatenate([p[2] for p in pieces])
     cache = np.concatenate([cache_codes(p) for p in pieces])
     a_bytes = np.concatenate([p[3] for p in pieces if p[0]] or [np.zeros(0, np.int64)])
@@ -127,14 +127,15 @@ def tally(pieces, k):
     obj = np.zeros(k, np.int64)
     a_codes = cache[:na]
     okc = a_codes >= 0
-    if not okc.all():               # (no copies where every allocation has a cache)
+    if not okc.all():  # (no copies where every allocation has a cache)
         a_codes, a_bytes = a_codes[okc], a_bytes[okc]
     obj[a_codes] = a_bytes
     # in slices: bincount makes float64 weights and intp codes of what it is given
     alloc_bytes = np.zeros(k)
     for i in range(0, len(a_codes), 1 << 20):
-        alloc_bytes += np.bincount(a_codes[i:i + (1 << 20)], weights=a_bytes[i:i + (1 << 20)],
-                                   minlength=k)[:k]
+        alloc_bytes += np.bincount(
+            a_codes[i : i + (1 << 20)], weights=a_bytes[i : i + (1 << 20)], minlength=k
+        )[:k]
     del a_codes, okc, a_bytes
     n = len(ts)
     t0, t1 = (int(ts.min()), int(ts.max())) if n else (0, 0)
@@ -145,7 +146,7 @@ def tally(pieces, k):
     # the sort is stable); ``order`` maps back to the event. Each column is needed only in
     # time order from here on: the times are sorted in place
     order = sort_times(ts)
-    if failed or not real.all():        # then without the events that have no object
+    if failed or not real.all():  # then without the events that have no object
         sel = real[order]
         order = order[sel]
         ts = ts[sel]
@@ -168,21 +169,21 @@ def tally(pieces, k):
     del order, cache
     # (no index arrays made from prev: a prev of -1 picks the last event, which is no
     # event's previous, so it is masked or cleared)
-    after_alloc = isalloc[prev]                   # the event before (same ptr) is an alloc
+    after_alloc = isalloc[prev]  # the event before (same ptr) is an alloc
     after_alloc &= prev >= 0
-    has_next = np.zeros(len(prev), bool)          # another event of the ptr follows
+    has_next = np.zeros(len(prev), bool)  # another event of the ptr follows
     has_next[prev] = True
     if len(has_next):
         has_next[-1] = False
-    is_matched_t = ~isalloc & after_alloc         # frees of objects allocated in the trace
-    is_live_t = isalloc & ~has_next               # allocations never freed
+    is_matched_t = ~isalloc & after_alloc  # frees of objects allocated in the trace
+    is_live_t = isalloc & ~has_next  # allocations never freed
     del has_next
     # allocated again with no free between, which proves a free, untraced, before the second
     # allocation (kmem_cache_free_bulk, RCU frees and kfree of cache objects have no
     # kmem_cache_free event; lost events): at the second allocation, for the first one's cache
     implicit_at = np.flatnonzero(isalloc & after_alloc)
     del after_alloc
-    before = cache_t[prev]        # the cache of each event's previous one (junk where none)
+    before = cache_t[prev]  # the cache of each event's previous one (junk where none)
     del prev
     implicit_cache = before[implicit_at]
     name_mismatch = int(np.count_nonzero(is_matched_t & (cache_t >= 0) & (cache_t != before)))
@@ -192,11 +193,15 @@ def tally(pieces, k):
     isfree = ~isalloc
     n_unknown = int(np.count_nonzero(isfree & (cache_t < 0)))
     cnt = lambda mask: np.bincount(cache_t[mask & (cache_t >= 0)], minlength=k)[:k]  # noqa
-    tally = {"allocs": cnt(isalloc), "frees": cnt(isfree),
-             "frees_matched": cnt(isfree & is_matched_t), "live": cnt(is_live_t),
-             "untraced_frees": np.bincount(implicit_cache[implicit_cache >= 0],
-                                           minlength=k)[:k],
-             "alloc_bytes": alloc_bytes.astype(np.int64), "object_size": obj}
+    tally = {
+        "allocs": cnt(isalloc),
+        "frees": cnt(isfree),
+        "frees_matched": cnt(isfree & is_matched_t),
+        "live": cnt(is_live_t),
+        "untraced_frees": np.bincount(implicit_cache[implicit_cache >= 0], minlength=k)[:k],
+        "alloc_bytes": alloc_bytes.astype(np.int64),
+        "object_size": obj,
+    }
     # running counts per cache, in time order: objects allocated in the trace and not
     # freed yet (by ptr; an implicit free just before the allocation that proves it), and
     # allocations minus frees

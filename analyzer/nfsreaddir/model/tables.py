@@ -47,23 +47,38 @@ TABLE_COLUMNS = {
     "rpc": ["dev", "fileid", "cookie", "dtsize", "plus", "version", "error"],
     "invalidations": ["dev", "fileid", "reason"],
     "revalidations": ["dev", "fileid", "step", "cache_validity", "version"],
-    "calls": ["dev", "fileid", "call", "file", "fd", "pos", "cookie", "old_pos", "ret", "eof",
-              "error", "whence"],
+    "calls": [
+        "dev",
+        "fileid",
+        "call",
+        "file",
+        "fd",
+        "pos",
+        "cookie",
+        "old_pos",
+        "ret",
+        "eof",
+        "error",
+        "whence",
+    ],
 }
-
-
 
 
 def symbols(fmt, field_name):
     """The value -> name table of a field printed with __print_symbolic, from the event's
     print format (the kernel's own names, e.g. a drop reason), or {}."""
     text = getattr(fmt, "print_fmt", "") or ""
-    m = re.search(r"__print_symbolic\(REC->" + re.escape(field_name) + r"\s*,(.*?)\)\s*(?:,|$)",
-                  text)
+    m = re.search(
+        r"__print_symbolic\(REC->" + re.escape(field_name) + r"\s*,(.*?)\)\s*(?:,|$)", text
+    )
     if not m:
         return {}
-    return {int(v, 0): name for v, name in
-            re.findall(r'\{\s*(-?(?:0x[0-9a-fA-F]+|\d+))\s*,\s*"([^"]*)"\s*\}', m.group(1))}
+    return {
+        int(v, 0): name
+        for v, name in re.findall(
+            r'\{\s*(-?(?:0x[0-9a-fA-F]+|\d+))\s*,\s*"([^"]*)"\s*\}', m.group(1)
+        )
+    }
 
 
 def _names(trace, src):
@@ -95,9 +110,10 @@ def _raw_fields(trace, src, name):
 @dataclass(frozen=True)
 class _Use:
     """One event of the trace standing for a source, with the fields it has."""
+
     src: Source
     name: str
-    fields: tuple       # ((canonical, raw), ...)
+    fields: tuple  # ((canonical, raw), ...)
 
 
 def _uses(trace, sources):
@@ -122,18 +138,26 @@ def _request(uses):
 def _frame(trace, use, frames):
     """The canonical columns of one use's frame (already read)."""
     import pandas as pd
+
     raw = frames[use.name]
     if use.src.where:
         col, allowed = use.src.where
         raw = raw[raw[col].isin(allowed)]
-    out = pd.DataFrame({"ts": raw["ts"].to_numpy(), "pid": raw["pid"].to_numpy(),
-                        "comm": raw["comm"].to_numpy(), "cpu": raw["cpu"].to_numpy()})
+    out = pd.DataFrame(
+        {
+            "ts": raw["ts"].to_numpy(),
+            "pid": raw["pid"].to_numpy(),
+            "comm": raw["comm"].to_numpy(),
+            "cpu": raw["cpu"].to_numpy(),
+        }
+    )
     for canon, rawname in use.fields:
         out[canon] = raw[rawname].to_numpy()
         if canon == "reason":
             names = symbols(trace.event_format(use.name), rawname)
-            out[canon] = [names.get(v, v) if isinstance(v, (int, np.integer)) else v
-                          for v in out[canon]]
+            out[canon] = [
+                names.get(v, v) if isinstance(v, (int, np.integer)) else v for v in out[canon]
+            ]
     for canon, value in use.src.constants.items():
         out[canon] = value
     out["source"] = use.name
@@ -141,9 +165,12 @@ def _frame(trace, use, frames):
 
 
 def _all_sources():
-    return ([s for g in RPC_SOURCES + INVALIDATION_SOURCES + CALL_SOURCES for s in g]
-            + REVALIDATION_SOURCES + SYSCALL_SOURCES
-            + [PAIRED_DIRECTORY, RANGE_INVALIDATION, MARKER_SOURCE])
+    return (
+        [s for g in RPC_SOURCES + INVALIDATION_SOURCES + CALL_SOURCES for s in g]
+        + REVALIDATION_SOURCES
+        + SYSCALL_SOURCES
+        + [PAIRED_DIRECTORY, RANGE_INVALIDATION, MARKER_SOURCE]
+    )
 
 
 def has_readdir_source(trace):
@@ -164,8 +191,13 @@ UNSIGNED = {"cookie", "fileid", "file", "dev"}
 
 
 def _nullable(df):
-    ints = [c for c in df.columns if c not in ("ts", "cpu", "pid")
-            and isinstance(df[c].dtype, np.dtype) and df[c].dtype.kind in "iu"]
+    ints = [
+        c
+        for c in df.columns
+        if c not in ("ts", "cpu", "pid")
+        and isinstance(df[c].dtype, np.dtype)
+        and df[c].dtype.kind in "iu"
+    ]
     wrapped = df.astype({c: "uint64" if c in UNSIGNED else "int64" for c in ints})
     return wrapped.astype({c: "UInt64" if c in UNSIGNED else "Int64" for c in ints})
 
@@ -175,6 +207,7 @@ def _concat(parts, exact=False):
     where another event lacks them (pandas' nullable types): a struct file pointer or a 64-bit
     cookie in a float64 column loses its low bits, and two open files become one."""
     import pandas as pd
+
     parts = [p for p in parts if len(p)]
     if not parts:
         return None
@@ -187,14 +220,21 @@ def _pair_directory(rpc, paired):
     """Give kprobe READDIRs the directory and error of the nfs4:nfs4_readdir event the same task
     logs after the RPC (before its next READDIR)."""
     import pandas as pd
+
     if paired is None or not len(paired) or not len(rpc):
         return rpc
     rpc = rpc.reset_index(drop=True)
     nxt = rpc.groupby("pid")["ts"].shift(-1)
     left = rpc[["ts", "pid"]].assign(_row=np.arange(len(rpc)), _next=nxt.to_numpy())
     right = paired[["ts", "pid", "dev", "fileid", "error"]].rename(columns={"ts": "_pts"})
-    m = pd.merge_asof(left.sort_values("ts"), right.sort_values("_pts"), left_on="ts",
-                      right_on="_pts", by="pid", direction="forward")
+    m = pd.merge_asof(
+        left.sort_values("ts"),
+        right.sort_values("_pts"),
+        left_on="ts",
+        right_on="_pts",
+        by="pid",
+        direction="forward",
+    )
     ok = m["_pts"].notna() & (m["_next"].isna() | (m["_pts"] <= m["_next"]))
     m = m[ok]
     for c in ("dev", "fileid", "error"):
@@ -215,12 +255,16 @@ def _unpaired(rpc, paired, name):
     A tracepoint before the task's first kprobe (recording began during the call) and a kprobe
     after its last tracepoint (it ended during one) are what a trace's edges hold."""
     import pandas as pd
+
     if paired is None or not len(paired) or not len(rpc):
         return []
-    both = pd.concat([rpc[["ts", "pid"]].assign(_k=1, _err=0),
-                      paired[["ts", "pid"]].assign(_k=0, _err=paired["error"].fillna(0)
-                                                   .to_numpy())],
-                     ignore_index=True).sort_values(["ts", "_k"], kind="stable")
+    both = pd.concat(
+        [
+            rpc[["ts", "pid"]].assign(_k=1, _err=0),
+            paired[["ts", "pid"]].assign(_k=0, _err=paired["error"].fillna(0).to_numpy()),
+        ],
+        ignore_index=True,
+    ).sort_values(["ts", "_k"], kind="stable")
     out = []
     for pid, rows in both.groupby("pid", sort=False):
         k = rows["_k"].to_numpy()
@@ -236,9 +280,15 @@ def _unpaired(rpc, paired, name):
             else:
                 continue
             lo, hi = int(ts[max(i - 2, 0)]), int(ts[min(i + 1, len(ts) - 1)])
-            out.append({"from": lo, "to": hi, "pid": int(pid),
-                        "what": f"task {int(pid)}: {what} at {ts[i - 1] / 1e9:.6f} s and "
-                                f"{ts[i] / 1e9:.6f} s: an event is missing"})
+            out.append(
+                {
+                    "from": lo,
+                    "to": hi,
+                    "pid": int(pid),
+                    "what": f"task {int(pid)}: {what} at {ts[i - 1] / 1e9:.6f} s and "
+                    f"{ts[i] / 1e9:.6f} s: an event is missing",
+                }
+            )
     return out
 
 
@@ -252,16 +302,24 @@ def _position_back(calls):
     that never happened, or hides one)."""
     if calls is None or not len(calls) or "pos" not in calls:
         return []
-    rows = calls[calls["call"].isin(["getdents", "getdents_done", "llseek", "opendir"])
-                 & calls["fileid"].notna()]
+    rows = calls[
+        calls["call"].isin(["getdents", "getdents_done", "llseek", "opendir"])
+        & calls["fileid"].notna()
+    ]
     # report text gives microseconds: a seek and the getdents after it can share a time stamp
     rows = rows.assign(_after=~rows["call"].isin(["llseek", "opendir"])).sort_values(
-        ["ts", "_after"], kind="stable")
+        ["ts", "_after"], kind="stable"
+    )
     out = []
-    ended: dict[tuple, tuple] = {}   # (pid, dev, fileid) -> (pos, ts) where its last getdents ended
+    ended: dict[tuple, tuple] = {}  # (pid, dev, fileid) -> (pos, ts) where its last getdents ended
     for ts, pid, call, dev, fileid, pos in zip(
-            rows["ts"].tolist(), rows["pid"].tolist(), rows["call"].tolist(),
-            rows["dev"].tolist(), rows["fileid"].tolist(), rows["pos"].tolist()):
+        rows["ts"].tolist(),
+        rows["pid"].tolist(),
+        rows["call"].tolist(),
+        rows["dev"].tolist(),
+        rows["fileid"].tolist(),
+        rows["pos"].tolist(),
+    ):
         if call in ("llseek", "opendir"):
             for k in [k for k in ended if k[1:] == (dev, fileid)]:
                 del ended[k]
@@ -273,10 +331,16 @@ def _position_back(calls):
             ended[key] = (int(pos), ts)
         elif key in ended and int(pos) < ended[key][0]:
             last, since = ended.pop(key)
-            out.append({"from": int(since), "to": int(ts), "pid": int(pid),
-                        "what": f"task {int(pid)}: a getdents of directory {fileid} at "
-                                f"{ts / 1e9:.6f} s starts at position {int(pos)}, before "
-                                f"{last} where its last one ended, with no seek between"})
+            out.append(
+                {
+                    "from": int(since),
+                    "to": int(ts),
+                    "pid": int(pid),
+                    "what": f"task {int(pid)}: a getdents of directory {fileid} at "
+                    f"{ts / 1e9:.6f} s starts at position {int(pos)}, before "
+                    f"{last} where its last one ended, with no seek between",
+                }
+            )
     return out
 
 
@@ -296,8 +360,14 @@ def _impossible_values(tables):
         pid = df["pid"].to_numpy()
         for i in np.flatnonzero((pid > PID_MAX_LIMIT) | (pid < 0)).tolist():
             ts = int(df["ts"].iloc[i])
-            out.append({"from": ts, "to": ts, "what": f"a {name} event at {ts / 1e9:.6f} s "
-                        f"has pid {int(pid[i])}, beyond the kernel's PID_MAX_LIMIT"})
+            out.append(
+                {
+                    "from": ts,
+                    "to": ts,
+                    "what": f"a {name} event at {ts / 1e9:.6f} s "
+                    f"has pid {int(pid[i])}, beyond the kernel's PID_MAX_LIMIT",
+                }
+            )
     rpc = tables["rpc"]
     if not len(rpc) or rpc["fileid"].isna().all():
         return out
@@ -311,14 +381,23 @@ def _impossible_values(tables):
     for _, rows in rpc.groupby("pid", sort=False):
         keys = list(zip(rows["dev"].tolist(), rows["fileid"].tolist()))
         for k in range(1, len(keys) - 1):
-            if (named.get(keys[k]) == 1 and keys[k - 1] == keys[k + 1] != keys[k]
-                    and not any(v != v for v in keys[k])):       # (NaN: not named)
+            if (
+                named.get(keys[k]) == 1
+                and keys[k - 1] == keys[k + 1] != keys[k]
+                and not any(v != v for v in keys[k])
+            ):  # (NaN: not named)
                 lo, hi = int(rows["ts"].iloc[k - 1]), int(rows["ts"].iloc[k + 1])
-                out.append({"from": lo, "to": hi, "pid": int(rows["pid"].iloc[k]),
-                            "what": f"a READDIR at {rows['ts'].iloc[k] / 1e9:.6f} s names "
-                                    f"directory {keys[k][1]} (dev {keys[k][0]}), which no "
-                                    "other event names, amid READDIRs of directory "
-                                    f"{keys[k - 1][1]}"})
+                out.append(
+                    {
+                        "from": lo,
+                        "to": hi,
+                        "pid": int(rows["pid"].iloc[k]),
+                        "what": f"a READDIR at {rows['ts'].iloc[k] / 1e9:.6f} s names "
+                        f"directory {keys[k][1]} (dev {keys[k][0]}), which no "
+                        "other event names, amid READDIRs of directory "
+                        f"{keys[k - 1][1]}",
+                    }
+                )
     return out
 
 
@@ -330,8 +409,11 @@ def stream_sources(trace):
     that names their directory, as table "rpc_directory". The reader's system calls are left
     out: they matter only where no open is seen."""
     out = {}
-    for table, groups in (("rpc", RPC_SOURCES), ("invalidations", INVALIDATION_SOURCES),
-                          ("calls", CALL_SOURCES)):
+    for table, groups in (
+        ("rpc", RPC_SOURCES),
+        ("invalidations", INVALIDATION_SOURCES),
+        ("calls", CALL_SOURCES),
+    ):
         for group in groups:
             uses = _uses(trace, group)
             if uses:
@@ -350,12 +432,16 @@ def load(trace):
     table, the events it was read from) and 'recorded' (per table, the events the trace recorded
     whether or not they fired)."""
     import pandas as pd
+
     uses = _uses(trace, _all_sources())
     req = _request(uses)
     # A damaged or cut trace is read up to the damage: the reader says from when events may be
     # missing (info "partial", "partial_from"), and the listings from then on cannot decide.
-    frames = trace.read({ev: sorted(cols) for ev, cols in req.items()},
-                        on_damage="partial") if req else {}
+    frames = (
+        trace.read({ev: sorted(cols) for ev, cols in req.items()}, on_damage="partial")
+        if req
+        else {}
+    )
     trace.check_records()
 
     def frames_of(sources):
@@ -365,8 +451,11 @@ def load(trace):
     tables: dict[str, Any] = {}
     used: dict[str, list[str]] = {}
     recorded: dict[str, list[str]] = {}
-    for name, groups in (("rpc", RPC_SOURCES), ("invalidations", INVALIDATION_SOURCES),
-                         ("calls", CALL_SOURCES)):
+    for name, groups in (
+        ("rpc", RPC_SOURCES),
+        ("invalidations", INVALIDATION_SOURCES),
+        ("calls", CALL_SOURCES),
+    ):
         recorded[name] = [u.name for g in groups for u in frames_of(g)]
         tables[name], used[name] = None, []
         for group in groups:
@@ -383,13 +472,16 @@ def load(trace):
             used["rpc_directory"] = [paired[0].name]
             unpaired = _unpaired(tables["rpc"], pframe, paired[0].name)
             if unpaired:
-                trace.info["damaged_events"] = (list(trace.info.get("damaged_events") or [])
-                                                + unpaired)
+                trace.info["damaged_events"] = (
+                    list(trace.info.get("damaged_events") or []) + unpaired
+                )
     syscalls = frames_of(SYSCALL_SOURCES)
     if syscalls:
-        tables["calls"] = _concat([tables["calls"] if tables["calls"] is not None
-                                   else pd.DataFrame()]
-                                  + [_frame(trace, u, frames) for u in syscalls], exact=True)
+        tables["calls"] = _concat(
+            [tables["calls"] if tables["calls"] is not None else pd.DataFrame()]
+            + [_frame(trace, u, frames) for u in syscalls],
+            exact=True,
+        )
         used["calls"] = used["calls"] + [u.name for u in syscalls]
         recorded["calls"] = recorded["calls"] + [u.name for u in syscalls]
     revals = frames_of(REVALIDATION_SOURCES)
@@ -417,6 +509,9 @@ def load(trace):
     # The cookie a 5.18+ cache fill asks for is the reader's own position (the cache is indexed
     # by cookie), so a fill at cookie 0 means the reader was at the start.
     tables["cookie_is_position"] = any(
-        u.name in used["rpc"] and u.src.event.startswith("nfs:nfs_readdir_")
-        and "index" in trace.event_format(u.name).user_fields() for u in uses)
+        u.name in used["rpc"]
+        and u.src.event.startswith("nfs:nfs_readdir_")
+        and "index" in trace.event_format(u.name).user_fields()
+        for u in uses
+    )
     return tables

@@ -51,22 +51,39 @@ class WireListing(Listing):
 
     def label(self):
         d = self.fileid if self.fileid is not None else "?"
-        return (f"listing of dir {d} (fh {self.fh}) by client {self.client}"
-                + (f" ({self.phase})" if self.phase else ""))
+        return f"listing of dir {d} (fh {self.fh}) by client {self.client}" + (
+            f" ({self.phase})" if self.phase else ""
+        )
 
     def summary(self):
         s = super().summary()
-        s.update(who=f"client {self.client}", client=self.client, fh=self.fh,
-                 refetched_entries=self.refetched_entries, missing_replies=self.missing_replies)
+        s.update(
+            who=f"client {self.client}",
+            client=self.client,
+            fh=self.fh,
+            refetched_entries=self.refetched_entries,
+            missing_replies=self.missing_replies,
+        )
         return s
 
 
 def _new_listing(client, fh, ts, began_before):
     # No process and no readdir cache on the wire: what a trace would give there is unknown.
-    return WireListing(pid=None, comm=client, dev=None, fileid=None, start=int(ts), end=int(ts),
-                       delimited_by=DELIMITED_BY, began_before_trace=began_before,
-                       ending=analysis.CUT_OFF, invalidations_known=False,
-                       cache_range_trims=None, client=client, fh=fh)
+    return WireListing(
+        pid=None,
+        comm=client,
+        dev=None,
+        fileid=None,
+        start=int(ts),
+        end=int(ts),
+        delimited_by=DELIMITED_BY,
+        began_before_trace=began_before,
+        ending=analysis.CUT_OFF,
+        invalidations_known=False,
+        cache_range_trims=None,
+        client=client,
+        fh=fh,
+    )
 
 
 def listings(cap):
@@ -78,24 +95,36 @@ def listings(cap):
         seen: set[int] = set()  # entry cookies this pass has been given
         last_reply_cookie = None
         older: set[int] = set()  # last cookies of earlier replies of this pass
-        prev_cookies = None     # the entry cookies of the pass's previous reply
-        page = 0                # most entries the client took of a reply it did not use whole
+        prev_cookies = None  # the entry cookies of the pass's previous reply
+        page = 0  # most entries the client took of a reply it did not use whole
         for i, ts, c, reply_ts, status, cookies, eof in zip(
-                rows.index, rows["ts"], rows["cookie"], rows["reply_ts"], rows["status"],
-                rows["cookies"], rows["eof"]):
+            rows.index,
+            rows["ts"],
+            rows["cookie"],
+            rows["reply_ts"],
+            rows["status"],
+            rows["cookies"],
+            rows["eof"],
+        ):
             cookie = None if pd.isna(c) else int(c)
             # A reply with eof ends the pass only when the client asks nothing more of it:
             # 5.10 fills one page of its readdir cache from each reply and asks again from
             # the last cookie that fitted the page, a cookie of a reply of this pass, so after
             # an eof reply it reads on from inside it.
-            reads_on = (lst is not None and lst.ending == analysis.EOF and bool(cookie)
-                        and cookie in seen)
+            reads_on = (
+                lst is not None and lst.ending == analysis.EOF and bool(cookie) and cookie in seen
+            )
             # Such a client, taking at most `page` entries of a reply, has not finished the
             # pass while its last eof reply held more: a READDIR at cookie 0 then is a restart.
-            unfinished = (lst is not None and lst.ending == analysis.EOF and page > 0
-                          and prev_cookies is not None and len(prev_cookies) > page)
+            unfinished = (
+                lst is not None
+                and lst.ending == analysis.EOF
+                and page > 0
+                and prev_cookies is not None
+                and len(prev_cookies) > page
+            )
             if cookie == 0 and lst is not None and (lst.ending != analysis.EOF or unfinished):
-                lst._restart_idx.append(len(lst._rows))     # a restart
+                lst._restart_idx.append(len(lst._rows))  # a restart
                 if unfinished:
                     lst.ending = analysis.CUT_OFF
                 seen_before = set(seen)
@@ -116,8 +145,11 @@ def listings(cap):
                 seen_before = seen
                 # A client continues from the last cookie of its previous reply; from an older
                 # one, a second pass over the same directory interleaves with this one.
-                if (last_reply_cookie is not None and cookie != last_reply_cookie
-                        and cookie in older):
+                if (
+                    last_reply_cookie is not None
+                    and cookie != last_reply_cookie
+                    and cookie in older
+                ):
                     lst.ambiguous_rows.append(len(lst._rows))
             lst._rows.append(i)
             lst.end = int(ts if pd.isna(reply_ts) else reply_ts)
@@ -147,15 +179,25 @@ def listings(cap):
             lst._restart_idx = []
         rows = rd.loc[lst._rows].reset_index(drop=True)
         # The columns the analysis and the verdict read from a listing's READDIRs.
-        lst.rpcs = pd.DataFrame({
-            "ts": rows["ts"].astype("int64"), "pid": None, "comm": lst.client,
-            # Cookies are 64-bit (ext4 gives hashes near 2**63): never through a float.
-            "cookie": (rows["cookie"].to_numpy("uint64") if rows["cookie"].notna().all()
-                       else rows["cookie"].astype("object")),
-            "dtsize": rows["maxcount"].astype("float64"),
-            "entries": rows["entries"].astype("float64"),
-            "eof": rows["eof"], "xid": rows["xid"], "error": np.nan,
-            "frame": rows["frame"].astype("int64")})
+        lst.rpcs = pd.DataFrame(
+            {
+                "ts": rows["ts"].astype("int64"),
+                "pid": None,
+                "comm": lst.client,
+                # Cookies are 64-bit (ext4 gives hashes near 2**63): never through a float.
+                "cookie": (
+                    rows["cookie"].to_numpy("uint64")
+                    if rows["cookie"].notna().all()
+                    else rows["cookie"].astype("object")
+                ),
+                "dtsize": rows["maxcount"].astype("float64"),
+                "entries": rows["entries"].astype("float64"),
+                "eof": rows["eof"],
+                "xid": rows["xid"],
+                "error": np.nan,
+                "frame": rows["frame"].astype("int64"),
+            }
+        )
         lst.rpc_rows = list(lst._rows)
         fileids = rows["fileid"].dropna()
         if len(fileids):
@@ -172,11 +214,10 @@ def _versions(lst, attrs):
     READDIR meets no change."""
     frames = lst.rpcs["frame"].to_numpy()
     first, last = int(frames.min()), int(frames.max())
-    a = attrs[(attrs["client"] == lst.client) & (attrs["fh"] == lst.fh)
-              & (attrs["frame"] < last)]
+    a = attrs[(attrs["client"] == lst.client) & (attrs["fh"] == lst.fh) & (attrs["frame"] < last)]
     # From the last version seen before the listing began: a change since then counts.
     before = np.flatnonzero(a["frame"].to_numpy() < first)
-    a = a.iloc[before[-1]:] if len(before) else a
+    a = a.iloc[before[-1] :] if len(before) else a
     vals = a["version"].tolist()
     at = a["frame"].astype("int64").to_numpy()
     changes = [int(at[k]) for k in range(1, len(vals)) if vals[k] != vals[k - 1]]
@@ -211,40 +252,61 @@ def analyze(path, tshark=None, ports=()):
         raise analysis.AnalysisError(
             f"{path}: no NFS traffic in this capture: no frame to or from port {on} and no ONC "
             "RPC message; capture the NFS traffic with `tcpdump -s 0 -w FILE port 2049` on the "
-            "client (name the server's port if it is not 2049)")
+            "client (name the server's port if it is not 2049)"
+        )
     if cap.truncated_frames and not len(cap.readdirs):
         raise analysis.AnalysisError(
             f"{path}: {cap.truncated_frames} frames were cut to {cap.snaplen} bytes by the "
-            "capture's snaplen, too short to decode NFS; capture again with `tcpdump -s 0`")
+            "capture's snaplen, too short to decode NFS; capture again with `tcpdump -s 0`"
+        )
     if not cap.messages:
         raise analysis.AnalysisError(
             f"{path}: no ONC RPC (NFS) message in this capture; capture the NFS traffic with "
-            "`tcpdump -s 0 -w FILE port 2049` on the client")
+            "`tcpdump -s 0 -w FILE port 2049` on the client"
+        )
     if not len(cap.readdirs) and "2" in cap.versions:
         raise analysis.AnalysisError(
             f"{path}: NFSv2 is not supported (this capture's NFS is "
-            f"v{'/'.join(sorted(cap.versions))}): only NFSv3 and NFSv4 READDIRs are analyzed")
+            f"v{'/'.join(sorted(cap.versions))}): only NFSv3 and NFSv4 READDIRs are analyzed"
+        )
     if not len(cap.readdirs):
         raise analysis.AnalysisError(
             f"{path}: no READDIR or READDIRPLUS call in this capture ({cap.messages} RPC "
-            "messages); capture while the directory is listed")
+            "messages); capture while the directory is listed"
+        )
     phase, facts = _phase_facts(path)
     damage = []
     if cap.truncated_frames:
-        damage.append({"from": -1, "to": 1 << 62, "what": f"{cap.truncated_frames} frames cut "
-                       f"to {cap.snaplen} bytes by the snaplen"})
+        damage.append(
+            {
+                "from": -1,
+                "to": 1 << 62,
+                "what": f"{cap.truncated_frames} frames cut to {cap.snaplen} bytes by the snaplen",
+            }
+        )
     # A plain pcap does not keep the drop count: the reproducer's facts have tcpdump's.
     dropped = int_or_none(facts.get(f"{phase}.capture_dropped")) if phase else None
     if dropped is None and "pcapng" in cap.kind:
         dropped = pcapng.pcapng_drops(path)
     if dropped:
-        damage.append({"from": -1, "to": 1 << 62, "what": f"{dropped} packets dropped by the "
-                       "kernel while capturing"})
+        damage.append(
+            {
+                "from": -1,
+                "to": 1 << 62,
+                "what": f"{dropped} packets dropped by the kernel while capturing",
+            }
+        )
     for w in cap.warnings:
         damage.append({"from": -1, "to": 1 << 62, "what": w})
     if cap.unsplit_frames:
-        damage.append({"from": -1, "to": 1 << 62, "what": f"{cap.unsplit_frames} frames carried "
-                       "several RPC messages that could not be told apart"})
+        damage.append(
+            {
+                "from": -1,
+                "to": 1 << 62,
+                "what": f"{cap.unsplit_frames} frames carried "
+                "several RPC messages that could not be told apart",
+            }
+        )
     out = listings(cap)
     # The directory's inode number, where an attribute reply gave it for its filehandle.
     fileids = cap.attrs.dropna(subset=["fileid"]).groupby("fh")["fileid"].first()
@@ -264,8 +326,13 @@ def analyze(path, tshark=None, ports=()):
                 r.after_invalidation = bool(((ch > prev) & (ch < frames[r.rpc_index])).any())
         lst.damage = list(damage)
         if lst.missing_replies:
-            lst.damage.append({"from": lst.start, "to": lst.end, "what":
-                               f"{lst.missing_replies} READDIR replies missing from the capture"})
+            lst.damage.append(
+                {
+                    "from": lst.start,
+                    "to": lst.end,
+                    "what": f"{lst.missing_replies} READDIR replies missing from the capture",
+                }
+            )
     if phase:
         # The reproducer's lister made one pass: the longest listing is its phase.
         main = max(out, key=lambda x: len(x.rpcs), default=None)
@@ -280,25 +347,45 @@ def analyze(path, tshark=None, ports=()):
     nfs = "/".join(sorted(cap.versions)) or None
     if nfs:
         run["nfs"] = nfs
-    info = {"path": path, "format": f"{cap.kind} capture (NFSv{'/'.join(sorted(cap.versions))}"
-            f", tshark)", "cpus": "-", "frames": cap.frames, "rpc_messages": cap.messages,
-            "readdirs": int(len(cap.readdirs)), "missing_replies": cap.missing_replies,
-            "retransmitted_calls": cap.retransmitted_calls,
-            "truncated_frames": cap.truncated_frames, "snaplen": cap.snaplen,
-            "unsplit_frames": cap.unsplit_frames, "split_frames": cap.split_frames,
-            "dropped": dropped, "nfs": nfs,
-            "ports": list(cap.ports),
-            "warnings": cap.warnings}
+    info = {
+        "path": path,
+        "format": f"{cap.kind} capture (NFSv{'/'.join(sorted(cap.versions))}, tshark)",
+        "cpus": "-",
+        "frames": cap.frames,
+        "rpc_messages": cap.messages,
+        "readdirs": int(len(cap.readdirs)),
+        "missing_replies": cap.missing_replies,
+        "retransmitted_calls": cap.retransmitted_calls,
+        "truncated_frames": cap.truncated_frames,
+        "snaplen": cap.snaplen,
+        "unsplit_frames": cap.unsplit_frames,
+        "split_frames": cap.split_frames,
+        "dropped": dropped,
+        "nfs": nfs,
+        "ports": list(cap.ports),
+        "warnings": cap.warnings,
+    }
     v4 = any(v.startswith("4") for v in cap.versions)
-    version = ("the change attribute in GETATTR replies" if v4
-               else "mtime/ctime in post-op attributes")
+    version = (
+        "the change attribute in GETATTR replies" if v4 else "mtime/ctime in post-op attributes"
+    )
     # On the wire an invalidation is not seen, only its cause: the directory's version moved.
-    evidence = {"rpc": ["the capture's READDIR calls and replies"], "invalidations": [],
-                "version": [version]}
+    evidence = {
+        "rpc": ["the capture's READDIR calls and replies"],
+        "invalidations": [],
+        "version": [version],
+    }
     info["notes"] = _notes(cap, dropped)
-    a = Analysis(out, run, None, evidence, True, info, recorded={"invalidations": []},
-                 tables={"rpc": _rpc_table(cap.readdirs, out), "readdirs": cap.readdirs,
-                         "attrs": cap.attrs})
+    a = Analysis(
+        out,
+        run,
+        None,
+        evidence,
+        True,
+        info,
+        recorded={"invalidations": []},
+        tables={"rpc": _rpc_table(cap.readdirs, out), "readdirs": cap.readdirs, "attrs": cap.attrs},
+    )
     return a
 
 
@@ -309,30 +396,50 @@ def _rpc_table(rd, out):
     for lst in out:
         if lst.fileid is not None:
             fileid.loc[lst.rpc_rows] = lst.fileid
-    return pd.DataFrame({"ts": rd["ts"], "pid": pd.NA, "cpu": pd.NA, "comm": rd["client"],
-                         "source": "capture", "fileid": fileid, "cookie": rd["cookie"],
-                         "dtsize": rd["maxcount"], "plus": rd["plus"].astype(int),
-                         "error": rd["status"].where(rd["status"] != 0)})
+    return pd.DataFrame(
+        {
+            "ts": rd["ts"],
+            "pid": pd.NA,
+            "cpu": pd.NA,
+            "comm": rd["client"],
+            "source": "capture",
+            "fileid": fileid,
+            "cookie": rd["cookie"],
+            "dtsize": rd["maxcount"],
+            "plus": rd["plus"].astype(int),
+            "error": rd["status"].where(rd["status"] != 0),
+        }
+    )
 
 
 def _notes(cap, dropped):
     """What the capture says about its own completeness, for the report's header."""
-    out = [f"{cap.frames:,} NFS frames, {cap.messages:,} RPC messages, "
-           f"{len(cap.readdirs):,} READDIR calls ({cap.missing_replies} without a reply, "
-           f"{cap.retransmitted_calls} retransmitted), {len(cap.attrs):,} directory "
-           "attribute replies; no process is on the wire: listings are per client and "
-           "directory"]
+    out = [
+        f"{cap.frames:,} NFS frames, {cap.messages:,} RPC messages, "
+        f"{len(cap.readdirs):,} READDIR calls ({cap.missing_replies} without a reply, "
+        f"{cap.retransmitted_calls} retransmitted), {len(cap.attrs):,} directory "
+        "attribute replies; no process is on the wire: listings are per client and "
+        "directory"
+    ]
     if dropped is not None:
-        out.append(f"{'WARNING: ' if dropped else ''}{dropped} packets dropped by the kernel "
-                   "while capturing (tcpdump's count, or the pcapng interface statistics)")
+        out.append(
+            f"{'WARNING: ' if dropped else ''}{dropped} packets dropped by the kernel "
+            "while capturing (tcpdump's count, or the pcapng interface statistics)"
+        )
     if cap.truncated_frames:
-        out.append(f"WARNING: {cap.truncated_frames} frames cut to {cap.snaplen} bytes by the "
-                   "snaplen: capture with `tcpdump -s 0`")
+        out.append(
+            f"WARNING: {cap.truncated_frames} frames cut to {cap.snaplen} bytes by the "
+            "snaplen: capture with `tcpdump -s 0`"
+        )
     if cap.unsplit_frames:
-        out.append(f"WARNING: {cap.unsplit_frames} frames carried several RPC messages that "
-                   "could not be told apart")
+        out.append(
+            f"WARNING: {cap.unsplit_frames} frames carried several RPC messages that "
+            "could not be told apart"
+        )
     if "2" in cap.versions:
-        out.append("WARNING: NFSv2 calls are in this capture: NFSv2 is not supported, its "
-                   "READDIRs are not counted")
+        out.append(
+            "WARNING: NFSv2 calls are in this capture: NFSv2 is not supported, its "
+            "READDIRs are not counted"
+        )
     out += [f"WARNING: {w}" for w in cap.warnings]
     return out

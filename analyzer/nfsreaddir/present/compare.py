@@ -8,8 +8,16 @@ import os
 
 import pandas as pd
 
-METRICS = ["seconds", "entries", "readdirs", "restarts", "refetched_readdirs",
-           "invalidations", "invalidations_followed_by_restart", "ending"]
+METRICS = [
+    "seconds",
+    "entries",
+    "readdirs",
+    "restarts",
+    "refetched_readdirs",
+    "invalidations",
+    "invalidations_followed_by_restart",
+    "ending",
+]
 UNKNOWN = "cannot tell"
 
 
@@ -50,12 +58,14 @@ def table(before, after, paths=("A", "B")):
             va = _value(sa, m) if sa is not None else None
             vb = _value(sb, m) if sb is not None else None
             if _number(va) and _number(vb):
-                ratio = round(vb / va, 2) if va else "-"      # x/0 has no ratio
+                ratio = round(vb / va, 2) if va else "-"  # x/0 has no ratio
             else:
                 ratio = UNKNOWN if (va is None or vb is None) and m != "ending" else "-"
-            rows[(key, m)] = {la: UNKNOWN if sa is not None and va is None else va,
-                              lb: UNKNOWN if sb is not None and vb is None else vb,
-                              "ratio (2nd/1st)": ratio}
+            rows[(key, m)] = {
+                la: UNKNOWN if sa is not None and va is None else va,
+                lb: UNKNOWN if sb is not None and vb is None else vb,
+                "ratio (2nd/1st)": ratio,
+            }
     df = pd.DataFrame.from_dict(rows, orient="index")
     df.index.names = ["listing", "metric"]
     return df.astype(object).where(df.notna(), "-")
@@ -72,10 +82,8 @@ def dcache_rows(ra, rb):
     for k in list(fa) + [k for k in fb if k not in fa]:
         va, vb = fa.get(k), fb.get(k)
         num = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (va, vb))
-        rows.append({"figure": k, la: va, lb: vb,
-                     "B/A": round(vb / va, 3) if num and va else None})
-    rows.append({"figure": "verdict", la: ra.get("verdict"), lb: rb.get("verdict"),
-                 "B/A": None})
+        rows.append({"figure": k, la: va, lb: vb, "B/A": round(vb / va, 3) if num and va else None})
+    rows.append({"figure": "verdict", la: ra.get("verdict"), lb: rb.get("verdict"), "B/A": None})
     return rows
 
 

@@ -33,60 +33,151 @@ import os
 
 import pandas as pd
 
-TRACE_COLUMNS = [("trace_id", "string"), ("trace", "string"), ("kernel", "string"),
-                 ("nfs", "string"), ("listing", "Int64")]
-EVENT_COLUMNS = [("ts", "Int64"), ("cpu", "Int64"), ("pid", "Int64"), ("comm", "string"),
-                 ("source", "string")]
+TRACE_COLUMNS = [
+    ("trace_id", "string"),
+    ("trace", "string"),
+    ("kernel", "string"),
+    ("nfs", "string"),
+    ("listing", "Int64"),
+]
+EVENT_COLUMNS = [
+    ("ts", "Int64"),
+    ("cpu", "Int64"),
+    ("pid", "Int64"),
+    ("comm", "string"),
+    ("source", "string"),
+]
 SCHEMA = {
-    "listings": [("phase", "string"), ("pid", "Int64"), ("comm", "string"), ("dev", "Int64"),
-                 ("dir_fileid", "UInt64"), ("delimited_by", "string"), ("start_ns", "Int64"),
-                 ("end_ns", "Int64"), ("seconds", "Float64"), ("ending", "string"),
-                 ("complete", "boolean"), ("error", "Int64"), ("began_before_trace", "boolean"),
-                 ("entries", "Int64"), ("status", "Int64"), ("getdents", "Int64"),
-                 ("readdirs", "Int64"), ("cookie_zero_readdirs", "Int64"),
-                 ("restarts", "Int64"), ("restarts_min", "Int64"), ("restarts_max", "Int64"),
-                 ("ambiguous_cookie_zero_readdirs", "Int64"),
-                 ("rewinds", "Int64"), ("refetched_readdirs", "Int64"),
-                 ("refetched_readdirs_min", "Int64"), ("refetched_readdirs_max", "Int64"),
-                 ("restart_cost_seconds", "Float64"), ("restart_cost_seconds_max", "Float64"),
-                 ("invalidations", "Int64"), ("invalidations_followed_by_restart", "Int64"),
-                 ("invalidations_followed_by_restart_min", "Int64"),
-                 ("invalidations_followed_by_restart_max", "Int64"),
-                 ("survived_changes", "Int64"), ("start_refills", "Int64"),
-                 ("version_changes", "Int64"),
-                 ("cache_range_trims", "Int64"), ("exercised", "boolean"),
-                 ("damaged_events", "Int64"), ("max_dtsize", "Int64"),
-                 ("dentries_added", "Int64"), ("finding", "string"), ("why", "string")],
-    "rpc": EVENT_COLUMNS + [("dev", "Int64"), ("fileid", "UInt64"), ("cookie", "UInt64"),
-                            ("dtsize", "Int64"), ("plus", "Int64"), ("version", "UInt64"),
-                            ("error", "Int64"), ("restart", "boolean")],
-    "restarts": [("ts", "Int64"), ("rpc_index", "Int64"), ("cookie", "UInt64"),
-                 ("refetched", "Int64"),
-                 ("cost_ns", "Int64"), ("after_invalidation", "boolean")],
-    "invalidations": [("ts", "Int64"), ("reason", "string"), ("chain", "string"),
-                      ("followed_by_restart", "boolean"), ("followed_by_ambiguous", "boolean"),
-                      ("refilled_start", "boolean")],
-    "calls": EVENT_COLUMNS + [("call", "string"), ("dev", "Int64"), ("fileid", "UInt64"),
-                              ("file", "UInt64"), ("fd", "Int64"), ("pos", "Int64"),
-                              ("cookie", "UInt64"), ("old_pos", "Int64"), ("ret", "Int64"),
-                              ("eof", "Int64"), ("error", "Int64")],
-    "revalidations": EVENT_COLUMNS + [("dev", "Int64"), ("fileid", "UInt64"), ("step", "string"),
-                                      ("cache_validity", "Int64"), ("version", "UInt64")],
+    "listings": [
+        ("phase", "string"),
+        ("pid", "Int64"),
+        ("comm", "string"),
+        ("dev", "Int64"),
+        ("dir_fileid", "UInt64"),
+        ("delimited_by", "string"),
+        ("start_ns", "Int64"),
+        ("end_ns", "Int64"),
+        ("seconds", "Float64"),
+        ("ending", "string"),
+        ("complete", "boolean"),
+        ("error", "Int64"),
+        ("began_before_trace", "boolean"),
+        ("entries", "Int64"),
+        ("status", "Int64"),
+        ("getdents", "Int64"),
+        ("readdirs", "Int64"),
+        ("cookie_zero_readdirs", "Int64"),
+        ("restarts", "Int64"),
+        ("restarts_min", "Int64"),
+        ("restarts_max", "Int64"),
+        ("ambiguous_cookie_zero_readdirs", "Int64"),
+        ("rewinds", "Int64"),
+        ("refetched_readdirs", "Int64"),
+        ("refetched_readdirs_min", "Int64"),
+        ("refetched_readdirs_max", "Int64"),
+        ("restart_cost_seconds", "Float64"),
+        ("restart_cost_seconds_max", "Float64"),
+        ("invalidations", "Int64"),
+        ("invalidations_followed_by_restart", "Int64"),
+        ("invalidations_followed_by_restart_min", "Int64"),
+        ("invalidations_followed_by_restart_max", "Int64"),
+        ("survived_changes", "Int64"),
+        ("start_refills", "Int64"),
+        ("version_changes", "Int64"),
+        ("cache_range_trims", "Int64"),
+        ("exercised", "boolean"),
+        ("damaged_events", "Int64"),
+        ("max_dtsize", "Int64"),
+        ("dentries_added", "Int64"),
+        ("finding", "string"),
+        ("why", "string"),
+    ],
+    "rpc": EVENT_COLUMNS
+    + [
+        ("dev", "Int64"),
+        ("fileid", "UInt64"),
+        ("cookie", "UInt64"),
+        ("dtsize", "Int64"),
+        ("plus", "Int64"),
+        ("version", "UInt64"),
+        ("error", "Int64"),
+        ("restart", "boolean"),
+    ],
+    "restarts": [
+        ("ts", "Int64"),
+        ("rpc_index", "Int64"),
+        ("cookie", "UInt64"),
+        ("refetched", "Int64"),
+        ("cost_ns", "Int64"),
+        ("after_invalidation", "boolean"),
+    ],
+    "invalidations": [
+        ("ts", "Int64"),
+        ("reason", "string"),
+        ("chain", "string"),
+        ("followed_by_restart", "boolean"),
+        ("followed_by_ambiguous", "boolean"),
+        ("refilled_start", "boolean"),
+    ],
+    "calls": EVENT_COLUMNS
+    + [
+        ("call", "string"),
+        ("dev", "Int64"),
+        ("fileid", "UInt64"),
+        ("file", "UInt64"),
+        ("fd", "Int64"),
+        ("pos", "Int64"),
+        ("cookie", "UInt64"),
+        ("old_pos", "Int64"),
+        ("ret", "Int64"),
+        ("eof", "Int64"),
+        ("error", "Int64"),
+    ],
+    "revalidations": EVENT_COLUMNS
+    + [
+        ("dev", "Int64"),
+        ("fileid", "UInt64"),
+        ("step", "string"),
+        ("cache_validity", "Int64"),
+        ("version", "UInt64"),
+    ],
     "markers": EVENT_COLUMNS + [("text", "string")],
-    "samples": [("ts", "Int64"), ("nr_dentry", "Int64"), ("nr_unused", "Int64"),
-                ("nr_negative", "Int64"), ("slab_active", "Int64"), ("slab_total", "Int64"),
-                ("slab_objsize", "Int64"), ("readdir", "Int64"), ("readdirplus", "Int64")],
+    "samples": [
+        ("ts", "Int64"),
+        ("nr_dentry", "Int64"),
+        ("nr_unused", "Int64"),
+        ("nr_negative", "Int64"),
+        ("slab_active", "Int64"),
+        ("slab_total", "Int64"),
+        ("slab_objsize", "Int64"),
+        ("readdir", "Int64"),
+        ("readdirplus", "Int64"),
+    ],
 }
 RUN_COLUMNS = TRACE_COLUMNS[:4] + [("reproducer", "string")]
 DCACHE_SCHEMA = {
     "dcache_runs": [("verdict", "string"), ("reasons", "string"), ("phases", "string")],
     "dcache_figures": [("figure", "string"), ("value", "Float64"), ("text", "string")],
-    "dcache_phases": [("phase", "string"), ("seq", "Int64"), ("start_ns", "Int64"),
-                      ("end_ns", "Int64"), ("seconds", "Float64"), ("counter", "string"),
-                      ("before", "Int64"), ("after", "Int64"), ("delta", "Int64"),
-                      ("peak", "Int64"), ("rate_per_s", "Float64")],
-    "dcache_samples": [("ts", "Int64"), ("phase", "string"), ("label", "string"),
-                       ("counter", "string"), ("value", "Int64")],
+    "dcache_phases": [
+        ("phase", "string"),
+        ("seq", "Int64"),
+        ("start_ns", "Int64"),
+        ("end_ns", "Int64"),
+        ("seconds", "Float64"),
+        ("counter", "string"),
+        ("before", "Int64"),
+        ("after", "Int64"),
+        ("delta", "Int64"),
+        ("peak", "Int64"),
+        ("rate_per_s", "Float64"),
+    ],
+    "dcache_samples": [
+        ("ts", "Int64"),
+        ("phase", "string"),
+        ("label", "string"),
+        ("counter", "string"),
+        ("value", "Int64"),
+    ],
 }
 FORMATS = ("csv", "parquet")
 
@@ -112,15 +203,22 @@ def _typed(df, columns):
         v = df[col] if col in df else pd.Series([None] * n, index=df.index, dtype="object")
         if dtype in ("Int64", "UInt64"):
             v = pd.to_numeric(v, errors="coerce")
-            v = v.astype("Float64").round().astype(dtype) if v.dtype.kind == "f" else v.astype(
-                dtype)
+            v = (
+                v.astype("Float64").round().astype(dtype)
+                if v.dtype.kind == "f"
+                else v.astype(dtype)
+            )
         elif dtype == "Float64":
             v = pd.to_numeric(v, errors="coerce").astype(dtype)
         elif dtype == "boolean":
             v = v.astype("boolean")
         else:
-            v = v.astype("object").where(v.notna(), None).map(
-                lambda x: x if x is None else str(x)).astype("string")
+            v = (
+                v.astype("object")
+                .where(v.notna(), None)
+                .map(lambda x: x if x is None else str(x))
+                .astype("string")
+            )
         out[col] = v.reset_index(drop=True)
     return pd.DataFrame(out)
 
@@ -144,9 +242,17 @@ def frames(analysis, findings=None):
     for i, lst in enumerate(lsts):
         s = lst.summary()
         f = (findings or {}).get(id(lst))
-        rows.append(dict(s, listing=i, start_ns=lst.start, end_ns=lst.end,
-                         dentries_added=s["dentries"].get("nr_dentry", {}).get("added"),
-                         finding=f.word if f else None, why=f.why if f else None))
+        rows.append(
+            dict(
+                s,
+                listing=i,
+                start_ns=lst.start,
+                end_ns=lst.end,
+                dentries_added=s["dentries"].get("nr_dentry", {}).get("added"),
+                finding=f.word if f else None,
+                why=f.why if f else None,
+            )
+        )
     out["listings"] = pd.DataFrame(rows)
     rpc = t["rpc"].copy()
     rpc["listing"] = pd.Series([pd.NA] * len(rpc), dtype="Int64")
@@ -155,11 +261,16 @@ def frames(analysis, findings=None):
         rpc.loc[lst.rpc_rows, "listing"] = i
         rpc.loc[[lst.rpc_rows[r.rpc_index] for r in lst.restarts], "restart"] = True
     out["rpc"] = rpc
-    out["restarts"] = pd.DataFrame([dict(vars(r), listing=i) for i, lst in enumerate(lsts)
-                                    for r in lst.restarts])
-    out["invalidations"] = pd.DataFrame([dict(vars(v), chain=" -> ".join(v.chain), listing=i)
-                                         for i, lst in enumerate(lsts)
-                                         for v in lst.invalidations])
+    out["restarts"] = pd.DataFrame(
+        [dict(vars(r), listing=i) for i, lst in enumerate(lsts) for r in lst.restarts]
+    )
+    out["invalidations"] = pd.DataFrame(
+        [
+            dict(vars(v), chain=" -> ".join(v.chain), listing=i)
+            for i, lst in enumerate(lsts)
+            for v in lst.invalidations
+        ]
+    )
     for name in ("calls", "revalidations", "markers"):
         df = t.get(name)
         if df is not None and len(df):
@@ -176,8 +287,10 @@ def _check_format(fmt):
         try:
             import pyarrow  # noqa: F401
         except ImportError:
-            raise ExportError("Parquet needs pyarrow: pip install 'nfs-readdir-trace[parquet]' "
-                              "(or export --format csv)") from None
+            raise ExportError(
+                "Parquet needs pyarrow: pip install 'nfs-readdir-trace[parquet]' "
+                "(or export --format csv)"
+            ) from None
 
 
 def _write_tables(tables, columns, path, outdir, fmt):
@@ -204,14 +317,18 @@ def _write_tables(tables, columns, path, outdir, fmt):
                     df.to_csv(f, index=False)
                 else:
                     df.to_parquet(f, index=False)
-            os.rename(tmp, out)     # ours, in our own dataset folder: never a user's file
+            os.rename(tmp, out)  # ours, in our own dataset folder: never a user's file
         except OSError as e:
-            raise ExportError(f"cannot write {_shown(out)}: {e.strerror or e} ("
-                              + ("free space there or export to another -o DIR; "
-                                 if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-                                 else "") +
-                              f"the {len(written)} tables written before it are whole, and "
-                              "exporting again adds the rest)") from None
+            raise ExportError(
+                f"cannot write {_shown(out)}: {e.strerror or e} ("
+                + (
+                    "free space there or export to another -o DIR; "
+                    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+                    else ""
+                )
+                + f"the {len(written)} tables written before it are whole, and "
+                "exporting again adds the rest)"
+            ) from None
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -227,10 +344,14 @@ def write(analysis, path, outdir, fmt, findings=None):
     """Write one file per table into the dataset at outdir; return (written, kept): the paths
     written and those left as they were (the same trace exported before)."""
     _check_format(fmt)
-    common = {"trace": _shown(analysis.info.get("path", path)),
-              "kernel": analysis.kernel, "nfs": analysis.run.get("nfs")}
-    tables = {t: df.assign(**common) for t, df in frames(analysis, findings).items()
-              if df is not None}
+    common = {
+        "trace": _shown(analysis.info.get("path", path)),
+        "kernel": analysis.kernel,
+        "nfs": analysis.run.get("nfs"),
+    }
+    tables = {
+        t: df.assign(**common) for t, df in frames(analysis, findings).items() if df is not None
+    }
     return _write_tables(tables, lambda t: TRACE_COLUMNS + SCHEMA[t], path, outdir, fmt)
 
 
@@ -249,6 +370,7 @@ def _flat(x, key=""):
 def dcache_frames(results, markers):
     """{table: DataFrame} of one dcache run: results as dcache_judge.build_results gives it,
     markers (markers.Markers) of its trace for the phases' spans and the samples."""
+
     def number(v):
         # A figure the run could not measure stays null: unknown is never 0.
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -258,27 +380,48 @@ def dcache_frames(results, markers):
             return None
         return str(v).lower() if isinstance(v, bool) else str(v)
 
-    out = {"dcache_runs": pd.DataFrame([{
-        "verdict": results.get("verdict"), "reasons": "; ".join(results.get("reasons") or []),
-        "phases": " ".join(results.get("phase_order") or [])}])}
+    out = {
+        "dcache_runs": pd.DataFrame(
+            [
+                {
+                    "verdict": results.get("verdict"),
+                    "reasons": "; ".join(results.get("reasons") or []),
+                    "phases": " ".join(results.get("phase_order") or []),
+                }
+            ]
+        )
+    }
     out["dcache_figures"] = pd.DataFrame(
-        [{"figure": k, "value": number(v), "text": text(v)}
-         for k, v in _flat(results.get("figures") or {})],
-        columns=["figure", "value", "text"])
+        [
+            {"figure": k, "value": number(v), "text": text(v)}
+            for k, v in _flat(results.get("figures") or {})
+        ],
+        columns=["figure", "value", "text"],
+    )
     # results' phases are the markers' phases in order, a phase run twice named NAME#2.
     spans = dict(zip(results.get("phase_order") or [], markers.phases))
     rows = []
     for seq, (name, ph) in enumerate((results.get("phases") or {}).items()):
         span = spans.get(name)
-        base = {"phase": name, "seq": seq, "seconds": number(ph.get("seconds")),
-                "start_ns": span.start if span else None, "end_ns": span.end if span else None}
+        base = {
+            "phase": name,
+            "seq": seq,
+            "seconds": number(ph.get("seconds")),
+            "start_ns": span.start if span else None,
+            "end_ns": span.end if span else None,
+        }
         for counter in ph.get("delta") or {}:
-            rows.append(dict(base, counter=counter,
-                             before=(ph.get("before") or {}).get(counter),
-                             after=(ph.get("after") or {}).get(counter),
-                             delta=ph["delta"][counter],
-                             peak=(ph.get("peak") or {}).get(counter),
-                             rate_per_s=(ph.get("rate_per_s") or {}).get(counter)))
+            rows.append(
+                dict(
+                    base,
+                    counter=counter,
+                    before=(ph.get("before") or {}).get(counter),
+                    after=(ph.get("after") or {}).get(counter),
+                    delta=ph["delta"][counter],
+                    peak=(ph.get("peak") or {}).get(counter),
+                    rate_per_s=(ph.get("rate_per_s") or {}).get(counter),
+                )
+            )
         for event, n in (ph.get("events") or {}).items():
             rows.append(dict(base, counter=f"event:{event}", delta=n))
     out["dcache_phases"] = pd.DataFrame(rows)
@@ -292,21 +435,32 @@ def _long_samples(markers):
     if s is None or not len(s):
         return None
     phase = pd.Series([None] * len(s), index=s.index, dtype="object")
-    for p in reversed(markers.phases):      # the first phase holding a sample names it
+    for p in reversed(markers.phases):  # the first phase holding a sample names it
         end = p.end if p.end is not None else s["ts"].max()
         phase[(s["ts"] >= p.start) & (s["ts"] <= end)] = p.name
     counters = [c for c in s.columns if c not in ("ts", "label")]
     wide = s.assign(phase=phase, label=s["label"] if "label" in s else None)
-    return wide.melt(id_vars=["ts", "phase", "label"], value_vars=counters,
-                     var_name="counter", value_name="value").dropna(subset=["value"])
+    return wide.melt(
+        id_vars=["ts", "phase", "label"],
+        value_vars=counters,
+        var_name="counter",
+        value_name="value",
+    ).dropna(subset=["value"])
 
 
 def write_dcache(results, markers, trace, shown, outdir, fmt):
     """Write a dcache run's tables (dcache_frames) into the dataset at outdir; trace is its
     trace file (named by its hash), shown the path the user gave. Returns (written, kept)."""
     _check_format(fmt)
-    common = {"trace": _shown(shown), "kernel": results.get("kernel"),
-              "nfs": results.get("nfs"), "reproducer": results.get("name")}
-    tables = {t: df.assign(**common) for t, df in dcache_frames(results, markers).items()
-              if df is not None}
+    common = {
+        "trace": _shown(shown),
+        "kernel": results.get("kernel"),
+        "nfs": results.get("nfs"),
+        "reproducer": results.get("name"),
+    }
+    tables = {
+        t: df.assign(**common)
+        for t, df in dcache_frames(results, markers).items()
+        if df is not None
+    }
     return _write_tables(tables, lambda t: RUN_COLUMNS + DCACHE_SCHEMA[t], trace, outdir, fmt)

@@ -45,8 +45,9 @@ def output_format(path):
         return ext
     if not ext and os.path.exists(path) and stat.S_ISCHR(os.stat(path).st_mode):
         return "png"
-    raise ValueError(f"cannot write {path!r}: give a file name ending in "
-                     + ", ".join("." + f for f in FORMATS))
+    raise ValueError(
+        f"cannot write {path!r}: give a file name ending in " + ", ".join("." + f for f in FORMATS)
+    )
 
 
 def save(fig, output):
@@ -78,8 +79,9 @@ def listings(analyses, output):
     panels = [p for p in (("cookies", with_cookies), ("counts", without)) if p[1]]
     heights = [3] * len(panels) + ([1] if has_samples else [])
     fig = Figure(figsize=(12, 2.4 * sum(heights) + 1))
-    axes = fig.subplots(len(heights), 1, sharex=True, squeeze=False,
-                        gridspec_kw={"height_ratios": heights})
+    axes = fig.subplots(
+        len(heights), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights}
+    )
     axes = list(axes[:, 0])
     colors = {}
     for ax, (kind, items) in zip(axes, panels):
@@ -102,25 +104,39 @@ def listings(analyses, output):
             else:
                 y = range(1, len(t) + 1)
             lo_hi = lst.restart_range
-            maybe = (f", {lo_hi[0]}-{lo_hi[1]} restarts" if lo_hi and lo_hi[1] > lo_hi[0]
-                     else "")
-            line, = ax.plot(t, y, style, drawstyle="steps-post",
-                            label=f"{label}: {len(t)} READDIRs{maybe}")
+            maybe = f", {lo_hi[0]}-{lo_hi[1]} restarts" if lo_hi and lo_hi[1] > lo_hi[0] else ""
+            (line,) = ax.plot(
+                t, y, style, drawstyle="steps-post", label=f"{label}: {len(t)} READDIRs{maybe}"
+            )
             colors[id(lst)] = line.get_color()
             for inv in lst.invalidations:
                 ax.axvline((inv.ts - lst.start) / NS, color=line.get_color(), alpha=0.25, lw=0.8)
             if lst.restarts:
-                ax.plot([(r.ts - lst.start) / NS for r in lst.restarts],
-                        [0] * len(lst.restarts), "x", color="red", ms=7)
+                ax.plot(
+                    [(r.ts - lst.start) / NS for r in lst.restarts],
+                    [0] * len(lst.restarts),
+                    "x",
+                    color="red",
+                    ms=7,
+                )
             if lst.ambiguous_rows:
-                ax.plot([t.iloc[i] for i in lst.ambiguous_rows],
-                        [y[i] for i in lst.ambiguous_rows], "o", mfc="none", color="orange",
-                        ms=7)
-        ax.set_ylabel("cookie / largest cookie" if kind == "cookies"
-                      else "READDIRs so far\n(no cookies traced)")
+                ax.plot(
+                    [t.iloc[i] for i in lst.ambiguous_rows],
+                    [y[i] for i in lst.ambiguous_rows],
+                    "o",
+                    mfc="none",
+                    color="orange",
+                    ms=7,
+                )
+        ax.set_ylabel(
+            "cookie / largest cookie"
+            if kind == "cookies"
+            else "READDIRs so far\n(no cookies traced)"
+        )
         _legend(ax)
-    axes[0].set_title("READDIR progress per listing (| invalidation, x restart, "
-                      "o restart or new open)")
+    axes[0].set_title(
+        "READDIR progress per listing (| invalidation, x restart, o restart or new open)"
+    )
     if has_samples:
         bottom = axes[-1]
         for a, lst in lsts:
@@ -129,8 +145,12 @@ def listings(analyses, output):
                 continue
             win = s[(s["ts"] >= lst.start) & (s["ts"] <= lst.end)]
             if len(win):
-                bottom.plot((win["ts"] - lst.start) / NS, win["nr_dentry"].astype(float),
-                            color=colors.get(id(lst)), label=_label(a, lst, several))
+                bottom.plot(
+                    (win["ts"] - lst.start) / NS,
+                    win["nr_dentry"].astype(float),
+                    color=colors.get(id(lst)),
+                    label=_label(a, lst, several),
+                )
         bottom.set_ylabel("dentries")
         _legend(bottom)
     axes[-1].set_xlabel("seconds since the listing started")
@@ -147,13 +167,15 @@ def _legend(ax, most=12):
     if more > 0:
         handles, labels = handles[:most], labels[:most] + [f"... {more} more listings"]
         handles.append(Line2D([], [], linestyle="none"))
-    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small",
-              frameon=False)
+    ax.legend(
+        handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small", frameon=False
+    )
 
 
 # ------------------------------------------------------------------------------ dcache runs
-def dcache_samples(ax, samples, phases=None, columns=("nr_dentry", "nr_negative"), t0=None,
-         label=None, shade=True):
+def dcache_samples(
+    ax, samples, phases=None, columns=("nr_dentry", "nr_negative"), t0=None, label=None, shade=True
+):
     """Draw columns (nr_dentry and nr_negative) of the samples over time on ax, in seconds
     since t0 (default: the first sample), with the phases shaded and named. Returns ax."""
     if isinstance(samples, Markers):
@@ -170,8 +192,13 @@ def dcache_samples(ax, samples, phases=None, columns=("nr_dentry", "nr_negative"
         if col not in samples:
             continue
         y = pd.to_numeric(samples[col], errors="coerce")
-        ax.plot(x, y, styles.get(col, "-"), drawstyle="steps-post",
-                label=f"{label} {col}" if label else col)
+        ax.plot(
+            x,
+            y,
+            styles.get(col, "-"),
+            drawstyle="steps-post",
+            label=f"{label} {col}" if label else col,
+        )
     if shade and phases:
         top = ax.get_ylim()[1]
         for i, p in enumerate(phases):
@@ -194,8 +221,12 @@ def dcache_figures(ax, runs):
     if name == "dcache-readdirplus":
         for r in runs:
             ns = sorted(int(x) for x in str(r["sizes"]).split(","))
-            ax.plot(ns, [r["figures"].get(f"n{n}_client_dentries") for n in ns], "o-",
-                    label=r.get("kernel"))
+            ax.plot(
+                ns,
+                [r["figures"].get(f"n{n}_client_dentries") for n in ns],
+                "o-",
+                label=r.get("kernel"),
+            )
         top = max(int(x) for r in runs for x in str(r["sizes"]).split(","))
         ax.plot([0, top], [0, top], ":", color="grey", label="one per name")
         ax.set_xlabel("names in the directory (N)")
@@ -205,18 +236,31 @@ def dcache_figures(ax, runs):
         _plot_memcg_grid(ax, runs)
         return
     else:
-        cells = [c for c in runs[0].get("phase_order", []) if "memcg" in runs[0]["phases"].get(
-            c, {})]
+        cells = [
+            c for c in runs[0].get("phase_order", []) if "memcg" in runs[0]["phases"].get(c, {})
+        ]
         width = 0.8 / len(runs)
         for i, r in enumerate(runs):
             for step in ("setup", "touch"):
-                ys = [r["phases"].get(c, {}).get("memcg", {}).get(f"lru_bytes_{step}") or 0
-                      for c in cells]
+                ys = [
+                    r["phases"].get(c, {}).get("memcg", {}).get(f"lru_bytes_{step}") or 0
+                    for c in cells
+                ]
                 xs = [k + i * width for k in range(len(cells))]
-                ax.bar(xs, ys, width * 0.9, bottom=None if step == "setup" else [
-                    r["phases"].get(c, {}).get("memcg", {}).get("lru_bytes_setup") or 0
-                    for c in cells], color=f"C{i}", alpha=1.0 if step == "setup" else 0.45,
-                    label=f"{r.get('kernel')} {'mount+mkdir' if step == 'setup' else 'lookups'}")
+                ax.bar(
+                    xs,
+                    ys,
+                    width * 0.9,
+                    bottom=None
+                    if step == "setup"
+                    else [
+                        r["phases"].get(c, {}).get("memcg", {}).get("lru_bytes_setup") or 0
+                        for c in cells
+                    ],
+                    color=f"C{i}",
+                    alpha=1.0 if step == "setup" else 0.45,
+                    label=f"{r.get('kernel')} {'mount+mkdir' if step == 'setup' else 'lookups'}",
+                )
         ax.set_xticks([k + width * (len(runs) - 1) / 2 for k in range(len(cells))], cells)
         ax.set_xlabel("cell: K superblocks x M memory cgroups")
         ax.set_ylabel("list_lru bytes allocated")
@@ -235,18 +279,25 @@ def _plot_memcg_grid(ax, runs):
         for j, m in enumerate(sorted({c["memcgs"] for c in cells})):
             row = sorted((c for c in cells if c["memcgs"] == m), key=lambda c: c["mounts"])
             ks = [c["mounts"] for c in row]
-            ys = [(c.get("lru_bytes_mount") or 0) + (c.get("lru_bytes_touch") or 0)
-                  + (c.get("untraced_bytes_mount") or 0) for c in row]
-            ax.plot(ks, ys, markers[i % 4] + "-", color=f"C{j}",
-                    label=f"{r.get('kernel')} M={m}")
-            if all("model_bytes" in c for c in row):       # the fit (a grid of cells)
+            ys = [
+                (c.get("lru_bytes_mount") or 0)
+                + (c.get("lru_bytes_touch") or 0)
+                + (c.get("untraced_bytes_mount") or 0)
+                for c in row
+            ]
+            ax.plot(ks, ys, markers[i % 4] + "-", color=f"C{j}", label=f"{r.get('kernel')} M={m}")
+            if all("model_bytes" in c for c in row):  # the fit (a grid of cells)
                 ax.plot(ks, [c["model_bytes"] for c in row], ":", color=f"C{j}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("K superblocks (NFS mounts)")
     ax.set_ylabel("list_lru bytes: mounts + lookups")
-    if any(v["memcg"].get("untraced_bytes_mount") for r in runs for v in r["phases"].values()
-           if "memcg" in v):
+    if any(
+        v["memcg"].get("untraced_bytes_mount")
+        for r in runs
+        for v in r["phases"].values()
+        if "memcg" in v
+    ):
         ax.set_ylabel("list_lru bytes: mounts + lookups\n(+ 5.10 arrays > 8 KiB, from the code)")
     ax.set_title("list_lru memory per cell (dotted: the model fitted to each kernel)")
     ax.legend(loc="upper left", fontsize="x-small", ncol=2)
@@ -257,20 +308,24 @@ def dcache_runs(runs, output):
     markers of its trace): dentries and negative dentries over time; for readdirplus and memcg
     runs of one reproducer, a first panel with their figures side by side."""
     results = [r for r, _ in runs]
-    summary = (len({r.get("name") for r in results}) == 1 and
-               results[0].get("name") in ("dcache-readdirplus", "dcache-memcg"))
+    summary = len({r.get("name") for r in results}) == 1 and results[0].get("name") in (
+        "dcache-readdirplus",
+        "dcache-memcg",
+    )
     n = len(runs) + summary
     fig = Figure(figsize=(10, 3.6 * n))
     axes = fig.subplots(n, 1, squeeze=False)
     if summary:
         dcache_figures(axes[0, 0], results)
-    for ax, (_, m) in zip(axes[int(summary):, 0], runs):
+    for ax, (_, m) in zip(axes[int(summary) :, 0], runs):
         dcache_samples(ax, m.samples, m.phases)
         # the run's own parameters: runs of one reproducer on one kernel differ only there
-        params = " ".join(f"{k}={v}" for k, v in m.run.items()
-                          if k not in ("reproducer", "kernel"))
-        ax.set_title(f"{m.run.get('reproducer', '?')} on {m.run.get('kernel', '?')}"
-                     + (f"\n{params}" if params else ""), fontsize=10)
+        params = " ".join(f"{k}={v}" for k, v in m.run.items() if k not in ("reproducer", "kernel"))
+        ax.set_title(
+            f"{m.run.get('reproducer', '?')} on {m.run.get('kernel', '?')}"
+            + (f"\n{params}" if params else ""),
+            fontsize=10,
+        )
     fig.tight_layout()
     save(fig, output)
     return output

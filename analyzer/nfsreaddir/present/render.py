@@ -37,13 +37,20 @@ QUIET_ROWS = 3
 def _quiet(lst):
     """A listing with nothing to tell: it reached the end with no restart, no change of its
     directory, and nothing unknown."""
-    return (lst.complete and not lst.restarts and not lst.invalidations
-            and not lst.ambiguous_rows and not lst.damage and lst.cookies_known
-            and lst.invalidations_known)
+    return (
+        lst.complete
+        and not lst.restarts
+        and not lst.invalidations
+        and not lst.ambiguous_rows
+        and not lst.damage
+        and lst.cookies_known
+        and lst.invalidations_known
+    )
 
 
 def listing_table(analyses):
     import pandas as pd
+
     rows = []
     for a in analyses:
         trace = os.path.basename(a.info.get("path", ""))
@@ -58,37 +65,54 @@ def listing_table(analyses):
             s = lst.summary()
             inv = s["invalidations"]
             followed = _range(s, "invalidations_followed_by_restart")
-            rows.append({
-                "trace": trace,
-                "phase": s["phase"] or "-",
-                "dir": s["dir_fileid"] if s["dir_fileid"] is not None else "?",
-                # A capture's listing has a client, not a process.
-                "process": s.get("who") or f"{s['comm']}[{s['pid']}]",
-                "time (s)": f"{s['seconds']:.2f}",
-                "ended": s["ending"] + ("" if not s["began_before_trace"] else " (began before)"),
-                "entries": s["entries"] if s["entries"] is not None else "-",
-                "READDIRs": s["readdirs"],
-                "restarts": _range(s, "restarts"),
-                "refetched": _range(s, "refetched_readdirs"),
-                "invalidations": (f"{inv} ({followed} restarted)" if inv and followed != "?"
-                                  else _q(inv)),
-                "dentries": _fmt_dentries(s["dentries"]),
-            })
+            rows.append(
+                {
+                    "trace": trace,
+                    "phase": s["phase"] or "-",
+                    "dir": s["dir_fileid"] if s["dir_fileid"] is not None else "?",
+                    # A capture's listing has a client, not a process.
+                    "process": s.get("who") or f"{s['comm']}[{s['pid']}]",
+                    "time (s)": f"{s['seconds']:.2f}",
+                    "ended": s["ending"]
+                    + ("" if not s["began_before_trace"] else " (began before)"),
+                    "entries": s["entries"] if s["entries"] is not None else "-",
+                    "READDIRs": s["readdirs"],
+                    "restarts": _range(s, "restarts"),
+                    "refetched": _range(s, "refetched_readdirs"),
+                    "invalidations": (
+                        f"{inv} ({followed} restarted)" if inv and followed != "?" else _q(inv)
+                    ),
+                    "dentries": _fmt_dentries(s["dentries"]),
+                }
+            )
         for (pid, comm), group in quiet.items():
             if len(group) <= QUIET_ROWS:
                 continue
             # A listing the page cache served whole sent no READDIR to name its directory.
             known = {x.fileid for x in group if x.fileid is not None}
-            dirs = (f"{len(known)} dirs" if len(known) == len({x.fileid for x in group})
-                    else f"{len(known)}+ dirs" if known else "?")
-            rows.append({
-                "trace": trace, "phase": "-",
-                "dir": dirs,
-                "process": f"{comm}[{pid}]",
-                "time (s)": f"{sum(x.end - x.start for x in group) / NS:.2f}",
-                "ended": f"eof x{len(group)}", "entries": "-",
-                "READDIRs": sum(len(x.rpcs) for x in group), "restarts": 0, "refetched": 0,
-                "invalidations": 0, "dentries": "-"})
+            dirs = (
+                f"{len(known)} dirs"
+                if len(known) == len({x.fileid for x in group})
+                else f"{len(known)}+ dirs"
+                if known
+                else "?"
+            )
+            rows.append(
+                {
+                    "trace": trace,
+                    "phase": "-",
+                    "dir": dirs,
+                    "process": f"{comm}[{pid}]",
+                    "time (s)": f"{sum(x.end - x.start for x in group) / NS:.2f}",
+                    "ended": f"eof x{len(group)}",
+                    "entries": "-",
+                    "READDIRs": sum(len(x.rpcs) for x in group),
+                    "restarts": 0,
+                    "refetched": 0,
+                    "invalidations": 0,
+                    "dentries": "-",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -97,8 +121,9 @@ def lost_text(info):
     lost = info.get("lost_events") or []
     total = info.get("lost_total")
     if not lost:
-        return f"{total:,} events lost (the trace's CPU stats; where is not known)" if total \
-            else None
+        return (
+            f"{total:,} events lost (the trace's CPU stats; where is not known)" if total else None
+        )
     if total is None and all(x.get("count") is not None for x in lost):
         total = sum(x["count"] for x in lost)
     cpus = sorted({x.get("cpu") for x in lost if x.get("cpu") is not None})
@@ -112,74 +137,95 @@ def print_analysis(analyses, out=None, details=10):
     for a in analyses:
         i = a.info
         kernel = a.kernel or "unknown kernel"
-        out.write(f"{i.get('path')}: {i.get('format', '?')}, {i.get('cpus', '?')} CPUs, "
-                  f"{kernel}\n")
+        out.write(f"{i.get('path')}: {i.get('format', '?')}, {i.get('cpus', '?')} CPUs, {kernel}\n")
         ev = a.evidence
-        dirs = (f" (directories from {', '.join(ev['rpc_directory'])})"
-                if ev.get("rpc_directory") else "")
+        dirs = (
+            f" (directories from {', '.join(ev['rpc_directory'])})"
+            if ev.get("rpc_directory")
+            else ""
+        )
         # A capture has, in place of invalidations, their cause: the directory's version.
-        changes = (f"; directory changes from {', '.join(ev['version'])}"
-                   if ev.get("version") else "")
-        out.write(f"  READDIRs from {', '.join(ev['rpc']) or '-'}{dirs}; invalidations from "
-                  f"{', '.join(a.recorded.get('invalidations') or []) or '-'}{changes}; "
-                  f"listings by {', '.join(sorted({x.delimited_by for x in a.listings})) or '-'}"
-                  "\n")
+        changes = (
+            f"; directory changes from {', '.join(ev['version'])}" if ev.get("version") else ""
+        )
+        out.write(
+            f"  READDIRs from {', '.join(ev['rpc']) or '-'}{dirs}; invalidations from "
+            f"{', '.join(a.recorded.get('invalidations') or []) or '-'}{changes}; "
+            f"listings by {', '.join(sorted({x.delimited_by for x in a.listings})) or '-'}"
+            "\n"
+        )
         missing = set()
         if not a.cookies_known:
             out.write("  READDIR cookies are not in this trace, so restarts cannot be seen\n")
             missing.add("rpc")
         if ev.get("version") and not a.recorded.get("invalidations"):
-            out.write("  the wire carries no invalidation, only its cause, so they are counted "
-                      "as unknown (trace the client to count them)\n")
+            out.write(
+                "  the wire carries no invalidation, only its cause, so they are counted "
+                "as unknown (trace the client to count them)\n"
+            )
         elif not a.recorded.get("invalidations"):
             out.write("  invalidation events were not recorded\n")
             missing.add("invalidations")
         if missing:
             out.write(f"  record with: {events.record_advice(a.kernel, missing)}\n")
-        for note in i.get("notes") or []:       # what a capture says about its own limits
+        for note in i.get("notes") or []:  # what a capture says about its own limits
             out.write(f"  {note}\n")
         lost = lost_text(i)
         if lost:
             hit = [x.label() for x in a.listings if any("lost" in d["what"] for d in x.damage)]
-            out.write(f"  WARNING: {lost}: counts below are lower bounds (record with a larger "
-                      f"-b); listings that overlap the loss: {', '.join(hit) or 'none'}\n")
+            out.write(
+                f"  WARNING: {lost}: counts below are lower bounds (record with a larger "
+                f"-b); listings that overlap the loss: {', '.join(hit) or 'none'}\n"
+            )
         damaged = i.get("damaged_events") or []
         if damaged:
             out.write(f"  WARNING: {len(damaged)} damaged events, e.g. {damaged[0]['what']}\n")
         if i.get("partial"):
-            out.write("  WARNING: the trace is damaged; only the part before the damage was "
-                      "read\n")
+            out.write("  WARNING: the trace is damaged; only the part before the damage was read\n")
     table = listing_table(analyses)
     out.write("\n" + table.to_string(index=False) + "\n" if len(table) else "\nno listing\n")
     for a in analyses:
         for lst in a.listings:
             if not (lst.restarts or lst.invalidations or lst.ambiguous_rows):
                 continue
-            out.write(f"\n{os.path.basename(a.info['path'])} {lst.phase or ''} "
-                      f"{lst.summary().get('who') or f'{lst.comm}[{lst.pid}]'} "
-                      f"dir {_q(lst.fileid)}:\n")
+            out.write(
+                f"\n{os.path.basename(a.info['path'])} {lst.phase or ''} "
+                f"{lst.summary().get('who') or f'{lst.comm}[{lst.pid}]'} "
+                f"dir {_q(lst.fileid)}:\n"
+            )
             # An invalidation before the restart it caused, even at the same timestamp.
-            events_ = sorted([(r.ts, "restart", r) for r in lst.restarts] +
-                             [(v.ts, "invalidation", v) for v in lst.invalidations],
-                             key=lambda x: (x[0], x[1] == "restart"))
+            events_ = sorted(
+                [(r.ts, "restart", r) for r in lst.restarts]
+                + [(v.ts, "invalidation", v) for v in lst.invalidations],
+                key=lambda x: (x[0], x[1] == "restart"),
+            )
             for ts, kind, x in events_[:details]:
                 t = (ts - lst.start) / NS
                 if kind == "restart":
-                    at = ("at cookie 0" if not x.cookie else
-                          f"at cookie {x.cookie}, below the reader's position")
-                    out.write(f"  {t:9.3f}s  restart {at} (READDIR #{x.rpc_index + 1}): "
-                              f"{x.refetched} READDIRs and {x.cost_ns / NS:.3f}s to get back\n")
+                    at = (
+                        "at cookie 0"
+                        if not x.cookie
+                        else f"at cookie {x.cookie}, below the reader's position"
+                    )
+                    out.write(
+                        f"  {t:9.3f}s  restart {at} (READDIR #{x.rpc_index + 1}): "
+                        f"{x.refetched} READDIRs and {x.cost_ns / NS:.3f}s to get back\n"
+                    )
                 else:
                     chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
-                    after = (" (then cookie 0: a restart or a new open)"
-                             if x.followed_by_ambiguous else
-                             {True: "", False: " (no restart)", None: ""}[x.followed_by_restart])
+                    after = (
+                        " (then cookie 0: a restart or a new open)"
+                        if x.followed_by_ambiguous
+                        else {True: "", False: " (no restart)", None: ""}[x.followed_by_restart]
+                    )
                     out.write(f"  {t:9.3f}s  invalidation: {chain}{after}\n")
             if len(events_) > details:
                 out.write(f"  ... {len(events_) - details} more (--details N, or --json)\n")
             if lst.ambiguous_rows:
-                out.write(f"  {len(lst.ambiguous_rows)} cookie-0 READDIRs after the start: "
-                          "restarts, rewinds or new opens (the trace cannot tell)\n")
+                out.write(
+                    f"  {len(lst.ambiguous_rows)} cookie-0 READDIRs after the start: "
+                    "restarts, rewinds or new opens (the trace cannot tell)\n"
+                )
 
 
 def dcache_report(r):
@@ -187,19 +233,27 @@ def dcache_report(r):
     figures, and the per-phase changes of the dcache."""
     import pandas as pd
 
-    lines = [f"{r.get('name')} on {r.get('kernel')}: {r.get('verdict')}: "
-             + "; ".join(r.get("reasons", []))]
+    lines = [
+        f"{r.get('name')} on {r.get('kernel')}: {r.get('verdict')}: "
+        + "; ".join(r.get("reasons", []))
+    ]
     rows = []
     phases = r.get("phases", {})
     for name in r.get("phase_order") or list(phases):
         p = phases[name]
         d, rate = p.get("delta", {}), p.get("rate_per_s", {})
-        rows.append({"phase": name, "seconds": p.get("seconds"),
-                     "nr_dentry": d.get("nr_dentry"), "nr_negative": d.get("nr_negative"),
-                     "dentry slab bytes": d.get("slab_bytes"),
-                     "negative/s": rate.get("nr_negative"),
-                     "negative share": p.get("negative_share"),
-                     "events": ", ".join(f"{k} {v}" for k, v in p.get("events", {}).items())})
+        rows.append(
+            {
+                "phase": name,
+                "seconds": p.get("seconds"),
+                "nr_dentry": d.get("nr_dentry"),
+                "nr_negative": d.get("nr_negative"),
+                "dentry slab bytes": d.get("slab_bytes"),
+                "negative/s": rate.get("nr_negative"),
+                "negative share": p.get("negative_share"),
+                "events": ", ".join(f"{k} {v}" for k, v in p.get("events", {}).items()),
+            }
+        )
     if rows:
         df = pd.DataFrame(rows)
         # a column with no figure in any phase is None throughout: numbers, so it shows "-"
@@ -211,18 +265,32 @@ def dcache_report(r):
         rows = []
         for target, t in lk.items():
             loops = t.get("loops", {})
-            rows.append({"target": target, **{
-                f"{loop} median ns": (loops.get(loop) or {}).get("median_ns")
-                for loop in ("before", "after", "dropped")},
-                "slowdown": t.get("slowdown"), "walk slowdown": t.get("walk_slowdown")})
-        lines += ["", "lookup loops (walk slowdown: against an fstat of the same file timed "
-                  "alongside):", pd.DataFrame(rows).to_string(index=False, na_rep="-")]
-    rows = [{"target": target, **c} for target, t in r.get("cycles", {}).items()
-            for c in t["cycles"]]
+            rows.append(
+                {
+                    "target": target,
+                    **{
+                        f"{loop} median ns": (loops.get(loop) or {}).get("median_ns")
+                        for loop in ("before", "after", "dropped")
+                    },
+                    "slowdown": t.get("slowdown"),
+                    "walk slowdown": t.get("walk_slowdown"),
+                }
+            )
+        lines += [
+            "",
+            "lookup loops (walk slowdown: against an fstat of the same file timed alongside):",
+            pd.DataFrame(rows).to_string(index=False, na_rep="-"),
+        ]
+    rows = [
+        {"target": target, **c} for target, t in r.get("cycles", {}).items() for c in t["cycles"]
+    ]
     if rows:
-        lines += ["", "paired cycles (each polluted block against the mean of its two clean "
-                  "neighbours; ref: fstat() timed inside the blocks):",
-                  pd.DataFrame(rows).to_string(index=False, na_rep="-")]
+        lines += [
+            "",
+            "paired cycles (each polluted block against the mean of its two clean "
+            "neighbours; ref: fstat() timed inside the blocks):",
+            pd.DataFrame(rows).to_string(index=False, na_rep="-"),
+        ]
     fig = r.get("figures", {})
     if fig:
         width = max(len(k) for k in fig)
@@ -243,30 +311,41 @@ def slab_text(summary, top=10):
         return "slab: no kmem allocation/free events in this trace\n"
     s = summary
     ev = ", ".join(f"{k.split(':', 1)[1]} {v:,}" for k, v in s["events"].items())
-    by = ("caches by name" if s["by"] == "name" else
-          "caches by object size (the kernel records no cache name)")
+    by = (
+        "caches by name"
+        if s["by"] == "name"
+        else "caches by object size (the kernel records no cache name)"
+    )
     L = [f"slab growth over {s['seconds']:.2f}s ({ev}; {by}):"]
-    hdr = (f"  {'cache':<26} {'size':>6} {'allocs':>10} {'frees':>10} {'net':>9} "
-           f"{'net size':>8} {'live':>9} {'peak live':>9} {'growth/s':>9}")
+    hdr = (
+        f"  {'cache':<26} {'size':>6} {'allocs':>10} {'frees':>10} {'net':>9} "
+        f"{'net size':>8} {'live':>9} {'peak live':>9} {'growth/s':>9}"
+    )
     L.append(hdr)
     rows = s["caches"]
     for r in rows[:top]:
-        L.append(f"  {r['cache'][:26]:<26} {r['object_size']:>6} {r['allocs']:>10,} "
-                 f"{r['frees']:>10,} {r['net']:>+9,} {_mb(r['net_bytes']):>8} "
-                 f"{r['live']:>9,} {r['peak_live']:>9,} "
-                 f"{(r['growth_per_s'] if r['growth_per_s'] is not None else 0):>+9.1f}")
+        L.append(
+            f"  {r['cache'][:26]:<26} {r['object_size']:>6} {r['allocs']:>10,} "
+            f"{r['frees']:>10,} {r['net']:>+9,} {_mb(r['net_bytes']):>8} "
+            f"{r['live']:>9,} {r['peak_live']:>9,} "
+            f"{(r['growth_per_s'] if r['growth_per_s'] is not None else 0):>+9.1f}"
+        )
     if len(rows) > top:
         L.append(f"  ... {len(rows) - top} more caches (--json for all)")
     t = s["total"]
-    L.append(f"  {'all caches':<26} {'':>6} {t['allocs']:>10,} {t['frees']:>10,} "
-             f"{t['net']:>+9,} {_mb(t['net_bytes']):>8} {t['live']:>9,}")
+    L.append(
+        f"  {'all caches':<26} {'':>6} {t['allocs']:>10,} {t['frees']:>10,} "
+        f"{t['net']:>+9,} {_mb(t['net_bytes']):>8} {t['live']:>9,}"
+    )
     d = s["dentry"]
     if d:
-        L.append(f"  dentry cache ({d['identified_by']}): {d['net']:+,} objects "
-                 f"({_mb(d['net_bytes'])}), {d['live']:,} of the {d['allocs']:,} allocated "
-                 f"in the trace still live at the end, peak {d['peak_live']:,}"
-                 + (f" at {d['peak_live_s']:.2f}s" if d["peak_live_s"] is not None else "")
-                 + (f", {d['growth_per_s']:+.1f}/s" if d["growth_per_s"] is not None else ""))
+        L.append(
+            f"  dentry cache ({d['identified_by']}): {d['net']:+,} objects "
+            f"({_mb(d['net_bytes'])}), {d['live']:,} of the {d['allocs']:,} allocated "
+            f"in the trace still live at the end, peak {d['peak_live']:,}"
+            + (f" at {d['peak_live_s']:.2f}s" if d["peak_live_s"] is not None else "")
+            + (f", {d['growth_per_s']:+.1f}/s" if d["growth_per_s"] is not None else "")
+        )
     else:
         L.append("  dentry cache: not in this trace")
     for n in s["notes"]:

@@ -43,11 +43,24 @@ def phase_result(phase, facts, analyses):
     s = lst.summary()
     out["trace"] = os.path.basename(a.info.get("path", ""))
     out["trace_readdirs"] = s["readdirs"]
-    for k in ("restarts", "restarts_min", "restarts_max", "cookie_zero_readdirs",
-              "refetched_readdirs", "invalidations", "invalidations_followed_by_restart",
-              "invalidations_followed_by_restart_min", "invalidations_followed_by_restart_max",
-              "survived_changes", "cache_range_trims", "version_changes", "ending",
-              "complete", "exercised", "dentries"):
+    for k in (
+        "restarts",
+        "restarts_min",
+        "restarts_max",
+        "cookie_zero_readdirs",
+        "refetched_readdirs",
+        "invalidations",
+        "invalidations_followed_by_restart",
+        "invalidations_followed_by_restart_min",
+        "invalidations_followed_by_restart_max",
+        "survived_changes",
+        "cache_range_trims",
+        "version_changes",
+        "ending",
+        "complete",
+        "exercised",
+        "dentries",
+    ):
         out[k] = s[k]
     out["cookies_known"] = a.cookies_known
     out["evidence"] = a.evidence
@@ -58,6 +71,7 @@ def build(directory):
     facts = read_facts(runs.require(directory, "facts"))
     # (the analyses load pandas: a directory that is no run never pays for it)
     from .. import pipeline
+
     kind = runs.kind(directory)
     if kind == runs.DCACHE:
         return pipeline.dcache_results(directory)
@@ -67,22 +81,28 @@ def build(directory):
     res = {"analyzer": __version__, **run, "phases": {}}
     try:
         found = pipeline.readdir_run(directory)
-    except Exception as e:      # noqa: BLE001 - any failure to read is "could not decide"
+    except Exception as e:  # noqa: BLE001 - any failure to read is "could not decide"
         res["analysis_error"] = f"{type(e).__name__}: {e}"
-        res["verdict"], res["reasons"] = result_word(UNDECIDED), [
-            f"the traces could not be analysed: {e}"]
+        res["verdict"], res["reasons"] = (
+            result_word(UNDECIDED),
+            [f"the traces could not be analysed: {e}"],
+        )
         return res
     analyses, names = found.analyses, found.names
     for phase, pf in facts.items():
         res["phases"][phase] = phase_result(phase, pf, analyses)
         res["phases"][phase].update(names.get(phase, {}))
     res["names_checked"] = run.get("fs") in runs.NAMES_CHECKED_FS
-    res["listings"] = [dict(lst.summary(), trace=os.path.basename(a.info.get("path", "")))
-                       for a in analyses for lst in a.listings]
+    res["listings"] = [
+        dict(lst.summary(), trace=os.path.basename(a.info.get("path", "")))
+        for a in analyses
+        for lst in a.listings
+    ]
     ph = res["phases"]
     if "idle" in ph and "modified" in ph:
-        res["readdir_ratio"] = round(ph["modified"]["readdir_rpcs"]
-                                     / max(ph["idle"]["readdir_rpcs"], 1), 2)
+        res["readdir_ratio"] = round(
+            ph["modified"]["readdir_rpcs"] / max(ph["idle"]["readdir_rpcs"], 1), 2
+        )
     v = found.judge()
     res["verdict"], res["reasons"] = v.result, [v.reason]
     res["exit"] = v.code
@@ -112,25 +132,34 @@ def overhead(facts):
     import statistics
 
     from .. import pipeline
+
     run = {k: _num(v) for k, v in facts.pop("run", {}).items()}
     res = {"analyzer": __version__, **run}
     for kind in ("untraced", "traced"):
         times = [float(v) for k, v in sorted(facts.get(kind, {}).items())]
-        res[kind] = {"seconds": times,
-                     "median": round(statistics.median(times), 3) if times else None}
-    code, text, slowdown = pipeline.overhead(res["untraced"]["median"],
-                                                  res["traced"]["median"],
-                                                  float(res.get("max_slowdown", 1.10)))
+        res[kind] = {
+            "seconds": times,
+            "median": round(statistics.median(times), 3) if times else None,
+        }
+    code, text, slowdown = pipeline.overhead(
+        res["untraced"]["median"], res["traced"]["median"], float(res.get("max_slowdown", 1.10))
+    )
     if slowdown is not None:
         res["slowdown"] = slowdown
     res["verdict"], res["reasons"] = result_word(code), [text]
     return res
 
 
-TABLE_ROWS = [("time (s)", "seconds"), ("READDIR RPCs", "readdir_rpcs"),
-              ("invalidations", "invalidations"), ("restarts", "restarts"),
-              ("entries listed", "entries"), ("timed out", "timed_out"),
-              ("duplicate names", "duplicates"), ("missing names", "missing")]
+TABLE_ROWS = [
+    ("time (s)", "seconds"),
+    ("READDIR RPCs", "readdir_rpcs"),
+    ("invalidations", "invalidations"),
+    ("restarts", "restarts"),
+    ("entries listed", "entries"),
+    ("timed out", "timed_out"),
+    ("duplicate names", "duplicates"),
+    ("missing names", "missing"),
+]
 
 
 def _cell(phase, key):
@@ -145,6 +174,7 @@ def _cell(phase, key):
 def table(dirs):
     """The runs of several results directories side by side, one column per kernel and phase."""
     import pandas as pd
+
     cols, verdicts = {}, []
     for d in dirs:
         with open(runs.results_json(d)) as f:
@@ -153,7 +183,9 @@ def table(dirs):
         for phase, p in res["phases"].items():
             cols[(kernel, phase)] = [_cell(p, key) for _, key in TABLE_ROWS]
         verdicts.append(f"{kernel}: {res['verdict']}: " + "; ".join(res["reasons"]))
-        head = (f"NFSv{res.get('nfs')}, {res.get('files')} files on {res.get('fs')}, "
-                f"a file added every {res.get('interval')}s during 'modified'")
+        head = (
+            f"NFSv{res.get('nfs')}, {res.get('files')} files on {res.get('fs')}, "
+            f"a file added every {res.get('interval')}s during 'modified'"
+        )
     df = pd.DataFrame(cols, index=[label for label, _ in TABLE_ROWS])
     return head + "\n\n" + df.to_string() + "\n\n" + "\n".join(verdicts)

@@ -42,11 +42,23 @@ def build(directory):
     trace = trace_of(directory)
     markers, events = read_trace(trace)
     s = summary(markers, events=events)
-    res = {"analyzer": __version__, **run, "trace": os.path.basename(trace), "phases": {},
-           "phase_order": list(s["phases"]), "samples": s["samples"]}
+    res = {
+        "analyzer": __version__,
+        **run,
+        "trace": os.path.basename(trace),
+        "phases": {},
+        "phase_order": list(s["phases"]),
+        "samples": s["samples"],
+    }
     for p, ps in s["phases"].items():
-        res["phases"][p] = {**{k: v for k, v in facts.get(p.split("#")[0], {}).items()
-                               if not (isinstance(v, str) and "," in v)}, **ps}
+        res["phases"][p] = {
+            **{
+                k: v
+                for k, v in facts.get(p.split("#")[0], {}).items()
+                if not (isinstance(v, str) and "," in v)
+            },
+            **ps,
+        }
     if "overall" in s:
         res["overall"] = s["overall"]
     if "lookup" in s:
@@ -74,7 +86,7 @@ def _judge_negative(res, facts, markers, events):
     ok: list[str] = []
     for ph, count_key in (("nfs-misses", "nfs_misses"), ("local-misses", "local_misses")):
         if ph not in res["phases"]:
-            continue        # --paired: the misses of each cycle are in its figures below
+            continue  # --paired: the misses of each cycle are in its figures below
         tag = ph.split("-")[0]
         n = res.get(count_key) or 0
         dn = _delta(res, ph, "nr_negative")
@@ -94,63 +106,101 @@ def _judge_negative(res, facts, markers, events):
         after = res["phases"]["local-misses"].get("after", {})
         f["nr_negative_after_misses"] = after.get("nr_negative")
         f["nr_dentry_after_misses"] = after.get("nr_dentry")
-        f["nr_negative_after_drop"] = res["phases"].get("dropped", {}).get("after", {}).get(
-            "nr_negative")
+        f["nr_negative_after_drop"] = (
+            res["phases"].get("dropped", {}).get("after", {}).get("nr_negative")
+        )
     for target, t in res.get("lookup", {}).items():
         for loop in ("before", "after", "dropped"):
             f[f"{target}_{loop}_median_ns"] = t["loops"].get(loop, {}).get("median_ns")
         # The same as a rate: stat()s of the existing name a second, clean dcache.
-        f[f"{target}_before_stats_per_s"] = (round(1e9 / f[f"{target}_before_median_ns"])
-                                             if f[f"{target}_before_median_ns"] else None)
-        for k in ("slowdown", "walk_slowdown", "ref_slowdown", "control_slowdown",
-                  "control_walk_slowdown"):
+        f[f"{target}_before_stats_per_s"] = (
+            round(1e9 / f[f"{target}_before_median_ns"])
+            if f[f"{target}_before_median_ns"]
+            else None
+        )
+        for k in (
+            "slowdown",
+            "walk_slowdown",
+            "ref_slowdown",
+            "control_slowdown",
+            "control_walk_slowdown",
+        ):
             f[f"{target}_{k}"] = t.get(k)
         if t.get("exec"):
             for loop in ("before", "after", "dropped"):
                 e = t["exec"].get(loop) or {}
-                f[f"{target}_exec_{loop}_sys_us"] = (round(e["sys_s"] * 1e6 / e["runs"])
-                                                      if e.get("runs") else None)
+                f[f"{target}_exec_{loop}_sys_us"] = (
+                    round(e["sys_s"] * 1e6 / e["runs"]) if e.get("runs") else None
+                )
             for k in ("exec_sys_slowdown", "control_exec_sys_slowdown", "exec_wall_slowdown"):
                 f[f"{target}_{k}"] = t.get(k)
     paired = res.get("cycles", {})
     for target, t in paired.items():
         f[f"{target}_paired_cycles"] = len(t["cycles"])
-        for k in ("sys_ratio_median", "sys_ratio_q1", "sys_ratio_q3", "sys_ratio_min",
-                  "sys_ratio_max", "ref_ratio_median", "ref_ratio_min", "ref_ratio_max",
-                  "sys_per_ref_ratio_median", "sys_per_ref_ratio_min", "sys_per_ref_ratio_max",
-                  "exec_med_ratio_median", "exec_med_ratio_q1", "exec_med_ratio_q3",
-                  "exec_med_ratio_min", "exec_med_ratio_max", "polluted_sys_us_median",
-                  "clean_sys_us_median", "polluted_exec_med_us_median",
-                  "negative_removed_median", "misses_per_s_median", "steady_cycles",
-                  "steady_sys_ratio_median", "steady_exec_med_ratio_median"):
+        for k in (
+            "sys_ratio_median",
+            "sys_ratio_q1",
+            "sys_ratio_q3",
+            "sys_ratio_min",
+            "sys_ratio_max",
+            "ref_ratio_median",
+            "ref_ratio_min",
+            "ref_ratio_max",
+            "sys_per_ref_ratio_median",
+            "sys_per_ref_ratio_min",
+            "sys_per_ref_ratio_max",
+            "exec_med_ratio_median",
+            "exec_med_ratio_q1",
+            "exec_med_ratio_q3",
+            "exec_med_ratio_min",
+            "exec_med_ratio_max",
+            "polluted_sys_us_median",
+            "clean_sys_us_median",
+            "polluted_exec_med_us_median",
+            "negative_removed_median",
+            "misses_per_s_median",
+            "steady_cycles",
+            "steady_sys_ratio_median",
+            "steady_exec_med_ratio_median",
+        ):
             f[f"{target}_paired_{k}"] = t.get(k)
     limit = float(res.get("max_slowdown", 1.5))
     for target, t in paired.items():
         med = t.get("sys_ratio_median")
-        spread = (f"quartiles {t.get('sys_ratio_q1')}-{t.get('sys_ratio_q3')}, "
-                  f"{len(t['cycles'])} cycles; the host drifted {t.get('ref_ratio_min')}-"
-                  f"{t.get('ref_ratio_max')}x inside the pairs; median wall time of an exec "
-                  f"{t.get('exec_med_ratio_median')}x")
+        spread = (
+            f"quartiles {t.get('sys_ratio_q1')}-{t.get('sys_ratio_q3')}, "
+            f"{len(t['cycles'])} cycles; the host drifted {t.get('ref_ratio_min')}-"
+            f"{t.get('ref_ratio_max')}x inside the pairs; median wall time of an exec "
+            f"{t.get('exec_med_ratio_median')}x"
+        )
         if med is None:
             fail.append(f"{target}: no system time in the paired exec blocks")
             continue
         (fail if med > limit else ok).append(
             f"{target}: exec of cat took {med}x the system time with the misses' negative "
             f"dentries than without (median of the cycles, {'>' if med > limit else '<='} "
-            f"{limit}x; {spread})")
+            f"{limit}x; {spread})"
+        )
     for target, t in res.get("lookup", {}).items():
         w, raw, ctl = t.get("walk_slowdown"), t.get("slowdown"), t.get("control_walk_slowdown")
         if w is None:
             fail.append(f"{target}: no lookup timing before and after the misses")
         elif w > limit and (ctl is None or ctl <= limit):
             # Slower with the negative dentries, not once drop_caches has freed them.
-            fail.append(f"{target} path walk {w}x slower after the misses (> {limit}x; stat "
-                        f"medians {raw}x; {ctl}x after drop_caches)")
+            fail.append(
+                f"{target} path walk {w}x slower after the misses (> {limit}x; stat "
+                f"medians {raw}x; {ctl}x after drop_caches)"
+            )
         else:
-            why = (f"; but also {ctl}x after drop_caches: the host, not the dcache"
-                   if w > limit else "")
-            ok.append(f"{target} path walk {w}x after the misses (<= {limit}x; stat medians "
-                      f"{raw}x, after drop_caches {ctl}x{why})")
+            why = (
+                f"; but also {ctl}x after drop_caches: the host, not the dcache"
+                if w > limit
+                else ""
+            )
+            ok.append(
+                f"{target} path walk {w}x after the misses (<= {limit}x; stat medians "
+                f"{raw}x, after drop_caches {ctl}x{why})"
+            )
     if not res.get("lookup") and not paired:
         fail.append("no lookup timings in the trace")
     max_neg = int(res.get("max_negative") or 0)
@@ -190,11 +240,11 @@ def _judge_unlink_storm(res, facts, markers, events):
     # also hold the workers' start (25 s of a 197 s storm on 5.10) and the wait for the last.
     for k, v in _steady_rates(markers, "storm").items():
         f[f"storm_negative_per_s_{k}"] = v
-    f["storm_late_over_early"] = ratio(f["storm_negative_per_s_late"],
-                                        f["storm_negative_per_s_early"])
+    f["storm_late_over_early"] = ratio(
+        f["storm_negative_per_s_late"], f["storm_negative_per_s_early"]
+    )
     f["create_seconds"] = res["phases"].get("create", {}).get("seconds")
-    f["creates_per_s"] = ratio(created if created is not None else asked,
-                                f["create_seconds"], 1)
+    f["creates_per_s"] = ratio(created if created is not None else asked, f["create_seconds"], 1)
     f["nfs_unlinks_traced"] = _ev(res, "storm", "nfs_unlink_exit")
     f["nfs_lookups_traced"] = _ev(res, "storm", "nfs_lookup_exit")
     if "restat" in res["phases"]:
@@ -204,9 +254,11 @@ def _judge_unlink_storm(res, facts, markers, events):
     # settle; then who held it: the client's share goes away with its unmount.
     first = storm.get("before", {})
     settle = res["phases"].get("settle", {}).get("after", {})
-    left = (settle.get("nr_negative") - first.get("nr_negative")
-            if settle.get("nr_negative") is not None and first.get("nr_negative") is not None
-            else None)
+    left = (
+        settle.get("nr_negative") - first.get("nr_negative")
+        if settle.get("nr_negative") is not None and first.get("nr_negative") is not None
+        else None
+    )
     f["negative_left"] = left
     f["negative_left_per_file"] = ratio(left, files)
     # Who held them: unmounting the client frees its own; what the restat lookups added
@@ -218,8 +270,9 @@ def _judge_unlink_storm(res, facts, markers, events):
     f["client_negative_from_unlink"] = max(client - restat, 0) if client is not None else None
     nfs = res.get("via", "nfs") == "nfs"
     # Only a loopback NFS run has a server side: knfsd's own lookups on the export.
-    f["server_negative"] = (left - client if nfs and left is not None and client is not None
-                            else None)
+    f["server_negative"] = (
+        left - client if nfs and left is not None and client is not None else None
+    )
     f["drop_negative_delta"] = _delta(res, "drop", "nr_negative")
     share = float(res.get("max_negative_share", 0.5))
     mine = f["client_negative_from_unlink"]
@@ -228,14 +281,20 @@ def _judge_unlink_storm(res, facts, markers, events):
     if mine is None:
         fail.append("no samples around the storm, settle and unmount phases")
     elif mine > share * files:
-        fail.append(f"the unlinks left {mine} negative dentries {where} for {files} "
-                    f"removed files (> {share} per file; {held})")
+        fail.append(
+            f"the unlinks left {mine} negative dentries {where} for {files} "
+            f"removed files (> {share} per file; {held})"
+        )
     else:
-        ok.append(f"the unlinks left {mine} negative dentries {where} for {files} "
-                  f"removed files (<= {share} per file; {held}, re-lookups {restat})")
+        ok.append(
+            f"the unlinks left {mine} negative dentries {where} for {files} "
+            f"removed files (<= {share} per file; {held}, re-lookups {restat})"
+        )
     if removed is not None and removed != asked:
-        fail.append(f"only {removed} of {asked} files were removed"
-                    + (f" ({created} created)" if created is not None else ""))
+        fail.append(
+            f"only {removed} of {asked} files were removed"
+            + (f" ({created} created)" if created is not None else "")
+        )
     return f, fail, ok
 
 
@@ -294,8 +353,9 @@ def _judge_readdirplus(res, facts, markers, events):
         f[f"n{n}_entries"] = lp.get("entries")
         f[f"n{n}_dentries_added"] = added
         f[f"n{n}_client_dentries"] = client
-        f[f"n{n}_server_dentries"] = (added - client if added is not None and client is not None
-                                      else None)
+        f[f"n{n}_server_dentries"] = (
+            added - client if added is not None and client is not None else None
+        )
         f[f"n{n}_client_per_name"] = ratio(client, n)
         f[f"n{n}_primed_traced"] = _ev(res, f"list-{n}", "nfs_readdir_lookup")
         f[f"n{n}_readdir_rpcs"] = _ev(res, f"list-{n}", "rpc_request:READDIR")
@@ -314,13 +374,18 @@ def _judge_readdirplus(res, facts, markers, events):
     elif per is None:
         fail.append(f"N={n}: no dcache samples around the listing and the unmount")
     elif per > limit:
-        fail.append(f"listing {n} names left {client} client dentries, {per} per name "
-                    f"(> {limit}; {f[f'n{n}_primed_traced']} primed names traced)")
+        fail.append(
+            f"listing {n} names left {client} client dentries, {per} per name "
+            f"(> {limit}; {f[f'n{n}_primed_traced']} primed names traced)"
+        )
     else:
-        ok.append(f"listing {n} names left {client} client dentries, {per} per name "
-                  f"(<= {limit})")
+        ok.append(f"listing {n} names left {client} client dentries, {per} per name (<= {limit})")
     return f, fail, ok
 
 
-JUDGES = {"dcache-negative": _judge_negative, "dcache-unlink-storm": _judge_unlink_storm,
-          "dcache-readdirplus": _judge_readdirplus, "dcache-memcg": judge_memcg}
+JUDGES = {
+    "dcache-negative": _judge_negative,
+    "dcache-unlink-storm": _judge_unlink_storm,
+    "dcache-readdirplus": _judge_readdirplus,
+    "dcache-memcg": judge_memcg,
+}

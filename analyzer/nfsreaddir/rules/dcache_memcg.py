@@ -25,14 +25,31 @@ def _memcg_cells(res, markers):
     return cells
 
 
-MEMCG_KEYS = ["lru_allocs", "lru_bytes", "kmalloc_bytes", "kmalloc32_active", "kmalloc64_active",
-              "kmalloc_cg32_active", "kmalloc_cg64_active", "radix_tree_node_active",
-              "slab_active", "nfs_inode_active", "slab_kb", "sunreclaim_kb", "percpu_kb"]
+MEMCG_KEYS = [
+    "lru_allocs",
+    "lru_bytes",
+    "kmalloc_bytes",
+    "kmalloc32_active",
+    "kmalloc64_active",
+    "kmalloc_cg32_active",
+    "kmalloc_cg64_active",
+    "radix_tree_node_active",
+    "slab_active",
+    "nfs_inode_active",
+    "slab_kb",
+    "sunreclaim_kb",
+    "percpu_kb",
+]
 # label pairs: (figure suffix, later sample, earlier sample); mount and mkdir split setup
 # (runs before the `mounted` sample have only setup).
-MEMCG_STEPS = [("setup", "setup", "base"), ("mount", "mounted", "base"),
-               ("mkdir", "setup", "mounted"), ("touch", "touched", "setup"),
-               ("total", "touched", "base"), ("left", "dropped", "base")]
+MEMCG_STEPS = [
+    ("setup", "setup", "base"),
+    ("mount", "mounted", "base"),
+    ("mkdir", "setup", "mounted"),
+    ("touch", "touched", "setup"),
+    ("total", "touched", "base"),
+    ("left", "dropped", "base"),
+]
 
 
 def judge_memcg(res, facts, markers, events):
@@ -40,7 +57,7 @@ def judge_memcg(res, facts, markers, events):
     fail: list[str] = []
     ok: list[str] = []
     cells = _memcg_cells(res, markers)
-    grid: dict[str, Figures] = {}     # a cell's figures by cell name
+    grid: dict[str, Figures] = {}  # a cell's figures by cell name
     for name, c in cells.items():
         smp = c["samples"]
         out = {"mounts": c["mounts"], "memcgs": c["memcgs"], "pairs": c["pairs"]}
@@ -54,14 +71,17 @@ def judge_memcg(res, facts, markers, events):
                 out[f"{k}_{suffix}"] = number(b - a)
         # Slab memory the cell's touching added, in bytes: Slab (meminfo) for the whole
         # allocation, kmalloc_bytes for the kmalloc-* part that holds the list_lru arrays.
-        out["slab_bytes_total"] = (out["slab_kb_total"] * 1024 if "slab_kb_total" in out
-                                   else None)
+        out["slab_bytes_total"] = out["slab_kb_total"] * 1024 if "slab_kb_total" in out else None
         # The list_lru allocations of each step, exactly: kmalloc events from list_lru code,
         # counted in the kernel (the samples' lru_allocs/lru_bytes, taken above) or recorded.
         lru = events[events["event"].str.startswith("kmem:kmalloc")] if len(events) else events
         for suffix, later, earlier in MEMCG_STEPS:
-            if (later not in smp or earlier not in smp or not len(lru)
-                    or f"lru_bytes_{suffix}" in out):
+            if (
+                later not in smp
+                or earlier not in smp
+                or not len(lru)
+                or f"lru_bytes_{suffix}" in out
+            ):
                 continue
             win = lru[(lru["ts"] >= smp[earlier]["ts"]) & (lru["ts"] <= smp[later]["ts"])]
             out[f"lru_allocs_{suffix}"] = int(len(win))
@@ -71,9 +91,18 @@ def judge_memcg(res, facts, markers, events):
         out["charged_slab_bytes"] = facts.get(name, {}).get("charged_slab_bytes")
         grid[name] = out
         res["phases"].setdefault(name, {})["memcg"] = jsonable(out)
-        for k in ("lru_allocs_setup", "lru_bytes_setup", "lru_allocs_touch", "lru_bytes_touch",
-                  "lru_bytes_total", "kmalloc_bytes_total", "kmalloc32_active_total",
-                  "slab_kb_total", "slab_kb_left", "percpu_kb_total"):
+        for k in (
+            "lru_allocs_setup",
+            "lru_bytes_setup",
+            "lru_allocs_touch",
+            "lru_bytes_touch",
+            "lru_bytes_total",
+            "kmalloc_bytes_total",
+            "kmalloc32_active_total",
+            "slab_kb_total",
+            "slab_kb_left",
+            "percpu_kb_total",
+        ):
             f[f"{name}_{k}"] = out.get(k)
     # The superblock x memcg interaction of a 2x2 grid: what a (superblock, memcg) pair
     # costs beyond what superblocks and memcgs cost on their own.
@@ -94,8 +123,9 @@ def judge_memcg(res, facts, markers, events):
         f["largest_kmalloc_bytes_total"] = big.get("kmalloc_bytes_total")
         f["largest_slab_bytes_total"] = big.get("slab_bytes_total")
         f["largest_lru_bytes_total"] = big.get("lru_bytes_total")
-        f["largest_lru_bytes_per_pair"] = ratio(big.get("lru_bytes_total"),
-                                                 big.get("pairs") or k2 * m2, 1)
+        f["largest_lru_bytes_per_pair"] = ratio(
+            big.get("lru_bytes_total"), big.get("pairs") or k2 * m2, 1
+        )
     f.update(_memcg_model(res, grid))
     if not str(res.get("lru_filter") or "").strip():
         raise DcacheError("the run could not trace the list_lru allocations (no run.lru_filter)")
@@ -107,15 +137,19 @@ def judge_memcg(res, facts, markers, events):
         if setup is None:
             fail.append(f"{name}: no samples around its setup step")
         elif setup > limit:
-            fail.append(f"{name}: making {c['mounts']} mounts and {c['memcgs']} memcgs allocated "
-                        f"{setup} bytes in the list_lru code before any lookup "
-                        f"({c.get('lru_allocs_setup')} allocations; > {limit})")
+            fail.append(
+                f"{name}: making {c['mounts']} mounts and {c['memcgs']} memcgs allocated "
+                f"{setup} bytes in the list_lru code before any lookup "
+                f"({c.get('lru_allocs_setup')} allocations; > {limit})"
+            )
     if grid and not fail:
-        ok.append(f"making the mounts and memcgs allocated at most "
-                  f"{max(c.get('lru_bytes_setup') or 0 for c in grid.values())} list_lru bytes "
-                  f"per cell (<= {limit}); the lookups {f.get('largest_lru_bytes_total')} in "
-                  f"{f.get('largest_cell')}, {f.get('largest_lru_bytes_per_pair')} per "
-                  "(superblock, memcg) pair")
+        ok.append(
+            f"making the mounts and memcgs allocated at most "
+            f"{max(c.get('lru_bytes_setup') or 0 for c in grid.values())} list_lru bytes "
+            f"per cell (<= {limit}); the lookups {f.get('largest_lru_bytes_total')} in "
+            f"{f.get('largest_cell')}, {f.get('largest_lru_bytes_per_pair')} per "
+            "(superblock, memcg) pair"
+        )
     return f, fail, ok
 
 
@@ -126,11 +160,17 @@ def _memcg_model(res, grid):
     and the prediction for the 2021 report's host. Only for runs that sample the mount step
     apart from the mkdir step."""
     from ..model import listlru
+
     # Only cells whose mount and lookup steps were both counted: a cell cut short before its
     # lookups says nothing of what they cost, and taken as 0 it would make a lazy kernel look
     # eager.
-    order = [(n, c) for n, c in grid.items() if all(
-        c.get(k) is not None for k in ("lru_bytes_mount", "lru_bytes_touch", "lru_allocs_touch"))]
+    order = [
+        (n, c)
+        for n, c in grid.items()
+        if all(
+            c.get(k) is not None for k in ("lru_bytes_mount", "lru_bytes_touch", "lru_allocs_touch")
+        )
+    ]
     if not order:
         return {}
     before = int(res.get("memcgs_before") or 0)
@@ -154,29 +194,46 @@ def _memcg_model(res, grid):
             law = 2 * c["mounts"] * listlru.lru_bytes_510(caps[n], traced=True)
             untraced[n] = 2 * c["mounts"] * listlru.lru_bytes_510(caps[n]) - law
             seen = listlru.capacity_of_allocs(round(c["lru_allocs_mount"] / (2 * c["mounts"])))
-            res["phases"][n]["memcg"].update(capacity=caps[n], capacity_seen=seen,
-                                             law_bytes_mount=law,
-                                             untraced_bytes_mount=untraced[n])
+            res["phases"][n]["memcg"].update(
+                capacity=caps[n],
+                capacity_seen=seen,
+                law_bytes_mount=law,
+                untraced_bytes_mount=untraced[n],
+            )
             errors.append(abs(c["lru_bytes_mount"] / law - 1))
         f["law_cells"] = len(order)
         f["law_max_rel_error"] = round(max(errors), 4)
         f["capacity_cells_matching_code"] = sum(
-            res["phases"][n]["memcg"]["capacity_seen"] == caps[n] for n, _ in order)
+            res["phases"][n]["memcg"]["capacity_seen"] == caps[n] for n, _ in order
+        )
         f["capacity_largest"] = max(caps.values())
         f["untraced_bytes"] = sum(untraced.values())
-    rows = [{"cell": n, "K": c["mounts"], "M": c["memcgs"], "P": c["pairs"], "C": caps[n],
-             "bytes": c["lru_bytes_mount"] + c["lru_bytes_touch"] + untraced[n]}
-            for n, c in order]
+    rows = [
+        {
+            "cell": n,
+            "K": c["mounts"],
+            "M": c["memcgs"],
+            "P": c["pairs"],
+            "C": caps[n],
+            "bytes": c["lru_bytes_mount"] + c["lru_bytes_touch"] + untraced[n],
+        }
+        for n, c in order
+    ]
     features = listlru.FEATURES if eager else listlru.LAZY_FEATURES
     fit = listlru.fit(rows, features) if len(rows) >= len(features) + 2 else None
     if fit is not None:
-        f.update({"model_cells": len(fit["cells"]),
-                  **{f"model_bytes_per_{k}": v for k, v in fit["coef"].items()},
-                  "model_max_rel_error": fit["max_rel_error"],
-                  "model_rms_rel_error": fit["rms_rel_error"]})
+        f.update(
+            {
+                "model_cells": len(fit["cells"]),
+                **{f"model_bytes_per_{k}": v for k, v in fit["coef"].items()},
+                "model_max_rel_error": fit["max_rel_error"],
+                "model_rms_rel_error": fit["rms_rel_error"],
+            }
+        )
         for row in fit["cells"]:
             res["phases"][row["cell"]]["memcg"].update(
-                capacity=row["C"], model_bytes=row["predicted"], model_rel_error=row["rel_error"])
+                capacity=row["C"], model_bytes=row["predicted"], model_rel_error=row["rel_error"]
+            )
     # The report's host: 10,000 superblocks x 10,000 memcgs on 2 nodes.
     rep, mib = listlru.REPORT, 1 << 20
     k, m, nodes = rep["superblocks"], rep["memcgs"], rep["nodes"]
@@ -193,11 +250,12 @@ def _memcg_model(res, grid):
         # Lazy: the report does not say how many pairs its host used: every pair, one
         # superblock per memcg, and the pairs its figure after the patches implies.
         f["report_model_mb_all_pairs"] = round(
-            listlru.predict(fit["coef"], k, m, k * m, nodes) / mib)
+            listlru.predict(fit["coef"], k, m, k * m, nodes) / mib
+        )
         f["report_model_mb_one_pair_per_memcg"] = round(
-            listlru.predict(fit["coef"], k, m, m, nodes) / mib)
+            listlru.predict(fit["coef"], k, m, m, nodes) / mib
+        )
         base = listlru.predict(fit["coef"], k, m, 0, nodes)
         if fit["coef"]["P"] > 0:
-            f["report_pairs_implied"] = round((rep["mb_after"][0] * mib - base)
-                                              / fit["coef"]["P"])
+            f["report_pairs_implied"] = round((rep["mb_after"][0] * mib - base) / fit["coef"]["P"])
     return f

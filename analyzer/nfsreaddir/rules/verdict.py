@@ -52,15 +52,15 @@ MIN_EXTRA_READDIRS = 10
 
 @dataclass
 class Finding:
-    listing: object         # analysis.Listing
-    word: str               # bad, undecided, survived, unfinished, good, untested
+    listing: object  # analysis.Listing
+    word: str  # bad, undecided, survived, unfinished, good, untested
     why: str
 
 
 @dataclass
 class Verdict:
-    code: int               # 0 good, 1 bad, 125 cannot decide (git bisect run's meaning)
-    reason: str             # one line: which listing and which evidence decided
+    code: int  # 0 good, 1 bad, 125 cannot decide (git bisect run's meaning)
+    reason: str  # one line: which listing and which evidence decided
     findings: list = field(default_factory=list)
 
     @property
@@ -99,25 +99,32 @@ def _times(n):
 def _where(restarts):
     """Where restarts went back to: 'at cookie 0', below the reader's position, or both."""
     below = sum(1 for r in restarts if r.cookie)
-    return ("at cookie 0" if not below else
-            "below the reader's position (searches from the start of the directory that "
-            "the page cache served partly)" if below == len(restarts) else
-            f"({len(restarts) - below} at cookie 0, {below} below the reader's position)")
+    return (
+        "at cookie 0"
+        if not below
+        else "below the reader's position (searches from the start of the directory that "
+        "the page cache served partly)"
+        if below == len(restarts)
+        else f"({len(restarts) - below} at cookie 0, {below} below the reader's position)"
+    )
 
 
 def _restarted(lst, restarts, invalidations):
     """'restarted 5 times at cookie 0 after 5 invalidations (157 READDIRs)'."""
-    return (f"restarted {_times(len(restarts))} {_where(restarts)}"
-            + (f" after {_n(invalidations, 'invalidation')}" if invalidations else "")
-            + f" ({len(lst.rpcs)} READDIRs)")
+    return (
+        f"restarted {_times(len(restarts))} {_where(restarts)}"
+        + (f" after {_n(invalidations, 'invalidation')}" if invalidations else "")
+        + f" ({len(lst.rpcs)} READDIRs)"
+    )
 
 
 def survival_counts(lst):
     """Whether the listing's survived changes prove that its kernel goes on at a change: not
     where another reader of the directory could have made it restart below its position
     without a READDIR at cookie 0 the trace would show as one (see the module's text)."""
-    return bool(lst.survived) and not (lst.other_readers
-                                       and lst.searches_from_first_page is not False)
+    return bool(lst.survived) and not (
+        lst.other_readers and lst.searches_from_first_page is not False
+    )
 
 
 def _went_back_to_zero(lst):
@@ -135,43 +142,71 @@ def judge_listing(lst, max_restarts=0):
             why += f", and did not reach the end of the directory ({analysis.ENDINGS[lst.ending]})"
         return Finding(lst, "bad", why)
     if lst.damage:
-        return Finding(lst, "undecided", "events were damaged or lost during it ("
-                       + "; ".join(sorted({d['what'] for d in lst.damage}))[:300] + ")")
+        return Finding(
+            lst,
+            "undecided",
+            "events were damaged or lost during it ("
+            + "; ".join(sorted({d["what"] for d in lst.damage}))[:300]
+            + ")",
+        )
     if not lst.cookies_known:
-        return Finding(lst, "undecided", "the trace has no READDIR cookies, so a restart "
-                                         "cannot be seen")
+        return Finding(
+            lst, "undecided", "the trace has no READDIR cookies, so a restart cannot be seen"
+        )
     if lst.ambiguous_rows:
         lo, hi = lst.restart_range
         likely = ""
         if hi > lo:
-            inv = sum(bool(i.followed_by_restart or i.followed_by_ambiguous)
-                      for i in lst.invalidations)
-            likely = (f"; if {lst.comm}[{lst.pid}] opened the directory once, it "
-                      + _restarted(lst, lst.possible_restarts, inv))
-        return Finding(lst, "undecided",
-                       f"{_n(len(lst.ambiguous_rows), 'READDIR')} after the start went back (to "
-                       "cookie 0, or below the reader's position in a directory whose cookies "
-                       "did not grow) and could be restarts, rewinds or new opens: the trace "
-                       f"does not tell, so it restarted between {lo} and {hi} times{likely}")
-    survived = (f"went on past {_n(lst.survived, 'change')} of its directory mid-way "
-                "without a restart" if lst.survived else "")
+            inv = sum(
+                bool(i.followed_by_restart or i.followed_by_ambiguous) for i in lst.invalidations
+            )
+            likely = f"; if {lst.comm}[{lst.pid}] opened the directory once, it " + _restarted(
+                lst, lst.possible_restarts, inv
+            )
+        return Finding(
+            lst,
+            "undecided",
+            f"{_n(len(lst.ambiguous_rows), 'READDIR')} after the start went back (to "
+            "cookie 0, or below the reader's position in a directory whose cookies "
+            "did not grow) and could be restarts, rewinds or new opens: the trace "
+            f"does not tell, so it restarted between {lo} and {hi} times{likely}",
+        )
+    survived = (
+        f"went on past {_n(lst.survived, 'change')} of its directory mid-way without a restart"
+        if lst.survived
+        else ""
+    )
     if not lst.complete:
-        why = ("began before the trace" if lst.began_before_trace
-               else analysis.ENDINGS[lst.ending])
+        why = "began before the trace" if lst.began_before_trace else analysis.ENDINGS[lst.ending]
         if survival_counts(lst) and not lst.restarts:
-            return Finding(lst, "survived", f"{survived}; the end of the directory was not "
-                                            f"seen in the trace ({why})")
-        return Finding(lst, "unfinished", f"it did not reach the end of the directory in the "
-                                          f"trace ({why})")
-    allowed = (f"; {_n(len(lst.restarts), 'restart')} {_where(lst.restarts)}, at most "
-               f"{max_restarts} allowed" if lst.restarts else "")
+            return Finding(
+                lst,
+                "survived",
+                f"{survived}; the end of the directory was not seen in the trace ({why})",
+            )
+        return Finding(
+            lst, "unfinished", f"it did not reach the end of the directory in the trace ({why})"
+        )
+    allowed = (
+        f"; {_n(len(lst.restarts), 'restart')} {_where(lst.restarts)}, at most "
+        f"{max_restarts} allowed"
+        if lst.restarts
+        else ""
+    )
     if not lst.exercised:
-        return Finding(lst, "untested", "its directory did not change during it after the "
-                                        "first page, so no restart was possible" + allowed)
-    return Finding(lst, "good", f"met {_change(lst)} and reached the end of the directory with "
-                                f"{'no restart' if not lst.restarts else ''}"
-                                f"{allowed.lstrip('; ')}"
-                                + (f" (it {survived})" if lst.survived else ""))
+        return Finding(
+            lst,
+            "untested",
+            "its directory did not change during it after the "
+            "first page, so no restart was possible" + allowed,
+        )
+    return Finding(
+        lst,
+        "good",
+        f"met {_change(lst)} and reached the end of the directory with "
+        f"{'no restart' if not lst.restarts else ''}"
+        f"{allowed.lstrip('; ')}" + (f" (it {survived})" if lst.survived else ""),
+    )
 
 
 def _evidence(analyses):
@@ -190,8 +225,10 @@ def _ratio_rule(listings, max_ratio):
     idle, mod = by_phase["idle"], by_phase["modified"]
     ni, nm = len(idle.rpcs), len(mod.rpcs)
     ratio = nm / max(ni, 1)
-    text = (f"the modified listing needed {nm} READDIRs against {ni} idle ({ratio:.2f}x; "
-            f"limit {max_ratio}x and at least {MIN_EXTRA_READDIRS} more)")
+    text = (
+        f"the modified listing needed {nm} READDIRs against {ni} idle ({ratio:.2f}x; "
+        f"limit {max_ratio}x and at least {MIN_EXTRA_READDIRS} more)"
+    )
     if ratio > max_ratio and nm - ni >= MIN_EXTRA_READDIRS:
         return BAD, text
     if ratio > max_ratio:
@@ -216,12 +253,17 @@ def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
     if bad:
         worst = max(bad, key=lambda f: (len(f.listing.restarts), len(f.listing.rpcs)))
         more = f"; {_n(len(bad) - 1, 'other listing')} too" if len(bad) > 1 else ""
-        return Verdict(BAD, f"bad: {worst.listing.label()} {worst.why}{more} "
-                            f"(evidence: {evidence})", findings)
+        return Verdict(
+            BAD, f"bad: {worst.listing.label()} {worst.why}{more} (evidence: {evidence})", findings
+        )
     for phase, nm in (names or {}).items():
         if nm.get("duplicates") or nm.get("missing"):
-            return Verdict(BAD, f"bad: the {phase} listing returned {nm['duplicates']} duplicate "
-                                f"and {nm['missing'] or 0} missing names", findings)
+            return Verdict(
+                BAD,
+                f"bad: the {phase} listing returned {nm['duplicates']} duplicate "
+                f"and {nm['missing'] or 0} missing names",
+                findings,
+            )
     if not any(a.cookies_known for a in analyses):
         rule = _ratio_rule(listings, max_ratio)
         if rule is not None:
@@ -229,37 +271,73 @@ def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
             return Verdict(code, f"{status.word(code)}: {text} (evidence: {evidence})", findings)
     # A return to cookie 0 that may be a new open does not undo a proof that the kernel goes on.
     proof = any(f.word in ("good", "survived") and survival_counts(f.listing) for f in findings)
-    undecided = [f for f in findings if f.word == "undecided"
-                 and not (proof and not f.listing.damage and _went_back_to_zero(f.listing))]
+    undecided = [
+        f
+        for f in findings
+        if f.word == "undecided"
+        and not (proof and not f.listing.damage and _went_back_to_zero(f.listing))
+    ]
     if undecided:
         f = undecided[0]
-        more = (f"; {_n(len(undecided) - 1, 'other listing')} undecided too"
-                if len(undecided) > 1 else "")
-        return Verdict(UNDECIDED, f"cannot decide: {f.listing.label()}: {f.why}{more}"
-                                  f"{_advice(analyses, f)} (evidence: {evidence})", findings)
+        more = (
+            f"; {_n(len(undecided) - 1, 'other listing')} undecided too"
+            if len(undecided) > 1
+            else ""
+        )
+        return Verdict(
+            UNDECIDED,
+            f"cannot decide: {f.listing.label()}: {f.why}{more}"
+            f"{_advice(analyses, f)} (evidence: {evidence})",
+            findings,
+        )
     good = [f for f in findings if f.word in ("good", "survived")]
     unfinished = [f for f in findings if f.word == "unfinished"]
     if good:
-        best = max(good, key=lambda f: (f.word == "good", len(f.listing.invalidations),
-                                        f.listing.survived or 0, len(f.listing.rpcs)))
+        best = max(
+            good,
+            key=lambda f: (
+                f.word == "good",
+                len(f.listing.invalidations),
+                f.listing.survived or 0,
+                len(f.listing.rpcs),
+            ),
+        )
         more = f", {len(unfinished)} unfinished" if unfinished else ""
         maybe = len([f for f in findings if f.word == "undecided"])
-        more += (f", {maybe} that went back to cookie 0 for a cause the trace does not tell"
-                 if maybe else "")
-        return Verdict(GOOD, f"good: {best.listing.label()} {best.why} "
-                             f"({_n(len(good), 'listing')} exercised, {len(listings)} in all"
-                             f"{more}; evidence: {evidence})", findings)
+        more += (
+            f", {maybe} that went back to cookie 0 for a cause the trace does not tell"
+            if maybe
+            else ""
+        )
+        return Verdict(
+            GOOD,
+            f"good: {best.listing.label()} {best.why} "
+            f"({_n(len(good), 'listing')} exercised, {len(listings)} in all"
+            f"{more}; evidence: {evidence})",
+            findings,
+        )
     if unfinished:
         f = unfinished[0]
-        more = (f"; {_n(len(unfinished) - 1, 'other listing')} unfinished too"
-                if len(unfinished) > 1 else "")
-        return Verdict(UNDECIDED, f"cannot decide: {f.listing.label()}: {f.why}{more}, and no "
-                                  f"listing that met a change of its directory reached the end "
-                                  f"or went on past it"
-                                  f"{_advice(analyses, f)} (evidence: {evidence})", findings)
-    return Verdict(UNDECIDED, f"cannot decide: the bug was never exercised: no directory changed "
-                              f"during any of the {_n(len(listings), 'listing')}, so none could "
-                              f"restart (evidence: {evidence})", findings)
+        more = (
+            f"; {_n(len(unfinished) - 1, 'other listing')} unfinished too"
+            if len(unfinished) > 1
+            else ""
+        )
+        return Verdict(
+            UNDECIDED,
+            f"cannot decide: {f.listing.label()}: {f.why}{more}, and no "
+            f"listing that met a change of its directory reached the end "
+            f"or went on past it"
+            f"{_advice(analyses, f)} (evidence: {evidence})",
+            findings,
+        )
+    return Verdict(
+        UNDECIDED,
+        f"cannot decide: the bug was never exercised: no directory changed "
+        f"during any of the {_n(len(listings), 'listing')}, so none could "
+        f"restart (evidence: {evidence})",
+        findings,
+    )
 
 
 def _advice(analyses, finding):
@@ -282,8 +360,10 @@ def judge_overhead(untraced_median, traced_median, limit):
     if not (untraced_median and traced_median):
         return UNDECIDED, "no listing of one kind was timed", None
     slowdown = round(traced_median / untraced_median, 3)
-    text = (f"traced listing median {traced_median:.3f}s against {untraced_median:.3f}s "
-            f"untraced ({(slowdown - 1) * 100:+.1f}%, limit {(limit - 1) * 100:+.0f}%)")
+    text = (
+        f"traced listing median {traced_median:.3f}s against {untraced_median:.3f}s "
+        f"untraced ({(slowdown - 1) * 100:+.1f}%, limit {(limit - 1) * 100:+.0f}%)"
+    )
     return (GOOD if slowdown <= limit else BAD), text, slowdown
 
 

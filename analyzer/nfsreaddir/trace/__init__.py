@@ -129,21 +129,27 @@ def _open(path, instance, shown):
     except OSError as e:
         raise TraceError(f"cannot open trace {shown!r}: {e.strerror or e}") from None
     if not head:
-        raise TraceError(f"{shown!r} is empty: expected a trace.dat file or "
-                         "the output of `trace-cmd report`")
+        raise TraceError(
+            f"{shown!r} is empty: expected a trace.dat file or the output of `trace-cmd report`"
+        )
     if head.startswith(TRACE_DAT_MAGIC[:3]):
         if not head.startswith(TRACE_DAT_MAGIC):
-            raise TraceError(f"{shown!r} starts like a trace.dat file but the magic is "
-                             "damaged; re-copy the file or re-record the trace")
+            raise TraceError(
+                f"{shown!r} starts like a trace.dat file but the magic is "
+                "damaged; re-copy the file or re-record the trace"
+            )
         from .tracedat import TraceDat
+
         return TraceDat(path, instance=instance)
     from .text import ReportText, looks_like_report
+
     if looks_like_report(head):
         return ReportText(path, instance=instance)
     raise TraceError(
         f"{shown!r} is neither a trace.dat file (no trace-cmd magic) nor "
         "`trace-cmd report` text (no line like 'comm-pid [cpu] ts: event: ...'); "
-        "record with `trace-cmd record`, or give the output of `trace-cmd report [-R]`")
+        "record with `trace-cmd record`, or give the output of `trace-cmd report [-R]`"
+    )
 
 
 class OnePass:
@@ -155,20 +161,25 @@ class OnePass:
     def __init__(self, trace, wanted):
         self._trace = trace
         self._wanted = {ev: set(cols) for ev, cols in wanted.items()}
-        self._frames = trace.read({ev: sorted(cols) for ev, cols in wanted.items()}) \
-            if wanted else {}
+        self._frames = (
+            trace.read({ev: sorted(cols) for ev, cols in wanted.items()}) if wanted else {}
+        )
 
     def __getattr__(self, name):
         return getattr(self._trace, name)
 
     def read(self, events, on_damage="raise", base=BASE_COLUMNS):
         # (the pass made up front read the whole file, damage raising as it does by default)
-        if not all(ev in self._wanted and set(cols or ()) <= self._wanted[ev] and cols
-                   is not None for ev, cols in events.items()):
+        if not all(
+            ev in self._wanted and set(cols or ()) <= self._wanted[ev] and cols is not None
+            for ev, cols in events.items()
+        ):
             return self._trace.read(events, on_damage=on_damage, base=base)
         base = [c for c in BASE_COLUMNS if c in base or c == "ts"]
-        return {ev: self._frames[ev][base + [field_column(c) for c in cols]]
-                for ev, cols in events.items()}
+        return {
+            ev: self._frames[ev][base + [field_column(c) for c in cols]]
+            for ev, cols in events.items()
+        }
 
     def read_columns(self, events, on_damage="raise", base=BASE_COLUMNS):
         """{name: {column: Series}} of :meth:`read` (rows in time order)."""

@@ -11,7 +11,7 @@ import numpy as np
 # pandas (0.5 s to import) only where a pandas column is made (read(), not read_columns()) and
 # in the numpy reader's string keys.
 
-_STRMAT_LIMIT = 1 << 25          # max bytes of a padded string matrix
+_STRMAT_LIMIT = 1 << 25  # max bytes of a padded string matrix
 
 
 def udt(e, size):
@@ -36,8 +36,9 @@ def bytes_view(block, width):
     """Items of ``width`` bytes starting at every byte of ``block`` (overlapping; no copy).
 
     Indexing it with record offsets copies ``width`` bytes per record in one pass."""
-    return np.ndarray((max(len(block) - width + 1, 0),), dtype=f"V{width}", buffer=block,
-                      strides=(1,))
+    return np.ndarray(
+        (max(len(block) - width + 1, 0),), dtype=f"V{width}", buffer=block, strides=(1,)
+    )
 
 
 def to_int_column(raw, f):
@@ -48,8 +49,9 @@ def to_int_column(raw, f):
     return raw.astype(np.uint64 if size == 8 else np.int64)
 
 
-_BYTE_MASKS = np.frombuffer(b"".join(bytes([0xFF] * k + [0] * (8 - k)) for k in range(9)),
-                            dtype=np.uint64)
+_BYTE_MASKS = np.frombuffer(
+    b"".join(bytes([0xFF] * k + [0] * (8 - k)) for k in range(9)), dtype=np.uint64
+)
 _HASH_MULT = np.uint64(0x9E3779B97F4A7C15)
 _HASH_MULT2 = np.uint64(0xC2B2AE3D27D4EB4F)
 
@@ -84,9 +86,10 @@ def _row_codes(words, lens):
             h2 *= _HASH_MULT2
             h2 += col
     import pandas as pd
+
     codes, _ = pd.factorize(h)
     first = _first_rows(codes)
-    if nw > 1 and not (h2 == h2[first][codes]).all():   # hash collision: exact way
+    if nw > 1 and not (h2 == h2[first][codes]).all():  # hash collision: exact way
         v = np.ascontiguousarray(words).view(f"V{8 * nw}").reshape(-1)
         _, first, codes = np.unique(v, return_index=True, return_inverse=True)
         codes = codes.reshape(-1)
@@ -121,6 +124,7 @@ def _str_series(strs):
     that holds them (int8 for up to 127 values).  Values are ``str``; ``==``,
     ``isin``, ``.str`` and ``astype(str)`` work as on a string column."""
     import pandas as pd
+
     values = strs.values
     if not len(values):
         return pd.Series(pd.Categorical.from_codes(np.full(len(strs), -1, np.int8), []))
@@ -155,24 +159,26 @@ def extract_strings(block, starts, lens, kind):
             mat = bytes_view(block, width)[np.where(far, 0, starts) if far.any() else starts]
             raw = mat.view(np.uint8).reshape(n, width)
             for i in np.flatnonzero(far).tolist():
-                seg = block[starts[i]:starts[i] + width]
+                seg = block[starts[i] : starts[i] + width]
                 raw[i, :] = 0
-                raw[i, :len(seg)] = seg
+                raw[i, : len(seg)] = seg
             codes, first = _row_codes(mat.view(np.uint64).reshape(n, width // 8), lens)
-            values = [raw[r, :ln].tobytes().split(b"\0", 1)[0].decode("utf-8", "replace")
-                      for r, ln in zip(first.tolist(), lens[first].tolist())]
+            values = [
+                raw[r, :ln].tobytes().split(b"\0", 1)[0].decode("utf-8", "replace")
+                for r, ln in zip(first.tolist(), lens[first].tolist())
+            ]
             return Strs(codes.astype(np.int32), values)
     mv = memoryview(block)
     if kind == "str":
         index = {}
         codes = np.empty(n, dtype=np.int32)
         for i, (st, ln) in enumerate(zip(starts.tolist(), lens.tolist())):
-            v = mv[st:st + ln].tobytes().split(b"\0", 1)[0].decode("utf-8", "replace")
+            v = mv[st : st + ln].tobytes().split(b"\0", 1)[0].decode("utf-8", "replace")
             codes[i] = index.setdefault(v, len(index))
         return Strs(codes, list(index))
     out = np.empty(n, dtype=object)
     for i, (st, ln) in enumerate(zip(starts.tolist(), lens.tolist())):
-        out[i] = mv[st:st + ln].tobytes()
+        out[i] = mv[st : st + ln].tobytes()
     return out
 
 
@@ -198,8 +204,7 @@ def _mapped(n, dtype):
     """An array of its own anonymous mapping (outside the malloc heap)."""
     dtype = np.dtype(dtype)
     try:
-        m = mmap.mmap(-1, max(n * dtype.itemsize, 1),
-                      flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        m = mmap.mmap(-1, max(n * dtype.itemsize, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         return np.frombuffer(m, dtype, count=n)
     except (OSError, ValueError, AttributeError):
         return np.empty(n, dtype)
@@ -209,10 +214,11 @@ def series(arr):
     if isinstance(arr, Strs):
         return _str_series(arr)
     import pandas as pd
+
     return pd.Series(arr, copy=False)
 
 
-_CHUNK_BYTES = 8 << 20          # the decoded pieces are packed into chunks of this size
+_CHUNK_BYTES = 8 << 20  # the decoded pieces are packed into chunks of this size
 
 
 class Pieces(list):
@@ -236,12 +242,12 @@ class Pieces(list):
         c = self._chunk
         if c is None or c.dtype != arr.dtype or self._fill + n > len(c):
             if n * arr.dtype.itemsize >= _CHUNK_BYTES // 4:
-                big = _mapped(n, arr.dtype)             # large: a piece of its own
+                big = _mapped(n, arr.dtype)  # large: a piece of its own
                 big[...] = arr
                 return big
             c = self._chunk = _mapped(_CHUNK_BYTES // arr.dtype.itemsize, arr.dtype)
             self._fill = 0
-        v = c[self._fill:self._fill + n]
+        v = c[self._fill : self._fill + n]
         v[...] = arr
         self._fill += n
         return v
@@ -257,7 +263,7 @@ class Pieces(list):
                 return v
             c = self._chunk = _mapped(_CHUNK_BYTES // dtype.itemsize, dtype)
             self._fill = 0
-        v = c[self._fill:self._fill + n]
+        v = c[self._fill : self._fill + n]
         self._fill += n
         super().append(v)
         return v

@@ -44,8 +44,8 @@ class Format(Protocol):
     """What the readers' event formats give (format.py's EventFormat, which format.py builds
     with this module's TraceError: hence declared here, not imported)."""
 
-    full_name: str              # "system:name"
-    fields: dict[str, Any]      # name -> Field (offset, size, signed, kind), common_* too
+    full_name: str  # "system:name"
+    fields: dict[str, Any]  # name -> Field (offset, size, signed, kind), common_* too
     print_fmt: str | None
 
     def user_fields(self) -> list[str]: ...
@@ -59,8 +59,8 @@ class Trace(Protocol):
     all); ``base`` names which of :data:`BASE_COLUMNS` the frames have (``ts`` always)."""
 
     path: str
-    info: dict[str, Any]        # format, cpus, clock, uname, lost_events, lost_total,
-                                # partial, damage, damaged_events, ... (see the package doc)
+    info: dict[str, Any]  # format, cpus, clock, uname, lost_events, lost_total,
+    # partial, damage, damaged_events, ... (see the package doc)
 
     def event_names(self) -> set[str]: ...
 
@@ -70,14 +70,17 @@ class Trace(Protocol):
 
     def check_records(self) -> list[dict[str, Any]]: ...
 
-    def read(self, events: Request, on_damage: str = "raise",
-             base: Iterable[str] = BASE_COLUMNS) -> dict[str, pd.DataFrame]: ...
+    def read(
+        self, events: Request, on_damage: str = "raise", base: Iterable[str] = BASE_COLUMNS
+    ) -> dict[str, pd.DataFrame]: ...
 
-    def read_columns(self, events: Request, on_damage: str = "raise",
-                     base: Iterable[str] = BASE_COLUMNS) -> dict[str, dict[str, Column]]: ...
+    def read_columns(
+        self, events: Request, on_damage: str = "raise", base: Iterable[str] = BASE_COLUMNS
+    ) -> dict[str, dict[str, Column]]: ...
 
-    def read_pieces(self, events: Request, on_damage: str = "raise", base: Iterable[str] =
-                    BASE_COLUMNS) -> dict[str, list[dict[str, Column]]]: ...
+    def read_pieces(
+        self, events: Request, on_damage: str = "raise", base: Iterable[str] = BASE_COLUMNS
+    ) -> dict[str, list[dict[str, Column]]]: ...
 
 
 def column_of(series):
@@ -87,6 +90,7 @@ def column_of(series):
     import pandas as pd  # (a frame was made: pandas is loaded)
 
     from .arrays import Strs
+
     dtype = series.dtype
     if isinstance(dtype, pd.CategoricalDtype):
         return Strs(series.cat.codes.to_numpy(), list(dtype.categories))

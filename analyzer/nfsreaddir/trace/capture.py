@@ -42,7 +42,7 @@ from .base import TraceError
 from .magic import capture_format
 from .tshark_ek import ek_pairs, ek_text
 
-if TYPE_CHECKING:       # (pandas is imported where the tables are made)
+if TYPE_CHECKING:  # (pandas is imported where the tables are made)
     import pandas
 
 NFS_PROGRAM = 100003
@@ -57,31 +57,47 @@ FIELDS = [
     ("ts", "frame.time_epoch"),
     ("cap_len", "frame.cap_len"),
     ("len", "frame.len"),
-    ("src", "ip.src"), ("dst", "ip.dst"),
-    ("src6", "ipv6.src"), ("dst6", "ipv6.dst"),
-    ("sport", "tcp.srcport"), ("dport", "tcp.dstport"),
-    ("usport", "udp.srcport"), ("udport", "udp.dstport"),
+    ("src", "ip.src"),
+    ("dst", "ip.dst"),
+    ("src6", "ipv6.src"),
+    ("dst6", "ipv6.dst"),
+    ("sport", "tcp.srcport"),
+    ("dport", "tcp.dstport"),
+    ("usport", "udp.srcport"),
+    ("udport", "udp.dstport"),
     ("xid", "rpc.xid"),
-    ("msgtyp", "rpc.msgtyp"),            # 0 call, 1 reply
+    ("msgtyp", "rpc.msgtyp"),  # 0 call, 1 reply
     ("prog", "rpc.program"),
     ("vers", "rpc.programversion"),
     ("proc", "rpc.procedure"),
     ("replystat", "rpc.replystat"),
     ("accept", "rpc.state_accept"),
-    ("mainop", "nfs.main_opcode"),       # NFSv4: the compound's most telling operation
+    ("mainop", "nfs.main_opcode"),  # NFSv4: the compound's most telling operation
     ("minor", "nfs.minorversion"),
     ("fh", "nfs.fh.hash"),
     # NFSv4 READDIR
-    ("cookie4", "nfs.cookie4"), ("verf4", "nfs.cookie_verf4"), ("dircount4", "nfs.dircount"),
-    ("maxcount4", "nfs.maxcount"), ("eof4", "nfs.dirlist4.eof"), ("status4", "nfs.nfsstat4"),
-    ("change4", "nfs.changeid4"), ("fileid4", "nfs.fattr4.fileid"),
+    ("cookie4", "nfs.cookie4"),
+    ("verf4", "nfs.cookie_verf4"),
+    ("dircount4", "nfs.dircount"),
+    ("maxcount4", "nfs.maxcount"),
+    ("eof4", "nfs.dirlist4.eof"),
+    ("status4", "nfs.nfsstat4"),
+    ("change4", "nfs.changeid4"),
+    ("fileid4", "nfs.fattr4.fileid"),
     # NFSv3 READDIR/READDIRPLUS
-    ("cookie3", "nfs.cookie3"), ("verf3", "nfs.verifier"), ("count3", "nfs.count3"),
-    ("dircount3", "nfs.count3_dircount"), ("maxcount3", "nfs.count3_maxcount"),
-    ("ecookie3", "nfs.readdir.entry3.cookie"), ("epcookie3", "nfs.readdirplus.entry.cookie"),
-    ("eof3", "nfs.readdir.eof"), ("status3", "nfs.status"),
-    ("mtime_s", "nfs.mtime.sec"), ("mtime_ns", "nfs.mtime.nsec"),
-    ("ctime_s", "nfs.ctime.sec"), ("ctime_ns", "nfs.ctime.nsec"),
+    ("cookie3", "nfs.cookie3"),
+    ("verf3", "nfs.verifier"),
+    ("count3", "nfs.count3"),
+    ("dircount3", "nfs.count3_dircount"),
+    ("maxcount3", "nfs.count3_maxcount"),
+    ("ecookie3", "nfs.readdir.entry3.cookie"),
+    ("epcookie3", "nfs.readdirplus.entry.cookie"),
+    ("eof3", "nfs.readdir.eof"),
+    ("status3", "nfs.status"),
+    ("mtime_s", "nfs.mtime.sec"),
+    ("mtime_ns", "nfs.mtime.nsec"),
+    ("ctime_s", "nfs.ctime.sec"),
+    ("ctime_ns", "nfs.ctime.nsec"),
     ("fileid3", "nfs.fattr3.fileid"),
     ("malformed", "_ws.malformed"),
 ]
@@ -99,20 +115,21 @@ class CaptureError(TraceError):
 @dataclass
 class Capture:
     """What read() found: the tables and the facts that limit them."""
+
     path: str
     kind: str
     readdirs: pandas.DataFrame
     attrs: pandas.DataFrame
-    frames: int = 0                 # frames with an RPC message (or damaged)
-    port_frames: int = 0            # frames to or from the server's ports, RPC or not
+    frames: int = 0  # frames with an RPC message (or damaged)
+    port_frames: int = 0  # frames to or from the server's ports, RPC or not
     messages: int = 0
-    truncated_frames: int = 0       # cut by the snaplen
+    truncated_frames: int = 0  # cut by the snaplen
     snaplen: int | None = None
-    retransmitted_calls: int = 0    # READDIR calls seen again with the same client and XID
-    unsplit_frames: int = 0         # several RPC messages that could not be told apart
-    split_frames: int = 0           # several RPC messages, read one by one
+    retransmitted_calls: int = 0  # READDIR calls seen again with the same client and XID
+    unsplit_frames: int = 0  # several RPC messages that could not be told apart
+    split_frames: int = 0  # several RPC messages, read one by one
     versions: set = field(default_factory=set)  # "2", "3", "4.0", "4.1", ...
-    ports: tuple = (NFS_PORT,)      # the server ports decoded as ONC RPC
+    ports: tuple = (NFS_PORT,)  # the server ports decoded as ONC RPC
     warnings: list = field(default_factory=list)
 
     @property
@@ -174,9 +191,23 @@ def _decode_as(ports):
 def tshark_command(path, tshark="tshark", ports=(NFS_PORT,)):
     """Every frame to or from a server port, and RPC on any other port, as -T fields."""
     on = ", ".join(map(str, ports))
-    cmd = [tshark, "-r", path, "-n", *_decode_as(ports),
-           "-Y", f"rpc || tcp.port in {{{on}}} || udp.port in {{{on}}}",
-           "-T", "fields", "-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,"]
+    cmd = [
+        tshark,
+        "-r",
+        path,
+        "-n",
+        *_decode_as(ports),
+        "-Y",
+        f"rpc || tcp.port in {{{on}}} || udp.port in {{{on}}}",
+        "-T",
+        "fields",
+        "-E",
+        "separator=/t",
+        "-E",
+        "occurrence=a",
+        "-E",
+        "aggregator=,",
+    ]
     for _, f in FIELDS:
         cmd += ["-e", f]
     return cmd
@@ -184,13 +215,25 @@ def tshark_command(path, tshark="tshark", ports=(NFS_PORT,)):
 
 def messages_command(path, tshark="tshark", ports=(NFS_PORT,)):
     """The frames with several RPC messages, one JSON line each with one object a message."""
-    return [tshark, "-r", path, "-n", *_decode_as(ports), "-Y", SEVERAL, "-T", "ek",
-            "-J", "frame rpc nfs"]
+    return [
+        tshark,
+        "-r",
+        path,
+        "-n",
+        *_decode_as(ports),
+        "-Y",
+        SEVERAL,
+        "-T",
+        "ek",
+        "-J",
+        "frame rpc nfs",
+    ]
 
 
 def _quiet(err):
-    return "\n".join(x for x in err.splitlines() if "Running as user" not in x
-                     and "could be dangerous" not in x).strip()
+    return "\n".join(
+        x for x in err.splitlines() if "Running as user" not in x and "could be dangerous" not in x
+    ).strip()
 
 
 def read(path, tshark=None, ports=()):
@@ -201,16 +244,24 @@ def read(path, tshark=None, ports=()):
         raise CaptureError(f"{path!r} is not a pcap or pcapng capture (nor a gzip'd one)")
     tshark = tshark or shutil.which("tshark")
     if not tshark:
-        raise CaptureError("tshark is not installed: captures are decoded with Wireshark's "
-                           "dissector (apt-get install tshark, or reproducers/setup-host)")
+        raise CaptureError(
+            "tshark is not installed: captures are decoded with Wireshark's "
+            "dissector (apt-get install tshark, or reproducers/setup-host)"
+        )
     ports = _ports(ports)
     reader = _Reader(path, kind, _Messages(messages_command(path, tshark, ports)))
     reader.cap.ports = ports
     # stderr into a file: a pipe nobody reads while stdout streams could fill and stall tshark.
     errfile = tempfile.TemporaryFile("w+", errors="replace")
-    proc = subprocess.Popen(tshark_command(path, tshark, ports), stdout=subprocess.PIPE,
-                            stderr=errfile, stdin=subprocess.DEVNULL, text=True,
-                            errors="replace", bufsize=1 << 20)
+    proc = subprocess.Popen(
+        tshark_command(path, tshark, ports),
+        stdout=subprocess.PIPE,
+        stderr=errfile,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        bufsize=1 << 20,
+    )
     try:
         for line in proc.stdout:
             reader.frame(line.rstrip("\n").split("\t"))
@@ -241,15 +292,21 @@ class _Messages:
     def __init__(self, cmd):
         self.cmd = cmd
         self.proc = None
-        self.ahead = None       # a frame read but not yet asked for: (number, layers)
+        self.ahead = None  # a frame read but not yet asked for: (number, layers)
 
     def get(self, number):
         """The layers of frame `number`, or None when this tshark did not give it."""
         if self.proc is None:
             self.err = tempfile.TemporaryFile("w+", errors="replace")
-            self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self.err,
-                                         stdin=subprocess.DEVNULL, text=True, errors="replace",
-                                         bufsize=1 << 20)
+            self.proc = subprocess.Popen(
+                self.cmd,
+                stdout=subprocess.PIPE,
+                stderr=self.err,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+                bufsize=1 << 20,
+            )
         while self.ahead is None or self.ahead[0] < number:
             line = self.proc.stdout.readline()
             if not line:
@@ -257,7 +314,7 @@ class _Messages:
             doc = json.loads(line, object_pairs_hook=ek_pairs)
             layers = doc.get("layers")
             if not layers:
-                continue        # the index line before each frame
+                continue  # the index line before each frame
             layers = layers[0]
             frame = layers.get("frame", [{}])[0]
             self.ahead = (_int(ek_text(frame.get("frame_frame_number", []))) or 0, layers)
@@ -279,15 +336,14 @@ def _rows_of(v, layers):
     message's from its rpc object and, where it has an NFS body, its nfs object. None when the
     messages and the NFS bodies do not pair up (then nothing is guessed)."""
     rpcs, bodies = layers.get("rpc", []), layers.get("nfs", [])
-    rows, nfs = [], []      # nfs: the indexes in rows of the messages with an NFS body
+    rows, nfs = [], []  # nfs: the indexes in rows of the messages with an NFS body
     for m in rpcs:
         row = list(v)
         for name, f in FIELDS:
             if f.startswith("rpc."):
                 row[COL[name]] = ek_text(m.get("rpc_" + f.replace(".", "_"), []))
         reply = row[COL["msgtyp"]][:1] == "1"
-        accepted = not reply or (row[COL["replystat"]][:1] == "0"
-                                 and row[COL["accept"]][:1] == "0")
+        accepted = not reply or (row[COL["replystat"]][:1] == "0" and row[COL["accept"]][:1] == "0")
         if _int(row[COL["prog"]].split(",")[0]) == NFS_PROGRAM and accepted:
             nfs.append(len(rows))
         rows.append(row)
@@ -312,8 +368,8 @@ class _Reader:
     def __init__(self, path, kind, several):
         self.cap = Capture(path, kind, None, None)
         self.several = several  # the frames with several RPC messages, message by message
-        self.calls = {}         # (client, xid) -> row dict (READDIR) or ("attr", fh, ...)
-        self.rows = []          # READDIR rows in call order
+        self.calls = {}  # (client, xid) -> row dict (READDIR) or ("attr", fh, ...)
+        self.rows = []  # READDIR rows in call order
         self.attrs = []
         self.messages = 0
 
@@ -374,20 +430,29 @@ class _Reader:
         if key in self.calls:
             if self.calls[key].get("kind") == "readdir":
                 self.cap.retransmitted_calls += 1
-            return      # a retransmission: the first transmission is the call
+            return  # a retransmission: the first transmission is the call
         if vers == 2:
-            self.cap.versions.add("2")      # not analyzed: read() callers say so
+            self.cap.versions.add("2")  # not analyzed: read() callers say so
         elif vers == 3:
             self.cap.versions.add("3")
             if proc in (NFS3_READDIR, NFS3_READDIRPLUS) and fhs:
                 plus = proc == NFS3_READDIRPLUS
-                row = dict(kind="readdir", ts=ts, frame=frame, client=client, fh=fhs[0],
-                           xid=xid, vers="3",
-                           plus=plus, cookie=_int(v[COL["cookie3"]].split(",")[0]),
-                           verifier=v[COL["verf3"]].split(",")[0] or None,
-                           dircount=_int(v[COL["dircount3"]].split(",")[0]) if plus else None,
-                           maxcount=_int((v[COL["maxcount3"]] if plus else
-                                          v[COL["count3"]]).split(",")[0]))
+                row = dict(
+                    kind="readdir",
+                    ts=ts,
+                    frame=frame,
+                    client=client,
+                    fh=fhs[0],
+                    xid=xid,
+                    vers="3",
+                    plus=plus,
+                    cookie=_int(v[COL["cookie3"]].split(",")[0]),
+                    verifier=v[COL["verf3"]].split(",")[0] or None,
+                    dircount=_int(v[COL["dircount3"]].split(",")[0]) if plus else None,
+                    maxcount=_int(
+                        (v[COL["maxcount3"]] if plus else v[COL["count3"]]).split(",")[0]
+                    ),
+                )
                 self._open_call(key, row)
             elif proc == NFS3_GETATTR and fhs:
                 self.calls[key] = dict(kind="getattr", fh=fhs[0], vers="3")
@@ -398,12 +463,20 @@ class _Reader:
                 self.cap.versions.add(f"4.{minor}")
             # The directory is the filehandle the compound's PUTFH sets: the first one.
             if op == OP4_READDIR and fhs:
-                row = dict(kind="readdir", ts=ts, frame=frame, client=client, fh=fhs[0],
-                           xid=xid, vers="4",
-                           plus=False, cookie=_int(v[COL["cookie4"]].split(",")[0]),
-                           verifier=v[COL["verf4"]].split(",")[0] or None,
-                           dircount=_int(v[COL["dircount4"]].split(",")[0]),
-                           maxcount=_int(v[COL["maxcount4"]].split(",")[0]))
+                row = dict(
+                    kind="readdir",
+                    ts=ts,
+                    frame=frame,
+                    client=client,
+                    fh=fhs[0],
+                    xid=xid,
+                    vers="4",
+                    plus=False,
+                    cookie=_int(v[COL["cookie4"]].split(",")[0]),
+                    verifier=v[COL["verf4"]].split(",")[0] or None,
+                    dircount=_int(v[COL["dircount4"]].split(",")[0]),
+                    maxcount=_int(v[COL["maxcount4"]].split(",")[0]),
+                )
                 self._open_call(key, row)
             elif op == OP4_GETATTR and len(fhs) == 1:
                 # Only a plain PUTFH+GETATTR: in a compound that moves the current filehandle
@@ -411,8 +484,9 @@ class _Reader:
                 self.calls[key] = dict(kind="getattr", fh=fhs[0], vers="4")
 
     def _open_call(self, key, row):
-        row.update(reply_ts=None, status=None, entries=None, last_cookie=None, eof=None,
-                   cookies=None)
+        row.update(
+            reply_ts=None, status=None, entries=None, last_cookie=None, eof=None, cookies=None
+        )
         self.calls[key] = row
         self.rows.append(row)
 
@@ -420,9 +494,9 @@ class _Reader:
     def _reply(self, v, ts, client, xid, frame):
         call = self.calls.get((client, xid))
         if call is None:
-            return      # a reply to a call not followed (or from before the capture)
+            return  # a reply to a call not followed (or from before the capture)
         if call.get("done"):
-            return      # a duplicate reply
+            return  # a duplicate reply
         call["done"] = True
         accepted = v[COL["replystat"]][:1] == "0" and v[COL["accept"]][:1] == "0"
         if call["vers"] == "3":
@@ -431,12 +505,19 @@ class _Reader:
         else:
             status = _int(v[COL["status4"]].split(",")[0]) if accepted else -1
             ver = _int(v[COL["change4"]].split(",")[0]) if call["kind"] == "getattr" else None
-            fileid = (_int(v[COL["fileid4"]].split(",")[0]) if call["kind"] == "getattr"
-                      else None)
+            fileid = _int(v[COL["fileid4"]].split(",")[0]) if call["kind"] == "getattr" else None
         if ver is not None and status == 0:
-            self.attrs.append(dict(ts=ts, frame=frame, client=client, fh=call["fh"], version=ver,
-                                   fileid=fileid, source="GETATTR" if call["kind"] == "getattr"
-                                   else "READDIR"))
+            self.attrs.append(
+                dict(
+                    ts=ts,
+                    frame=frame,
+                    client=client,
+                    fh=call["fh"],
+                    version=ver,
+                    fileid=fileid,
+                    source="GETATTR" if call["kind"] == "getattr" else "READDIR",
+                )
+            )
         if call["kind"] != "readdir":
             del self.calls[(client, xid)]
             return
@@ -474,25 +555,59 @@ class _Reader:
     # -- the end ---------------------------------------------------------------------------
     def finish(self):
         import pandas as pd  # only a capture's tables need it (0.5 s to import)
+
         cap = self.cap
-        cols = ["ts", "frame", "client", "fh", "xid", "vers", "plus", "cookie", "verifier",
-                "dircount", "maxcount", "reply_ts", "status", "entries", "last_cookie", "eof",
-                "cookies", "fileid"]
+        cols = [
+            "ts",
+            "frame",
+            "client",
+            "fh",
+            "xid",
+            "vers",
+            "plus",
+            "cookie",
+            "verifier",
+            "dircount",
+            "maxcount",
+            "reply_ts",
+            "status",
+            "entries",
+            "last_cookie",
+            "eof",
+            "cookies",
+            "fileid",
+        ]
         # Column by column from the rows, so that no 64-bit cookie goes through a float.
-        typed = {"cookie": "UInt64", "last_cookie": "UInt64", "ts": "Int64", "reply_ts": "Int64",
-                 "frame": "Int64",
-                 "dircount": "Int64", "maxcount": "Int64", "status": "Int64", "entries": "Int64",
-                 "fileid": "Int64", "xid": "Int64"}
-        df = pd.DataFrame({c: pd.array([r.get(c) for r in self.rows], dtype=typed[c])
-                           if c in typed else pd.Series([r.get(c) for r in self.rows],
-                                                        dtype="object")
-                           for c in cols})
+        typed = {
+            "cookie": "UInt64",
+            "last_cookie": "UInt64",
+            "ts": "Int64",
+            "reply_ts": "Int64",
+            "frame": "Int64",
+            "dircount": "Int64",
+            "maxcount": "Int64",
+            "status": "Int64",
+            "entries": "Int64",
+            "fileid": "Int64",
+            "xid": "Int64",
+        }
+        df = pd.DataFrame(
+            {
+                c: pd.array([r.get(c) for r in self.rows], dtype=typed[c])
+                if c in typed
+                else pd.Series([r.get(c) for r in self.rows], dtype="object")
+                for c in cols
+            }
+        )
         # In the capture's order: frame numbers tell apart what coarse timestamps tie.
         df = df.sort_values("frame", kind="stable").reset_index(drop=True)
-        attrs = pd.DataFrame(self.attrs, columns=["ts", "frame", "client", "fh", "version",
-                                                  "fileid", "source"])
+        attrs = pd.DataFrame(
+            self.attrs, columns=["ts", "frame", "client", "fh", "version", "fileid", "source"]
+        )
         attrs["ts"] = pd.array(attrs["ts"].tolist(), dtype="Int64")
         attrs["frame"] = pd.array(attrs["frame"].tolist(), dtype="Int64")
-        cap.readdirs, cap.attrs = df, attrs.sort_values("frame", kind="stable").reset_index(
-            drop=True)
+        cap.readdirs, cap.attrs = (
+            df,
+            attrs.sort_values("frame", kind="stable").reset_index(drop=True),
+        )
         return cap

@@ -9,7 +9,7 @@ from .. import tuning
 from .arrays import Strs, empty, narrowest
 from .base import field_column
 
-_PARALLEL_BUILD_ROWS = 1 << 20   # events built by parallel threads only below this
+_PARALLEL_BUILD_ROWS = 1 << 20  # events built by parallel threads only below this
 
 
 class ColumnBuilder:
@@ -37,8 +37,7 @@ class ColumnBuilder:
         else:
             uniq, c = np.unique(pid, return_inverse=True)
             codes = np.asarray(c, np.int32).reshape(-1)
-        names = ["<idle>" if p == 0 else self.cmdlines.get(int(p), "<...>")
-                 for p in uniq.tolist()]
+        names = ["<idle>" if p == 0 else self.cmdlines.get(int(p), "<...>") for p in uniq.tolist()]
         return Strs(codes, names)
 
     @staticmethod
@@ -48,7 +47,7 @@ class ColumnBuilder:
         a buffer reused between columns, so the only new memory is the result."""
         dtype = np.dtype(dtype)
         if order is None and out is None and len(parts) == 1 and parts[0].dtype == dtype:
-            return parts.pop()          # one piece (the compiled extract's): no copy
+            return parts.pop()  # one piece (the compiled extract's): no copy
         if order is not None and dtype.kind == "O":
             tmp = np.concatenate(parts)
             parts.clear()
@@ -59,7 +58,7 @@ class ColumnBuilder:
         at = 0
         while parts:
             p = parts.pop(0)
-            tmp[at:at + len(p)] = p
+            tmp[at : at + len(p)] = p
             at += len(p)
             del p
         tuning.trim()
@@ -80,7 +79,7 @@ class ColumnBuilder:
             if remap == list(range(len(remap))) and p.codes.dtype == dtype:
                 pieces.append(p.codes)
             else:
-                pieces.append(np.array(remap + [-1], dtype=dtype)[p.codes])   # -1 stays -1
+                pieces.append(np.array(remap + [-1], dtype=dtype)[p.codes])  # -1 stays -1
             del p
         return pieces, list(index)
 
@@ -96,10 +95,12 @@ class ColumnBuilder:
         big = [r for r in rows if r > (1 << 16)]
         # Each build holds a scratch buffer and the sort order beside its result: in
         # parallel only while that is small, so the peak stays near the result's size.
-        nthreads = (min(len(big), tuning.reader_threads()) if sum(rows) <= _PARALLEL_BUILD_ROWS
-                    else 1)
+        nthreads = (
+            min(len(big), tuning.reader_threads()) if sum(rows) <= _PARALLEL_BUILD_ROWS else 1
+        )
         if nthreads > 1:
             from concurrent.futures import ThreadPoolExecutor
+
             with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
                 done = list(pool.map(lambda j: self._build_event(*j), jobs))
         else:
@@ -123,14 +124,16 @@ class ColumnBuilder:
                 ts = np.take(ts, order, out=empty(n, ts.dtype))
             # the raw time stamps' memory (8 bytes a row) is the scratch buffer of the
             # other columns from here on, unless the time column still uses it
-            box = [raw.view(np.uint8) if order is not None or not np.shares_memory(ts, raw)
-                   else None]
+            box = [
+                raw.view(np.uint8) if order is not None or not np.shares_memory(ts, raw) else None
+            ]
             del raw
 
             def scratch(dtype):
                 if box[0] is None:
                     box[0] = empty(8 * n, np.uint8)
-                return box[0][:n * np.dtype(dtype).itemsize].view(dtype)
+                return box[0][: n * np.dtype(dtype).itemsize].view(dtype)
+
             series["ts"] = ts
             cpus = a.pop("cpu")
             if "cpu" in self._base:
@@ -138,7 +141,7 @@ class ColumnBuilder:
                 tmp = cpu if order is None else scratch(np.int64)
                 at = 0
                 for c, k in cpus:
-                    tmp[at:at + k] = c
+                    tmp[at : at + k] = c
                     at += k
                 if order is not None:
                     np.take(tmp, order, out=cpu)
@@ -159,15 +162,21 @@ class ColumnBuilder:
                     codes = self._place(pieces, n, order, narrowest(len(values)), scratch)
                     series["f:" + f.name] = _text(fmt, f, Strs(codes, values))
                 else:
-                    series["f:" + f.name] = self._place(parts, n, order, parts[0].dtype,
-                                                        scratch)
+                    series["f:" + f.name] = self._place(parts, n, order, parts[0].dtype, scratch)
             del order, box
         else:
-            cols = {"ts": np.zeros(0, np.int64), "cpu": np.zeros(0, np.int64),
-                    "pid": np.zeros(0, np.int64), "comm": Strs(np.zeros(0, np.int32), [])}
+            cols = {
+                "ts": np.zeros(0, np.int64),
+                "cpu": np.zeros(0, np.int64),
+                "pid": np.zeros(0, np.int64),
+                "comm": Strs(np.zeros(0, np.int32), []),
+            }
             for f in fields:
-                cols["f:" + f.name] = (Strs(np.zeros(0, np.int32), []) if f.kind == "str"
-                                       else np.empty(0, dtype=f.dtype))
+                cols["f:" + f.name] = (
+                    Strs(np.zeros(0, np.int32), [])
+                    if f.kind == "str"
+                    else np.empty(0, dtype=f.dtype)
+                )
             series = cols
         frames = {}
         for k, flist in keys:
@@ -200,8 +209,10 @@ class ColumnBuilder:
                     p["f:" + f.name] = _text(fmt, f, v) if isinstance(v, Strs) else v
                 pieces.append(p)
             for k, flist in keys:
-                frames[k] = [{c: p[c] for c in self._base}
-                             | {field_column(c): p["f:" + c] for c in flist} for p in pieces]
+                frames[k] = [
+                    {c: p[c] for c in self._base} | {field_column(c): p["f:" + c] for c in flist}
+                    for p in pieces
+                ]
         return frames
 
 

@@ -32,10 +32,14 @@ OPT_OFFSET, OPT_CPUCOUNT, OPT_VERSION, OPT_TRACEID = 7, 8, 9, 11
 OPT_TSC2NSEC = 14
 OPT_HEADER_INFO, OPT_FTRACE_EVENTS, OPT_EVENT_FORMATS = 16, 17, 18
 OPT_KALLSYMS, OPT_PRINTK, OPT_CMDLINES, OPT_BUFFER_TEXT = 19, 20, 21, 22
-_SECTION_OPTIONS = {OPT_HEADER_INFO, OPT_FTRACE_EVENTS, OPT_EVENT_FORMATS,
-                    OPT_KALLSYMS, OPT_PRINTK, OPT_CMDLINES}
-
-
+_SECTION_OPTIONS = {
+    OPT_HEADER_INFO,
+    OPT_FTRACE_EVENTS,
+    OPT_EVENT_FORMATS,
+    OPT_KALLSYMS,
+    OPT_PRINTK,
+    OPT_CMDLINES,
+}
 
 
 # counters of ``per_cpu/cpuN/stats`` that count events the ring buffer lost: overwritten
@@ -46,7 +50,7 @@ LOST_STATS = ("overrun", "dropped_events", "commit_overrun")
 class Buffer:
     def __init__(self, name, clock, page_size, cpus, compressed):
         self.name, self.clock, self.page_size = name, clock, page_size
-        self.cpus = cpus                  # list of (cpu, offset, size)
+        self.cpus = cpus  # list of (cpu, offset, size)
         self.compressed = compressed
 
 
@@ -59,8 +63,7 @@ class DatFile:
         try:
             self._f = open(path, "rb")
             self.size = os.fstat(self._f.fileno()).st_size
-            self.mm = (mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ)
-                        if self.size else b"")
+            self.mm = mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if self.size else b""
         except (OSError, ValueError) as e:
             raise TraceError(f"cannot open {path!r}: {e}") from None
         self.formats = Formats(path)
@@ -68,25 +71,39 @@ class DatFile:
         self.buffers = {}
         self.options = {}
         self._time = {"tsc2nsec": None, "offset": 0}
-        self.info = {"format": "trace.dat", "path": path, "cpus": None, "clock": None,
-                     "trace_cmd_version": None, "uname": None, "lost_events": [],
-                     "partial": False, "damage": [], "instance": instance or "",
-                     "instances": [], "scanned": False}
+        self.info = {
+            "format": "trace.dat",
+            "path": path,
+            "cpus": None,
+            "clock": None,
+            "trace_cmd_version": None,
+            "uname": None,
+            "lost_events": [],
+            "partial": False,
+            "damage": [],
+            "instance": instance or "",
+            "instances": [],
+            "scanned": False,
+        }
         self._cpustat_texts = []
-        self.cut_options = None     # v7: why the options after the data could not be read
+        self.cut_options = None  # v7: why the options after the data could not be read
         try:
             self._parse_meta()
         except Damage as d:
             self.close()
-            raise TraceError(f"{path}: cannot read the trace metadata: {d}. The file is "
-                             "truncated or corrupt; re-copy it or record again") from None
+            raise TraceError(
+                f"{path}: cannot read the trace metadata: {d}. The file is "
+                "truncated or corrupt; re-copy it or record again"
+            ) from None
         except TraceError:
             self.close()
             raise
         except (ValueError, IndexError, OverflowError, UnicodeDecodeError, MemoryError) as e:
             self.close()
-            raise TraceError(f"{path}: corrupt trace metadata ({type(e).__name__}: {e}); "
-                             "re-copy the file or record again") from None
+            raise TraceError(
+                f"{path}: corrupt trace metadata ({type(e).__name__}: {e}); "
+                "re-copy the file or record again"
+            ) from None
         name = instance or ""
         if instance is None and not self._holds_data(""):
             name = self._only_instance_with_data()
@@ -94,8 +111,9 @@ class DatFile:
         if name not in self.buffers:
             self.close()
             have = ", ".join(repr(b) for b in self.buffers) or "none"
-            raise TraceError(f"{path}: no trace data for instance {name!r} "
-                             f"(instances with data: {have})")
+            raise TraceError(
+                f"{path}: no trace data for instance {name!r} (instances with data: {have})"
+            )
         self.buf = self.buffers[name]
         # data of other instances past the end of the file: the file is truncated
         self.other_damage = []
@@ -110,7 +128,8 @@ class DatFile:
                 if size and off + size + (4 if b.compressed else 0) > self.size:
                     self.other_damage.append(
                         f"instance {bname!r} cpu {cpu}: data runs past the end of the file "
-                        f"(truncated)")
+                        f"(truncated)"
+                    )
                     break
         self.info["cpu_stats"] = parse_cpu_stats(self._cpustat_texts).get(name, {})
         self.info["lost_total"] = self.lost_total([], False)
@@ -121,8 +140,13 @@ class DatFile:
 
     def layout(self):
         """The layout of the pages of the buffer read (:class:`.page.PageLayout`)."""
-        return PageLayout.of(self.buf.page_size, self.header_page, self.endian == ">",
-                             self.long_size, self.formats.id_field())
+        return PageLayout.of(
+            self.buf.page_size,
+            self.header_page,
+            self.endian == ">",
+            self.long_size,
+            self.formats.id_field(),
+        )
 
     def convert_ts(self, ts):
         """Raw ring-buffer time stamps (uint64 array) as ns (int64): the TSC conversion and
@@ -150,8 +174,12 @@ class DatFile:
         stats = self.info["cpu_stats"]
         cpus = [cpu for cpu, _, size in self.buf.cpus if size]
         if cpus and all(any(k in stats.get(cpu, {}) for k in LOST_STATS) for cpu in cpus):
-            return sum(int(v) for st in stats.values() for k, v in st.items()
-                       if k in LOST_STATS and isinstance(v, int))
+            return sum(
+                int(v)
+                for st in stats.values()
+                for k, v in st.items()
+                if k in LOST_STATS and isinstance(v, int)
+            )
         if not scanned:
             return None
         counts = [ev["count"] for ev in lost_events]
@@ -167,8 +195,10 @@ class DatFile:
         with several, which one is meant cannot be guessed."""
         have = [n for n in self.buffers if n and self._holds_data(n)]
         if len(have) == 1:
-            sys.stderr.write(f"nfs-readdir: {self.path}: the top-level buffer holds no events; "
-                             f"reading those of instance {have[0]!r}\n")
+            sys.stderr.write(
+                f"nfs-readdir: {self.path}: the top-level buffer holds no events; "
+                f"reading those of instance {have[0]!r}\n"
+            )
             return have[0]
         if not have:
             return ""
@@ -177,7 +207,8 @@ class DatFile:
             f"{self.path}: the top-level buffer holds no events, and the instances "
             f"{', '.join(map(repr, have))} do; one is read at a time: extract each into a "
             f"file of its own (trace-cmd extract -B NAME -o NAME.dat), or record the events "
-            f"in the top-level buffer")
+            f"in the top-level buffer"
+        )
 
     # ---------------------------------------------------------------- meta
     def close(self):
@@ -208,9 +239,11 @@ class DatFile:
             raise Damage("bad magic: not a trace.dat file")
         ver = c.cstr(16)
         if ver not in ("6", "7"):
-            raise TraceError(f"{self.path}: trace.dat file version {ver!r} is not supported "
-                             "(versions 6 and 7 are); convert it with `trace-cmd convert "
-                             "--file-version 7`")
+            raise TraceError(
+                f"{self.path}: trace.dat file version {ver!r} is not supported "
+                "(versions 6 and 7 are); convert it with `trace-cmd convert "
+                "--file-version 7`"
+            )
         self.version = int(ver)
         endian = c.uint(1)
         if endian not in (0, 1):
@@ -223,8 +256,12 @@ class DatFile:
         self.page_size = c.uint(4)
         if self.page_size < 64 or self.page_size > (1 << 24) or self.page_size % 8:
             raise Damage(f"implausible page size {self.page_size}")
-        self.info.update(version=self.version, endian="little" if endian == 0 else "big",
-                         long_size=self.long_size, page_size=self.page_size)
+        self.info.update(
+            version=self.version,
+            endian="little" if endian == 0 else "big",
+            long_size=self.long_size,
+            page_size=self.page_size,
+        )
         if self.version == 6:
             self.compression = "none"
             self._parse_v6(c)
@@ -233,14 +270,17 @@ class DatFile:
             self.compression = c.cstr(64)
             self.compression_version = c.cstr(64)
             if self.compression not in ("none", "zstd", "zlib"):
-                raise TraceError(f"{self.path}: compression {self.compression!r} is not "
-                                 "supported (none, zlib and zstd are); convert with "
-                                 "`trace-cmd convert --compression none`")
+                raise TraceError(
+                    f"{self.path}: compression {self.compression!r} is not "
+                    "supported (none, zlib and zstd are); convert with "
+                    "`trace-cmd convert --compression none`"
+                )
             first = c.uint(8)
             self.sections_start = c.pos
             self._parse_v7(first)
             self.info["format"] = "trace.dat v7" + (
-                "" if self.compression == "none" else f" {self.compression}")
+                "" if self.compression == "none" else f" {self.compression}"
+            )
         self.info["compression"] = self.compression
         if not self.formats.by_id:
             raise Damage("no event formats found")
@@ -276,8 +316,9 @@ class DatFile:
             raise Damage(f"implausible event system count {nsys}")
         for _ in range(nsys):
             system = c.cstr(4096)
-            self._parse_formats(c, system, 1000000,
-                                "implausible event count {n} for system {system!r}")
+            self._parse_formats(
+                c, system, 1000000, "implausible event count {n} for system {system!r}"
+            )
 
     def _parse_formats(self, c, system, most, damage):
         """A count, then that many formats of one system, each its size and its text; more
@@ -300,9 +341,9 @@ class DatFile:
         self._parse_ftrace_formats(c)
         self._parse_event_formats(c)
         n = c.uint(4)
-        c.take(n)                                       # kallsyms
+        c.take(n)  # kallsyms
         n = c.uint(4)
-        c.take(n)                                       # printk formats
+        c.take(n)  # printk formats
         n = c.uint(8)
         self._parse_cmdlines(c.take(n))
         cpus = c.uint(4)
@@ -327,8 +368,10 @@ class DatFile:
                     self._option(oid, data)
             kind = c.take(10)
         if kind == b"latency  \0":
-            raise TraceError(f"{self.path}: this trace.dat holds latency-tracer text, not "
-                             "event records; it cannot be decoded into events")
+            raise TraceError(
+                f"{self.path}: this trace.dat holds latency-tracer text, not "
+                "event records; it cannot be decoded into events"
+            )
         if kind != b"flyrecord\0":
             raise Damage(f"expected 'flyrecord' at offset {c.pos - 10}, found {kind!r}")
         clock = self.info.get("clock")
@@ -338,8 +381,9 @@ class DatFile:
                 bc = self._cur(off, what=f"instance {name!r} data header")
                 if bc.take(10) != b"flyrecord\0":
                     raise Damage(f"instance {name!r}: 'flyrecord' not found at offset {off}")
-                self.buffers[name] = Buffer(name, clock, self.page_size,
-                                             self._v6_cpu_list(bc, cpus), False)
+                self.buffers[name] = Buffer(
+                    name, clock, self.page_size, self._v6_cpu_list(bc, cpus), False
+                )
             except Damage as d:
                 self.info["damage"].append(str(d))
 
@@ -358,13 +402,15 @@ class DatFile:
         c = self._cur(off, what=what)
         sid = c.uint(2)
         flags = c.uint(2)
-        c.uint(4)                   # description string id
+        c.uint(4)  # description string id
         size = c.uint(8)
         if expect_id is not None and sid != expect_id:
             raise Damage(f"{what}: section id {sid} at offset {off}, expected {expect_id}")
         if size > self.size - c.pos:
-            raise Damage(f"{what}: section size {size} at offset {off} runs past the end "
-                          f"of the file ({self.size} bytes)")
+            raise Damage(
+                f"{what}: section size {size} at offset {off} runs past the end "
+                f"of the file ({self.size} bytes)"
+            )
         if flags & 1:
             csize = c.uint(4)
             usize = c.uint(4)
@@ -400,12 +446,16 @@ class DatFile:
                 size = oc.uint(4)
                 odata = oc.take(size)
                 if oid == OPT_DONE:
-                    off = int.from_bytes(odata[:8], "little" if self.endian == "<" else "big") \
-                        if len(odata) >= 8 else 0
+                    off = (
+                        int.from_bytes(odata[:8], "little" if self.endian == "<" else "big")
+                        if len(odata) >= 8
+                        else 0
+                    )
                     break
                 if oid in _SECTION_OPTIONS:
-                    section_opts.append((oid, int.from_bytes(
-                        odata[:8], "little" if self.endian == "<" else "big")))
+                    section_opts.append(
+                        (oid, int.from_bytes(odata[:8], "little" if self.endian == "<" else "big"))
+                    )
                 elif oid == OPT_BUFFER:
                     buffers.append(odata)
                 elif oid == OPT_BUFFER_TEXT:
@@ -415,15 +465,21 @@ class DatFile:
         got = {oid for oid, _ in section_opts}
         for need in (OPT_HEADER_INFO, OPT_EVENT_FORMATS):
             if need not in got:
-                raise Damage(f"the options do not point to a section {need} "
-                              "(header info / event formats)")
+                raise Damage(
+                    f"the options do not point to a section {need} (header info / event formats)"
+                )
         # header info first: other sections need the long size and endianness
         section_opts.sort(key=lambda x: x[0] != OPT_HEADER_INFO)
         for oid, soff in section_opts:
             if oid == OPT_KALLSYMS:
-                continue            # kernel symbols: not read
-            what = {16: "header info", 17: "ftrace formats", 18: "event formats",
-                    20: "printk formats", 21: "saved cmdlines"}[oid]
+                continue  # kernel symbols: not read
+            what = {
+                16: "header info",
+                17: "ftrace formats",
+                18: "event formats",
+                20: "printk formats",
+                21: "saved cmdlines",
+            }[oid]
             _, _, data, _ = self._section(soff, oid, what)
             sc = Cursor(data, 0, len(data), self.endian, what)
             if oid == OPT_HEADER_INFO:
@@ -437,8 +493,7 @@ class DatFile:
                 self._parse_cmdlines(sc.take(n))
         if self.cut_options is not None and not buffers:
             cpus, compressed = recover_buffer(self, OPT_BUFFER)
-            self.buffers[""] = Buffer("", self.info.get("clock"), self.page_size, cpus,
-                                      compressed)
+            self.buffers[""] = Buffer("", self.info.get("clock"), self.page_size, cpus, compressed)
         for odata in buffers:
             bc = Cursor(odata, 0, len(odata), self.endian, "BUFFER option")
             soff = bc.uint(8)
@@ -461,14 +516,16 @@ class DatFile:
             except Damage as d:
                 self.info["damage"].append(str(d))
                 flags = 0
-            if page_size != self.page_size and (page_size < 64 or page_size > (1 << 24)
-                                                 or page_size % 8):
+            if page_size != self.page_size and (
+                page_size < 64 or page_size > (1 << 24) or page_size % 8
+            ):
                 raise Damage(f"implausible page size {page_size} for buffer {name!r}")
             self.buffers[name] = Buffer(name, clock, page_size, cpus, bool(flags & 1))
 
     def _option(self, oid, data):
         def s():
             return data.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
+
         e = "little" if self.endian == "<" else "big"
         if oid == OPT_UNAME:
             self.info["uname"] = s()
@@ -483,8 +540,11 @@ class DatFile:
         elif oid == OPT_CPUSTAT:
             self._cpustat_texts.append(s())
         elif oid == OPT_TSC2NSEC and len(data) >= 16:
-            self._time["tsc2nsec"] = (int.from_bytes(data[0:4], e), int.from_bytes(data[4:8], e),
-                                      int.from_bytes(data[8:16], e))
+            self._time["tsc2nsec"] = (
+                int.from_bytes(data[0:4], e),
+                int.from_bytes(data[4:8], e),
+                int.from_bytes(data[8:16], e),
+            )
         elif oid in (OPT_OFFSET, OPT_DATE):
             try:
                 self._time["offset"] += int(s(), 0)
@@ -493,4 +553,3 @@ class DatFile:
         elif oid == OPT_TRACEID and len(data) >= 8:
             self.info["trace_id"] = int.from_bytes(data[:8], e)
         self.options.setdefault(oid, []).append(data)
-

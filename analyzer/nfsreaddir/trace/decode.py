@@ -40,18 +40,29 @@ class Decoder:
                 names.append(f"f{i}")
                 formats.append(("|" if size == 1 else e) + ("i" if signed else "u") + str(size))
                 offsets.append(f.offset)
-            dt = np.dtype({"names": names, "formats": formats, "offsets": offsets,
-                           "itemsize": width})
-        return {"fields": fields, "pf": pf, "heads": heads, "dtype": dt, "width": width,
-                "hidx": {id(f): f"f{i}" for i, f in enumerate(heads)},
-                "asked": {id(f) for f in fields}}
+            dt = np.dtype(
+                {"names": names, "formats": formats, "offsets": offsets, "itemsize": width}
+            )
+        return {
+            "fields": fields,
+            "pf": pf,
+            "heads": heads,
+            "dtype": dt,
+            "width": width,
+            "hidx": {id(f): f"f{i}" for i, f in enumerate(heads)},
+            "asked": {id(f) for f in fields},
+        }
 
     def decode(self, block, pos, ts, dlen, cpu, plan, out):
         """The records at ``pos`` (their times ``ts``, data lengths ``dlen``) of one event
         by its ``plan``, appended to its pieces ``out``."""
         rb = ringbuf.compiled()
-        if (rb is not None and isinstance(out["ts"], Pieces)
-                and pos.dtype == np.int32 and dlen.dtype == np.int32):
+        if (
+            rb is not None
+            and isinstance(out["ts"], Pieces)
+            and pos.dtype == np.int32
+            and dlen.dtype == np.int32
+        ):
             return self._decode_compiled(rb, block, pos, ts, dlen, cpu, plan, out)
         e = self._e
         n = len(pos)
@@ -64,7 +75,7 @@ class Decoder:
             for f in plan["heads"]:
                 col = rec[plan["hidx"][id(f)]]
                 if f is pf:
-                    if packed:          # straight into the pieces kept (no copy after)
+                    if packed:  # straight into the pieces kept (no copy after)
                         pid = out["pid"].reserve(n, np.int32)
                         np.copyto(pid, col, casting="unsafe")
                         pre["pid"] = pid
@@ -91,8 +102,9 @@ class Decoder:
         elif pf is not None and dmin >= pf.offset + pf.size:
             pid = pre.get("pid")
             if pid is None:
-                pid = to_int_column(gather_uint(block, pos + pf.offset, pf.size, e),
-                                     pf).astype(np.int32)
+                pid = to_int_column(gather_uint(block, pos + pf.offset, pf.size, e), pf).astype(
+                    np.int32
+                )
         elif pre.get("pid_kept"):
             pid = pre["pid"]
             pid[...] = -1
@@ -129,8 +141,9 @@ class Decoder:
         for f in plan["fields"]:
             pieces = out["f:" + f.name]
             if f.loc is None and f.kind == "int":
-                rb.ints(block, pos, dlen, f.offset, f.size, f.signed, big,
-                        pieces.reserve(n, f.dtype))
+                rb.ints(
+                    block, pos, dlen, f.offset, f.size, f.signed, big, pieces.reserve(n, f.dtype)
+                )
             elif f.loc in ("data", "rel") and f.kind == "str":
                 codes = pieces.reserve(n, np.int32)
                 values = rb.strings(block, pos, dlen, f.offset, f.loc == "rel", big, codes)
@@ -147,9 +160,10 @@ class Decoder:
             okrow = dlen >= f.offset + 4
             allok = bool(okrow.all())
             if word is None:
-                word = gather_uint(block, pos + (f.offset if allok else
-                                                  np.where(okrow, f.offset, 0)), 4, e)
-            v = word.astype(np.uint32, copy=False).view(np.int32)     # native order
+                word = gather_uint(
+                    block, pos + (f.offset if allok else np.where(okrow, f.offset, 0)), 4, e
+                )
+            v = word.astype(np.uint32, copy=False).view(np.int32)  # native order
             start = v & 0xFFFF
             if f.loc == "rel":
                 start += f.offset + f.size
@@ -173,4 +187,3 @@ class Decoder:
             return to_int_column(raw, f)
         ln = np.where(short, np.clip(dlen - f.offset, 0, None), f.size)
         return extract_strings(block, pos + f.offset, ln, f.kind)
-

@@ -12,7 +12,8 @@ from .base import TraceError
 
 _FIELD_RE = re.compile(
     r"^\s*field:(?P<decl>[^;]*);\s*offset:(?P<off>\d+);\s*size:(?P<size>\d+);"
-    r"(?:\s*signed:(?P<signed>-?\d+);)?")
+    r"(?:\s*signed:(?P<signed>-?\d+);)?"
+)
 _DECL_RE = re.compile(r"^(?P<type>.*?)(?P<name>[A-Za-z_]\w*)\s*(?P<arr>\[[^\]]*\])?\s*$")
 _CHAR_RE = re.compile(r"\b(?:const|volatile|signed)\b")
 
@@ -39,8 +40,10 @@ class Field:
         return np.dtype(object)
 
     def __repr__(self):
-        return (f"Field({self.name!r}, {self.type!r}, off={self.offset}, size={self.size}, "
-                f"{self.kind}{'/' + self.loc if self.loc else ''})")
+        return (
+            f"Field({self.name!r}, {self.type!r}, off={self.offset}, size={self.size}, "
+            f"{self.kind}{'/' + self.loc if self.loc else ''})"
+        )
 
 
 def _parse_field(decl, off, size, signed):
@@ -52,9 +55,9 @@ def _parse_field(decl, off, size, signed):
     loc = None
     base = ftype
     if ftype.startswith("__data_loc"):
-        loc, base = "data", ftype[len("__data_loc"):]
+        loc, base = "data", ftype[len("__data_loc") :]
     elif ftype.startswith("__rel_loc"):
-        loc, base = "rel", ftype[len("__rel_loc"):]
+        loc, base = "rel", ftype[len("__rel_loc") :]
     base = base.replace("[]", "").strip()
     is_char = _CHAR_RE.sub("", base).strip() == "char"
     if arr is not None and loc is None and size == 0:
@@ -77,7 +80,7 @@ class EventFormat:
 
     def __init__(self, system, name, eid, fields, print_fmt):
         self.system, self.name, self.id = system, name, eid
-        self.fields = fields            # dict name -> Field (common_* included)
+        self.fields = fields  # dict name -> Field (common_* included)
         self.print_fmt = print_fmt
 
     @property
@@ -109,8 +112,9 @@ def parse_format(text, system):
         else:
             m = _FIELD_RE.match(line)
             if m:
-                f = _parse_field(m.group("decl"), int(m.group("off")), int(m.group("size")),
-                                 m.group("signed"))
+                f = _parse_field(
+                    m.group("decl"), int(m.group("off")), int(m.group("size")), m.group("signed")
+                )
                 if f is not None:
                     fields[f.name] = f
     if name is None or eid is None:
@@ -120,14 +124,14 @@ def parse_format(text, system):
 
 def parse_header_page(text, long_size):
     """Offsets of the page header fields (timestamp, commit, data)."""
-    hp = {"ts_off": 0, "commit_off": 8, "commit_size": long_size,
-          "data_off": 8 + long_size}
+    hp = {"ts_off": 0, "commit_off": 8, "commit_size": long_size, "data_off": 8 + long_size}
     for line in text.splitlines():
         m = _FIELD_RE.match(line)
         if not m:
             continue
-        f = _parse_field(m.group("decl"), int(m.group("off")), int(m.group("size")),
-                         m.group("signed"))
+        f = _parse_field(
+            m.group("decl"), int(m.group("off")), int(m.group("size")), m.group("signed")
+        )
         if f is None:
             continue
         if f.name == "timestamp":
@@ -137,8 +141,10 @@ def parse_header_page(text, long_size):
         elif f.name == "data":
             hp["data_off"] = f.offset
     if hp["commit_size"] not in (4, 8) or hp["ts_off"] != 0 or hp["data_off"] not in (12, 16):
-        raise TraceError("the header_page format stored in the file is not one this reader "
-                         f"knows ({hp}); the file may be corrupt")
+        raise TraceError(
+            "the header_page format stored in the file is not one this reader "
+            f"knows ({hp}); the file may be corrupt"
+        )
     return hp
 
 

@@ -14,9 +14,9 @@ _ID_RE = re.compile(r"^ID:\s*(\d+)", re.M)
 class Formats:
     def __init__(self, path):
         self.path = path
-        self.by_id = {}          # id -> (system, name, format text); parsed on demand
-        self._parsed = {}        # id -> EventFormat
-        self.by_name = {}        # "system:name" -> id
+        self.by_id = {}  # id -> (system, name, format text); parsed on demand
+        self._parsed = {}  # id -> EventFormat
+        self.by_name = {}  # "system:name" -> id
 
     def add(self, data, system):
         """Keep the format text ``data`` of an event of ``system`` (parsed when asked for)."""
@@ -36,8 +36,9 @@ class Formats:
             system, _, text = self.by_id[eid]
             fmt = parse_format(text, system)
             if fmt is None:
-                raise TraceError(f"{self.path}: the stored format of event id {eid} cannot "
-                                 "be parsed")
+                raise TraceError(
+                    f"{self.path}: the stored format of event id {eid} cannot be parsed"
+                )
             self._parsed[eid] = fmt
         return fmt
 

@@ -6,8 +6,7 @@ import os
 
 TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
 # pcap (both byte orders, microsecond and nanosecond), pcapng, gzip.
-PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1",
-               b"\xa1\xb2\x3c\x4d"}
+PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d"}
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 GZIP_MAGIC = b"\x1f\x8b"
 

@@ -14,7 +14,7 @@ from .arrays import gather_uint, udt
 # step from a record header to the next for data records of 1..28 words (type_len);
 # -1: another type (0: length in the next word, padding, time extend, time stamp)
 _STEP = np.full(32, -1, np.int32)
-_STEP[1:page.TYPE_DATA_MAX + 1] = 4 + 4 * np.arange(1, page.TYPE_DATA_MAX + 1)
+_STEP[1 : page.TYPE_DATA_MAX + 1] = 4 + 4 * np.arange(1, page.TYPE_DATA_MAX + 1)
 _TS_MSB = np.uint64(page.TS_MSB)
 
 
@@ -29,7 +29,7 @@ def _chain(b32, start, end, le, min_dlen):
     rows = []
     broken = np.zeros(len(start), bool)
     cur = start
-    act = None                       # None: all lanes still walking
+    act = None  # None: all lanes still walking
     m31, s27 = np.uint32(31), np.uint32(27)
     while True:
         w = b32[cur >> 2]
@@ -79,8 +79,9 @@ def _slow_steps(b32, cur, tl, end, min_dlen, slow, nxt, broken):
     a0 = b32.take((c >> 2) + 1, mode="clip").astype(np.int64)
     is0 = t == 0
     dl0 = (a0 - 4 + 3) & ~3
-    nx = np.where(is0, c + 8 + dl0,
-                  np.where(t == page.TYPE_PADDING, np.minimum(c + 4 + a0, e_), c + 8))
+    nx = np.where(
+        is0, c + 8 + dl0, np.where(t == page.TYPE_PADDING, np.minimum(c + 4 + a0, e_), c + 8)
+    )
     bad = (nx <= c) | (is0 & (dl0 < min_dlen)) | ((nx < e_) & ((nx & 3) != 0))
     nxt[idx] = np.where(bad, e_, np.minimum(nx, e_ + 4))
     if bad.any():
@@ -97,8 +98,9 @@ class _Pages:
         self.n = len(block) // P
         self.base = np.arange(self.n, dtype=np.int64) * P
         self.ts = block.view(udt(e, 8))[self.base >> 3].astype(np.uint64)
-        self.commit = gather_uint(block, self.base + layout.commit_off, layout.commit_size,
-                                  e).astype(np.uint64)
+        self.commit = gather_uint(
+            block, self.base + layout.commit_off, layout.commit_size, e
+        ).astype(np.uint64)
         self.size = (self.commit & np.uint64(page.COMMIT_MASK)).astype(np.int64)
         badsz = np.flatnonzero(self.size > layout.limit)
         self.bad = int(badsz[0]) if len(badsz) else self.n
@@ -116,13 +118,16 @@ class _Pages:
             cnt = None
             if stored[p] and self.size[p] + layout.long_size <= layout.limit:
                 at = int(self.base[p] + layout.data_off + self.size[p])
-                cnt = int(gather_uint(block, np.array([at]), layout.long_size,
-                                      layout.endian)[0])
+                cnt = int(gather_uint(block, np.array([at]), layout.long_size, layout.endian)[0])
             lost.append({"cpu": cpu, "ts": int(self.ts[p]), "count": cnt})
 
 
-_EMPTY = (np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64),
-          np.zeros(0, np.int64))
+_EMPTY = (
+    np.zeros(0, np.int64),
+    np.zeros(0, np.uint64),
+    np.zeros(0, np.int64),
+    np.zeros(0, np.int64),
+)
 
 
 def walk(block, layout, lut, cpu, lost, first_page=0):
@@ -139,8 +144,11 @@ def walk(block, layout, lut, cpu, lost, first_page=0):
     pages = _Pages(block, layout)
     if pages.n == 0:
         return None, None
-    bad_page, why, detail = pages.bad, "size", (int(pages.size[pages.bad])
-                                                if pages.bad < pages.n else 0)
+    bad_page, why, detail = (
+        pages.bad,
+        "size",
+        (int(pages.size[pages.bad]) if pages.bad < pages.n else 0),
+    )
     pages.lost_markers(block, layout, cpu, lost)
     lanes = np.flatnonzero(pages.size[:bad_page] > 0)
     if not len(lanes):
@@ -148,14 +156,15 @@ def walk(block, layout, lut, cpu, lost, first_page=0):
     start = (pages.base[lanes] + layout.data_off).astype(np.int32)
     end = start + pages.size[lanes].astype(np.int32)
     le = not layout.big
-    rec, broken = _chain(block.view(udt(layout.endian, 4)), start, end, le,
-                         layout.id_off + layout.id_size)
+    rec, broken = _chain(
+        block.view(udt(layout.endian, 4)), start, end, le, layout.id_off + layout.id_size
+    )
     if broken is not None:
         first_bad = int(lanes[np.argmax(broken)])
         if first_bad < bad_page:
             bad_page, why = first_bad, "chain"
     if bad_page < pages.n:
-        rec = rec[:np.searchsorted(rec, bad_page * P)]
+        rec = rec[: np.searchsorted(rec, bad_page * P)]
     damage = _damage(cpu, why, first_page, bad_page, detail, pages.n, layout)
     if not len(rec):
         return _EMPTY, damage
@@ -164,9 +173,9 @@ def walk(block, layout, lut, cpu, lost, first_page=0):
     if lut is not None:
         wanted = lut[np.minimum(recs.ids, len(lut) - 1)]
         k = int(np.count_nonzero(wanted))
-        if k == 0:                 # nothing wanted here: no need for the times
+        if k == 0:  # nothing wanted here: no need for the times
             return _EMPTY, damage
-        if k < len(wanted) // 2:   # few wanted: select them (else the caller does)
+        if k < len(wanted) // 2:  # few wanted: select them (else the caller does)
             sel = np.flatnonzero(wanted)
     ts = recs.times()
     if sel is not None:
@@ -202,7 +211,7 @@ class _Records:
         self.dlen = st - 4
         self.stamp = None
         data = None
-        if int(st.min()) < 0:       # not only data records of 1..28 words
+        if int(st.min()) < 0:  # not only data records of 1..28 words
             other = np.flatnonzero(st < 0)
             t = tl[other]
             a0 = b32.take((rec[other] >> 2) + 1, mode="clip").astype(np.uint64)
@@ -228,7 +237,7 @@ class _Records:
         else:
             self.ids = gather_uint(block, self.dpos + id_off, id_size, e)
         if data is not None:
-            self.ids[data] = np.iinfo(self.ids.dtype).max      # not an event: never wanted
+            self.ids[data] = np.iinfo(self.ids.dtype).max  # not an event: never wanted
 
     def times(self):
         """The raw time stamp of every record: its page's time stamp plus the deltas of the
@@ -245,5 +254,6 @@ class _Records:
         start_v = self.page_ts[pg[sidx]]
         if stamp is not None:
             start_v[np.searchsorted(sidx, stamp)] = self.stamp_val
-        return cs + np.repeat(start_v - (cs[sidx] - delta[sidx].astype(np.uint64)),
-                              np.diff(sidx, append=n))
+        return cs + np.repeat(
+            start_v - (cs[sidx] - delta[sidx].astype(np.uint64)), np.diff(sidx, append=n)
+        )

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-COMMIT_MASK = (1 << 27) - 1      # the commit word's bytes of data
-MISSED_EVENTS = 1 << 31          # RB_MISSED_EVENTS: events were lost before this page
-MISSED_STORED = 1 << 30          # RB_MISSED_STORED: their count is stored after the data
-TS_SHIFT = 27                    # the bits of a record header's time delta
-TS_MSB = 0xF8 << 56              # the bits an absolute time stamp does not carry (5.10+)
-TYPE_DATA_MAX = 28               # type_len 1..28: an event of type_len words
+COMMIT_MASK = (1 << 27) - 1  # the commit word's bytes of data
+MISSED_EVENTS = 1 << 31  # RB_MISSED_EVENTS: events were lost before this page
+MISSED_STORED = 1 << 30  # RB_MISSED_STORED: their count is stored after the data
+TS_SHIFT = 27  # the bits of a record header's time delta
+TS_MSB = 0xF8 << 56  # the bits an absolute time stamp does not carry (5.10+)
+TYPE_DATA_MAX = 28  # type_len 1..28: an event of type_len words
 TYPE_PADDING, TYPE_TIME_EXTEND, TYPE_TIME_STAMP = 29, 30, 31
 
 
@@ -27,6 +27,7 @@ TYPE_PADDING, TYPE_TIME_EXTEND, TYPE_TIME_STAMP = 29, 30, 31
 class PageLayout:
     """Where things are in one trace's pages: the header_page offsets, the byte order, the
     size of a long (a stored lost-events count) and the event id field (common_type)."""
+
     page_size: int
     commit_off: int
     commit_size: int
@@ -40,8 +41,16 @@ class PageLayout:
     def of(cls, page_size, header, big, long_size, id_field):
         """The layout from a parsed header_page (:func:`.format.parse_header_page`) and the
         common_type field."""
-        return cls(page_size, header["commit_off"], header["commit_size"], header["data_off"],
-                   big, long_size, id_field.offset, id_field.size)
+        return cls(
+            page_size,
+            header["commit_off"],
+            header["commit_size"],
+            header["data_off"],
+            big,
+            long_size,
+            id_field.offset,
+            id_field.size,
+        )
 
     @property
     def endian(self):
@@ -63,8 +72,15 @@ class PageLayout:
 
     def compiled_args(self):
         """The layout as the compiled walks take it, after the page size."""
-        return (self.commit_off, self.commit_size, self.data_off, self.big, self.long_size,
-                self.id_off, self.id_size)
+        return (
+            self.commit_off,
+            self.commit_size,
+            self.data_off,
+            self.big,
+            self.long_size,
+            self.id_off,
+            self.id_size,
+        )
 
 
 def damage_text(cpu, why, bad, detail, limit):
@@ -72,9 +88,13 @@ def damage_text(cpu, why, bad, detail, limit):
     or "chain" (a record runs past the page's data), ``bad`` the page counted from the start
     of the CPU's data; None for no damage."""
     if why == "size":
-        return (f"cpu {cpu}: page {bad} of its data has a garbage header (commit size "
-                f"{detail} > {limit})")
+        return (
+            f"cpu {cpu}: page {bad} of its data has a garbage header (commit size "
+            f"{detail} > {limit})"
+        )
     if why == "chain":
-        return (f"cpu {cpu}: the record chain in page {bad} of its data is broken (record "
-                "runs past the page's data)")
+        return (
+            f"cpu {cpu}: the record chain in page {bad} of its data is broken (record "
+            "runs past the page's data)"
+        )
     return None

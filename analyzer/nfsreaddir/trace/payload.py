@@ -15,8 +15,10 @@ _DIR_NAME_RE = re.compile(r"^([0-9a-fA-F]{2,}):([0-9a-fA-F]{2,}):(\d+)/(.*)$", r
 _DEV_RE = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]+)$")
 _VERF_COOKIE_RE = re.compile(r"^([0-9a-fA-F]*):(0x[0-9a-fA-F]+|\d+)$")
 _ALIASES = {"cache_index": "index", "nfs_flags": "nfsi_flags"}
-_RPC_RE = re.compile(r"task:\S+\s+(?P<prog>[A-Za-z_]\w*?)v(?P<ver>\d+)\s+(?P<proc>\S+)\s+"
-                     r"\((?P<a>a?)sync\)")
+_RPC_RE = re.compile(
+    r"task:\S+\s+(?P<prog>[A-Za-z_]\w*?)v(?P<ver>\d+)\s+(?P<proc>\S+)\s+"
+    r"\((?P<a>a?)sync\)"
+)
 _PROBE_IP_RE = re.compile(r"^\((?:0x)?(?P<ip>[0-9a-fA-F]{6,16})\)(?:\s|$)")
 
 
@@ -26,7 +28,7 @@ def _split_kv(payload):
     out = []
     for i, m in enumerate(ms):
         end = ms[i + 1].start() if i + 1 < len(ms) else len(payload)
-        val = payload[m.end():end]
+        val = payload[m.end() : end]
         if i + 1 < len(ms):
             val = val.rstrip()
             if val.endswith(","):
@@ -102,6 +104,7 @@ def _task(payload, out):
         if s.lower().startswith("0x"):
             return int(s, 16)
         return int(s, 16) if hexy else int(s)
+
     hexy = (len(a) == 8 and len(b.lstrip("-")) == 8) or bool(re.search(r"[a-fA-F]", a + b))
     try:
         out.setdefault("task_id", str(conv(a, hexy)))

@@ -29,7 +29,7 @@ def pcapng_drops(path):
             else:
                 length = struct.unpack(endian + "I", head[4:])[0]
                 if length < 12:
-                    break       # damaged: the reader proper reports it
+                    break  # damaged: the reader proper reports it
                 body = f.read(length - 8) if btype == ISB else None
                 if body is None:
                     f.seek(length - 8, 1)

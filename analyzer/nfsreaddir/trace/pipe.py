@@ -10,7 +10,7 @@ import numpy as np
 from .page import PageLayout
 from .ringbuf import PageWalker
 
-_PID_END = 8            # common_type, flags, preempt_count, then the 4-byte pid
+_PID_END = 8  # common_type, flags, preempt_count, then the 4-byte pid
 
 
 class PageError(Exception):
@@ -22,8 +22,18 @@ def decode_page(page, header, formats, wanted):
     wanted ({id: [field names]}); the last item is ("lost", count or None) when the page says
     events were lost before it. header: offsets from the header_page format. A damaged page
     raises PageError after the events before the damage."""
-    walker = PageWalker(PageLayout(len(page), header["commit_off"], header["commit_size"],
-                                   header["data_off"], False, 8, 0, 2))
+    walker = PageWalker(
+        PageLayout(
+            len(page),
+            header["commit_off"],
+            header["commit_size"],
+            header["data_off"],
+            False,
+            8,
+            0,
+            2,
+        )
+    )
     lost = []
     block = np.frombuffer(page, np.uint8)
     for res, damage in walker.walk(block, None, 0, lost):
@@ -34,10 +44,14 @@ def decode_page(page, header, formats, wanted):
                     continue
                 if dlen < _PID_END:
                     raise PageError(f"a record of {dlen} bytes at offset {pos} is too short")
-                rec = page[pos:pos + dlen]
+                rec = page[pos : pos + dlen]
                 fmt = formats[eid]
-                yield ts, eid, struct.unpack_from("<i", rec, 4)[0], {
-                    n: _value(rec, fmt.fields[n]) for n in names}
+                yield (
+                    ts,
+                    eid,
+                    struct.unpack_from("<i", rec, 4)[0],
+                    {n: _value(rec, fmt.fields[n]) for n in names},
+                )
         if damage:
             raise PageError(damage)
     for ev in lost:
@@ -46,17 +60,17 @@ def decode_page(page, header, formats, wanted):
 
 def _value(rec, f):
     if f.loc in ("data", "rel"):
-        word = int.from_bytes(rec[f.offset:f.offset + 4], "little")
+        word = int.from_bytes(rec[f.offset : f.offset + 4], "little")
         off, ln = word & 0xFFFF, word >> 16
         if f.loc == "rel":
             off += f.offset + 4
-        raw = rec[off:off + ln]
+        raw = rec[off : off + ln]
     elif f.loc == "tail":
-        raw = rec[f.offset:]
+        raw = rec[f.offset :]
     elif f.kind == "int":
-        return int.from_bytes(rec[f.offset:f.offset + f.size], "little", signed=f.signed)
+        return int.from_bytes(rec[f.offset : f.offset + f.size], "little", signed=f.signed)
     else:
-        raw = rec[f.offset:f.offset + f.size]
+        raw = rec[f.offset : f.offset + f.size]
     if f.kind == "str":
         return bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace")
     return bytes(raw)

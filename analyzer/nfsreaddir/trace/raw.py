@@ -19,12 +19,14 @@ class Cursor:
 
     def _need(self, n):
         if n < 0 or self.pos + n > self.end:
-            raise Damage(f"{self.what}: needs {n} bytes at offset {self.pos} but only "
-                          f"{max(0, self.end - self.pos)} are left (truncated or corrupt)")
+            raise Damage(
+                f"{self.what}: needs {n} bytes at offset {self.pos} but only "
+                f"{max(0, self.end - self.pos)} are left (truncated or corrupt)"
+            )
 
     def take(self, n):
         self._need(n)
-        b = self.buf[self.pos:self.pos + n]
+        b = self.buf[self.pos : self.pos + n]
         self.pos += n
         return bytes(b)
 
@@ -36,7 +38,7 @@ class Cursor:
         i = self.buf.find(b"\0", self.pos, stop)
         if i < 0:
             raise Damage(f"{self.what}: unterminated string at offset {self.pos}")
-        s = bytes(self.buf[self.pos:i]).decode("utf-8", "replace")
+        s = bytes(self.buf[self.pos : i]).decode("utf-8", "replace")
         self.pos = i + 1
         return s
 
@@ -48,6 +50,7 @@ def zstd_module():
     global _ZSTD
     if _ZSTD is None:
         import zstandard
+
         _ZSTD = (zstandard, zstandard.ZstdDecompressor())
     return _ZSTD
 
@@ -58,20 +61,25 @@ def decompress(algo, data, usize, what):
             zstandard, dctx = zstd_module()
             declared = zstandard.frame_content_size(data)
             if declared >= 0 and declared != usize:
-                raise Damage(f"{what}: zstd frame holds {declared} bytes, the file says "
-                              f"{usize} (corrupt)")
+                raise Damage(
+                    f"{what}: zstd frame holds {declared} bytes, the file says {usize} (corrupt)"
+                )
             out = dctx.decompress(data, max_output_size=usize)
         elif algo == "zlib":
             d = zlib.decompressobj()
             out = d.decompress(data, usize + 1)
         else:
-            raise Damage(f"{what}: compression {algo!r} is not supported "
-                          "(convert with `trace-cmd convert --compression none`)")
+            raise Damage(
+                f"{what}: compression {algo!r} is not supported "
+                "(convert with `trace-cmd convert --compression none`)"
+            )
     except Damage:
         raise
     except Exception as e:  # zstd.ZstdError, zlib.error, ...
         raise Damage(f"{what}: the {algo} data is corrupt ({e})") from None
     if len(out) != usize:
-        raise Damage(f"{what}: {algo} data gave {len(out)} bytes, the file says {usize} "
-                      "(corrupt or truncated)")
+        raise Damage(
+            f"{what}: {algo} data gave {len(out)} bytes, the file says {usize} "
+            "(corrupt or truncated)"
+        )
     return out

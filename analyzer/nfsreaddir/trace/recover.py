@@ -22,30 +22,34 @@ def recover_buffer(f, buffer_id):
     found = []
     off = f.sections_start
     while off + 16 <= f.size and len(found) < 2:
-        sid = int.from_bytes(f.mm[off:off + 2], e)
-        flags = int.from_bytes(f.mm[off + 2:off + 4], e)
-        size = int.from_bytes(f.mm[off + 8:off + 16], e)
+        sid = int.from_bytes(f.mm[off : off + 2], e)
+        flags = int.from_bytes(f.mm[off + 2 : off + 4], e)
+        size = int.from_bytes(f.mm[off + 8 : off + 16], e)
         if sid == buffer_id:
             found.append((off + 16, bool(flags & 1)))
         off += 16 + size
     if len(found) != 1:
         raise TraceError(
             f"{f.path}: the file is cut short ({f.cut_options}), and "
-            + ("no event data is left before the cut" if not found else
-               "it holds the data of several instances whose names were in the lost part")
-            + "; re-copy the file or record again")
+            + (
+                "no event data is left before the cut"
+                if not found
+                else "it holds the data of several instances whose names were in the lost part"
+            )
+            + "; re-copy the file or record again"
+        )
     start, compressed = found[0]
     P = f.page_size
-    streams = (_compressed_streams(f, start, P, e) if compressed
-               else _page_streams(f, start, P, e))
+    streams = _compressed_streams(f, start, P, e) if compressed else _page_streams(f, start, P, e)
     ncpu = f.info.get("cpus")
     if ncpu is None or len(streams) > ncpu:
-        ncpu = len(streams) + 1          # how many CPUs is unknown: some may be lost
+        ncpu = len(streams) + 1  # how many CPUs is unknown: some may be lost
     cpus = [(cpu, off, size) for cpu, (off, size) in enumerate(streams)]
     cpus += [(cpu, f.size, 1) for cpu in range(len(streams), ncpu)]
     f.info["damage"].append(
         f"the file is cut short ({f.cut_options}); its CPU data was found without "
-        f"the BUFFER option: {len(streams)} of {ncpu} CPUs' streams")
+        f"the BUFFER option: {len(streams)} of {ncpu} CPUs' streams"
+    )
     return cpus, compressed
 
 
@@ -57,12 +61,12 @@ def _compressed_streams(f, pos, P, e):
         pos = -(-pos // P) * P
         if pos + 4 > f.size:
             return out
-        nchunks = int.from_bytes(f.mm[pos:pos + 4], e)
+        nchunks = int.from_bytes(f.mm[pos : pos + 4], e)
         end = pos + 4
         for _ in range(nchunks):
             if end + 8 > f.size:
                 break
-            end += 8 + int.from_bytes(f.mm[end:end + 4], e)
+            end += 8 + int.from_bytes(f.mm[end : end + 4], e)
         else:
             if end <= f.size:
                 out.append((pos, end - pos - 4))
@@ -80,7 +84,7 @@ def _page_streams(f, pos, P, e):
     npages = max(0, f.size - pos) // P
     if not npages:
         return []
-    ts = [int.from_bytes(f.mm[pos + k * P:pos + k * P + 8], e) for k in range(npages)]
+    ts = [int.from_bytes(f.mm[pos + k * P : pos + k * P + 8], e) for k in range(npages)]
     starts = [0] + [k for k in range(1, npages) if ts[k] < ts[k - 1]]
     out = [(pos + a * P, (b - a) * P) for a, b in zip(starts, starts[1:])]
     return out + [(pos + starts[-1] * P, (npages - starts[-1] + 1) * P)]
@@ -94,13 +98,15 @@ def section_chain_damage(f):
     while off < f.size and n < 100000:
         if off + 16 > f.size:
             return f"the section header at offset {off} is cut short (file truncated)"
-        hdr = bytes(f.mm[off:off + 16])
+        hdr = bytes(f.mm[off : off + 16])
         e = "little" if f.endian == "<" else "big"
         sid = int.from_bytes(hdr[0:2], e)
         size = int.from_bytes(hdr[8:16], e)
         if off + 16 + size > f.size:
-            return (f"section {sid} at offset {off} needs {size} bytes but the file ends "
-                    f"at {f.size} (file truncated)")
+            return (
+                f"section {sid} at offset {off} needs {size} bytes but the file ends "
+                f"at {f.size} (file truncated)"
+            )
         off += 16 + size
         n += 1
     return None

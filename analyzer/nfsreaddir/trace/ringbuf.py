@@ -22,7 +22,7 @@ try:
 except ImportError:
     _ringbuf = None
 
-_WALK_ROWS = 1 << 18        # records listed per call of the compiled walk
+_WALK_ROWS = 1 << 18  # records listed per call of the compiled walk
 _walk_local = threading.local()
 
 
@@ -37,9 +37,11 @@ def _compiled_wanted():
     if os.environ.get("NFSRT_READER", "") == "numpy":
         return False
     if _ringbuf is None:
-        sys.stderr.write("nfs-readdir: the compiled trace reader is not built (no C compiler "
-                         "at install?); using the slower numpy reader (reproducers/setup-host "
-                         "builds it)\n")
+        sys.stderr.write(
+            "nfs-readdir: the compiled trace reader is not built (no C compiler "
+            "at install?); using the slower numpy reader (reproducers/setup-host "
+            "builds it)\n"
+        )
         return False
     return True
 
@@ -48,8 +50,12 @@ def _walk_arrays():
     """This thread's output arrays of the compiled walk (pos, ts, dlen, ids)."""
     out = getattr(_walk_local, "out", None)
     if out is None:
-        out = _walk_local.out = (np.empty(_WALK_ROWS, np.int32), np.empty(_WALK_ROWS, np.uint64),
-                                 np.empty(_WALK_ROWS, np.int32), np.empty(_WALK_ROWS, np.uint32))
+        out = _walk_local.out = (
+            np.empty(_WALK_ROWS, np.int32),
+            np.empty(_WALK_ROWS, np.uint64),
+            np.empty(_WALK_ROWS, np.int32),
+            np.empty(_WALK_ROWS, np.uint32),
+        )
     return out
 
 
@@ -83,10 +89,13 @@ class PageWalker:
         npages = len(block) // lay.page_size
         while True:
             n, marks, page, bad, why, detail = rb.walk(
-                block, page, lay.page_size, *lay.compiled_args(), lut, *out)
+                block, page, lay.page_size, *lay.compiled_args(), lut, *out
+            )
             for _, page_ts, count in marks:
                 lost.append({"cpu": cpu, "ts": page_ts, "count": count})
-            yield tuple(a[:n] for a in out), damage_text(cpu, why, first_page + bad, detail,
-                                                         lay.limit)
+            yield (
+                tuple(a[:n] for a in out),
+                damage_text(cpu, why, first_page + bad, detail, lay.limit),
+            )
             if page >= npages:
                 return

@@ -34,9 +34,10 @@ def _idle_share(sizes, nthreads):
 def _extractable(plan):
     """Whether :class:`_ringbuf.Extract` decodes every field of this plan: integers, and
     __data_loc / __rel_loc strings (others: fixed char arrays, arrays, the numpy way)."""
-    return all((f.loc is None and f.kind == "int") or (f.loc in ("data", "rel") and
-                                                       f.kind == "str")
-               for f in plan["fields"])
+    return all(
+        (f.loc is None and f.kind == "int") or (f.loc in ("data", "rel") and f.kind == "str")
+        for f in plan["fields"]
+    )
 
 
 def _columns(plan, want_pid):
@@ -80,17 +81,22 @@ class Scan:
         cpus = [(cpu, off, size) for cpu, off, size in self.streams.buf.cpus if size]
         # the one-pass compiled extract, or the walk then the decoders (whole streams only)
         extract = ringbuf.compiled() and all(_extractable(p) for p in plans.values())
-        units = self._units(cpus) if extract else [(cpu, off, size, None)
-                                                   for cpu, off, size in cpus]
+        units = (
+            self._units(cpus) if extract else [(cpu, off, size, None) for cpu, off, size in cpus]
+        )
         nthreads = min(len(units), tuning.reader_threads())
         if extract:
+
             def read(u):
                 return self.extract_cpu(*u[:3], plans, u[3])
         else:
+
             def read(u):
                 return self.scan_cpu(*u[:3], plans, lut)
+
         if nthreads > 1:
             from concurrent.futures import ThreadPoolExecutor
+
             with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
                 results = list(pool.map(read, units))
         else:
@@ -109,35 +115,45 @@ class Scan:
                 stopped.add(cpu)
         del results
         drop_inflate_block()
-        tuning.trim()             # the scan's temporaries: the heap goes back to the system
+        tuning.trim()  # the scan's temporaries: the heap goes back to the system
 
     def _units(self, cpus):
         """What the threads of the extract read: (cpu, offset, size, stretch) of whole
         streams (stretch None) or, where whole ones would leave threads idle, of stretches."""
         nthreads = tuning.reader_threads()
-        if (nthreads > 1
-                and _idle_share([size for *_, size in cpus], nthreads) > tuning.STRETCH_IDLE):
+        if (
+            nthreads > 1
+            and _idle_share([size for *_, size in cpus], nthreads) > tuning.STRETCH_IDLE
+        ):
             # stretches small enough to share the work out evenly, large enough that each
             # one's set-up does not count
-            step = max(tuning.reader_stretch_bytes(),
-                       sum(size for *_, size in cpus) // (nthreads * 8))
-            return [(cpu, off, size, stretch) for cpu, off, size in cpus
-                    for stretch in self.streams.stretches(cpu, off, size, step)]
+            step = max(
+                tuning.reader_stretch_bytes(), sum(size for *_, size in cpus) // (nthreads * 8)
+            )
+            return [
+                (cpu, off, size, stretch)
+                for cpu, off, size in cpus
+                for stretch in self.streams.stretches(cpu, off, size, step)
+            ]
         return [(cpu, off, size, None) for cpu, off, size in cpus]
 
     def scan_cpu(self, cpu, off, size, plans, lut):
         """One CPU's data through the walk and the decoders: (pieces per event, lost events,
         damage, exception or None)."""
         want = self.want
-        part = {eid: {k: (Pieces() if k != "cpu" else [])
-                      for k in ("ts", "cpu", "pid", *("f:" + f.name for f in w[2]))}
-                for eid, w in want.items()}
+        part = {
+            eid: {
+                k: (Pieces() if k != "cpu" else [])
+                for k in ("ts", "cpu", "pid", *("f:" + f.name for f in w[2]))
+            }
+            for eid, w in want.items()
+        }
         lost, damage = [], []
         first_page = 0
         decode = self.decoder.decode
         try:
             for block in self.streams.blocks(cpu, off, size):
-                dmg = None              # the block's damage: the walk's last word
+                dmg = None  # the block's damage: the walk's last word
                 for res, dmg_so_far in self.walker.walk(block, lut, cpu, lost, first_page):
                     dmg = dmg_so_far
                     if res is not None and len(res[0]):
@@ -147,8 +163,9 @@ class Scan:
                             if len(sel) == len(ids):
                                 decode(block, pos, ts, dlen, cpu, plans[eid], part[eid])
                             elif len(sel):
-                                decode(block, pos[sel], ts[sel], dlen[sel], cpu, plans[eid],
-                                       part[eid])
+                                decode(
+                                    block, pos[sel], ts[sel], dlen[sel], cpu, plans[eid], part[eid]
+                                )
                 if dmg:
                     damage.append(dmg)
                     break
@@ -218,9 +235,10 @@ class Scan:
             for f in fields:
                 mem = ext.take(k, j)
                 if f.kind == "str":
-                    width = memoryview(mem).nbytes // n         # 1, 2 or 4
+                    width = memoryview(mem).nbytes // n  # 1, 2 or 4
                     cols["f:" + f.name].append(
-                        Strs(np.frombuffer(mem, f"i{width}", count=n), ext.values(k, j)))
+                        Strs(np.frombuffer(mem, f"i{width}", count=n), ext.values(k, j))
+                    )
                 else:
                     cols["f:" + f.name].append(np.frombuffer(mem, f.dtype, count=n))
                 j += 1
@@ -237,4 +255,3 @@ class Scan:
                     del lst[k:]
             del cols["cpu"][k:]
         return part
-

@@ -23,8 +23,8 @@ try:
 except ImportError:
     _zchunks = None
 
-BLOCK_BYTES = 16 << 20           # pages walked per step (bounded memory)
-RELEASE_ABOVE = 32 << 20         # madvise(DONTNEED) decoded pages of files larger than this
+BLOCK_BYTES = 16 << 20  # pages walked per step (bounded memory)
+RELEASE_ABOVE = 32 << 20  # madvise(DONTNEED) decoded pages of files larger than this
 
 _local = threading.local()
 
@@ -56,9 +56,11 @@ def _inflate_wanted():
 
 @functools.cache
 def _no_inflate_notice():
-    sys.stderr.write("nfs-readdir: libzstd's header was not found at install; zstd chunks are "
-                     "decompressed through python-zstandard (slower; reproducers/setup-host "
-                     "installs libzstd-dev)\n")
+    sys.stderr.write(
+        "nfs-readdir: libzstd's header was not found at install; zstd chunks are "
+        "decompressed through python-zstandard (slower; reproducers/setup-host "
+        "installs libzstd-dev)\n"
+    )
 
 
 # why a compressed chunk stopped the stream (the numbers of _zchunks.inflate)
@@ -77,8 +79,9 @@ def _chunk_damage(cpu, i, why, a=0, b=0, text=None):
         return f"cpu {cpu} chunk {i}: zstd frame holds {a} bytes, the file says {b} (corrupt)"
     if why == _CORRUPT:
         return f"cpu {cpu} chunk {i}: the zstd data is corrupt ({text})"
-    return (f"cpu {cpu} chunk {i}: zstd data gave {a} bytes, the file says {b} (corrupt or "
-            "truncated)")
+    return (
+        f"cpu {cpu} chunk {i}: zstd data gave {a} bytes, the file says {b} (corrupt or truncated)"
+    )
 
 
 class Streams:
@@ -97,8 +100,10 @@ class Streams:
         if not size:
             return
         if off >= self._size:
-            raise Damage(f"cpu {cpu}: data offset {off} is past the end of the file "
-                          f"({self._size} bytes; truncated)")
+            raise Damage(
+                f"cpu {cpu}: data offset {off} is past the end of the file "
+                f"({self._size} bytes; truncated)"
+            )
         release = self._size > RELEASE_ABOVE
         if not compressed:
             end = off + size
@@ -116,18 +121,18 @@ class Streams:
             if not last:
                 return
             if trunc:
-                raise Damage(f"cpu {cpu}: data runs past the end of the file (needs "
-                              f"{size} bytes at offset {off}, file has {self._size}; truncated)")
+                raise Damage(
+                    f"cpu {cpu}: data runs past the end of the file (needs "
+                    f"{size} bytes at offset {off}, file has {self._size}; truncated)"
+                )
             if avail % P:
-                raise Damage(f"cpu {cpu}: data size {size} is not a multiple of the page "
-                              f"size {P}")
+                raise Damage(f"cpu {cpu}: data size {size} is not a multiple of the page size {P}")
             return
         # the size in the BUFFER option does not count the 4-byte chunk count
         mm = self._mm
         stop = min(off + 4 + size, self._size)
         if off + 4 + size > self._size:
-            trunc_msg = (f"cpu {cpu}: compressed data runs past the end of the file "
-                         f"(truncated)")
+            trunc_msg = f"cpu {cpu}: compressed data runs past the end of the file (truncated)"
         else:
             trunc_msg = None
         if off + 4 > stop:
@@ -137,8 +142,9 @@ class Streams:
             stretch = (off + 4, nchunks, True, 0, 0)
         pos, nchunks, last, first, _ = stretch
         if self.compression == "zstd" and _inflate_wanted():
-            yield from self._inflated(cpu, pos, stop, nchunks, P, trunc_msg if last else None,
-                                      release, first)
+            yield from self._inflated(
+                cpu, pos, stop, nchunks, P, trunc_msg if last else None, release, first
+            )
         else:
             yield from self._decompressed(cpu, pos, stop, nchunks, P, trunc_msg, release)
 
@@ -154,8 +160,11 @@ class Streams:
             stop = off + min(size, max(0, self._size - off)) // P * P
             step = max(P, step // P * P)
             cuts = list(range(off, stop, step))[1:]
-            return [(a, b, b == stop, 0, (a - off) // P)
-                    for a, b in zip([off] + cuts, cuts + [stop])] if stop > off else [None]
+            return (
+                [(a, b, b == stop, 0, (a - off) // P) for a, b in zip([off] + cuts, cuts + [stop])]
+                if stop > off
+                else [None]
+            )
         stop = min(off + 4 + size, self._size)
         if not (self.compression == "zstd" and _inflate_wanted()) or off + 4 > stop:
             return [None]
@@ -163,8 +172,10 @@ class Streams:
         cuts = _zchunks.chain(self._mm, off + 4, stop, nchunks, self._e == ">", step)
         starts = [(off + 4, 0, 0)] + cuts
         ends = [i for _, i, _ in cuts] + [nchunks]
-        return [(pos, end - first, end == nchunks, first, inflated // P)
-                for (pos, first, inflated), end in zip(starts, ends)]
+        return [
+            (pos, end - first, end == nchunks, first, inflated // P)
+            for (pos, first, inflated), end in zip(starts, ends)
+        ]
 
     def _inflated(self, cpu, pos, stop, nchunks, P, trunc_msg, release, first=0):
         """The blocks of a zstd stream from its chunk ``first``, each filled by one call of the
@@ -175,7 +186,8 @@ class Streams:
         while i < nchunks:
             start = pos
             pos, k, fill, why, a, b, text = _zchunks.inflate(
-                self._mm, pos, stop, nchunks - i, blk, P, self._e == ">")
+                self._mm, pos, stop, nchunks - i, blk, P, self._e == ">"
+            )
             i += k
             if fill:
                 yield blk[:fill]
@@ -184,7 +196,7 @@ class Streams:
             if why:
                 raise Damage(trunc_msg or _chunk_damage(cpu, i, why, a, b, text))
             if not k:
-                blk = np.empty(a, dtype=np.uint8)       # one chunk larger than the block
+                blk = np.empty(a, dtype=np.uint8)  # one chunk larger than the block
 
     def _decompressed(self, cpu, pos, stop, nchunks, P, trunc_msg, release):
         """The blocks of a compressed stream, decompressed chunk by chunk in Python (the
@@ -195,7 +207,7 @@ class Streams:
         algo = self.compression
         if algo == "zstd":
             zstandard, _ = zstd_module()
-            dctx = zstandard.ZstdDecompressor()     # one per stream: not thread safe
+            dctx = zstandard.ZstdDecompressor()  # one per stream: not thread safe
             content_size = zstandard.frame_content_size
         # decompressed chunks are copied into one reused buffer, walked when full
         blk = np.empty(BLOCK_BYTES, dtype=np.uint8)
@@ -209,15 +221,14 @@ class Streams:
                     raise Damage(_chunk_damage(cpu, i, _BAD_SIZE, usize))
                 if pos + 8 + csize > stop:
                     raise Damage(_chunk_damage(cpu, i, _DATA_CUT, csize, pos + 8))
-                data = mm[pos + 8:pos + 8 + csize]
+                data = mm[pos + 8 : pos + 8 + csize]
                 pos += 8 + csize
                 if algo == "zstd":
                     # the fast path of _decompress (same checks)
                     try:
                         declared = content_size(data)
                         if declared >= 0 and declared != usize:
-                            raise Damage(_chunk_damage(cpu, i, _SIZE_MISMATCH, declared,
-                                                        usize))
+                            raise Damage(_chunk_damage(cpu, i, _SIZE_MISMATCH, declared, usize))
                         out = dctx.decompress(data, max_output_size=usize)
                     except Damage:
                         raise
@@ -240,7 +251,7 @@ class Streams:
                         done = pos
                 if usize > len(blk):
                     blk = np.empty(usize, dtype=np.uint8)
-            blk[fill:fill + usize] = np.frombuffer(out, dtype=np.uint8)
+            blk[fill : fill + usize] = np.frombuffer(out, dtype=np.uint8)
             fill += usize
         if fill:
             yield blk[:fill]
@@ -260,4 +271,3 @@ class Streams:
                 self._mm.madvise(madv, start, stop - start)
             except (OSError, ValueError):
                 pass
-

@@ -47,20 +47,36 @@ _EVENT_RE = re.compile(
     r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?(?P<comm>.*?)-(?P<pid>-?\d+)\s+"
     r"(?:\(\s*(?P<tgid>-?[\d-]+)\)\s+)?\[(?P<cpu>\d+)\]\s+(?:(?P<flags>\S+)\s+)?"
     r"(?P<sec>\d+)\.(?P<frac>\d+):\s+(?:\(\+\d+\)\s+)?(?P<event>[^\s:]+):"
-    r"(?:\s+(?P<payload>.*))?$")
-_LOST_RE = re.compile(r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?CPU:\s*(?P<cpu>\d+)\s+\["
-                      r"(?:(?:(?P<n>\d+)\s+)?EVENTS DROPPED|LOST(?:\s+(?P<n2>\d+))?\s+EVENTS)\]")
+    r"(?:\s+(?P<payload>.*))?$"
+)
+_LOST_RE = re.compile(
+    r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?CPU:\s*(?P<cpu>\d+)\s+\["
+    r"(?:(?:(?P<n>\d+)\s+)?EVENTS DROPPED|LOST(?:\s+(?P<n2>\d+))?\s+EVENTS)\]"
+)
 _INT_RE = re.compile(r"^-?\d+$")
 _HEX_RE = re.compile(r"^-?0[xX][0-9a-fA-F]+$")
 _BAREHEX_RE = re.compile(r"^[0-9a-fA-F]+$")
 
 
 # event name prefix -> system, to give "system:name" for text input
-_SYSTEMS = [("nfs4_", "nfs4"), ("nfs_", "nfs"), ("nfsd_", "nfsd"), ("rpc_", "sunrpc"),
-            ("rpcb_", "sunrpc"), ("xprt_", "sunrpc"), ("xs_", "sunrpc"), ("svc_", "sunrpc"),
-            ("rpcgss_", "rpcgss"), ("kmem_", "kmem"), ("kmalloc", "kmem"), ("kfree", "kmem"),
-            ("mm_page_", "kmem"), ("sched_", "sched"), ("sys_enter", "raw_syscalls"),
-            ("sys_exit", "raw_syscalls")]
+_SYSTEMS = [
+    ("nfs4_", "nfs4"),
+    ("nfs_", "nfs"),
+    ("nfsd_", "nfsd"),
+    ("rpc_", "sunrpc"),
+    ("rpcb_", "sunrpc"),
+    ("xprt_", "sunrpc"),
+    ("xs_", "sunrpc"),
+    ("svc_", "sunrpc"),
+    ("rpcgss_", "rpcgss"),
+    ("kmem_", "kmem"),
+    ("kmalloc", "kmem"),
+    ("kfree", "kmem"),
+    ("mm_page_", "kmem"),
+    ("sched_", "sched"),
+    ("sys_enter", "raw_syscalls"),
+    ("sys_exit", "raw_syscalls"),
+]
 _FTRACE = {"print", "bprint", "bputs", "function", "funcgraph_entry", "funcgraph_exit"}
 
 
@@ -83,14 +99,20 @@ def looks_like_report(head):
         return False
     lines = text.splitlines()[:60]
     if len(text) >= 4096 and lines:
-        lines = lines[:-1]               # last line may be cut
+        lines = lines[:-1]  # last line may be cut
     for ln in lines:
         if _EVENT_RE.match(ln):
             return True
     # header only (no events yet): "version = 7", "cpus=2", "CPU 0 is empty"
     hdr = [ln for ln in lines if ln.strip()]
-    return bool(hdr) and all(re.match(r"^(version = \d+|cpus=\d+|CPU \d+ is empty|"
-                                      r"CPU:\s*\d+ \[)", ln.strip()) for ln in hdr)
+    return bool(hdr) and all(
+        re.match(
+            r"^(version = \d+|cpus=\d+|CPU \d+ is empty|"
+            r"CPU:\s*\d+ \[)",
+            ln.strip(),
+        )
+        for ln in hdr
+    )
 
 
 def _ts_ns(sec, frac):
@@ -116,9 +138,13 @@ def _column(values, name, bad=None):
     present = [v for v in values if v is not None]
     ints = [_int_of(v) for v in present]
     n_int = sum(i is not None for i in ints)
-    if present and n_int < len(present) and all(_BAREHEX_RE.match(v) for v in present) and any(
-            re.search(r"[a-fA-F]", v) or (len(v) > 1 and v[0] == "0") for v in present):
-        ints = [int(v, 16) for v in present]           # -R prints %x fields as bare hex
+    if (
+        present
+        and n_int < len(present)
+        and all(_BAREHEX_RE.match(v) for v in present)
+        and any(re.search(r"[a-fA-F]", v) or (len(v) > 1 and v[0] == "0") for v in present)
+    ):
+        ints = [int(v, 16) for v in present]  # -R prints %x fields as bare hex
         n_int = len(ints)
     if not present or n_int * 2 < len(present) or (n_int < len(present) and n_int < 2):
         return pd.array(values, dtype="str") if len(values) else pd.array([], dtype="str")
@@ -149,10 +175,21 @@ class ReportText:
         self.path = path
         self.instance = instance
         self._names = None
-        self.info = {"format": "report text", "path": path, "cpus": None, "clock": None,
-                     "trace_cmd_version": None, "uname": None, "file_version": None,
-                     "lost_events": [], "partial": False, "damage": [],
-                     "instance": instance or "", "instances": [], "scanned": False}
+        self.info = {
+            "format": "report text",
+            "path": path,
+            "cpus": None,
+            "clock": None,
+            "trace_cmd_version": None,
+            "uname": None,
+            "file_version": None,
+            "lost_events": [],
+            "partial": False,
+            "damage": [],
+            "instance": instance or "",
+            "instances": [],
+            "scanned": False,
+        }
         self._read_header()
 
     def _lines(self):
@@ -186,8 +223,10 @@ class ReportText:
                 if mm:
                     self.info["cpus"] = int(mm.group(1))
         if not seen_event and self.info["cpus"] is None:
-            raise TraceError(f"{self.path}: not trace-cmd report output (no header and no "
-                             "event lines 'comm-pid [cpu] ts: event: ...')")
+            raise TraceError(
+                f"{self.path}: not trace-cmd report output (no header and no "
+                "event lines 'comm-pid [cpu] ts: event: ...')"
+            )
         self.raw = raw_votes > 0 and fmt_votes == 0
         self.info["format"] = "report text -R" if self.raw else "report text"
 
@@ -299,7 +338,8 @@ class ReportText:
                 if missing and r["ts"]:
                     raise TraceError(
                         f"event {name} has no field {missing[0]!r} in {self.path}; the fields "
-                        f"seen are: {', '.join(seen) or '(none)'}")
+                        f"seen are: {', '.join(seen) or '(none)'}"
+                    )
                 df = _frame(name, r, flist, typed, damaged)
                 frames[key] = df[base + [field_column(f) for f in flist]]
         self.info["damaged_events"] = sorted(damaged, key=lambda d: d["line"])
@@ -311,7 +351,7 @@ class ReportText:
             if payload.startswith("ip="):
                 i = payload.find(" buf=")
                 if payload.startswith("ip=") and i >= 0:
-                    return {"ip": payload[3:i], "buf": payload[i + 5:]}
+                    return {"ip": payload[3:i], "buf": payload[i + 5 :]}
             ip, sep, rest = payload.partition(": ")
             if sep:
                 return {"ip": ip, "buf": rest}
@@ -331,7 +371,8 @@ def _requests(events):
         if isinstance(fields, str):
             fields = [fields]
         bykey.setdefault(key.replace("/", ":").rsplit(":", 1)[-1], []).append(
-            (key, None if fields is None else list(fields)))
+            (key, None if fields is None else list(fields))
+        )
     return bykey
 
 
@@ -342,8 +383,10 @@ class _LineScan:
 
     def __init__(self, reader, names):
         self.reader = reader
-        self.rows = {name: {"ts": [], "cpu": [], "pid": [], "comm": [], "f": [], "line": []}
-                     for name in names}
+        self.rows = {
+            name: {"ts": [], "cpu": [], "pid": [], "comm": [], "f": [], "line": []}
+            for name in names
+        }
         self.lost = []
         self.damaged = []
         self.insts = set()
@@ -361,12 +404,19 @@ class _LineScan:
             ts = _ts_ns(m.group("sec"), m.group("frac"))
             self._time_order(ts)
             self._event(m, ts)
-        elif self.nevents and s.strip() and not s.lstrip().startswith("=>") \
-                and not _LOST_RE.match(s):
+        elif (
+            self.nevents and s.strip() and not s.lstrip().startswith("=>") and not _LOST_RE.match(s)
+        ):
             # After the first event every line is an event, a loss, or a stack line.
-            self.damaged.append({"line": self.nlines, "from": self.last_ts, "to": None,
-                                 "pid": None, "what": f"line {self.nlines} is not an event "
-                                 f"line: {s[:60]!r}"})
+            self.damaged.append(
+                {
+                    "line": self.nlines,
+                    "from": self.last_ts,
+                    "to": None,
+                    "pid": None,
+                    "what": f"line {self.nlines} is not an event line: {s[:60]!r}",
+                }
+            )
         else:
             self._lost(s)
 
@@ -374,9 +424,16 @@ class _LineScan:
         last = self.last_ts
         if last is not None and ts < last:
             # trace-cmd report prints events in time order: an edited or mixed line.
-            self.damaged.append({"line": self.nlines, "from": ts, "to": last, "pid": None,
-                                 "what": f"line {self.nlines}: its time {ts / 1e9:.6f} is "
-                                 f"before the line above ({last / 1e9:.6f})"})
+            self.damaged.append(
+                {
+                    "line": self.nlines,
+                    "from": ts,
+                    "to": last,
+                    "pid": None,
+                    "what": f"line {self.nlines}: its time {ts / 1e9:.6f} is "
+                    f"before the line above ({last / 1e9:.6f})",
+                }
+            )
         if self.damaged and self.damaged[-1].get("to") is None:
             self.damaged[-1]["to"] = ts
         self.last_ts = ts if last is None else max(last, ts)
@@ -388,8 +445,9 @@ class _LineScan:
             if self.reader._inst_ok(lm.group("inst")):
                 n = lm.group("n") or lm.group("n2")
                 # ts: that of the next event (the first after the loss)
-                self.lost.append({"cpu": int(lm.group("cpu")), "ts": None,
-                                  "count": int(n) if n else None})
+                self.lost.append(
+                    {"cpu": int(lm.group("cpu")), "ts": None, "count": int(n) if n else None}
+                )
 
     def _event(self, m, ts):
         self.nevents += 1
@@ -427,23 +485,30 @@ class _LineScan:
 def _frame(name, r, flist, typed, damaged):
     """The frame of event ``name``'s rows ``r`` with fields ``flist``, in time order (ties by
     cpu); a field missing or not a 64-bit integer in a row goes onto ``damaged``."""
-    cols = {"ts": np.array(r["ts"], dtype=np.int64),
-            "cpu": np.array(r["cpu"], dtype=np.int64),
-            "pid": np.array(r["pid"], dtype=np.int64),
-            "comm": pd.array(r["comm"], dtype="str")}
+    cols = {
+        "ts": np.array(r["ts"], dtype=np.int64),
+        "cpu": np.array(r["cpu"], dtype=np.int64),
+        "pid": np.array(r["pid"], dtype=np.int64),
+        "comm": pd.array(r["comm"], dtype="str"),
+    }
     for f in flist:
         vals = [d.get(f) for d in r["f"]]
         bad = [k for k, v in enumerate(vals) if v is None]
-        cols[field_column(f)] = (_column(vals, f, bad) if typed
-                                 else pd.array(vals, dtype=object))
+        cols[field_column(f)] = _column(vals, f, bad) if typed else pd.array(vals, dtype=object)
         for k in sorted(set(bad)):
             v = vals[k]
-            damaged.append({
-                "line": r["line"][k], "from": r["ts"][k], "to": r["ts"][k],
-                "pid": r["pid"][k], "event": name, "field": f,
-                "what": f"line {r['line'][k]}: {name} "
-                        + (f"has no {f}=" if v is None else f"{f}={v!r} is not a "
-                           "64-bit integer")})
+            damaged.append(
+                {
+                    "line": r["line"][k],
+                    "from": r["ts"][k],
+                    "to": r["ts"][k],
+                    "pid": r["pid"][k],
+                    "event": name,
+                    "field": f,
+                    "what": f"line {r['line'][k]}: {name} "
+                    + (f"has no {f}=" if v is None else f"{f}={v!r} is not a 64-bit integer"),
+                }
+            )
     df = pd.DataFrame(cols)
     if len(df):
         order = np.lexsort((df["cpu"].to_numpy(), df["ts"].to_numpy()))

@@ -60,9 +60,10 @@ class TraceDat:
             first_page = 0
             try:
                 for block in self.streams.blocks(cpu, off, size):
-                    dmg = None          # the block's damage: the walk's last word
+                    dmg = None  # the block's damage: the walk's last word
                     for res, dmg_so_far in self.walker.walk(
-                            block, lut, cpu, [] if lost is None else lost, first_page):
+                        block, lut, cpu, [] if lost is None else lost, first_page
+                    ):
                         dmg = dmg_so_far
                         if res is not None and len(res[0]):
                             yield cpu, first_page, res
@@ -76,8 +77,9 @@ class TraceDat:
                     damage.append(str(d))
             except (IndexError, ValueError, OverflowError) as e:
                 if damage is not None:
-                    damage.append(f"cpu {cpu}: undecodable ring-buffer data "
-                                  f"({type(e).__name__}: {e})")
+                    damage.append(
+                        f"cpu {cpu}: undecodable ring-buffer data ({type(e).__name__}: {e})"
+                    )
 
     def event_counts(self):
         """{"system:name": number of records} for the events present in the data
@@ -89,16 +91,19 @@ class TraceDat:
         damage, lost = [], []
         for _, _, res in self._records(lut, damage, lost):
             ids = res[3].astype(np.int64)
-            counts += np.bincount(np.minimum(ids, len(counts) - 1),
-                                  minlength=len(counts))[:len(counts)]
+            counts += np.bincount(np.minimum(ids, len(counts) - 1), minlength=len(counts))[
+                : len(counts)
+            ]
         drop_inflate_block()
         if damage:
             self.info["damage"] = list(self.info["damage"]) + damage
             self.info["partial"] = True
         self._set_lost(lost)
-        counts[-1] = 0          # records that are not events (padding, time stamps)
-        return {self.file.formats.name_of(eid) or f"unknown:id{eid}": int(counts[eid])
-                for eid in np.flatnonzero(counts).tolist()}
+        counts[-1] = 0  # records that are not events (padding, time stamps)
+        return {
+            self.file.formats.name_of(eid) or f"unknown:id{eid}": int(counts[eid])
+            for eid in np.flatnonzero(counts).tolist()
+        }
 
     def check_records(self):
         """Look at every record of the data for what the kernel cannot have written, and put
@@ -121,15 +126,16 @@ class TraceDat:
                     sizes[eid] = self._fixed_size(eid)
                 if sizes[eid] is not None:
                     short = keep & (ids == eid) & (dlen < sizes[eid])
-                    ids[short] = -1 - ids[short]        # too short: marked
+                    ids[short] = -1 - ids[short]  # too short: marked
             acc = per_cpu.setdefault(cpu, ([], [], []))
             acc[0].append(ts[keep])
             acc[1].append(ids[keep])
             acc[2].append(first_page + pos[keep] // P)
         for cpu, (ts_all, ids_all, page_all) in per_cpu.items():
             ts = self.file.convert_ts(np.concatenate(ts_all).astype(np.uint64)).astype(np.int64)
-            found.extend(odd_records(cpu, ts, np.concatenate(ids_all),
-                                     np.concatenate(page_all), sizes))
+            found.extend(
+                odd_records(cpu, ts, np.concatenate(ids_all), np.concatenate(page_all), sizes)
+            )
         drop_inflate_block()
         if found:
             self.info["damaged_events"] = list(self.info.get("damaged_events") or []) + found
@@ -141,8 +147,11 @@ class TraceDat:
         if self.file.formats.name_of(eid) is None:
             return None
         fmt = self.file.formats.format(eid)
-        return max((f.offset + f.size for f in fmt.fields.values()), default=0) \
-            if fmt is not None else None
+        return (
+            max((f.offset + f.size for f in fmt.fields.values()), default=0)
+            if fmt is not None
+            else None
+        )
 
     def _set_lost(self, lost):
         for ev in lost:
@@ -180,8 +189,13 @@ class TraceDat:
         in CPU order, then file order (a stable sort by time gives read()'s order).  For a
         consumer that merges the rows by time itself (the slab analysis), without the
         copy of every column that joining them costs."""
-        return self._read_as(lambda pieces, empty, base: pieces | {k: [] for k in empty},
-                             events, on_damage, base, True)
+        return self._read_as(
+            lambda pieces, empty, base: pieces | {k: [] for k in empty},
+            events,
+            on_damage,
+            base,
+            True,
+        )
 
     def _read_as(self, shape, events, on_damage, base, pieces):
         """_read's (columns, events with no rows) as ``shape`` makes them: the result, and a
@@ -204,8 +218,12 @@ class TraceDat:
             return -1
         last = []
         for cpu in stopped:
-            seen = [int(ts.max()) for cols in acc.values()
-                    for ts, (c, n) in zip(cols["ts"], cols["cpu"]) if c == cpu and n]
+            seen = [
+                int(ts.max())
+                for cols in acc.values()
+                for ts, (c, n) in zip(cols["ts"], cols["cpu"])
+                if c == cpu and n
+            ]
             if not seen:
                 return -1
             last.append(max(seen))
@@ -216,19 +234,22 @@ class TraceDat:
         format); ``base``: the base columns, in order."""
         want, empty = self._wanted(events)
         want_pid = "pid" in base or "comm" in base
-        acc = {eid: {"ts": [], "cpu": [], "pid": [], **{"f:" + f.name: [] for f in w[2]}}
-               for eid, w in want.items()}
+        acc = {
+            eid: {"ts": [], "cpu": [], "pid": [], **{"f:" + f.name: [] for f in w[2]}}
+            for eid, w in want.items()
+        }
         lost = []
         damage = []
-        stopped = set()           # CPUs whose stream is damaged: nothing after the damage
+        stopped = set()  # CPUs whose stream is damaged: nothing after the damage
         scan = Scan(self.streams, self.walker, Decoder(self.layout.endian, want_pid), want)
         columns = ColumnBuilder(self.file.convert_ts, self.file.cmdlines, base, want_pid)
         with tuning.reading(self.file.size > RELEASE_ABOVE) as memory:
             try:
                 scan.run(acc, lost, damage, stopped)
             except MemoryError:
-                raise TraceError(f"{self.path}: out of memory while decoding; ask for fewer "
-                                 "events or fields") from None
+                raise TraceError(
+                    f"{self.path}: out of memory while decoding; ask for fewer events or fields"
+                ) from None
             except (IndexError, ValueError, OverflowError) as e:
                 # a damage pattern the checks above did not catch: still a TraceError
                 damage.append(f"undecodable ring-buffer data ({type(e).__name__}: {e})")
@@ -247,7 +268,8 @@ class TraceDat:
                     f"{self.path}: the trace data is damaged; decoded only the events before "
                     f"the damage ({'; '.join(damage[:4])}{' ...' if len(damage) > 4 else ''}). "
                     "Use the events in .partial with care, or re-copy/re-record the trace",
-                    partial=(frames, empty))
+                    partial=(frames, empty),
+                )
         return frames, empty
 
     def _wanted(self, events):
@@ -271,7 +293,8 @@ class TraceDat:
                 if fn not in fmt.fields:
                     raise TraceError(
                         f"event {fmt.full_name} has no field {fn!r}; its fields are: "
-                        f"{', '.join(fmt.fields)}")
+                        f"{', '.join(fmt.fields)}"
+                    )
                 flist.append(fmt.fields[fn])
             if fmt.id in want:
                 # same event under two keys: union of fields, split at the end
@@ -295,9 +318,10 @@ def _base(base):
 def _with_empty(cols, empty, base):
     """The columns of read_columns() with those of the names the file has no format for."""
     for key, fields in empty.items():
-        cols[key] = {c: (Strs(np.zeros(0, np.int32), []) if c == "comm"
-                         else np.zeros(0, np.int64)) for c in base} \
-            | {field_column(f): np.zeros(0, object) for f in fields}
+        cols[key] = {
+            c: (Strs(np.zeros(0, np.int32), []) if c == "comm" else np.zeros(0, np.int64))
+            for c in base
+        } | {field_column(f): np.zeros(0, object) for f in fields}
     return cols
 
 
@@ -307,12 +331,13 @@ def _frames(cols, empty, base):
     import pandas as pd
 
     from .arrays import series
-    frames = {k: pd.DataFrame({c: series(v) for c, v in d.items()}, copy=False)
-              for k, d in cols.items()}
-    for key, fields in empty.items():
-        frames[key] = pd.DataFrame({c: pd.Series(dtype=np.int64 if c != "comm" else "str")
-                                    for c in base}
-                                   | {field_column(f): pd.Series(dtype=object)
-                                      for f in fields})
-    return frames
 
+    frames = {
+        k: pd.DataFrame({c: series(v) for c, v in d.items()}, copy=False) for k, d in cols.items()
+    }
+    for key, fields in empty.items():
+        frames[key] = pd.DataFrame(
+            {c: pd.Series(dtype=np.int64 if c != "comm" else "str") for c in base}
+            | {field_column(f): pd.Series(dtype=object) for f in fields}
+        )
+    return frames
