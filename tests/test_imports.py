@@ -105,7 +105,33 @@ def private_imports(name, path, known):
                 and not compiled
             ):
                 out.append(f"{name}:{node.lineno} imports {a.name} from {mod}")
-    return out
+    return out + private_uses(name, path, known, package)
+
+
+def private_uses(name, path, known, package):
+    """`m._x` in module `name`, where m is another module of the package imported as a whole
+    (`from . import m`): the same reach into another module's private names, by attribute."""
+    tree = ast.parse(open(path).read(), path)
+    modules = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            mod = f"{base}.{node.module}" if node.module else base
+            for a in node.names:
+                if f"{mod}.{a.name}" in known and f"{mod}.{a.name}" != name:
+                    modules[a.asname or a.name] = f"{mod}.{a.name}"
+    return [
+        f"{name}:{node.lineno} uses {node.attr} of {modules[node.value.id]}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in modules
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and f"{modules[node.value.id]}.{node.attr}" not in known
+    ]
 
 
 def test_no_private_name_is_imported_across_modules():
@@ -116,9 +142,13 @@ def test_no_private_name_is_imported_across_modules():
 
 def test_the_private_walk_sees_private_imports(tmp_path):
     f = tmp_path / "m.py"
-    f.write_text("from .other import _hidden, shown\nfrom . import _slab\n")
+    f.write_text(
+        "from .other import _hidden, shown\nfrom . import _slab, other\n"
+        "other._also_hidden(other.shown, other.__name__)\n"
+    )
     assert private_imports("nfsreaddir.m", str(f), {"nfsreaddir.other"}) == [
-        "nfsreaddir.m:1 imports _hidden from nfsreaddir.other"
+        "nfsreaddir.m:1 imports _hidden from nfsreaddir.other",
+        "nfsreaddir.m:3 uses _also_hidden of nfsreaddir.other",
     ]
 
 

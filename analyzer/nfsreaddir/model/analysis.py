@@ -41,7 +41,7 @@ class AnalysisError(Exception):
     """The trace cannot answer the question; the message says what to record instead."""
 
 
-def _restarts(rpcs, restart_idx, invalidation_ts, targets=None):
+def restart_costs(rpcs, restart_idx, invalidation_ts, targets=None):
     """What each restart cost: READDIRs and time until the listing asks for a cookie above every
     cookie asked before the restart, and above the reader's position where that is known
     (targets: per restart, 0 where it is not). Cookies are compared by value: ext4 (hash
@@ -381,14 +381,16 @@ def analyze(trace):
         my_invals = _select(invals, lst)
         inv_ts = my_invals["ts"].to_numpy()
         if cookies_known:
-            lst.restarts = _one_per_catchup(_restarts(lst.rpcs, found[0], inv_ts, found[1]), inv_ts)
+            lst.restarts = _one_per_catchup(
+                restart_costs(lst.rpcs, found[0], inv_ts, found[1]), inv_ts
+            )
             # The other bound: every ambiguous READDIR a restart, at cookie 0 (their target is
             # not known).
             both = sorted(
                 zip(found[0] + lst.ambiguous_rows, found[1] + [0] * len(lst.ambiguous_rows))
             )
             lst.possible_restarts = _one_per_catchup(
-                _restarts(lst.rpcs, [i for i, _ in both], inv_ts, [t for _, t in both]), inv_ts
+                restart_costs(lst.rpcs, [i for i, _ in both], inv_ts, [t for _, t in both]), inv_ts
             )
         restart_ts = np.array([r.ts for r in lst.restarts], dtype=np.int64)
         rpc_ts = lst.rpcs["ts"].to_numpy("int64")

@@ -316,7 +316,7 @@ def analyze(path, tshark=None, ports=()):
         lst.version_changes, changes = _versions(lst, cap.attrs)
         if lst._restart_idx:
             inv_ts = np.array([], dtype=np.int64)
-            lst.restarts = analysis._restarts(lst.rpcs, lst._restart_idx, inv_ts)
+            lst.restarts = analysis.restart_costs(lst.rpcs, lst._restart_idx, inv_ts)
             # after_invalidation: on the wire, the directory's version moved since the
             # READDIR before the restart.
             ch = np.array(changes, dtype=np.int64)
