@@ -29,19 +29,19 @@ that, where possible, the same field names come out as with ``-R``:
 
 Integers are decimal, ``0x`` hex, or (a whole column of) bare hex digits that
 contain a-f or a leading zero, as ``-R`` prints fields whose print format uses
-``%x``.  Timestamps with 6 or 9 decimals are converted to ns.
+``%x`` (textcolumns types the columns).  Timestamps with 6 or 9 decimals are converted to ns.
 """
 
 from __future__ import annotations
 
 import re
 
-import numpy as np
 import pandas as pd
 
 from .base import BASE_COLUMNS, TraceError, columns_of, field_column, one_piece
 from .format import EventFormat, Field
 from .payload import normalised
+from .textcolumns import event_frame, typed_column
 
 _EVENT_RE = re.compile(
     r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?(?P<comm>.*?)-(?P<pid>-?\d+)\s+"
@@ -53,9 +53,6 @@ _LOST_RE = re.compile(
     r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?CPU:\s*(?P<cpu>\d+)\s+\["
     r"(?:(?:(?P<n>\d+)\s+)?EVENTS DROPPED|LOST(?:\s+(?P<n2>\d+))?\s+EVENTS)\]"
 )
-_INT_RE = re.compile(r"^-?\d+$")
-_HEX_RE = re.compile(r"^-?0[xX][0-9a-fA-F]+$")
-_BAREHEX_RE = re.compile(r"^[0-9a-fA-F]+$")
 
 
 # event name prefix -> system, to give "system:name" for text input
@@ -119,53 +116,6 @@ def _ts_ns(sec, frac):
     if len(frac) >= 9:
         return int(sec) * 1_000_000_000 + int(frac[:9])
     return int(sec) * 1_000_000_000 + int(frac) * 10 ** (9 - len(frac))
-
-
-def _int_of(v):
-    """The integer a report value stands for, or None."""
-    if _INT_RE.match(v):
-        return int(v)
-    if _HEX_RE.match(v):
-        return int(v, 0)
-    return None
-
-
-def _column(values, name, bad=None):
-    """Typed column from a list of str values (None = missing). A field is an integer field
-    when most of its values are integers; then a value that is not one, or does not fit in 64
-    bits, is damage: it becomes missing and its index goes to `bad` (a list), never turning
-    the whole column into text."""
-    present = [v for v in values if v is not None]
-    ints = [_int_of(v) for v in present]
-    n_int = sum(i is not None for i in ints)
-    if (
-        present
-        and n_int < len(present)
-        and all(_BAREHEX_RE.match(v) for v in present)
-        and any(re.search(r"[a-fA-F]", v) or (len(v) > 1 and v[0] == "0") for v in present)
-    ):
-        ints = [int(v, 16) for v in present]  # -R prints %x fields as bare hex
-        n_int = len(ints)
-    if not present or n_int * 2 < len(present) or (n_int < len(present) and n_int < 2):
-        return pd.array(values, dtype="str") if len(values) else pd.array([], dtype="str")
-    ok = [i for i in ints if i is not None and -(1 << 63) <= i < (1 << 64)]
-    signed = not ok or min(ok) < 0 or max(ok) < (1 << 63)
-    lo, hi = (-(1 << 63), 1 << 63) if signed else (0, 1 << 64)
-    it = iter(ints)
-    full = []
-    for k, v in enumerate(values):
-        if v is None:
-            full.append(None)
-            continue
-        i = next(it)
-        if i is None or not lo <= i < hi:
-            if bad is not None:
-                bad.append(k)
-            i = None
-        full.append(i)
-    if all(x is not None for x in full):
-        return np.array(full, dtype=np.int64 if signed else np.uint64)
-    return pd.array(full, dtype="Int64" if signed else "UInt64")
 
 
 class ReportText:
@@ -271,7 +221,7 @@ class ReportText:
             return None
         flds = {}
         for k, vals in fields[bare].items():
-            col = _column(vals, k)
+            col = typed_column(vals, k)
             kind = "int" if pd.api.types.is_integer_dtype(getattr(col, "dtype", None)) else "str"
             flds[k] = Field(k, "text", 0, 8 if kind == "int" else 0, True, kind, None)
         system = _system_of(bare) or (name.split(":", 1)[0] if ":" in name else "")
@@ -340,7 +290,7 @@ class ReportText:
                         f"event {name} has no field {missing[0]!r} in {self.path}; the fields "
                         f"seen are: {', '.join(seen) or '(none)'}"
                     )
-                df = _frame(name, r, flist, typed, damaged)
+                df = event_frame(name, r, flist, typed, damaged)
                 frames[key] = df[base + [field_column(f) for f in flist]]
         self.info["damaged_events"] = sorted(damaged, key=lambda d: d["line"])
         return frames
@@ -480,37 +430,3 @@ class _LineScan:
             if d["to"] is None:
                 d["to"] = 1 << 62
         return self.damaged
-
-
-def _frame(name, r, flist, typed, damaged):
-    """The frame of event ``name``'s rows ``r`` with fields ``flist``, in time order (ties by
-    cpu); a field missing or not a 64-bit integer in a row goes onto ``damaged``."""
-    cols = {
-        "ts": np.array(r["ts"], dtype=np.int64),
-        "cpu": np.array(r["cpu"], dtype=np.int64),
-        "pid": np.array(r["pid"], dtype=np.int64),
-        "comm": pd.array(r["comm"], dtype="str"),
-    }
-    for f in flist:
-        vals = [d.get(f) for d in r["f"]]
-        bad = [k for k, v in enumerate(vals) if v is None]
-        cols[field_column(f)] = _column(vals, f, bad) if typed else pd.array(vals, dtype=object)
-        for k in sorted(set(bad)):
-            v = vals[k]
-            damaged.append(
-                {
-                    "line": r["line"][k],
-                    "from": r["ts"][k],
-                    "to": r["ts"][k],
-                    "pid": r["pid"][k],
-                    "event": name,
-                    "field": f,
-                    "what": f"line {r['line'][k]}: {name} "
-                    + (f"has no {f}=" if v is None else f"{f}={v!r} is not a 64-bit integer"),
-                }
-            )
-    df = pd.DataFrame(cols)
-    if len(df):
-        order = np.lexsort((df["cpu"].to_numpy(), df["ts"].to_numpy()))
-        df = df.iloc[order].reset_index(drop=True)
-    return df

@@ -1,0 +1,312 @@
+"""Calls matched to their replies by XID: from tshark's field rows (tshark_fields.FIELDS,
+one RPC message a row) to a Capture's tables, in one pass that keeps each call until its reply.
+capture.read runs tshark and gives the rows; this module knows nothing of tshark's processes.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .tshark_fields import (
+    COL,
+    FIELDS,
+    NFS3_GETATTR,
+    NFS3_READDIR,
+    NFS3_READDIRPLUS,
+    NFS4_COMPOUND,
+    NFS_PORT,
+    NFS_PROGRAM,
+    OP4_GETATTR,
+    OP4_READDIR,
+    endpoint,
+    epoch_ns,
+    flag,
+    int_or_none,
+    message_rows,
+    split_values,
+)
+
+if TYPE_CHECKING:  # (pandas is imported where the tables are made)
+    import pandas
+
+
+@dataclass
+class Capture:
+    """What read() found: the tables and the facts that limit them."""
+
+    path: str
+    kind: str
+    readdirs: pandas.DataFrame
+    attrs: pandas.DataFrame
+    frames: int = 0  # frames with an RPC message (or damaged)
+    port_frames: int = 0  # frames to or from the server's ports, RPC or not
+    messages: int = 0
+    truncated_frames: int = 0  # cut by the snaplen
+    snaplen: int | None = None
+    retransmitted_calls: int = 0  # READDIR calls seen again with the same client and XID
+    unsplit_frames: int = 0  # several RPC messages that could not be told apart
+    split_frames: int = 0  # several RPC messages, read one by one
+    versions: set = field(default_factory=set)  # "2", "3", "4.0", "4.1", ...
+    ports: tuple = (NFS_PORT,)  # the server ports decoded as ONC RPC
+    warnings: list = field(default_factory=list)
+
+    @property
+    def missing_replies(self):
+        return int(self.readdirs["reply_ts"].isna().sum()) if len(self.readdirs) else 0
+
+
+class CaptureReader:
+    """From tshark's lines to the tables: one pass, calls kept until their reply."""
+
+    def __init__(self, path, kind, several):
+        self.cap = Capture(path, kind, None, None)
+        self.several = several  # the frames with several RPC messages, message by message
+        self.calls = {}  # (client, xid) -> row dict (READDIR) or ("attr", fh, ...)
+        self.rows = []  # READDIR rows in call order
+        self.attrs = []
+        self.messages = 0
+
+    # -- one frame -------------------------------------------------------------------------
+    def frame(self, v):
+        if len(v) < len(FIELDS):
+            v = v + [""] * (len(FIELDS) - len(v))
+        cap = self.cap
+        cap.port_frames += 1
+        cap_len, length = int_or_none(v[COL["cap_len"]]), int_or_none(v[COL["len"]])
+        truncated = cap_len is not None and length is not None and cap_len < length
+        xids = split_values(v[COL["xid"]])
+        if truncated:
+            cap.truncated_frames += 1
+            cap.snaplen = max(cap.snaplen or 0, cap_len)
+        if xids or truncated or v[COL["malformed"]]:
+            cap.frames += 1
+        if not xids:
+            return
+        self.messages += len(xids)
+        cap.messages += len(xids)
+        if len(xids) == 1:
+            self._message(v)
+            return
+        layers = self.several.get(int_or_none(v[COL["frame"]]))
+        rows = message_rows(v, layers) if layers else None
+        if rows is None or len(rows) != len(xids):
+            cap.unsplit_frames += 1
+            return
+        cap.split_frames += 1
+        for row in rows:
+            self._message(row)
+
+    def _message(self, v):
+        """One RPC message: its frame's addresses and time, its own RPC and NFS fields."""
+        prog = int_or_none(v[COL["prog"]].split(",")[0])
+        if prog is not None and prog != NFS_PROGRAM:
+            return
+        ts = epoch_ns(v[COL["ts"]])
+        src = v[COL["src"]] or v[COL["src6"]]
+        dst = v[COL["dst"]] or v[COL["dst6"]]
+        sport = v[COL["sport"]] or v[COL["usport"]]
+        dport = v[COL["dport"]] or v[COL["udport"]]
+        frame = int_or_none(v[COL["frame"]])
+        xid = int_or_none(v[COL["xid"]], 0)
+        kind = v[COL["msgtyp"]][:1]
+        if kind == "0":
+            self._call(v, ts, endpoint(src, sport), xid, frame)
+        elif kind == "1":
+            self._reply(v, ts, endpoint(dst, dport), xid, frame)
+
+    # -- calls -----------------------------------------------------------------------------
+    def _call(self, v, ts, client, xid, frame):
+        vers = int_or_none(v[COL["vers"]].split(",")[0])
+        proc = int_or_none(v[COL["proc"]].split(",")[0])
+        fhs = split_values(v[COL["fh"]])
+        key = (client, xid)
+        if key in self.calls:
+            if self.calls[key].get("kind") == "readdir":
+                self.cap.retransmitted_calls += 1
+            return  # a retransmission: the first transmission is the call
+        if vers == 2:
+            self.cap.versions.add("2")  # not analyzed: read() callers say so
+        elif vers == 3:
+            self.cap.versions.add("3")
+            if proc in (NFS3_READDIR, NFS3_READDIRPLUS) and fhs:
+                plus = proc == NFS3_READDIRPLUS
+                row = dict(
+                    kind="readdir",
+                    ts=ts,
+                    frame=frame,
+                    client=client,
+                    fh=fhs[0],
+                    xid=xid,
+                    vers="3",
+                    plus=plus,
+                    cookie=int_or_none(v[COL["cookie3"]].split(",")[0]),
+                    verifier=v[COL["verf3"]].split(",")[0] or None,
+                    dircount=int_or_none(v[COL["dircount3"]].split(",")[0]) if plus else None,
+                    maxcount=int_or_none(
+                        (v[COL["maxcount3"]] if plus else v[COL["count3"]]).split(",")[0]
+                    ),
+                )
+                self._open_call(key, row)
+            elif proc == NFS3_GETATTR and fhs:
+                self.calls[key] = dict(kind="getattr", fh=fhs[0], vers="3")
+        elif vers == 4 and proc == NFS4_COMPOUND:
+            op = int_or_none(v[COL["mainop"]].split(",")[0])
+            minor = int_or_none(v[COL["minor"]].split(",")[0])
+            if minor is not None:
+                self.cap.versions.add(f"4.{minor}")
+            # The directory is the filehandle the compound's PUTFH sets: the first one.
+            if op == OP4_READDIR and fhs:
+                row = dict(
+                    kind="readdir",
+                    ts=ts,
+                    frame=frame,
+                    client=client,
+                    fh=fhs[0],
+                    xid=xid,
+                    vers="4",
+                    plus=False,
+                    cookie=int_or_none(v[COL["cookie4"]].split(",")[0]),
+                    verifier=v[COL["verf4"]].split(",")[0] or None,
+                    dircount=int_or_none(v[COL["dircount4"]].split(",")[0]),
+                    maxcount=int_or_none(v[COL["maxcount4"]].split(",")[0]),
+                )
+                self._open_call(key, row)
+            elif op == OP4_GETATTR and len(fhs) == 1:
+                # Only a plain PUTFH+GETATTR: in a compound that moves the current filehandle
+                # (LOOKUP, OPEN) the attributes may be another object's.
+                self.calls[key] = dict(kind="getattr", fh=fhs[0], vers="4")
+
+    def _open_call(self, key, row):
+        row.update(
+            reply_ts=None, status=None, entries=None, last_cookie=None, eof=None, cookies=None
+        )
+        self.calls[key] = row
+        self.rows.append(row)
+
+    # -- replies ---------------------------------------------------------------------------
+    def _reply(self, v, ts, client, xid, frame):
+        call = self.calls.get((client, xid))
+        if call is None:
+            return  # a reply to a call not followed (or from before the capture)
+        if call.get("done"):
+            return  # a duplicate reply
+        call["done"] = True
+        accepted = v[COL["replystat"]][:1] == "0" and v[COL["accept"]][:1] == "0"
+        if call["vers"] == "3":
+            status = int_or_none(v[COL["status3"]].split(",")[0]) if accepted else -1
+            ver, fileid = self._v3_attrs(v)
+        else:
+            status = int_or_none(v[COL["status4"]].split(",")[0]) if accepted else -1
+            ver = (
+                int_or_none(v[COL["change4"]].split(",")[0]) if call["kind"] == "getattr" else None
+            )
+            fileid = (
+                int_or_none(v[COL["fileid4"]].split(",")[0]) if call["kind"] == "getattr" else None
+            )
+        if ver is not None and status == 0:
+            self.attrs.append(
+                dict(
+                    ts=ts,
+                    frame=frame,
+                    client=client,
+                    fh=call["fh"],
+                    version=ver,
+                    fileid=fileid,
+                    source="GETATTR" if call["kind"] == "getattr" else "READDIR",
+                )
+            )
+        if call["kind"] != "readdir":
+            del self.calls[(client, xid)]
+            return
+        call["reply_ts"], call["status"] = ts, status
+        if status == 0:
+            if call["vers"] == "3":
+                cookies = split_values(v[COL["epcookie3" if call["plus"] else "ecookie3"]])
+                eof = flag(v[COL["eof3"]].split(",")[0])
+                if fileid is not None:
+                    call["fileid"] = fileid
+            else:
+                cookies = split_values(v[COL["cookie4"]])
+                eof = flag(v[COL["eof4"]].split(",")[0])
+            # 8 bytes a cookie, not a Python int's 32: a big capture has millions of entries.
+            cookies = array("Q", (c for c in map(int_or_none, cookies) if c is not None))
+            call["entries"] = len(cookies)
+            call["last_cookie"] = cookies[-1] if cookies else None
+            call["eof"] = eof
+            call["cookies"] = cookies
+
+    @staticmethod
+    def _v3_attrs(v):
+        """The post-op attributes of a v3 reply's object: its mtime and ctime (nanoseconds,
+        as one version number) and fileid. In a READDIRPLUS reply the directory's own come
+        first, before the entries'."""
+        ms, mn = split_values(v[COL["mtime_s"]])[:1], split_values(v[COL["mtime_ns"]])[:1]
+        cs, cn = split_values(v[COL["ctime_s"]])[:1], split_values(v[COL["ctime_ns"]])[:1]
+        if not (ms and mn and cs and cn):
+            return None, None
+        mtime = int(ms[0]) * 10**9 + int(mn[0])
+        ctime = int(cs[0]) * 10**9 + int(cn[0])
+        # One number that moves when either does: the pair, packed.
+        return (ctime << 64) | mtime, int_or_none(v[COL["fileid3"]].split(",")[0])
+
+    # -- the end ---------------------------------------------------------------------------
+    def finish(self):
+        import pandas as pd  # only a capture's tables need it (0.5 s to import)
+
+        cap = self.cap
+        cols = [
+            "ts",
+            "frame",
+            "client",
+            "fh",
+            "xid",
+            "vers",
+            "plus",
+            "cookie",
+            "verifier",
+            "dircount",
+            "maxcount",
+            "reply_ts",
+            "status",
+            "entries",
+            "last_cookie",
+            "eof",
+            "cookies",
+            "fileid",
+        ]
+        # Column by column from the rows, so that no 64-bit cookie goes through a float.
+        typed = {
+            "cookie": "UInt64",
+            "last_cookie": "UInt64",
+            "ts": "Int64",
+            "reply_ts": "Int64",
+            "frame": "Int64",
+            "dircount": "Int64",
+            "maxcount": "Int64",
+            "status": "Int64",
+            "entries": "Int64",
+            "fileid": "Int64",
+            "xid": "Int64",
+        }
+        df = pd.DataFrame(
+            {
+                c: pd.array([r.get(c) for r in self.rows], dtype=typed[c])
+                if c in typed
+                else pd.Series([r.get(c) for r in self.rows], dtype="object")
+                for c in cols
+            }
+        )
+        # In the capture's order: frame numbers tell apart what coarse timestamps tie.
+        df = df.sort_values("frame", kind="stable").reset_index(drop=True)
+        attrs = pd.DataFrame(
+            self.attrs, columns=["ts", "frame", "client", "fh", "version", "fileid", "source"]
+        )
+        attrs["ts"] = pd.array(attrs["ts"].tolist(), dtype="Int64")
+        attrs["frame"] = pd.array(attrs["frame"].tolist(), dtype="Int64")
+        cap.readdirs, cap.attrs = (
+            df,
+            attrs.sort_values("frame", kind="stable").reset_index(drop=True),
+        )
+        return cap
