@@ -22,6 +22,7 @@ import pytest
 from conftest import installed, report_text
 from nfsreaddir.model import tables
 from nfsreaddir.model.analysis import AnalysisError, analyze
+from nfsreaddir.model.damage import PID_MAX_LIMIT
 from nfsreaddir.rules import verdict
 from nfsreaddir.trace import TraceError, open_trace
 
@@ -194,7 +195,7 @@ def test_impossible_pid_is_damage(copies):
     pf = t.event_format("nfsprobe:nfs4_proc_readdir").fields["common_pid"]
     data = bytearray(path.read_bytes())
     pos = restarts[0][0] + pf.offset
-    data[pos : pos + 4] = (tables.PID_MAX_LIMIT + 1).to_bytes(4, "little")
+    data[pos : pos + 4] = (PID_MAX_LIMIT + 1).to_bytes(4, "little")
     code, reason = verdict_of_bytes(bytes(data))
     assert code != verdict.GOOD, reason
     assert any(

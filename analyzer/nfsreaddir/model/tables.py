@@ -17,7 +17,7 @@ this reads them:
 
 load() reads a whole trace; wanted() says what it reads (for a reader that reads once for
 several analyses); stream_sources() maps events to tables for a reader that takes them one at a
-time.
+time. What in the tables shows the trace damaged is found by :mod:`.damage`.
 """
 
 import re
@@ -38,6 +38,7 @@ from ..events import (
     SYSCALL_SOURCES,
     Source,
 )
+from .damage import impossible_values, position_back, unpaired_readdirs
 from .requires import requires_events
 
 # pandas (0.5 s to import) is imported by the functions that build tables: asking what a trace
@@ -245,162 +246,6 @@ def _pair_directory(rpc, paired):
     return rpc
 
 
-def _unpaired(rpc, paired, name):
-    """Where a task's READDIR kprobes and the tracepoint that ends each call (``name``,
-    nfs4:nfs4_readdir) do not alternate, as damage ({"from", "to", "pid", "what"}): the
-    kernel's nfs4_proc_readdir() runs the call and logs the tracepoint after each try, retrying
-    only after an error, so a task's kprobe is followed by one tracepoint, or by more only after
-    a try that failed. Two kprobes with no tracepoint between, or a second tracepoint after a
-    successful try, mean a line or record lost (a deleted line of report text, a flipped bit).
-    A tracepoint before the task's first kprobe (recording began during the call) and a kprobe
-    after its last tracepoint (it ended during one) are what a trace's edges hold."""
-    import pandas as pd
-
-    if paired is None or not len(paired) or not len(rpc):
-        return []
-    both = pd.concat(
-        [
-            rpc[["ts", "pid"]].assign(_k=1, _err=0),
-            paired[["ts", "pid"]].assign(_k=0, _err=paired["error"].fillna(0).to_numpy()),
-        ],
-        ignore_index=True,
-    ).sort_values(["ts", "_k"], kind="stable")
-    out = []
-    for pid, rows in both.groupby("pid", sort=False):
-        k = rows["_k"].to_numpy()
-        err = rows["_err"].to_numpy()
-        ts = rows["ts"].to_numpy()
-        started = False
-        for i in range(1, len(k)):
-            started = started or k[i - 1] == 1
-            if k[i] == 1 and k[i - 1] == 1:
-                what = "two READDIR calls with no end logged between"
-            elif started and k[i] == 0 and k[i - 1] == 0 and err[i - 1] == 0:
-                what = f"two ends ({name}) of one successful READDIR call"
-            else:
-                continue
-            lo, hi = int(ts[max(i - 2, 0)]), int(ts[min(i + 1, len(ts) - 1)])
-            out.append(
-                {
-                    "from": lo,
-                    "to": hi,
-                    "pid": int(pid),
-                    "what": f"task {int(pid)}: {what} at {ts[i - 1] / 1e9:.6f} s and "
-                    f"{ts[i] / 1e9:.6f} s: an event is missing",
-                }
-            )
-    return out
-
-
-def _position_back(calls):
-    """Where a task's directory position goes back with no seek, as damage ({"from", "to",
-    "pid", "what"}): getdents only moves a file's position forward (iterate_dir() starts at
-    f_pos and stores where the filler stopped); only llseek (rewinddir, seekdir) or a new open
-    moves it elsewhere. A getdents that starts before where the task's last one on the
-    directory ended, with no seek or open of the directory (by any task: threads share the
-    file) between, is an edited or damaged position (a `pos=` changed to 0 makes a restart
-    that never happened, or hides one)."""
-    if calls is None or not len(calls) or "pos" not in calls:
-        return []
-    rows = calls[
-        calls["call"].isin(["getdents", "getdents_done", "llseek", "opendir"])
-        & calls["fileid"].notna()
-    ]
-    # report text gives microseconds: a seek and the getdents after it can share a time stamp
-    rows = rows.assign(_after=~rows["call"].isin(["llseek", "opendir"])).sort_values(
-        ["ts", "_after"], kind="stable"
-    )
-    out = []
-    ended: dict[tuple, tuple] = {}  # (pid, dev, fileid) -> (pos, ts) where its last getdents ended
-    for ts, pid, call, dev, fileid, pos in zip(
-        rows["ts"].tolist(),
-        rows["pid"].tolist(),
-        rows["call"].tolist(),
-        rows["dev"].tolist(),
-        rows["fileid"].tolist(),
-        rows["pos"].tolist(),
-    ):
-        if call in ("llseek", "opendir"):
-            for k in [k for k in ended if k[1:] == (dev, fileid)]:
-                del ended[k]
-            continue
-        if pos is None or pos != pos or pos is getattr(calls["pos"].dtype, "na_value", None):
-            continue
-        key = (pid, dev, fileid)
-        if call == "getdents_done":
-            ended[key] = (int(pos), ts)
-        elif key in ended and int(pos) < ended[key][0]:
-            last, since = ended.pop(key)
-            out.append(
-                {
-                    "from": int(since),
-                    "to": int(ts),
-                    "pid": int(pid),
-                    "what": f"task {int(pid)}: a getdents of directory {fileid} at "
-                    f"{ts / 1e9:.6f} s starts at position {int(pos)}, before "
-                    f"{last} where its last one ended, with no seek between",
-                }
-            )
-    return out
-
-
-# The kernel's PID_MAX_LIMIT on 64-bit (include/linux/threads.h): no task has a larger pid.
-PID_MAX_LIMIT = 4 * 1024 * 1024
-
-
-def _impossible_values(tables):
-    """Rows of the canonical tables no kernel writes, as damage ({"from", "to", "pid",
-    "what"}): a pid above PID_MAX_LIMIT or negative; a READDIR naming a directory that no
-    other event of the trace names, amid READDIRs of one other directory by the same task (a
-    task's READDIRs of one listing go to one directory; a flipped bit in the fileid or dev
-    makes a directory that exists nowhere else)."""
-    out = []
-    for name in ("rpc", "invalidations", "calls"):
-        df = tables[name]
-        pid = df["pid"].to_numpy()
-        for i in np.flatnonzero((pid > PID_MAX_LIMIT) | (pid < 0)).tolist():
-            ts = int(df["ts"].iloc[i])
-            out.append(
-                {
-                    "from": ts,
-                    "to": ts,
-                    "what": f"a {name} event at {ts / 1e9:.6f} s "
-                    f"has pid {int(pid[i])}, beyond the kernel's PID_MAX_LIMIT",
-                }
-            )
-    rpc = tables["rpc"]
-    if not len(rpc) or rpc["fileid"].isna().all():
-        return out
-    named: dict[tuple, int] = {}
-    for name in ("rpc", "invalidations", "revalidations", "calls"):
-        df = tables[name]
-        if df is None or "fileid" not in df or not len(df):
-            continue
-        for key in zip(df["dev"].tolist(), df["fileid"].tolist()):
-            named[key] = named.get(key, 0) + 1
-    for _, rows in rpc.groupby("pid", sort=False):
-        keys = list(zip(rows["dev"].tolist(), rows["fileid"].tolist()))
-        for k in range(1, len(keys) - 1):
-            if (
-                named.get(keys[k]) == 1
-                and keys[k - 1] == keys[k + 1] != keys[k]
-                and not any(v != v for v in keys[k])
-            ):  # (NaN: not named)
-                lo, hi = int(rows["ts"].iloc[k - 1]), int(rows["ts"].iloc[k + 1])
-                out.append(
-                    {
-                        "from": lo,
-                        "to": hi,
-                        "pid": int(rows["pid"].iloc[k]),
-                        "what": f"a READDIR at {rows['ts'].iloc[k] / 1e9:.6f} s names "
-                        f"directory {keys[k][1]} (dev {keys[k][0]}), which no "
-                        "other event names, amid READDIRs of directory "
-                        f"{keys[k - 1][1]}",
-                    }
-                )
-    return out
-
-
 def stream_sources(trace):
     """For a reader that takes events one at a time (watch): {event name: (table, Source,
     {canonical: raw field})} of the events load() reads the rpc, invalidations and calls
@@ -470,7 +315,7 @@ def load(trace):
             pframe = _frame(trace, paired[0], frames)
             tables["rpc"] = _pair_directory(tables["rpc"], pframe)
             used["rpc_directory"] = [paired[0].name]
-            unpaired = _unpaired(tables["rpc"], pframe, paired[0].name)
+            unpaired = unpaired_readdirs(tables["rpc"], pframe, paired[0].name)
             if unpaired:
                 trace.info["damaged_events"] = (
                     list(trace.info.get("damaged_events") or []) + unpaired
@@ -503,7 +348,7 @@ def load(trace):
         tables[name] = df.reset_index(drop=True)
     tables["sources"] = used
     tables["recorded"] = recorded
-    damaged = _impossible_values(tables) + _position_back(tables["calls"])
+    damaged = impossible_values(tables) + position_back(tables["calls"])
     if damaged:
         trace.info["damaged_events"] = list(trace.info.get("damaged_events") or []) + damaged
     # The cookie a 5.18+ cache fill asks for is the reader's own position (the cache is indexed

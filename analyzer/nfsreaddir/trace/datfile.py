@@ -14,33 +14,29 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
 import sys
 
-import numpy as np
-
 from .base import TraceError
-from .format import parse_cpu_stats, parse_header_page
+from .format import parse_cpu_stats
 from .formats import Formats
+from .metadata import read_cmdlines, read_event_formats, read_ftrace_formats, read_header_info
+from .options import (
+    OPT_BUFFER,
+    OPT_BUFFER_TEXT,
+    OPT_CMDLINES,
+    OPT_DONE,
+    OPT_EVENT_FORMATS,
+    OPT_FTRACE_EVENTS,
+    OPT_HEADER_INFO,
+    OPT_KALLSYMS,
+    SECTION_OPTIONS,
+    TimeConversion,
+    read_buffer_option,
+    read_option,
+)
 from .page import PageLayout
 from .raw import Cursor, Damage, decompress
 from .recover import recover_buffer, section_chain_damage
-
-# option ids
-OPT_DONE, OPT_DATE, OPT_CPUSTAT, OPT_BUFFER, OPT_TRACECLOCK, OPT_UNAME = 0, 1, 2, 3, 4, 5
-OPT_OFFSET, OPT_CPUCOUNT, OPT_VERSION, OPT_TRACEID = 7, 8, 9, 11
-OPT_TSC2NSEC = 14
-OPT_HEADER_INFO, OPT_FTRACE_EVENTS, OPT_EVENT_FORMATS = 16, 17, 18
-OPT_KALLSYMS, OPT_PRINTK, OPT_CMDLINES, OPT_BUFFER_TEXT = 19, 20, 21, 22
-_SECTION_OPTIONS = {
-    OPT_HEADER_INFO,
-    OPT_FTRACE_EVENTS,
-    OPT_EVENT_FORMATS,
-    OPT_KALLSYMS,
-    OPT_PRINTK,
-    OPT_CMDLINES,
-}
-
 
 # counters of ``per_cpu/cpuN/stats`` that count events the ring buffer lost: overwritten
 # (overwrite mode), dropped (buffer full, no overwrite), lost to nested writes
@@ -70,7 +66,7 @@ class DatFile:
         self.cmdlines = {}
         self.buffers = {}
         self.options = {}
-        self._time = {"tsc2nsec": None, "offset": 0}
+        self._time = TimeConversion()
         self.info = {
             "format": "trace.dat",
             "path": path,
@@ -151,21 +147,7 @@ class DatFile:
     def convert_ts(self, ts):
         """Raw ring-buffer time stamps (uint64 array) as ns (int64): the TSC conversion and
         the offset the file's options give."""
-        t = self._time
-        if t["tsc2nsec"] is not None:
-            mult, shift, offset = t["tsc2nsec"]
-            if mult:
-                x = ts - np.uint64(offset)
-                lo = (x & np.uint64(0xFFFFFFFF)) * np.uint64(mult)
-                hi = (x >> np.uint64(32)) * np.uint64(mult)
-                if shift >= 32:
-                    ts = (hi + (lo >> np.uint64(32))) >> np.uint64(shift - 32)
-                else:
-                    ts = (hi << np.uint64(32 - shift)) + (lo >> np.uint64(shift))
-        out = ts.view(np.int64) if ts.dtype == np.uint64 else ts.astype(np.int64)
-        if t["offset"]:
-            out = out + np.int64(t["offset"])
-        return out
+        return self._time.convert(ts)
 
     def lost_total(self, lost_events, scanned):
         """Events lost by the ring buffer, when the trace says: the lost counters of the
@@ -286,66 +268,16 @@ class DatFile:
             raise Damage("no event formats found")
 
     # v6 --------------------------------------------------------------
-    def _parse_header_info(self, c):
-        if c.take(12) != b"header_page\0":
-            raise Damage("'header_page' not found where expected")
-        n = c.uint(8)
-        hp = c.take(n).decode("utf-8", "replace")
-        if c.take(13) != b"header_event\0":
-            raise Damage("'header_event' not found where expected")
-        n = c.uint(8)
-        he = c.take(n).decode("utf-8", "replace")
-        self.header_page = parse_header_page(hp, self.long_size)
-        self._parse_header_event(he)
-
-    def _parse_header_event(self, text):
-        types = {"padding": 29, "time_extend": 30, "time_stamp": 31}
-        for k in list(types):
-            m = re.search(rf"{k}\s*:\s*type\s*==\s*(\d+)", text)
-            if m:
-                types[k] = int(m.group(1))
-        if types != {"padding": 29, "time_extend": 30, "time_stamp": 31}:
-            raise TraceError(f"{self.path}: unsupported ring-buffer event header {types}")
-
-    def _parse_ftrace_formats(self, c):
-        self._parse_formats(c, "ftrace", 100000, "implausible ftrace format count {n}")
-
-    def _parse_event_formats(self, c):
-        nsys = c.uint(4)
-        if nsys > 100000:
-            raise Damage(f"implausible event system count {nsys}")
-        for _ in range(nsys):
-            system = c.cstr(4096)
-            self._parse_formats(
-                c, system, 1000000, "implausible event count {n} for system {system!r}"
-            )
-
-    def _parse_formats(self, c, system, most, damage):
-        """A count, then that many formats of one system, each its size and its text; more
-        than ``most`` is damage (the message ``damage``, with the count and the system)."""
-        n = c.uint(4)
-        if n > most:
-            raise Damage(damage.format(n=n, system=system))
-        for _ in range(n):
-            size = c.uint(8)
-            self.formats.add(c.take(size), system)
-
-    def _parse_cmdlines(self, data):
-        for line in data.decode("utf-8", "replace").splitlines():
-            pid, _, comm = line.strip().partition(" ")
-            if pid.isdigit():
-                self.cmdlines[int(pid)] = comm
-
     def _parse_v6(self, c):
-        self._parse_header_info(c)
-        self._parse_ftrace_formats(c)
-        self._parse_event_formats(c)
+        self.header_page = read_header_info(c, self.long_size, self.path)
+        read_ftrace_formats(c, self.formats)
+        read_event_formats(c, self.formats)
         n = c.uint(4)
         c.take(n)  # kallsyms
         n = c.uint(4)
         c.take(n)  # printk formats
         n = c.uint(8)
-        self._parse_cmdlines(c.take(n))
+        read_cmdlines(c.take(n), self.cmdlines)
         cpus = c.uint(4)
         if cpus > 65536:
             raise Damage(f"implausible cpu count {cpus}")
@@ -452,7 +384,7 @@ class DatFile:
                         else 0
                     )
                     break
-                if oid in _SECTION_OPTIONS:
+                if oid in SECTION_OPTIONS:
                     section_opts.append(
                         (oid, int.from_bytes(odata[:8], "little" if self.endian == "<" else "big"))
                     )
@@ -483,32 +415,19 @@ class DatFile:
             _, _, data, _ = self._section(soff, oid, what)
             sc = Cursor(data, 0, len(data), self.endian, what)
             if oid == OPT_HEADER_INFO:
-                self._parse_header_info(sc)
+                self.header_page = read_header_info(sc, self.long_size, self.path)
             elif oid == OPT_FTRACE_EVENTS:
-                self._parse_ftrace_formats(sc)
+                read_ftrace_formats(sc, self.formats)
             elif oid == OPT_EVENT_FORMATS:
-                self._parse_event_formats(sc)
+                read_event_formats(sc, self.formats)
             elif oid == OPT_CMDLINES:
                 n = sc.uint(8)
-                self._parse_cmdlines(sc.take(n))
+                read_cmdlines(sc.take(n), self.cmdlines)
         if self.cut_options is not None and not buffers:
             cpus, compressed = recover_buffer(self, OPT_BUFFER)
             self.buffers[""] = Buffer("", self.info.get("clock"), self.page_size, cpus, compressed)
         for odata in buffers:
-            bc = Cursor(odata, 0, len(odata), self.endian, "BUFFER option")
-            soff = bc.uint(8)
-            name = bc.cstr()
-            clock = bc.cstr()
-            page_size = bc.uint(4)
-            ncpu = bc.uint(4)
-            if ncpu > 65536:
-                raise Damage(f"implausible cpu count {ncpu} in BUFFER option")
-            cpus = []
-            for _ in range(ncpu):
-                cpu = bc.uint(4)
-                coff = bc.uint(8)
-                csize = bc.uint(8)
-                cpus.append((cpu, coff, csize))
+            soff, name, clock, page_size, cpus = read_buffer_option(odata, self.endian)
             try:
                 c = self._cur(soff, what=f"buffer {name!r} section")
                 c.uint(2)
@@ -523,33 +442,5 @@ class DatFile:
             self.buffers[name] = Buffer(name, clock, page_size, cpus, bool(flags & 1))
 
     def _option(self, oid, data):
-        def s():
-            return data.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
-
-        e = "little" if self.endian == "<" else "big"
-        if oid == OPT_UNAME:
-            self.info["uname"] = s()
-        elif oid == OPT_VERSION:
-            self.info["trace_cmd_version"] = s()
-        elif oid == OPT_TRACECLOCK:
-            m = re.search(r"\[(\S+)\]", s())
-            if m:
-                self.info["clock"] = m.group(1)
-        elif oid == OPT_CPUCOUNT and len(data) >= 4:
-            self.info["cpus"] = int.from_bytes(data[:4], e)
-        elif oid == OPT_CPUSTAT:
-            self._cpustat_texts.append(s())
-        elif oid == OPT_TSC2NSEC and len(data) >= 16:
-            self._time["tsc2nsec"] = (
-                int.from_bytes(data[0:4], e),
-                int.from_bytes(data[4:8], e),
-                int.from_bytes(data[8:16], e),
-            )
-        elif oid in (OPT_OFFSET, OPT_DATE):
-            try:
-                self._time["offset"] += int(s(), 0)
-            except ValueError:
-                pass
-        elif oid == OPT_TRACEID and len(data) >= 8:
-            self.info["trace_id"] = int.from_bytes(data[:8], e)
+        read_option(oid, data, self.endian, self.info, self._time, self._cpustat_texts)
         self.options.setdefault(oid, []).append(data)

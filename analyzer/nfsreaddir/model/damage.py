@@ -1,0 +1,163 @@
+"""Damage the canonical tables show (see :mod:`.tables`): rows no kernel writes, or an order of
+events no kernel makes, each as {"from", "to", "pid", "what"} (ns, and the sentence to show).
+A damaged trace (a deleted line of report text, a flipped bit) still parses; these checks are what
+say that its listings cannot decide.
+"""
+
+import numpy as np
+
+
+def unpaired_readdirs(rpc, paired, name):
+    """Where a task's READDIR kprobes and the tracepoint that ends each call (``name``,
+    nfs4:nfs4_readdir) do not alternate, as damage ({"from", "to", "pid", "what"}): the
+    kernel's nfs4_proc_readdir() runs the call and logs the tracepoint after each try, retrying
+    only after an error, so a task's kprobe is followed by one tracepoint, or by more only after
+    a try that failed. Two kprobes with no tracepoint between, or a second tracepoint after a
+    successful try, mean a line or record lost (a deleted line of report text, a flipped bit).
+    A tracepoint before the task's first kprobe (recording began during the call) and a kprobe
+    after its last tracepoint (it ended during one) are what a trace's edges hold."""
+    import pandas as pd
+
+    if paired is None or not len(paired) or not len(rpc):
+        return []
+    both = pd.concat(
+        [
+            rpc[["ts", "pid"]].assign(_k=1, _err=0),
+            paired[["ts", "pid"]].assign(_k=0, _err=paired["error"].fillna(0).to_numpy()),
+        ],
+        ignore_index=True,
+    ).sort_values(["ts", "_k"], kind="stable")
+    out = []
+    for pid, rows in both.groupby("pid", sort=False):
+        k = rows["_k"].to_numpy()
+        err = rows["_err"].to_numpy()
+        ts = rows["ts"].to_numpy()
+        started = False
+        for i in range(1, len(k)):
+            started = started or k[i - 1] == 1
+            if k[i] == 1 and k[i - 1] == 1:
+                what = "two READDIR calls with no end logged between"
+            elif started and k[i] == 0 and k[i - 1] == 0 and err[i - 1] == 0:
+                what = f"two ends ({name}) of one successful READDIR call"
+            else:
+                continue
+            lo, hi = int(ts[max(i - 2, 0)]), int(ts[min(i + 1, len(ts) - 1)])
+            out.append(
+                {
+                    "from": lo,
+                    "to": hi,
+                    "pid": int(pid),
+                    "what": f"task {int(pid)}: {what} at {ts[i - 1] / 1e9:.6f} s and "
+                    f"{ts[i] / 1e9:.6f} s: an event is missing",
+                }
+            )
+    return out
+
+
+def position_back(calls):
+    """Where a task's directory position goes back with no seek, as damage ({"from", "to",
+    "pid", "what"}): getdents only moves a file's position forward (iterate_dir() starts at
+    f_pos and stores where the filler stopped); only llseek (rewinddir, seekdir) or a new open
+    moves it elsewhere. A getdents that starts before where the task's last one on the
+    directory ended, with no seek or open of the directory (by any task: threads share the
+    file) between, is an edited or damaged position (a `pos=` changed to 0 makes a restart
+    that never happened, or hides one)."""
+    if calls is None or not len(calls) or "pos" not in calls:
+        return []
+    rows = calls[
+        calls["call"].isin(["getdents", "getdents_done", "llseek", "opendir"])
+        & calls["fileid"].notna()
+    ]
+    # report text gives microseconds: a seek and the getdents after it can share a time stamp
+    rows = rows.assign(_after=~rows["call"].isin(["llseek", "opendir"])).sort_values(
+        ["ts", "_after"], kind="stable"
+    )
+    out = []
+    ended: dict[tuple, tuple] = {}  # (pid, dev, fileid) -> (pos, ts) where its last getdents ended
+    for ts, pid, call, dev, fileid, pos in zip(
+        rows["ts"].tolist(),
+        rows["pid"].tolist(),
+        rows["call"].tolist(),
+        rows["dev"].tolist(),
+        rows["fileid"].tolist(),
+        rows["pos"].tolist(),
+    ):
+        if call in ("llseek", "opendir"):
+            for k in [k for k in ended if k[1:] == (dev, fileid)]:
+                del ended[k]
+            continue
+        if pos is None or pos != pos or pos is getattr(calls["pos"].dtype, "na_value", None):
+            continue
+        key = (pid, dev, fileid)
+        if call == "getdents_done":
+            ended[key] = (int(pos), ts)
+        elif key in ended and int(pos) < ended[key][0]:
+            last, since = ended.pop(key)
+            out.append(
+                {
+                    "from": int(since),
+                    "to": int(ts),
+                    "pid": int(pid),
+                    "what": f"task {int(pid)}: a getdents of directory {fileid} at "
+                    f"{ts / 1e9:.6f} s starts at position {int(pos)}, before "
+                    f"{last} where its last one ended, with no seek between",
+                }
+            )
+    return out
+
+
+# The kernel's PID_MAX_LIMIT on 64-bit (include/linux/threads.h): no task has a larger pid.
+PID_MAX_LIMIT = 4 * 1024 * 1024
+
+
+def impossible_values(tables):
+    """Rows of the canonical tables no kernel writes, as damage ({"from", "to", "pid",
+    "what"}): a pid above PID_MAX_LIMIT or negative; a READDIR naming a directory that no
+    other event of the trace names, amid READDIRs of one other directory by the same task (a
+    task's READDIRs of one listing go to one directory; a flipped bit in the fileid or dev
+    makes a directory that exists nowhere else)."""
+    out = []
+    for name in ("rpc", "invalidations", "calls"):
+        df = tables[name]
+        pid = df["pid"].to_numpy()
+        for i in np.flatnonzero((pid > PID_MAX_LIMIT) | (pid < 0)).tolist():
+            ts = int(df["ts"].iloc[i])
+            out.append(
+                {
+                    "from": ts,
+                    "to": ts,
+                    "what": f"a {name} event at {ts / 1e9:.6f} s "
+                    f"has pid {int(pid[i])}, beyond the kernel's PID_MAX_LIMIT",
+                }
+            )
+    rpc = tables["rpc"]
+    if not len(rpc) or rpc["fileid"].isna().all():
+        return out
+    named: dict[tuple, int] = {}
+    for name in ("rpc", "invalidations", "revalidations", "calls"):
+        df = tables[name]
+        if df is None or "fileid" not in df or not len(df):
+            continue
+        for key in zip(df["dev"].tolist(), df["fileid"].tolist()):
+            named[key] = named.get(key, 0) + 1
+    for _, rows in rpc.groupby("pid", sort=False):
+        keys = list(zip(rows["dev"].tolist(), rows["fileid"].tolist()))
+        for k in range(1, len(keys) - 1):
+            if (
+                named.get(keys[k]) == 1
+                and keys[k - 1] == keys[k + 1] != keys[k]
+                and not any(v != v for v in keys[k])
+            ):  # (NaN: not named)
+                lo, hi = int(rows["ts"].iloc[k - 1]), int(rows["ts"].iloc[k + 1])
+                out.append(
+                    {
+                        "from": lo,
+                        "to": hi,
+                        "pid": int(rows["pid"].iloc[k]),
+                        "what": f"a READDIR at {rows['ts'].iloc[k] / 1e9:.6f} s names "
+                        f"directory {keys[k][1]} (dev {keys[k][0]}), which no "
+                        "other event names, amid READDIRs of directory "
+                        f"{keys[k - 1][1]}",
+                    }
+                )
+    return out
