@@ -11,7 +11,6 @@ section (growth per cache, the dentry cache singled out), and needs no READDIR i
 import argparse
 import contextlib
 import errno
-import json
 import math
 import os
 import sys
@@ -21,267 +20,19 @@ import sys
 # threads (1.84+0.44 s -> 1.63+0.40 s user+system). Set before anything imports numpy.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from . import __version__, events, runs, status
+from . import __version__, commands, runs, status
 from .rules.limits import MAX_RATIO
 from .streams import (
-    PROGRESS_BYTES,
     SHOWN,
     GuardedOutput,
     OutputLost,
     UsageError,
     open_inputs,
     os_error_text,
-    progress,
     said,
     shown,
 )
 from .trace import TraceError
-
-# The analyses, renderers and capture reader import pandas (about 0.5 s): each command imports
-# what it uses, so `--help`, `results --verdict` and the like do not pay for it.
-
-
-def load(paths, with_slab=False, ports=()):
-    """pipeline.load with the user's names for spooled inputs and a progress line."""
-    from . import pipeline
-
-    loaded = pipeline.load(paths, with_slab=with_slab, ports=ports, shown=shown, progress=_reading)
-    progress(None)
-    return loaded
-
-
-def _reading(n, paths, path):
-    """Say which trace is read, for several traces or for big ones."""
-    if (
-        len(paths) > 1
-        or sum(os.path.getsize(p) for p in paths if os.path.isfile(p)) > PROGRESS_BYTES
-    ):
-        progress(f"reading {n}/{len(paths)}: {shown(path)}")
-
-
-def cmd_analyze(args):
-    if args.explain:
-        from .present import glossary
-
-        sys.stdout.write(glossary.explain())
-        return status.GOOD
-    if not args.traces:
-        raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
-    from . import pipeline
-    from .present.render import dcache_report, print_analysis, slab_text
-
-    dcache_runs, traces = pipeline.split_dcache(args.traces)
-    loaded = load(traces, with_slab=True, ports=args.port) if traces else []
-    analyses = [x.analysis for x in loaded if x.analysis is not None]
-    v = pipeline.judge(loaded, traces) if analyses else None
-    if args.json:
-        found = {id(f.listing): {"finding": f.word, "why": f.why} for f in v.findings} if v else {}
-        out = []
-        for x in loaded:
-            if x.analysis is None:
-                out.append({"path": x.path, "slab": x.slab})
-                continue
-            d = dict(x.analysis.to_dict(), slab=x.slab)
-            for lst, summ in zip(x.analysis.listings, d["listings"]):
-                summ.update(found.get(id(lst), {}))
-            # The verdict on all the traces given, as `check` gives it.
-            d["verdict"] = v.to_dict()
-            out.append(d)
-        out += [{"path": p, "dcache": pipeline.dcache_results(p)} for p in dcache_runs]
-        json.dump(out, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
-        return status.GOOD
-    if analyses:
-        print_analysis(analyses, details=args.details)
-        sys.stdout.write(f"\nverdict: {v.reason}\n")
-    sections = [f"{x.path}: " + slab_text(x.slab, top=args.top) for x in loaded if x.slab]
-    sections += [f"{p}: " + dcache_report(pipeline.dcache_results(p)) for p in dcache_runs]
-    sys.stdout.write(("\n" if analyses else "") + "\n".join(sections))
-    return status.GOOD
-
-
-def cmd_check(args):
-    from . import pipeline
-    from .model.analysis import AnalysisError
-
-    try:
-        v = pipeline.judge_paths(
-            args.traces,
-            args.max_restarts,
-            args.max_ratio,
-            args.port,
-            shown=shown,
-            progress=_reading,
-        )
-        progress(None)
-    except (TraceError, AnalysisError) as e:
-        # Read, but what is in it cannot decide (not a trace, no READDIR, a capture cut by its
-        # snaplen): no answer either way. An input that cannot be read at all is no verdict
-        # and goes up as an error (status.ERROR).
-        args.answer = status.UNDECIDED
-        print(f"cannot decide: {said(e)}")
-        return status.UNDECIDED
-    args.answer = v.code  # the answer stands even if the line cannot be written
-    print(v.reason)
-    return v.code
-
-
-def cmd_export(args):
-    from . import pipeline
-    from .model.analysis import AnalysisError
-    from .present import export
-
-    dcache_runs, traces = pipeline.split_dcache(pipeline.expand(args.traces))
-    for path in dcache_runs:
-        res, markers = pipeline.dcache_with_markers(path)
-        written, kept = export.write_dcache(
-            res,
-            markers,
-            os.path.join(pipeline.run_dir(path), res["trace"]),
-            path,
-            args.output,
-            args.format,
-        )
-        _say_exported(written, kept)
-    for path in traces:
-        try:
-            a, t = pipeline.readdir_analysis(path, ports=args.port, shown=shown(path))
-        except AnalysisError as e:
-            raise AnalysisError(
-                f"{shown(path)}: nothing to export: {e} (slab figures are in `analyze --json`)"
-            ) from None
-        written, kept = export.write(
-            a, path if t is None else t.path, args.output, args.format, pipeline.findings(a)
-        )
-        _say_exported(written, kept)
-    return status.GOOD
-
-
-def _say_exported(written, kept):
-    for w in written:
-        print(w)
-    for k in kept:
-        print(f"{k}: the same trace was exported before; left as it was")
-
-
-def cmd_plot(args):
-    from .present import plot
-
-    try:
-        plot.output_format(args.output)  # refused before any trace is read
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    from . import pipeline
-
-    dcache_runs, traces = pipeline.split_dcache(args.traces)
-    if dcache_runs and traces:
-        raise UsageError("plot readdir traces and dcache runs separately (one kind per figure)")
-    if dcache_runs:
-        plot.dcache_runs(
-            [(pipeline.dcache_saved(p), pipeline.dcache_markers(p)) for p in dcache_runs],
-            args.output,
-        )
-    else:
-        plot.listings([x.analysis for x in load(traces, ports=args.port)], args.output)
-    print(args.output)
-    return status.GOOD
-
-
-def cmd_compare(args):
-    from . import pipeline
-    from .present import compare
-
-    dcache_runs, _ = pipeline.split_dcache([args.before, args.after])
-    if len(dcache_runs) == 1:
-        raise UsageError(
-            f"{dcache_runs[0]} is a dcache run and the other is not: compare two "
-            "runs of the same kind"
-        )
-    if dcache_runs:
-        table = compare.dcache_table(
-            pipeline.dcache_results(args.before), pipeline.dcache_results(args.after)
-        )
-    else:
-        table = compare.table(
-            [x.analysis for x in load([args.before], ports=args.port)],
-            [x.analysis for x in load([args.after], ports=args.port)],
-            (args.before, args.after),
-        )
-    if args.json:
-        print(table.to_json(orient="index", indent=2))
-    else:
-        print(f"before: {shown(args.before)}\nafter:  {shown(args.after)}\n")
-        print(table.to_string())
-    return status.GOOD
-
-
-def cmd_results(args):
-    """A reproducer's results directory: write its results.json, print its verdict line
-    (exit status the verdict's), or put several runs side by side."""
-    if args.table:
-        from .present import results
-
-        try:
-            print(results.table(args.dir))
-        except (ValueError, KeyError) as e:
-            raise UsageError(f"cannot tabulate: {e}") from None
-        return status.GOOD
-    if len(args.dir) > 1:
-        raise UsageError("results takes one DIR unless --table")
-    if args.verdict:
-        path = runs.results_json(args.dir[0])
-        with open(path, "rb") as f:  # unreadable: an error (status.ERROR), no verdict
-            text = f.read()
-        # vm-run and the reproducers take this exit status as the run's verdict; a
-        # results.json whose content holds none (a run cut short writing it) cannot decide.
-        try:
-            res = json.loads(text)
-            code = status.code_of_result(res["verdict"])
-            line = f"{res['verdict']}: " + "; ".join(res["reasons"])
-        except (ValueError, KeyError, TypeError) as e:
-            args.answer = status.UNDECIDED
-            print(f"UNDECIDED: cannot read the verdict in {path}: {e}")
-            return status.UNDECIDED
-        args.answer = code
-        print(line)
-        return code
-    from .present import results
-
-    results.write(args.dir[0])
-    return status.GOOD
-
-
-def cmd_slab(args):
-    from . import pipeline
-    from .present.render import slab_text
-
-    s = pipeline.slab_of(args.trace)
-    if s is None:
-        raise UsageError(
-            f"{shown(args.trace)}: no kmem allocation/free events; record with "
-            + events.record_advice(None, {"slab"})
-        )
-    if args.json:
-        json.dump(s, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(slab_text(s, top=args.top))
-    return status.GOOD
-
-
-def cmd_record(args):
-    from .live import record
-
-    if bool(args.command) == (args.duration is not None):
-        raise UsageError("record needs either -- COMMAND or --duration SECONDS (one of them)")
-    return record.run(args.output, args.command, args.duration, args.dcache, args.slab)
-
-
-def cmd_watch(args):
-    from .live import watch
-
-    # (its output: the guarded stdout of this run, not the one bound when watch was imported)
-    return watch.run(args.duration, args.dir, args.json, out=sys.stdout)
 
 
 def _number(kind, v, ok, what):
@@ -376,7 +127,7 @@ def parser():
         help="slab caches shown, by growth, for traces with kmem events (default 10)",
     )
     _port_option(s)
-    s.set_defaults(func=cmd_analyze)
+    s.set_defaults(func=commands.cmd_analyze)
 
     s = sub.add_parser(
         "check",
@@ -399,14 +150,14 @@ def parser():
         f"run's own, else {MAX_RATIO})",
     )
     _port_option(s)
-    s.set_defaults(func=cmd_check)
+    s.set_defaults(func=commands.cmd_check)
 
     s = sub.add_parser("export", help="canonical events as CSV or Parquet tables")
     s.add_argument("traces", nargs="+", metavar="TRACE")
     s.add_argument("-o", "--output", required=True, metavar="DIR")
     s.add_argument("--format", choices=("csv", "parquet"), default="csv")
     _port_option(s)
-    s.set_defaults(func=cmd_export)
+    s.set_defaults(func=commands.cmd_export)
 
     s = sub.add_parser(
         "plot",
@@ -417,7 +168,7 @@ def parser():
     s.add_argument("traces", nargs="+", metavar="TRACE")
     s.add_argument("-o", "--output", required=True, metavar="FILE.png|FILE.svg|FILE.pdf")
     _port_option(s)
-    s.set_defaults(func=cmd_plot)
+    s.set_defaults(func=commands.cmd_plot)
 
     s = sub.add_parser(
         "compare",
@@ -427,7 +178,7 @@ def parser():
     s.add_argument("after", metavar="B")
     s.add_argument("--json", action="store_true")
     _port_option(s)
-    s.set_defaults(func=cmd_compare)
+    s.set_defaults(func=commands.cmd_compare)
 
     s = sub.add_parser(
         "record",
@@ -448,7 +199,7 @@ def parser():
         "--duration", type=_seconds, metavar="S", help="record for S seconds (instead of a command)"
     )
     s.add_argument("command", nargs="*", metavar="-- COMMAND", help="record while COMMAND runs")
-    s.set_defaults(func=cmd_record)
+    s.set_defaults(func=commands.cmd_record)
 
     s = sub.add_parser(
         "watch",
@@ -458,7 +209,7 @@ def parser():
     s.add_argument("--duration", type=_seconds, metavar="S", help="stop after S seconds")
     s.add_argument("--dir", metavar="PATH", help="only listings of this directory")
     s.add_argument("--json", action="store_true", help="the summary as analyze --json gives it")
-    s.set_defaults(func=cmd_watch)
+    s.set_defaults(func=commands.cmd_watch)
 
     s = sub.add_parser(
         "results",
@@ -469,13 +220,13 @@ def parser():
     s.add_argument("dir", nargs="+", metavar="DIR")
     s.add_argument("--verdict", action="store_true", help="print the verdict line only")
     s.add_argument("--table", action="store_true", help="print the runs side by side")
-    s.set_defaults(func=cmd_results)
+    s.set_defaults(func=commands.cmd_results)
 
     s = sub.add_parser("slab", help="slab growth per cache from a trace's kmem events alone")
     s.add_argument("trace", metavar="TRACE")
     s.add_argument("--json", action="store_true")
     s.add_argument("--top", type=_count, default=10, metavar="N")
-    s.set_defaults(func=cmd_slab)
+    s.set_defaults(func=commands.cmd_slab)
     return p
 
 

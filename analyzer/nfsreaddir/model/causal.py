@@ -1,0 +1,129 @@
+"""The trace's READDIRs and the reader's calls in one stream, in the order they happened: a
+process's events of one timestamp put back in the only order its calls allow, and each system
+call return marked when the getdents64 it ends went into NFS. opens.py's listings are made from
+this stream.
+"""
+
+import numpy as np
+import pandas as pd
+
+from ..units import int_or_none
+
+
+def merged(rpc, calls):
+    """READDIRs and reader calls in time order (a call before a READDIR at the same instant:
+    the READDIR happens inside the call), with each syscall return marked when the
+    getdents64 it ends went into NFS."""
+    a = pd.DataFrame(
+        {
+            "ts": rpc["ts"].to_numpy(),
+            "pid": rpc["pid"].to_numpy(),
+            "comm": rpc["comm"].to_numpy(),
+            "kind": "rpc",
+            "order": 1,
+            "row": np.arange(len(rpc)),
+            "cookie": rpc["cookie"].to_numpy(),
+            "dir": rpc["fileid"].to_numpy(),
+        }
+    )
+    # The tables hold each event's rows apart, so at one timestamp (a coarse emulated clock
+    # gives several events one) the trace's own order is gone; _causal() puts a process's
+    # events of one instant back in the only order its calls allow.
+    b = calls.assign(kind="call", row=-1, order=0)
+    df = pd.concat([b, a], ignore_index=True).sort_values(["ts"], kind="stable")
+    out = _causal(df.to_dict("records"), "sys_getdents" in set(calls["call"].dropna()))
+    # A getdents64 whose return we attribute: one during which the task entered NFS.
+    entered = {}
+    for r in out:
+        if r["kind"] == "call" and r["call"] == "sys_getdents":
+            entered[r["pid"]] = False
+        elif r["kind"] == "rpc" or (r["kind"] == "call" and r["call"] == "getdents"):
+            if r["pid"] in entered:
+                entered[r["pid"]] = True
+        elif r["kind"] == "call" and r["call"] == "sys_getdents_ret":
+            r["in_fs"] = entered.pop(r["pid"], False)
+    return out
+
+
+def _causal(rows, has_sys):
+    """Each process's events of one timestamp in causal order: opens, closes and seeks outside
+    a call; a getdents64's entry, the file system's readdir within it, the READDIRs it makes,
+    its return, the system call's return. has_sys: the trace records the system calls (else a
+    file system return ends the call)."""
+    # Where a process is: outside any call (0), in a getdents64 system call (1), in the file
+    # system's readdir within it (2), or back from the file system and returning (3).
+    level: dict[int, int] = {}
+    cur: dict[int, dict] = {}
+    out, i = [], 0
+    while i < len(rows):
+        j = i
+        while j < len(rows) and rows[j]["ts"] == rows[i]["ts"]:
+            j += 1
+        group, i = rows[i:j], j
+        pids = list(dict.fromkeys(r["pid"] for r in group))
+        for pid in pids:
+            pending = [r for r in group if r["pid"] == pid]
+            lv = level.get(pid, 0)
+            while pending:
+                r = pending.pop(_pick(pending, lv, cur.get(pid)))
+                out.append(r)
+                lv = _after(_kind(r), lv, has_sys)
+                if _kind(r) == "getdents":
+                    cur[pid] = int_or_none(r.get("fileid"))
+            level[pid] = lv
+    return out
+
+
+# Outside a call an open comes before the reads of the file, and a close after them.
+_OUTSIDE = (
+    "llseek",
+    "sys_lseek",
+    "opendir",
+    "sys_getdents",
+    "getdents",
+    "rpc",
+    "sys_getdents_ret",
+    "getdents_done",
+    "closedir",
+)
+_PREFER = {  # what can happen next at each level, most likely first
+    0: _OUTSIDE,
+    1: ("getdents", "rpc", "sys_getdents_ret", "getdents_done"),
+    2: ("rpc", "getdents_done", "sys_getdents_ret"),
+    3: ("sys_getdents_ret",) + _OUTSIDE,
+}
+
+
+def _pick(pending, lv, directory):
+    """Which of a process's pending events of one instant happened next. directory: the one
+    the process's current readdir reads, where the trace says."""
+    if lv in (0, 3):
+        # A file closed and its slot opened again: the close first.
+        opening = {r.get("file") for r in pending if _kind(r) == "opendir"}
+        for n, r in enumerate(pending):
+            if _kind(r) == "closedir" and r.get("file") in opening:
+                return n
+    for want in _PREFER[lv]:
+        for n, r in enumerate(pending):
+            # A READDIR of another directory belongs to a later readdir.
+            if _kind(r) == want and not (
+                want == "rpc"
+                and lv == 2
+                and directory is not None
+                and int_or_none(r.get("dir")) not in (None, directory)
+            ):
+                return n
+    return 0
+
+
+def _kind(r):
+    return "rpc" if r["kind"] == "rpc" else r["call"]
+
+
+_LEVEL_AFTER = {"sys_getdents": 1, "getdents": 2, "sys_getdents_ret": 0}
+
+
+def _after(kind, lv, has_sys):
+    if kind == "getdents_done":
+        return 3 if has_sys else 0
+    return _LEVEL_AFTER.get(kind, lv)
