@@ -21,6 +21,26 @@ def field_column(name):
     return f"field_{name}" if name in BASE_COLUMNS else name
 
 
+def new_info(fmt, path, instance, **more):
+    """A reader's ``info`` before it has read anything: what every reader says of a trace
+    (``more``: what only this format says, in its place after the kernel's name)."""
+    return {
+        "format": fmt,
+        "path": path,
+        "cpus": None,
+        "clock": None,
+        "trace_cmd_version": None,
+        "uname": None,
+        **more,
+        "lost_events": [],
+        "partial": False,
+        "damage": [],
+        "instance": instance or "",
+        "instances": [],
+        "scanned": False,
+    }
+
+
 class TraceError(Exception):
     """A trace cannot be read (or only partly).
 

@@ -16,7 +16,7 @@ import mmap
 import os
 import sys
 
-from .base import TraceError
+from .base import TraceError, new_info
 from .format import parse_cpu_stats
 from .formats import Formats
 from .metadata import read_cmdlines, read_event_formats, read_ftrace_formats, read_header_info
@@ -67,20 +67,7 @@ class DatFile:
         self.buffers = {}
         self.options = {}
         self._time = TimeConversion()
-        self.info = {
-            "format": "trace.dat",
-            "path": path,
-            "cpus": None,
-            "clock": None,
-            "trace_cmd_version": None,
-            "uname": None,
-            "lost_events": [],
-            "partial": False,
-            "damage": [],
-            "instance": instance or "",
-            "instances": [],
-            "scanned": False,
-        }
+        self.info = new_info("trace.dat", path, instance)
         self._cpustat_texts = []
         self.cut_options = None  # v7: why the options after the data could not be read
         try:

@@ -32,6 +32,11 @@ if TYPE_CHECKING:  # (pandas is imported where the tables are made)
     import pandas
 
 
+def first(v, name):
+    """The first of the values tshark gives for a field, as text ("" for none)."""
+    return v[COL[name]].split(",")[0]
+
+
 @dataclass
 class Capture:
     """What read() found: the tables and the facts that limit them."""
@@ -100,7 +105,7 @@ class CaptureReader:
 
     def _message(self, v):
         """One RPC message: its frame's addresses and time, its own RPC and NFS fields."""
-        prog = int_or_none(v[COL["prog"]].split(",")[0])
+        prog = int_or_none(first(v, "prog"))
         if prog is not None and prog != NFS_PROGRAM:
             return
         ts = epoch_ns(v[COL["ts"]])
@@ -118,8 +123,8 @@ class CaptureReader:
 
     # -- calls -----------------------------------------------------------------------------
     def _call(self, v, ts, client, xid, frame):
-        vers = int_or_none(v[COL["vers"]].split(",")[0])
-        proc = int_or_none(v[COL["proc"]].split(",")[0])
+        vers = int_or_none(first(v, "vers"))
+        proc = int_or_none(first(v, "proc"))
         fhs = split_values(v[COL["fh"]])
         key = (client, xid)
         if key in self.calls:
@@ -132,55 +137,62 @@ class CaptureReader:
             self.cap.versions.add("3")
             if proc in (NFS3_READDIR, NFS3_READDIRPLUS) and fhs:
                 plus = proc == NFS3_READDIRPLUS
-                row = dict(
-                    kind="readdir",
-                    ts=ts,
-                    frame=frame,
-                    client=client,
-                    fh=fhs[0],
-                    xid=xid,
-                    vers="3",
-                    plus=plus,
-                    cookie=int_or_none(v[COL["cookie3"]].split(",")[0]),
-                    verifier=v[COL["verf3"]].split(",")[0] or None,
-                    dircount=int_or_none(v[COL["dircount3"]].split(",")[0]) if plus else None,
-                    maxcount=int_or_none(
-                        (v[COL["maxcount3"]] if plus else v[COL["count3"]]).split(",")[0]
-                    ),
+                self._open_call(
+                    key,
+                    (ts, frame, client, fhs[0], xid),
+                    "3",
+                    plus,
+                    first(v, "cookie3"),
+                    first(v, "verf3"),
+                    first(v, "dircount3") if plus else "",
+                    first(v, "maxcount3" if plus else "count3"),
                 )
-                self._open_call(key, row)
             elif proc == NFS3_GETATTR and fhs:
                 self.calls[key] = dict(kind="getattr", fh=fhs[0], vers="3")
         elif vers == 4 and proc == NFS4_COMPOUND:
-            op = int_or_none(v[COL["mainop"]].split(",")[0])
-            minor = int_or_none(v[COL["minor"]].split(",")[0])
+            op = int_or_none(first(v, "mainop"))
+            minor = int_or_none(first(v, "minor"))
             if minor is not None:
                 self.cap.versions.add(f"4.{minor}")
             # The directory is the filehandle the compound's PUTFH sets: the first one.
             if op == OP4_READDIR and fhs:
-                row = dict(
-                    kind="readdir",
-                    ts=ts,
-                    frame=frame,
-                    client=client,
-                    fh=fhs[0],
-                    xid=xid,
-                    vers="4",
-                    plus=False,
-                    cookie=int_or_none(v[COL["cookie4"]].split(",")[0]),
-                    verifier=v[COL["verf4"]].split(",")[0] or None,
-                    dircount=int_or_none(v[COL["dircount4"]].split(",")[0]),
-                    maxcount=int_or_none(v[COL["maxcount4"]].split(",")[0]),
+                self._open_call(
+                    key,
+                    (ts, frame, client, fhs[0], xid),
+                    "4",
+                    False,
+                    first(v, "cookie4"),
+                    first(v, "verf4"),
+                    first(v, "dircount4"),
+                    first(v, "maxcount4"),
                 )
-                self._open_call(key, row)
             elif op == OP4_GETATTR and len(fhs) == 1:
                 # Only a plain PUTFH+GETATTR: in a compound that moves the current filehandle
                 # (LOOKUP, OPEN) the attributes may be another object's.
                 self.calls[key] = dict(kind="getattr", fh=fhs[0], vers="4")
 
-    def _open_call(self, key, row):
-        row.update(
-            reply_ts=None, status=None, entries=None, last_cookie=None, eof=None, cookies=None
+    def _open_call(self, key, where, vers, plus, cookie, verifier, dircount, maxcount):
+        """A READDIR call (its values as tshark gives them), waiting for its reply."""
+        ts, frame, client, fh, xid = where
+        row = dict(
+            kind="readdir",
+            ts=ts,
+            frame=frame,
+            client=client,
+            fh=fh,
+            xid=xid,
+            vers=vers,
+            plus=plus,
+            cookie=int_or_none(cookie),
+            verifier=verifier or None,
+            dircount=int_or_none(dircount),
+            maxcount=int_or_none(maxcount),
+            reply_ts=None,
+            status=None,
+            entries=None,
+            last_cookie=None,
+            eof=None,
+            cookies=None,
         )
         self.calls[key] = row
         self.rows.append(row)
@@ -195,16 +207,12 @@ class CaptureReader:
         call["done"] = True
         accepted = v[COL["replystat"]][:1] == "0" and v[COL["accept"]][:1] == "0"
         if call["vers"] == "3":
-            status = int_or_none(v[COL["status3"]].split(",")[0]) if accepted else -1
+            status = int_or_none(first(v, "status3")) if accepted else -1
             ver, fileid = self._v3_attrs(v)
         else:
-            status = int_or_none(v[COL["status4"]].split(",")[0]) if accepted else -1
-            ver = (
-                int_or_none(v[COL["change4"]].split(",")[0]) if call["kind"] == "getattr" else None
-            )
-            fileid = (
-                int_or_none(v[COL["fileid4"]].split(",")[0]) if call["kind"] == "getattr" else None
-            )
+            status = int_or_none(first(v, "status4")) if accepted else -1
+            ver = int_or_none(first(v, "change4")) if call["kind"] == "getattr" else None
+            fileid = int_or_none(first(v, "fileid4")) if call["kind"] == "getattr" else None
         if ver is not None and status == 0:
             self.attrs.append(
                 dict(
@@ -224,12 +232,12 @@ class CaptureReader:
         if status == 0:
             if call["vers"] == "3":
                 cookies = split_values(v[COL["epcookie3" if call["plus"] else "ecookie3"]])
-                eof = flag(v[COL["eof3"]].split(",")[0])
+                eof = flag(first(v, "eof3"))
                 if fileid is not None:
                     call["fileid"] = fileid
             else:
                 cookies = split_values(v[COL["cookie4"]])
-                eof = flag(v[COL["eof4"]].split(",")[0])
+                eof = flag(first(v, "eof4"))
             # 8 bytes a cookie, not a Python int's 32: a big capture has millions of entries.
             cookies = array("Q", (c for c in map(int_or_none, cookies) if c is not None))
             call["entries"] = len(cookies)
@@ -249,7 +257,7 @@ class CaptureReader:
         mtime = int(ms[0]) * 10**9 + int(mn[0])
         ctime = int(cs[0]) * 10**9 + int(cn[0])
         # One number that moves when either does: the pair, packed.
-        return (ctime << 64) | mtime, int_or_none(v[COL["fileid3"]].split(",")[0])
+        return (ctime << 64) | mtime, int_or_none(first(v, "fileid3"))
 
     # -- the end ---------------------------------------------------------------------------
     def finish(self):

@@ -38,7 +38,7 @@ import re
 
 import pandas as pd
 
-from .base import BASE_COLUMNS, TraceError, columns_of, field_column, one_piece
+from .base import BASE_COLUMNS, TraceError, columns_of, field_column, new_info, one_piece
 from .format import EventFormat, Field
 from .payload import normalised
 from .textcolumns import event_frame, typed_column
@@ -125,21 +125,7 @@ class ReportText:
         self.path = path
         self.instance = instance
         self._names = None
-        self.info = {
-            "format": "report text",
-            "path": path,
-            "cpus": None,
-            "clock": None,
-            "trace_cmd_version": None,
-            "uname": None,
-            "file_version": None,
-            "lost_events": [],
-            "partial": False,
-            "damage": [],
-            "instance": instance or "",
-            "instances": [],
-            "scanned": False,
-        }
+        self.info = new_info("report text", path, instance, file_version=None)
         self._read_header()
 
     def _lines(self):
