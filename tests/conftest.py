@@ -153,11 +153,15 @@ def editcap():
     return installed("editcap")
 
 
-def report_text(trace_cmd, dat, out, raw=False):
-    """`trace-cmd report [-R]` of a trace, as a user would paste it into a bug report."""
+def report_text(trace_cmd, dat, out, raw=False, only=()):
+    """`trace-cmd report [-R]` of a trace, as a user would paste it into a bug report; with
+    `only` (events as SYSTEM/NAME, `-F` filters), as if only those events were recorded."""
     with open(out, "w") as f:
         subprocess.run(
-            [trace_cmd, "report"] + (["-R"] if raw else []) + [dat],
+            [trace_cmd, "report"]
+            + (["-R"] if raw else [])
+            + [a for ev in only for a in ("-F", ev)]
+            + [dat],
             stdout=f,
             stderr=subprocess.DEVNULL,
             check=True,

@@ -215,20 +215,9 @@ def test_check_without_cookies_cannot_decide_alone(tmp_path, trace_cmd):
     """READDIR RPCs without cookies cannot show a restart: check says so (125), naming the
     events to record, unless an idle listing of the same run is there to compare with."""
     out = tmp_path / "rpc-only.txt"
-    with open(out, "w") as f:
-        subprocess.run(
-            [
-                trace_cmd,
-                "report",
-                "-R",
-                "-F",
-                "sunrpc/rpc_request",
-                os.path.join(BAD, "modified.dat"),
-            ],
-            stdout=f,
-            check=True,
-            timeout=300,
-        )
+    report_text(
+        trace_cmd, os.path.join(BAD, "modified.dat"), out, raw=True, only=["sunrpc/rpc_request"]
+    )
     p = run_cli("check", out)
     assert_clean_error(p, 125, "cannot decide", "trace-cmd record")
 

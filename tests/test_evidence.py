@@ -12,11 +12,10 @@ it to the end (facts: status 0, every name), while a writer added a file a secon
 
 import json
 import os
-import subprocess
 
 import pytest
 
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, report_text, run_cli
 
 # What a user names when asked to trace readdir on 5.18+ (issue 30): the readdir events, the
 # invalidation, the RPCs. No getdents, no opens, no markers.
@@ -30,14 +29,6 @@ KPROBE_ONLY = (
     "nfs/nfs_invalidate_mapping_enter",
     "sunrpc/rpc_request",
 )
-
-
-def filtered(trace_cmd, dat, out, keep):
-    """`trace-cmd report -F E1 -F E2 ... DAT`: the trace as if only those events were recorded."""
-    cmd = [trace_cmd, "report"] + [a for e in keep for a in ("-F", e)] + [dat]
-    with open(out, "w") as f:
-        subprocess.run(cmd, stdout=f, stderr=subprocess.DEVNULL, check=True, timeout=300)
-    return out
 
 
 def facts(name):
@@ -58,7 +49,9 @@ def test_a_listing_that_went_on_past_changes_decides(tmp_path, trace_cmd, kernel
     name = f"{kernel}-v4.1"
     f = facts(name)
     assert f["modified.status"] == "0"  # the lister read the directory to its end
-    p = filtered(trace_cmd, os.path.join(FIXTURES, name, "modified.dat"), tmp_path / "t.txt", keep)
+    p = report_text(
+        trace_cmd, os.path.join(FIXTURES, name, "modified.dat"), tmp_path / "t.txt", only=keep
+    )
     c = run_cli("check", p)
     assert c.returncode == 0 and c.stdout.startswith("good:"), c.stdout + c.stderr
     assert "the end of the directory was not seen" in c.stdout, c.stdout
@@ -74,11 +67,11 @@ def test_a_listing_that_went_on_past_changes_decides(tmp_path, trace_cmd, kernel
 def test_a_listing_that_met_no_change_proves_nothing(tmp_path, trace_cmd, kernel):
     """The idle listing of the same run, recorded the same way: nothing changed under it, so
     it neither restarted nor went on past a change."""
-    p = filtered(
+    p = report_text(
         trace_cmd,
         os.path.join(FIXTURES, f"{kernel}-v4.1", "idle.dat"),
         tmp_path / "t.txt",
-        USER_EVENTS,
+        only=USER_EVENTS,
     )
     c = run_cli("check", p)
     assert c.returncode == 125 and "cannot decide" in c.stdout, c.stdout + c.stderr
@@ -92,7 +85,7 @@ def test_returns_to_cookie_zero_of_a_poller_do_not_undo_a_survived_change(tmp_pa
     the trace cannot tell from restarts, but listings that went on past changes prove the
     kernel goes on (6.1 continues at the reader's cookie: shared/notes/vm-and-nfs.md)."""
     d = os.path.join(FIXTURES, "multi-6.1")
-    p = filtered(trace_cmd, os.path.join(d, "multi.dat"), tmp_path / "t.txt", USER_EVENTS)
+    p = report_text(trace_cmd, os.path.join(d, "multi.dat"), tmp_path / "t.txt", only=USER_EVENTS)
     c = run_cli("check", p)
     assert c.returncode == 0 and c.stdout.startswith("good:"), c.stdout + c.stderr
     assert "went on past" in c.stdout
@@ -105,8 +98,11 @@ def test_ambiguous_restarts_are_a_range_everywhere(tmp_path, trace_cmd):
     trace, with the reproducer's markers, shows its one lister restart 5 times)."""
     name = "5.10-v4.1"
     assert facts(name)["modified.status"] == "0"
-    p = filtered(
-        trace_cmd, os.path.join(FIXTURES, name, "modified.dat"), tmp_path / "t.txt", KPROBE_ONLY
+    p = report_text(
+        trace_cmd,
+        os.path.join(FIXTURES, name, "modified.dat"),
+        tmp_path / "t.txt",
+        only=KPROBE_ONLY,
     )
     full = json.loads(
         run_cli("analyze", "--json", os.path.join(FIXTURES, name, "modified.dat")).stdout
@@ -183,11 +179,7 @@ def test_a_readdir_inside_a_catch_up_is_part_of_that_restart(tmp_path, trace_cmd
     full = json.loads(run_cli("analyze", "--json", dat).stdout)[0]
     k = next(i for i, x in enumerate(full["listings"]) if x["comm"] == "ls")
     assert [r["refetched"] for r in full["restarts"][k]] == [2, 4, 15]
-    text = tmp_path / "r.txt"
-    with open(text, "w") as f:
-        subprocess.run(
-            [trace_cmd, "report", dat], stdout=f, stderr=subprocess.DEVNULL, check=True, timeout=300
-        )
+    text = report_text(trace_cmd, dat, tmp_path / "r.txt")
     lines = text.read_text().splitlines(keepends=True)
     mine = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("ls-453 ")]
     getdents = [i for i in mine if " nfs_readdir: " in lines[i]]

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, NFS_READDIR, TOP, fixture_dirs, run_cli
+from conftest import FIXTURES, NFS_READDIR, TOP, fixture_dirs, report_text, run_cli
 from nfsreaddir.status import ERROR as EXIT_ERROR
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
@@ -319,22 +319,13 @@ def test_plot_writes_exactly_the_path_it_prints(tmp_path):
 
 def test_plot_puts_traces_without_cookies_on_their_own_axes(tmp_path, trace_cmd):
     rpc_only = tmp_path / "rpc-only.txt"
-    with open(rpc_only, "w") as f:
-        subprocess.run(
-            [
-                trace_cmd,
-                "report",
-                "-R",
-                "-F",
-                "sunrpc/rpc_request",
-                "-F",
-                "ftrace/print",
-                os.path.join(GOOD, "modified.dat"),
-            ],
-            stdout=f,
-            check=True,
-            timeout=300,
-        )
+    report_text(
+        trace_cmd,
+        os.path.join(GOOD, "modified.dat"),
+        rpc_only,
+        raw=True,
+        only=["sunrpc/rpc_request", "ftrace/print"],
+    )
     out = tmp_path / "mixed.svg"
     run_cli("plot", DAT, rpc_only, "-o", out, check=0)
     svg = out.read_text()

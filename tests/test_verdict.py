@@ -208,22 +208,13 @@ def test_a_killed_listing_is_not_complete(tmp_path, trace_cmd):
 # ------------------------------------------------------- finding 5: unknown is never zero
 def test_unknowns_are_null_question_marks_and_cannot_tell(tmp_path, trace_cmd):
     out = tmp_path / "rpc-only.txt"
-    with open(out, "w") as f:
-        subprocess.run(
-            [
-                trace_cmd,
-                "report",
-                "-R",
-                "-F",
-                "sunrpc/rpc_request",
-                "-F",
-                "nfs/nfs_invalidate_mapping_enter",
-                os.path.join(BAD, "modified.dat"),
-            ],
-            stdout=f,
-            check=True,
-            timeout=300,
-        )
+    report_text(
+        trace_cmd,
+        os.path.join(BAD, "modified.dat"),
+        out,
+        raw=True,
+        only=["sunrpc/rpc_request", "nfs/nfs_invalidate_mapping_enter"],
+    )
     js = json.loads(run_cli("analyze", "--json", out, check=0).stdout)[0]
     for lst in js["listings"]:
         for k in (
@@ -322,22 +313,13 @@ def test_a_cookie_kprobe_is_read_under_any_group_name(tmp_path, trace_cmd):
 )
 def test_advice_names_only_events_the_traces_kernel_has(tmp_path, trace_cmd, name, has, lacks):
     out = tmp_path / "rpc-only.txt"
-    with open(out, "w") as f:
-        subprocess.run(
-            [
-                trace_cmd,
-                "report",
-                "-R",
-                "-F",
-                "sunrpc/rpc_request",
-                "-F",
-                "ftrace/print",
-                os.path.join(FIXTURES, name, "modified.dat"),
-            ],
-            stdout=f,
-            check=True,
-            timeout=300,
-        )
+    report_text(
+        trace_cmd,
+        os.path.join(FIXTURES, name, "modified.dat"),
+        out,
+        raw=True,
+        only=["sunrpc/rpc_request", "ftrace/print"],
+    )
     c = run_cli("check", out)
     assert c.returncode == 125 and "record with nfs-readdir record" in c.stdout, c.stdout
     assert has in c.stdout and lacks not in c.stdout, c.stdout
