@@ -121,18 +121,6 @@ def pytest_runtest_setup(item):
             pytest.fail(f"{what}: run reproducers/setup-host (as root)", pytrace=False)
 
 
-def pytest_collection_modifyitems(items):
-    """The files that boot guests first: they take most of `make test`'s time, so with two
-    workers each should start at once rather than after the quick files (--dist loadfile
-    hands out files in this order)."""
-
-    def boots(item):
-        return item.get_closest_marker("vm") is not None
-
-    first = {item.fspath for item in items if boots(item)}
-    items.sort(key=lambda item: item.fspath not in first)
-
-
 def no_tracefs():
     """Fail the test: the host's tracefs is not writable. setup-host mounts it, and `make
     test` runs as root, so this is a broken setup."""

@@ -510,18 +510,26 @@ def test_stock_record_check_good(tmp_path, kernel):
     """Kernels that continue at the reader's cookie: good. On the newest (7.3) watch runs over
     the listing too and must agree."""
     newest = kernel == "7.3"
-    # 150-225 s when all goes well; a guest that hangs is lost after 700 s and run once more
-    p = vm_run(f"debian:{kernel}", tmp_path, *(["--watch"] if newest else []), timeout=700)
-    assert p.returncode == 0, p.stdout + p.stderr
-    rec = (tmp_path / "record.txt").read_text()
+    # 150-225 s when all goes well; a guest that hangs is lost after 700 s and run once more.
+    # Timing decides whether the writer's change reaches the listing before it ends (CI saw a
+    # 7.3 listing of 5 READDIRs meet none): such a run rightly cannot decide ("the bug was
+    # never exercised") and proves nothing of record, so it runs once more.
+    for attempt in ("first", "again"):
+        run = tmp_path / attempt
+        run.mkdir()
+        p = vm_run(f"debian:{kernel}", run, *(["--watch"] if newest else []), timeout=700)
+        assert p.returncode == 0, p.stdout + p.stderr
+        c = check(run)
+        if "the bug was never exercised" not in c.stdout:
+            break
+    rec = (run / "record.txt").read_text()
     assert "record exit 0" in rec and "nfs:nfs_readdir_cache_fill" in rec, rec
     assert "kprobe: echo 'p:nfsprobe/nfs_readdir nfs_readdir file=" in rec, rec
-    c = check(tmp_path)
     assert c.returncode == 0 and c.stdout.startswith("good:"), c.stdout + c.stderr
     if newest:
-        text = (tmp_path / "watch.err").read_text()
+        text = (run / "watch.err").read_text()
         assert "watch exit 0" in text and "Traceback" not in text, text
-        w = json.loads((tmp_path / "watch.json").read_text())
+        w = json.loads((run / "watch.json").read_text())
         assert w["verdict"]["word"] == "good" and w["restart_lines"] == 0, w["verdict"]
 
 
