@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 
-from .. import events
+from .. import events, status
 from ..model import markers
 from . import recordplan, tracing
 from .tracing import Refused
@@ -103,4 +103,5 @@ def run(output, command=None, duration=None, dcache=False, slab=False, out=sys.s
         f"nfs-readdir record: tracefs restored; trace in {output}: "
         f"nfs-readdir check {shlex.quote(output)}\n"
     )
-    return code if not failed else 125
+    # tracefs not put back is an error, never a verdict: git bisect run must stop, not skip.
+    return code if not failed else status.ERROR
