@@ -61,11 +61,11 @@ test-fast: setup
 	$(PYTEST) -q -n auto --dist loadfile -m 'not vm and not kernel and not slow'
 
 # The suite CI runs: analyzer tests on recorded fixtures, VM end-to-end runs on stock kernels,
-# and the kernel series applied to a fresh 5.10 tree with fs/nfs compiled. One test at a time:
-# with two workers (tried), two guests under TCG slowed each other's Python start-up over 9p
-# several-fold and the run took longer, not shorter.
+# and the kernel series applied to a fresh 5.10 tree with fs/nfs compiled. On two workers: the
+# guests one at a time on one of them, first, and the analyzer's tests beside them on the other
+# (tests/conftest.py groups them; two TCG guests at once slowed each other several-fold).
 test: setup-build
-	$(PYTEST) -ra --durations=0
+	$(PYTEST) -ra --durations=0 -n 2 --dist loadgroup
 
 # Opt-in: build a whole patched 5.10 kernel, boot it and run the reproducer (long).
 test-kernel: setup-build
