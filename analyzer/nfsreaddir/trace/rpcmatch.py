@@ -55,6 +55,9 @@ class Capture:
     split_frames: int = 0  # several RPC messages, read one by one
     versions: set = field(default_factory=set)  # "2", "3", "4.0", "4.1", ...
     ports: tuple = (NFS_PORT,)  # the server ports decoded as ONC RPC
+    decoder: str = "tshark"  # or "compiled" (wiredecode)
+    retransmitted_segments: int = 0  # TCP data seen again (compiled decoder only)
+    reordered_segments: int = 0  # TCP segments ahead of a hole, held until it filled
     warnings: list = field(default_factory=list)
 
     @property
@@ -92,7 +95,7 @@ class CaptureReader:
         self.messages += len(xids)
         cap.messages += len(xids)
         if len(xids) == 1:
-            self._message(v)
+            self.message(v)
             return
         layers = self.several.get(int_or_none(v[COL["frame"]]))
         rows = message_rows(v, layers) if layers else None
@@ -101,9 +104,9 @@ class CaptureReader:
             return
         cap.split_frames += 1
         for row in rows:
-            self._message(row)
+            self.message(row)
 
-    def _message(self, v):
+    def message(self, v):
         """One RPC message: its frame's addresses and time, its own RPC and NFS fields."""
         prog = int_or_none(first(v, "prog"))
         if prog is not None and prog != NFS_PROGRAM:
