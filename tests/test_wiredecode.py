@@ -34,6 +34,8 @@ FACTS = (
     "ports",
     "warnings",
     "missing_replies",
+    "split_frames",
+    "unsplit_frames",
 )
 
 built = needs_setup(wiredecode.available(), "the compiled decoder nfsreaddir._wiredecode")

@@ -129,8 +129,8 @@ struct run {
 	int v6, udp;
 	unsigned sport, dport;
 	/* what the capture holds */
-	unsigned long long port_frames, rpc_frames, messages, retransmitted, reordered;
-	int frame_had_rpc;
+	unsigned long long port_frames, rpc_frames, split_frames, messages, retransmitted, reordered;
+	int frame_had_rpc; /* RPC messages the frame completed */
 	unsigned versions; /* bit 2: v2, 3: v3, 8 + minor: v4.minor */
 	uint16_t ports[64];
 	int nports;
@@ -538,7 +538,7 @@ static int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 	if (x.bad || mtype > 1)
 		return 0;
 	r->messages++;
-	r->frame_had_rpc = 1;
+	r->frame_had_rpc++;
 	const char *client = to_server ? r->src : r->dst, *server = to_server ? r->dst : r->src;
 	unsigned cport = to_server ? r->sport : r->dport, sport = to_server ? r->dport : r->sport;
 	uint64_t key = conv_key(client, cport, server, sport, r->udp, xid);
@@ -981,6 +981,8 @@ static int frame(struct run *r, int linktype, const uint8_t *p, size_t n)
 		set_unknown(r, "frames cut short by the snaplen");
 	if (r->frame_had_rpc)
 		r->rpc_frames++;
+	if (r->frame_had_rpc > 1)
+		r->split_frames++;
 	return 0;
 }
 
@@ -1216,8 +1218,9 @@ static PyObject *decode(PyObject *self, PyObject *args)
 		return NULL;
 	if (cut)
 		set_unknown(&r, gzerr);
-	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:s}", "frames", r.frame, "port_frames",
-			     r.port_frames, "rpc_frames", r.rpc_frames, "messages", r.messages,
+	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:s}", "frames", r.frame, "port_frames",
+			     r.port_frames, "rpc_frames", r.rpc_frames, "split_frames", r.split_frames,
+			     "messages", r.messages,
 			     "retransmitted_segments", r.retransmitted, "reordered_segments",
 			     r.reordered, "versions", r.versions, "unknown", r.unknown);
 }

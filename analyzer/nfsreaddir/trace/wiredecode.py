@@ -47,6 +47,7 @@ def read(path, kind, ports) -> tuple[Capture | None, str | None]:
     cap.port_frames = stats["port_frames"]
     cap.frames = stats["rpc_frames"]
     cap.messages = stats["messages"]
+    cap.split_frames = stats["split_frames"]  # frames of several messages: each was read
     cap.retransmitted_segments = stats["retransmitted_segments"]
     cap.reordered_segments = stats["reordered_segments"]
     cap.versions |= versions(stats["versions"])
