@@ -4,6 +4,7 @@ flipped and reordered segments never a verdict tshark's decoding would not give.
 
 import os
 import random
+import struct
 from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
@@ -129,3 +130,49 @@ def test_damaged_captures_never_get_a_verdict_tshark_would_not_give(
         f"({fell_back} of them decoded by tshark after the decoder stopped), {len(differ)} not"
     )
     assert not differ, differ
+
+
+def _as_udp(packets):
+    """The RPC messages of a TCP capture, each as one UDP datagram between the same
+    endpoints, sent when its last segment was: NFS over UDP (mount -o udp) as the wire
+    carries it. Ethernet and IPv4 headers are the segments' own, lengths and protocol
+    rewritten (checksums stay as they were: tshark does not check them)."""
+    out, streams = [], {}
+    for p in packets:
+        body, ip = p.payload(), pcapedit.ETH_LEN
+        if not body:
+            continue
+        key = p.ports()
+        buf = streams.get(key)
+        if buf is None:  # joined mid-stream: begin at a segment that begins a record
+            if not (body[0] & 0x80 and body[8:11] == b"\0\0\0" and body[11] <= 1):
+                continue
+            buf = streams[key] = bytearray()
+        buf += body
+        while len(buf) >= 4:
+            mark = struct.unpack_from("!I", buf)[0]
+            size = mark & 0x7FFFFFFF
+            if len(buf) < 4 + size:
+                break
+            assert mark >> 31, "a record of several fragments"
+            msg, buf[:] = bytes(buf[4 : 4 + size]), buf[4 + size :]
+            iph = bytearray(p.data[ip : ip + 20])
+            struct.pack_into("!H", iph, 2, 20 + 8 + len(msg))
+            iph[9] = 17
+            udp = struct.pack("!HHHH", *key, 8 + len(msg), 0)
+            data = p.data[:ip] + bytes(iph) + udp + msg
+            out.append(pcapedit.Packet(p.sec, p.frac, data, len(data)))
+    return out
+
+
+@built
+def test_nfs_over_udp_gives_the_same_tables_as_tshark(tmp_path):
+    head, packets = pcapedit.read(os.path.join(FIXTURES, "6.1-v3-cap/modified.pcap.gz"))
+    path = str(tmp_path / "udp.pcap")
+    pcapedit.write(path, head, _as_udp(packets))
+    a = capture.read(path, decoder="tshark")
+    b = capture.read(path, decoder="compiled")
+    assert b.decoder == "compiled"
+    assert len(a.readdirs) and a.readdirs["client"].str.startswith("127.0.0.1:").all()
+    pd.testing.assert_frame_equal(a.readdirs, b.readdirs)
+    pd.testing.assert_frame_equal(a.attrs, b.attrs)
