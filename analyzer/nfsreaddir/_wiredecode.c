@@ -774,7 +774,13 @@ static int tcp_segment(struct run *r, uint64_t key, uint32_t seq, int syn, int f
 		PyErr_NoMemory();
 		return -1;
 	}
-	if (syn) {
+	if (syn) { /* a new connection on these ports: nothing of the last one is kept */
+		while (s->held) {
+			struct seg *g = s->held;
+			s->held = g->next;
+			free(g);
+		}
+		s->nheld = 0;
 		s->next_seq = seq + 1, s->synced = 1;
 		s->nmark = 0, s->frag_left = 0, s->nrec = 0, s->dead = 0;
 		return 0;
