@@ -150,9 +150,6 @@ static int put(struct run *r, int c, const char *fmt, unsigned long long v)
 /* The row of one message to the callback, in the caller's column order. */
 static int emit(struct run *r)
 {
-	static PyObject *empty;
-	if (!empty && !(empty = PyUnicode_FromString("")))
-		return -1;
 	char b[32];
 	int n;
 	clear_row(r);
@@ -735,9 +732,6 @@ static int stream_bytes(struct run *r, struct stream *s, const uint8_t *p, size_
 					s->dead = 1;
 					return 0;
 				}
-				if (s->frag_left == 0 && s->last_frag) {
-					s->nmark = 0, s->nrec = 0;
-				}
 			}
 			continue;
 		}
@@ -1067,7 +1061,7 @@ static int read_pcapng(struct run *r, struct in *in)
 			if (need(in, 8))
 				return 0;
 			swap = in->buf[4] == 0x1a;
-			type = 0x0a0d0d0a, blen = rd32(in->buf, swap);
+			blen = rd32(in->buf, swap);
 			if (blen < 28 || blen > (256u << 20) || need(in, blen - 12))
 				return 0;
 			nifs = 0;
