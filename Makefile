@@ -87,9 +87,15 @@ test-bisect: setup-build
 #   BENCH_SCALES=1 make bench BENCH_ARGS="--repeat 1 --skip 'report -R'"
 #   make bench BENCH_ARGS="--pieces --repeat-flat 10"   (the 50 M trace whole and in 2, 3 and
 #       6 slices: the time per event with the same events at every size; 5 minutes)
+#
+# Then the capture decoder: `analyze` of captures of 1 M and 5 M packets (made by make-capture
+# from a real one, 1.3 and 6.5 GB, kept in the same cache) against `tshark -r FILE > /dev/null`:
+# wall and CPU time, time per packet, peak RSS; capture.md, .json and .png in $(RESULTS)/bench.
+#   make bench BENCH_CAPTURE_ARGS="--sizes 1000000 --repeat 3 --with-tshark-analyze"
 bench: setup
 	analyzer/bench/make-trace
 	$(PY) analyzer/bench/run --out $(RESULTS)/bench $(BENCH_ARGS)
+	$(PY) analyzer/bench/capture-run --out $(RESULTS)/bench $(BENCH_CAPTURE_ARGS)
 
 # Re-record the test fixtures with the reproducer (see tests/fixtures/*/COMMAND).
 fixtures: setup

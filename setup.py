@@ -1,7 +1,8 @@
-"""The compiled ring-buffer walk (nfsreaddir._ringbuf), slab passes (nfsreaddir._slab) and zstd
-chunk inflation (nfsreaddir._zchunks, which needs libzstd's header) are optional: without a C
-compiler, Python headers or zstd.h the build goes on without them, and the reader and the slab
-analysis use their numpy and python-zstandard versions."""
+"""The compiled ring-buffer walk (nfsreaddir._ringbuf), slab passes (nfsreaddir._slab), zstd
+chunk inflation (nfsreaddir._zchunks, which needs libzstd's header) and capture decoder
+(nfsreaddir._wiredecode, which needs zlib's header) are optional: without a C compiler, Python
+headers, zstd.h or zlib.h the build goes on without them, the reader and the slab analysis use
+their numpy and python-zstandard versions, and tshark decodes captures."""
 
 from setuptools import Extension, setup
 
@@ -14,6 +15,11 @@ setup(
             libraries=libs,
             optional=True,
         )
-        for m, libs in (("_ringbuf", []), ("_slab", []), ("_zchunks", ["zstd"]))
+        for m, libs in (
+            ("_ringbuf", []),
+            ("_slab", []),
+            ("_zchunks", ["zstd"]),
+            ("_wiredecode", ["z"]),
+        )
     ]
 )

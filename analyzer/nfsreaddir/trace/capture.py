@@ -32,10 +32,13 @@ tables in rpcmatch; this module runs the two tsharks and gives their rows to it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 
+from . import wiredecode
 from .base import TraceError
 from .magic import capture_format
 from .rpcmatch import CaptureReader
@@ -120,19 +123,32 @@ def _quiet(err):
     ).strip()
 
 
-def read(path, tshark=None, ports=()):
+def read(path, tshark=None, ports=(), decoder=None):
     """Decode a capture file into a Capture (see the module's text). ports: server ports
-    besides 2049 whose traffic is NFS."""
+    besides 2049 whose traffic is NFS. decoder: "compiled" (wiredecode; tshark where it does
+    not know a case, said on stderr), "tshark", or None for $NFSRT_DECODER, else compiled
+    where it is built."""
     kind = capture_format(path)
     if kind is None:
         raise CaptureError(f"{path!r} is not a pcap or pcapng capture (nor a gzip'd one)")
+    ports = _ports(ports)
+    decoder = decoder or os.environ.get("NFSRT_DECODER") or "compiled"
+    if decoder not in ("compiled", "tshark"):
+        raise CaptureError(f"decoder {decoder!r}: say compiled or tshark")
+    if decoder == "compiled" and wiredecode.available():
+        cap, unknown = wiredecode.read(path, kind, ports)
+        if cap is not None:
+            return cap
+        sys.stderr.write(
+            f"nfs-readdir: {path}: the compiled decoder met {unknown}, a case it does not "
+            "decode; decoding this capture with tshark\n"
+        )
     tshark = tshark or shutil.which("tshark")
     if not tshark:
         raise CaptureError(
             "tshark is not installed: captures are decoded with Wireshark's "
             "dissector (apt-get install tshark, or reproducers/setup-host)"
         )
-    ports = _ports(ports)
     reader = CaptureReader(path, kind, _Messages(messages_command(path, tshark, ports)))
     reader.cap.ports = ports
     # stderr into a file: a pipe nobody reads while stdout streams could fill and stall tshark.

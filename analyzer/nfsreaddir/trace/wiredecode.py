@@ -1,0 +1,54 @@
+"""The compiled capture decoder (nfsreaddir._wiredecode, built from _wiredecode.c by setup.py):
+pcap or pcapng, gzip'd or not, through TCP reassembly (or UDP) and ONC RPC record marking to
+the NFS READDIR and GETATTR calls and replies, given to rpcmatch as the rows tshark's -T fields
+gives, so that one matcher makes the tables from either decoder and tshark stays the oracle.
+
+It reads a capture in one pass without dissecting what the wire analysis does not read, at
+the speed of the disk rather than of Wireshark's full dissection. What it does not know (a
+lost TCP segment, frames cut by the snaplen, IP fragments, RPCSEC_GSS, a compound it cannot
+rank, a file cut short) it says instead of guessing; capture.read then decodes that capture
+with tshark.
+"""
+
+from __future__ import annotations
+
+from .rpcmatch import Capture, CaptureReader
+from .tshark_fields import FIELDS
+
+try:
+    from .. import _wiredecode  # type: ignore[attr-defined]
+except ImportError:  # built without a C compiler or zlib's header: tshark decodes
+    _wiredecode = None
+
+COLUMNS = [name for name, _ in FIELDS]
+
+
+def available():
+    return _wiredecode is not None
+
+
+def versions(mask):
+    """The NFS versions of the calls, from the decoder's mask: bit 2 v2, bit 3 v3, bit 8+m
+    v4.m."""
+    out = {str(v) for v in (2, 3) if mask >> v & 1}
+    return out | {f"4.{m}" for m in range(16) if mask >> (8 + m) & 1}
+
+
+def read(path, kind, ports) -> tuple[Capture | None, str | None]:
+    """(the Capture, None), or (None, what the decoder does not know) when tshark must decode
+    this capture. ports: the server ports, 2049 first."""
+    reader = CaptureReader(path, kind, None)
+    stats = _wiredecode.decode(path, list(ports), COLUMNS, reader.message)
+    if stats["unknown"]:
+        return None, stats["unknown"]
+    cap = reader.cap
+    cap.ports = tuple(ports)
+    cap.decoder = "compiled"
+    cap.port_frames = stats["port_frames"]
+    cap.frames = stats["rpc_frames"]
+    cap.messages = stats["messages"]
+    cap.split_frames = stats["split_frames"]  # frames of several messages: each was read
+    cap.retransmitted_segments = stats["retransmitted_segments"]
+    cap.reordered_segments = stats["reordered_segments"]
+    cap.versions |= versions(stats["versions"])
+    return reader.finish(), None

@@ -1,0 +1,178 @@
+"""The compiled capture decoder (trace/wiredecode, _wiredecode.c) against its oracle, tshark:
+the same tables, facts and verdicts on every fixture capture, and on captures damaged by cut,
+flipped and reordered segments never a verdict tshark's decoding would not give."""
+
+import os
+import random
+import struct
+from concurrent.futures import ThreadPoolExecutor
+
+import pandas as pd
+import pytest
+
+import pcapedit
+from conftest import FIXTURES, needs_setup
+from nfsreaddir.model import analysis, wire
+from nfsreaddir.rules import verdict
+from nfsreaddir.trace import capture, wiredecode
+
+CAPTURES = sorted(
+    os.path.join(d, f)
+    for d in os.listdir(FIXTURES)
+    for f in (
+        os.listdir(os.path.join(FIXTURES, d)) if os.path.isdir(os.path.join(FIXTURES, d)) else ()
+    )
+    if f.endswith((".pcap", ".pcap.gz", ".pcapng", ".pcapng.gz"))
+)
+FACTS = (
+    "frames",
+    "port_frames",
+    "messages",
+    "truncated_frames",
+    "snaplen",
+    "retransmitted_calls",
+    "versions",
+    "ports",
+    "warnings",
+    "missing_replies",
+    "split_frames",
+    "unsplit_frames",
+)
+
+built = needs_setup(wiredecode.available(), "the compiled decoder nfsreaddir._wiredecode")
+
+
+def test_there_are_fixture_captures():
+    assert len(CAPTURES) >= 8, CAPTURES
+
+
+def _judge(path):
+    """(exit code, reason) of the wire analysis of a capture, or its error."""
+    try:
+        v = verdict.judge([wire.analyze(path)])
+    except (analysis.AnalysisError, capture.CaptureError) as e:
+        return ("error", str(e))
+    return (v.code, v.reason)
+
+
+@built
+@pytest.mark.parametrize("name", CAPTURES)
+def test_the_decoder_and_tshark_give_the_same_tables_and_verdicts(name, monkeypatch, capfd):
+    path = os.path.join(FIXTURES, name)
+    a = capture.read(path, decoder="tshark")
+    b = capture.read(path, decoder="compiled")
+    assert b.decoder == "compiled", capfd.readouterr().err  # no fallback on a fixture
+    pd.testing.assert_frame_equal(a.readdirs, b.readdirs)
+    pd.testing.assert_frame_equal(a.attrs, b.attrs)
+    assert len(b.readdirs) and len(b.attrs)
+    assert {f: getattr(a, f) for f in FACTS} == {f: getattr(b, f) for f in FACTS}
+    monkeypatch.setenv("NFSRT_DECODER", "tshark")
+    by_tshark = _judge(path)
+    monkeypatch.setenv("NFSRT_DECODER", "compiled")
+    assert _judge(path) == by_tshark
+
+
+def _mutations(packets, rng, n):
+    """n damaged copies of a capture's packets, each with what was done: a segment of NFS
+    payload cut short or dropped, a byte of it flipped, or two segments swapped."""
+    nfs = [i for i, p in enumerate(packets) if p.payload()]
+    out = []
+    for k in range(n):
+        ps = list(packets)
+        i = rng.choice(nfs)
+        p = ps[i]
+        how = ("cut", "drop", "flip", "swap")[k % 4]
+        if how == "cut":
+            keep = p.payload_offset() + rng.randrange(len(p.payload()))
+            ps[i] = pcapedit.Packet(p.sec, p.frac, p.data[:keep], p.orig_len)
+        elif how == "drop":
+            del ps[i]
+        elif how == "flip":
+            at = p.payload_offset() + rng.randrange(len(p.payload()))
+            data = bytearray(p.data)
+            data[at] ^= 1 << rng.randrange(8)
+            ps[i] = pcapedit.Packet(p.sec, p.frac, bytes(data), p.orig_len)
+        else:
+            j = min(i + 1 + rng.randrange(3), len(ps) - 1)
+            ps[i], ps[j] = ps[j], ps[i]
+        out.append((f"{how} at packet {i + 1}", ps))
+    return out
+
+
+@built
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name,n", [("6.1-v3-cap/modified.pcap.gz", 10), ("6.1-v4.1-cap/idle.pcap.gz", 6)]
+)
+def test_damaged_captures_never_get_a_verdict_tshark_would_not_give(
+    name, n, tmp_path, capfd, monkeypatch
+):
+    head, packets = pcapedit.read(os.path.join(FIXTURES, name))
+    cases = _mutations(packets, random.Random(34), n)
+    paths = []
+    for k, (_, ps) in enumerate(cases):
+        paths.append(str(tmp_path / f"{k}.pcap"))
+        pcapedit.write(paths[-1], head, ps)
+
+    def judge(decoder):
+        monkeypatch.setenv("NFSRT_DECODER", decoder)
+        with ThreadPoolExecutor(2) as pool:  # tshark's runs are processes: both cores
+            return list(pool.map(_judge, paths))
+
+    tsharks = judge("tshark")
+    capfd.readouterr()
+    compiled = judge("compiled")
+    fell_back = capfd.readouterr().err.count("decoding this capture with tshark")
+    same = sum(t == c for t, c in zip(tsharks, compiled))
+    differ = [(what, t, c) for (what, _), t, c in zip(cases, tsharks, compiled) if t != c]
+    print(
+        f"{name}: {len(cases)} damaged captures: {same} the same verdict "
+        f"({fell_back} of them decoded by tshark after the decoder stopped), {len(differ)} not"
+    )
+    assert not differ, differ
+
+
+def _as_udp(packets):
+    """The RPC messages of a TCP capture, each as one UDP datagram between the same
+    endpoints, sent when its last segment was: NFS over UDP (mount -o udp) as the wire
+    carries it. Ethernet and IPv4 headers are the segments' own, lengths and protocol
+    rewritten (checksums stay as they were: tshark does not check them)."""
+    out, streams = [], {}
+    for p in packets:
+        body, ip = p.payload(), pcapedit.ETH_LEN
+        if not body:
+            continue
+        key = p.ports()
+        buf = streams.get(key)
+        if buf is None:  # joined mid-stream: begin at a segment that begins a record
+            if not (body[0] & 0x80 and body[8:11] == b"\0\0\0" and body[11] <= 1):
+                continue
+            buf = streams[key] = bytearray()
+        buf += body
+        while len(buf) >= 4:
+            mark = struct.unpack_from("!I", buf)[0]
+            size = mark & 0x7FFFFFFF
+            if len(buf) < 4 + size:
+                break
+            assert mark >> 31, "a record of several fragments"
+            msg, buf[:] = bytes(buf[4 : 4 + size]), buf[4 + size :]
+            iph = bytearray(p.data[ip : ip + 20])
+            struct.pack_into("!H", iph, 2, 20 + 8 + len(msg))
+            iph[9] = 17
+            udp = struct.pack("!HHHH", *key, 8 + len(msg), 0)
+            data = p.data[:ip] + bytes(iph) + udp + msg
+            out.append(pcapedit.Packet(p.sec, p.frac, data, len(data)))
+    return out
+
+
+@built
+def test_nfs_over_udp_gives_the_same_tables_as_tshark(tmp_path):
+    head, packets = pcapedit.read(os.path.join(FIXTURES, "6.1-v3-cap/modified.pcap.gz"))
+    path = str(tmp_path / "udp.pcap")
+    pcapedit.write(path, head, _as_udp(packets))
+    a = capture.read(path, decoder="tshark")
+    b = capture.read(path, decoder="compiled")
+    assert b.decoder == "compiled"
+    assert len(a.readdirs) and a.readdirs["client"].str.startswith("127.0.0.1:").all()
+    pd.testing.assert_frame_equal(a.readdirs, b.readdirs)
+    pd.testing.assert_frame_equal(a.attrs, b.attrs)
