@@ -98,6 +98,10 @@ class _Parser(argparse.ArgumentParser):
         kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(**kw)
 
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(status.ERROR, f"{self.prog}: error: {message}\n")
+
 
 class _Commands(argparse._SubParsersAction):
     """The subcommands: each one's --help starts with the line `nfs-readdir --help` gives it and
@@ -108,10 +112,6 @@ class _Commands(argparse._SubParsersAction):
         return super().add_parser(
             name, verdict=name in VERDICT_COMMANDS, statuses=OWN_STATUSES.get(name), **kw
         )
-
-    def error(self, message):
-        self.print_usage(sys.stderr)
-        self.exit(status.ERROR, f"{self.prog}: error: {message}\n")
 
 
 TRACE_HELP = (

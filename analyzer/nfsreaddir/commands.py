@@ -61,9 +61,9 @@ def cmd_analyze(args):
                 out.append({"path": x.path, "slab": x.slab})
                 continue
             d = dict(x.analysis.to_dict(), slab=x.slab)
-            # Each listing named as export's rows name it: (trace_id, listing).
+            # Each listing numbered as export's rows number it: (trace.trace_id, listing).
             for i, (lst, summ) in enumerate(zip(x.analysis.listings, d["listings"])):
-                summ.update(found.get(id(lst), {}), trace_id=x.analysis.info["trace_id"], listing=i)
+                summ.update(found.get(id(lst), {}), listing=i)
             # The verdict on all the traces given, as `check` gives it.
             d["verdict"] = v.to_dict()
             out.append(d)
