@@ -167,10 +167,11 @@ def test_exports_of_many_traces_never_overwrite(dataset, tmp_path):
     files = [os.path.join(r, f) for r, _, fs in os.walk(out) for f in fs]
     assert sorted(files) == sorted(printed) and len(set(printed)) == len(printed)
     assert not [f for f in files if f.endswith(".partial")]
-    # The same trace again: nothing rewritten.
+    # The same trace again: nothing rewritten, and export says so of every file.
     again = run_cli("export", BAD, "-o", out, "--format", "parquet", check=0)
-    assert "exported before" in again.stdout and ".parquet\n" not in again.stdout.replace(
-        "exported before; left as it was\n", ""
+    lines = again.stdout.splitlines()
+    assert lines and all(
+        x.endswith(": left as it was (already this export, byte for byte)") for x in lines
     )
 
 

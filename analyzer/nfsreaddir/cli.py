@@ -14,6 +14,7 @@ import errno
 import math
 import os
 import sys
+import textwrap
 
 # No analysis does linear algebra, but numpy's OpenBLAS starts a thread per core at import,
 # whose spinning cost `analyze` of 8.4 M kmem events 0.15-0.2 s of CPU beside its own reader
@@ -75,19 +76,48 @@ def _ratio(v):
     return _number(float, v, lambda x: x > 0, "a positive ratio")
 
 
+# The commands that answer with a verdict; every other exits 0 when done.
+VERDICT_COMMANDS = ("check", "watch", "results")
+# Statuses of a command's own, beside those of status.TABLE.
+OWN_STATUSES = {
+    "record": {
+        125: "recorded, but tracefs could not be put back as it was (the message says what)",
+        143: "terminated (SIGTERM); what was recorded is kept",
+    }
+}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors exit with status.ERROR: its own 2 would read as "bad" to git
-    bisect run. Every command's --help ends with the exit status table."""
+    bisect run. Every command's --help ends with the exit statuses it can give."""
 
-    def __init__(self, **kw):
+    def __init__(self, verdict=True, statuses=None, **kw):
+        table = status.help_text(verdict, statuses)
         epilog = kw.pop("epilog", None)
-        kw["epilog"] = f"{epilog}\n\n{status.help_text()}" if epilog else status.help_text()
+        kw["epilog"] = f"{epilog}\n\n{table}" if epilog else table
         kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(**kw)
 
     def error(self, message):
         self.print_usage(sys.stderr)
         self.exit(status.ERROR, f"{self.prog}: error: {message}\n")
+
+
+class _Commands(argparse._SubParsersAction):
+    """The subcommands: each one's --help starts with the line `nfs-readdir --help` gives it and
+    ends with its own exit statuses."""
+
+    def add_parser(self, name, **kw):
+        kw.setdefault("description", textwrap.fill(kw.get("help") or "", 80))
+        return super().add_parser(
+            name, verdict=name in VERDICT_COMMANDS, statuses=OWN_STATUSES.get(name), **kw
+        )
+
+
+TRACE_HELP = (
+    "a trace.dat, `trace-cmd report` text, a packet capture (pcap, pcapng, gzip'd or not), a "
+    "reproducer's results directory, or - for standard input"
+)
 
 
 def parser():
@@ -97,7 +127,7 @@ def parser():
         epilog=__doc__.split("\n\n", 1)[1].strip(),
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", action=_Commands)
 
     s = sub.add_parser(
         "analyze",
@@ -105,12 +135,13 @@ def parser():
         "invalidations, dentries added; per dcache run: "
         "phase deltas, rates, negative share, slowdown",
     )
-    s.add_argument("traces", nargs="*", metavar="TRACE")
+    s.add_argument("traces", nargs="*", metavar="TRACE", help=TRACE_HELP)
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument(
         "--explain",
         action="store_true",
-        help="what every column of the table and of the exports means, and exit",
+        help="what every column of the table and of the exports means, and exit (the same as "
+        "`nfs-readdir glossary`)",
     )
     s.add_argument(
         "--details",
@@ -133,7 +164,7 @@ def parser():
         "check",
         help="verdict for git bisect run: 0 good, 1 bad, 125 skip, 128 error (stops the bisect)",
     )
-    s.add_argument("traces", nargs="+", metavar="TRACE")
+    s.add_argument("traces", nargs="+", metavar="TRACE", help=TRACE_HELP)
     s.add_argument(
         "--max-restarts",
         type=_count,
@@ -153,9 +184,22 @@ def parser():
     s.set_defaults(func=commands.cmd_check)
 
     s = sub.add_parser("export", help="canonical events as CSV or Parquet tables")
-    s.add_argument("traces", nargs="+", metavar="TRACE")
-    s.add_argument("-o", "--output", required=True, metavar="DIR")
-    s.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    s.add_argument("traces", nargs="+", metavar="TRACE", help=TRACE_HELP)
+    s.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="the dataset folder: one folder per table, one file per trace named by its id "
+        "(made if missing; a table already there as this export writes it is left, one that "
+        "differs is replaced)",
+    )
+    s.add_argument(
+        "--format",
+        choices=("csv", "parquet"),
+        default="csv",
+        help="csv (default) or parquet (needs pyarrow)",
+    )
     _port_option(s)
     s.set_defaults(func=commands.cmd_export)
 
@@ -165,8 +209,15 @@ def parser():
         "dentries over time; dcache runs: dentries and negative "
         "dentries over time, one panel per run (PNG or SVG)",
     )
-    s.add_argument("traces", nargs="+", metavar="TRACE")
-    s.add_argument("-o", "--output", required=True, metavar="FILE.png|FILE.svg|FILE.pdf")
+    s.add_argument("traces", nargs="+", metavar="TRACE", help=TRACE_HELP)
+    s.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="FILE.png|FILE.svg|FILE.pdf|-",
+        help="the image, its format from the extension; - writes a PNG to standard output; "
+        "an existing file is replaced, and plot says so",
+    )
     _port_option(s)
     s.set_defaults(func=commands.cmd_plot)
 
@@ -174,9 +225,9 @@ def parser():
         "compare",
         help="two traces or results directories side by side (e.g. one reproducer on two kernels)",
     )
-    s.add_argument("before", metavar="A")
-    s.add_argument("after", metavar="B")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("before", metavar="A", help="the first trace or results directory (before)")
+    s.add_argument("after", metavar="B", help="the second (after); the ratios are B/A")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
     _port_option(s)
     s.set_defaults(func=commands.cmd_compare)
 
@@ -217,16 +268,29 @@ def parser():
         "results.json; --verdict: its PASS/FAIL line and exit "
         "status (0, 1, 125); --table: runs side by side",
     )
-    s.add_argument("dir", nargs="+", metavar="DIR")
+    s.add_argument(
+        "dir",
+        nargs="+",
+        metavar="DIR",
+        help="a reproducer's --results directory (several with --table)",
+    )
     s.add_argument("--verdict", action="store_true", help="print the verdict line only")
     s.add_argument("--table", action="store_true", help="print the runs side by side")
     s.set_defaults(func=commands.cmd_results)
 
     s = sub.add_parser("slab", help="slab growth per cache from a trace's kmem events alone")
-    s.add_argument("trace", metavar="TRACE")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--top", type=_count, default=10, metavar="N")
+    s.add_argument("trace", metavar="TRACE", help="a trace with kmem allocation events")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument(
+        "--top", type=_count, default=10, metavar="N", help="caches shown, by growth (default 10)"
+    )
     s.set_defaults(func=commands.cmd_slab)
+
+    s = sub.add_parser(
+        "glossary",
+        help="what every column of analyze's table and of export's tables means, with its unit",
+    )
+    s.set_defaults(func=commands.cmd_glossary)
     return p
 
 

@@ -3,12 +3,13 @@ runs command NAME and returns its exit status (status.*); errors go up as except
 turns into one line and status.ERROR.
 """
 
+import io
 import json
 import os
 import sys
 
 from . import events, runs, status
-from .streams import PROGRESS_BYTES, UsageError, progress, said, shown
+from .streams import PROGRESS_BYTES, OutputLost, UsageError, progress, said, shown
 from .trace import TraceError
 
 # The analyses, renderers and capture reader import pandas (about 0.5 s): each command imports
@@ -33,12 +34,16 @@ def _reading(n, paths, path):
         progress(f"reading {n}/{len(paths)}: {shown(path)}")
 
 
+def cmd_glossary(args):
+    from .present import glossary
+
+    sys.stdout.write(glossary.explain())
+    return status.GOOD
+
+
 def cmd_analyze(args):
     if args.explain:
-        from .present import glossary
-
-        sys.stdout.write(glossary.explain())
-        return status.GOOD
+        return cmd_glossary(args)
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     from . import pipeline
@@ -56,8 +61,9 @@ def cmd_analyze(args):
                 out.append({"path": x.path, "slab": x.slab})
                 continue
             d = dict(x.analysis.to_dict(), slab=x.slab)
-            for lst, summ in zip(x.analysis.listings, d["listings"]):
-                summ.update(found.get(id(lst), {}))
+            # Each listing numbered as export's rows number it: (trace.trace_id, listing).
+            for i, (lst, summ) in enumerate(zip(x.analysis.listings, d["listings"])):
+                summ.update(found.get(id(lst), {}), listing=i)
             # The verdict on all the traces given, as `check` gives it.
             d["verdict"] = v.to_dict()
             out.append(d)
@@ -108,34 +114,31 @@ def cmd_export(args):
     dcache_runs, traces = pipeline.split_dcache(pipeline.expand(args.traces))
     for path in dcache_runs:
         res, markers = pipeline.dcache_with_markers(path)
-        written, kept = export.write_dcache(
-            res,
-            markers,
-            os.path.join(pipeline.run_dir(path), res["trace"]),
-            path,
-            args.output,
-            args.format,
+        trace = os.path.join(pipeline.run_dir(path), res["trace"])
+        _say_exported(
+            export.write_dcache(
+                res, markers, pipeline.trace_id(trace), path, args.output, args.format
+            )
         )
-        _say_exported(written, kept)
     for path in traces:
         try:
-            a, t = pipeline.readdir_analysis(path, ports=args.port, shown=shown(path))
+            a, _ = pipeline.readdir_analysis(path, ports=args.port, shown=shown(path))
         except AnalysisError as e:
             raise AnalysisError(
                 f"{shown(path)}: nothing to export: {e} (slab figures are in `analyze --json`)"
             ) from None
-        written, kept = export.write(
-            a, path if t is None else t.path, args.output, args.format, pipeline.findings(a)
-        )
-        _say_exported(written, kept)
+        _say_exported(export.write(a, args.output, args.format, pipeline.findings(a)))
     return status.GOOD
 
 
-def _say_exported(written, kept):
-    for w in written:
+def _say_exported(done):
+    """Each file and what export did with it: a new file's path alone (as scripts read it)."""
+    for w in done.new:
         print(w)
-    for k in kept:
-        print(f"{k}: the same trace was exported before; left as it was")
+    for w in done.replaced:
+        print(f"{w}: replaced (the file there differed from this export: stale or damaged)")
+    for k in done.kept:
+        print(f"{k}: left as it was (already this export, byte for byte)")
 
 
 def cmd_plot(args):
@@ -150,14 +153,28 @@ def cmd_plot(args):
     dcache_runs, traces = pipeline.split_dcache(args.traces)
     if dcache_runs and traces:
         raise UsageError("plot readdir traces and dcache runs separately (one kind per figure)")
+    to_stdout = args.output == "-"
+    replaced = not to_stdout and os.path.isfile(args.output)
+    image = io.BytesIO() if to_stdout else None
     if dcache_runs:
         plot.dcache_runs(
             [(pipeline.dcache_saved(p), pipeline.dcache_markers(p)) for p in dcache_runs],
             args.output,
+            image,
         )
     else:
-        plot.listings([x.analysis for x in load(traces, ports=args.port)], args.output)
-    print(args.output)
+        plot.listings([x.analysis for x in load(traces, ports=args.port)], args.output, image)
+    if to_stdout:
+        sys.stdout.flush()
+        try:
+            sys.stdout.buffer.write(image.getvalue())
+            sys.stdout.buffer.flush()
+        except OSError as e:
+            raise OutputLost(e) from None
+    elif replaced:  # an image is remade in place as a build does; the user is told, not asked
+        print(f"{args.output}: replaced the file that was there")
+    else:
+        print(args.output)
     return status.GOOD
 
 

@@ -13,6 +13,7 @@ nothing, never pays for it.
 """
 
 import glob
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -62,6 +63,28 @@ class Loaded:
     slab: object = None
 
 
+def trace_id(path):
+    """The one id of a trace or capture: 16 hex digits of a hash of its bytes, a string (a
+    64-bit number in JSON is rounded by jq and JavaScript), the same wherever the file lies and
+    whatever its format. analyze --json, export and results.json all name a trace by it, and a
+    listing by it and the listing's number within the trace."""
+    h = hashlib.blake2b(digest_size=8)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _named(a, path, shown):
+    """The analysis with the name the user gave and the trace's id; trace-cmd's own 64-bit id
+    of a trace.dat, which names the recording and not the file, is kept as tracecmd_id."""
+    info = dict(a.info, path=shown, trace_id=trace_id(path))
+    if a.info.get("trace_id") is not None:
+        info["tracecmd_id"] = str(a.info["trace_id"])
+    a.info = info
+    return a
+
+
 def readdir_analysis(path, ports=(), shown=None):
     """(the readdir analysis of one trace or capture, the trace read or None for a capture)."""
     if is_capture(path):  # a packet capture: its own reader, the same listings
@@ -74,8 +97,7 @@ def readdir_analysis(path, ports=(), shown=None):
 
         t = open_trace(path)
         a = analyze(t)
-    a.info = dict(a.info, path=shown or path)
-    return a, t
+    return _named(a, path, shown or path), t
 
 
 def _trace(path, shown, with_slab):
@@ -93,8 +115,7 @@ def _trace(path, shown, with_slab):
         from .model.analysis import AnalysisError, analyze
 
         try:
-            a = analyze(t)
-            a.info = dict(a.info, path=shown)
+            a = _named(analyze(t), path, shown)
         except AnalysisError as e:
             if summary is None:
                 raise AnalysisError(f"{shown}: {e}") from None

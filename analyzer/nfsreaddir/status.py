@@ -69,9 +69,24 @@ def bisect_word(code):
     return TABLE[code][2]
 
 
-def help_text():
-    """The exit status table, as --help of every command ends."""
+# What the statuses mean for a command that gives no verdict (analyze, export, plot, ...).
+NO_VERDICT = {
+    GOOD: "done",
+    OUTPUT_CLOSED: "the output was closed before all of it was written (| head)",
+}
+
+
+def help_text(verdict=True, more=None):
+    """The exit status table, as --help of every command ends: all of it for a command that
+    gives a verdict (verdict=True), else the statuses such a command can exit with; more:
+    {status: meaning} of a command's own."""
+    rows = [
+        (code, what if verdict else NO_VERDICT.get(code, what))
+        for code, (_, _, _, what) in TABLE.items()
+        if verdict or code not in (BAD, UNDECIDED)
+    ]
+    rows = sorted(rows + list((more or {}).items()))
     return "exit status:\n" + "\n".join(
         textwrap.fill(what, 80, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
-        for code, (_, _, _, what) in TABLE.items()
+        for code, what in rows
     )

@@ -1,7 +1,8 @@
 """`nfs-readdir export`: a trace's listings and canonical events as tables made for many traces.
 
 The tables of any number of traces go into one dataset, one folder per table and one file per
-trace, named by the trace's content hash:
+trace, named by the trace's id (pipeline.trace_id: a hash of its bytes, the `trace_id` of
+`analyze --json` and results.json too):
 
     OUT/listings/<trace_id>.csv    one row per listing (the summary `analyze --json` gives)
     OUT/rpc/<trace_id>.csv         one row per READDIR, with the listing it belongs to
@@ -12,7 +13,9 @@ Every row carries trace_id, trace (the path given), kernel and nfs (the NFS vers
 trace says), and listing (the listing's number within its trace, null outside any listing), so
 `listing` joins every table to `listings` on (trace_id, listing). Every table has the same
 columns in the same order with the same types for every kernel; a value a trace does not have is
-null. The same trace exported again is left as it is; nothing is ever overwritten. An engine
+null. A table already exported, byte for byte as this export writes it, is left as it is; one
+that differs (another version's, or cut short) is replaced, and export says which it did. Only
+the dataset's own files are written, each whole or not at all. An engine
 reads the whole dataset at once, e.g. DuckDB: `read_parquet('OUT/rpc/*.parquet')`.
 
 A dcache reproducer's run (reproducers/dcache-*) has phases, not listings, and its own tables,
@@ -28,7 +31,7 @@ figures different things and one schema has to hold them all.
 """
 
 import errno
-import hashlib
+import io
 import os
 
 import pandas as pd
@@ -186,15 +189,6 @@ class ExportError(Exception):
     """The tables cannot be written; the message says why and what to do."""
 
 
-def trace_id(path):
-    """A short hash of the trace's bytes: the same trace has the same id wherever it lies."""
-    h = hashlib.blake2b(digest_size=8)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _typed(df, columns):
     """The columns in their order and types; a missing column is all null."""
     out = {}
@@ -293,31 +287,58 @@ def _check_format(fmt):
             ) from None
 
 
-def _write_tables(tables, columns, path, outdir, fmt):
+class Written:
+    """What an export did with each file: written new, replaced (a file was there that is not
+    what this export makes of the trace: written by another version, cut short, or damaged), or
+    kept (the file there is already, byte for byte, what it would write)."""
+
+    def __init__(self):
+        self.new, self.replaced, self.kept = [], [], []
+
+    def __len__(self):
+        return len(self.new) + len(self.replaced)
+
+
+def _encoded(df, fmt):
+    """The bytes of the file a table makes."""
+    buf = io.BytesIO()
+    if fmt == "csv":
+        df.to_csv(buf, index=False)
+    else:
+        df.to_parquet(buf, index=False)
+    return buf.getvalue()
+
+
+def _same(path, data):
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(data) + 1) == data
+    except OSError:
+        return False
+
+
+def _write_tables(tables, columns, tid, outdir, fmt, done=None):
     """Write {table: DataFrame} (typed by columns(table)) into the dataset at outdir, one file
-    per table named by the trace's hash; return (written, kept)."""
-    tid = trace_id(path)
-    written, kept = [], []
+    per table named by the trace's id; return (or add to) the Written."""
+    done = Written() if done is None else done
     for table, df in tables.items():
         if df is None or not len(df):
             continue
-        df = _typed(df.assign(trace_id=tid), columns(table))
+        data = _encoded(_typed(df.assign(trace_id=tid), columns(table)), fmt)
         d = os.path.join(outdir, table)
         out = os.path.join(d, f"{tid}.{fmt}")
-        if os.path.exists(out):
-            kept.append(out)
+        there = os.path.lexists(out)
+        if there and _same(out, data):
+            done.kept.append(out)
             continue
         tmp = os.path.join(d, f".{tid}.{fmt}.partial")
         try:
             os.makedirs(d, exist_ok=True)
-            # Through a file Python opened: pyarrow given the path would encode it as UTF-8,
-            # which a name that is not UTF-8 (surrogate escapes) cannot be.
             with open(tmp, "wb") as f:
-                if fmt == "csv":
-                    df.to_csv(f, index=False)
-                else:
-                    df.to_parquet(f, index=False)
-            os.rename(tmp, out)  # ours, in our own dataset folder: never a user's file
+                f.write(data)
+            # ours, in our own dataset folder, named by the trace's id: what was there is this
+            # trace's table as another version or a cut-short run wrote it, never a user's file
+            os.replace(tmp, out)
         except OSError as e:
             raise ExportError(
                 f"cannot write {_shown(out)}: {e.strerror or e} ("
@@ -326,33 +347,36 @@ def _write_tables(tables, columns, path, outdir, fmt):
                     if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
                     else ""
                 )
-                + f"the {len(written)} tables written before it are whole, and "
+                + f"the {len(done)} tables written before it are whole, and "
                 "exporting again adds the rest)"
             ) from None
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        written.append(out)
-    return written, kept
+        (done.replaced if there else done.new).append(out)
+    return done
 
 
 def _shown(path):
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
-def write(analysis, path, outdir, fmt, findings=None):
-    """Write one file per table into the dataset at outdir; return (written, kept): the paths
-    written and those left as they were (the same trace exported before)."""
+def write(analysis, outdir, fmt, findings=None):
+    """Write one file per table into the dataset at outdir, named by the trace's id
+    (pipeline.trace_id, in analysis.info); return the Written: which files are new, which
+    replaced and which were already what this export writes."""
     _check_format(fmt)
     common = {
-        "trace": _shown(analysis.info.get("path", path)),
+        "trace": _shown(analysis.info["path"]),
         "kernel": analysis.kernel,
         "nfs": analysis.run.get("nfs"),
     }
     tables = {
         t: df.assign(**common) for t, df in frames(analysis, findings).items() if df is not None
     }
-    return _write_tables(tables, lambda t: TRACE_COLUMNS + SCHEMA[t], path, outdir, fmt)
+    return _write_tables(
+        tables, lambda t: TRACE_COLUMNS + SCHEMA[t], analysis.info["trace_id"], outdir, fmt
+    )
 
 
 def _flat(x, key=""):
@@ -448,9 +472,9 @@ def _long_samples(markers):
     ).dropna(subset=["value"])
 
 
-def write_dcache(results, markers, trace, shown, outdir, fmt):
-    """Write a dcache run's tables (dcache_frames) into the dataset at outdir; trace is its
-    trace file (named by its hash), shown the path the user gave. Returns (written, kept)."""
+def write_dcache(results, markers, tid, shown, outdir, fmt):
+    """Write a dcache run's tables (dcache_frames) into the dataset at outdir; tid is its trace
+    file's id (pipeline.trace_id), shown the path the user gave. Returns the Written."""
     _check_format(fmt)
     common = {
         "trace": _shown(shown),
@@ -463,4 +487,4 @@ def write_dcache(results, markers, trace, shown, outdir, fmt):
         for t, df in dcache_frames(results, markers).items()
         if df is not None
     }
-    return _write_tables(tables, lambda t: RUN_COLUMNS + DCACHE_SCHEMA[t], trace, outdir, fmt)
+    return _write_tables(tables, lambda t: RUN_COLUMNS + DCACHE_SCHEMA[t], tid, outdir, fmt)

@@ -1,5 +1,6 @@
 """What every column of `analyze`'s table and of `export`'s tables means, with its unit: printed
-by `nfs-readdir analyze --explain`, and the README's glossary is checked against it."""
+by `nfs-readdir glossary` (and `analyze --explain`); the README's glossary is checked against
+it."""
 
 TEXT_TABLE = {
     "trace": "the trace file the listing is in",
@@ -7,8 +8,9 @@ TEXT_TABLE = {
     "dir": "the directory's fileid (inode number on the server); ? where the trace does not "
     "name it",
     "process": "the reading process, as comm[pid]",
-    "time (s)": "seconds from the listing's start (its open, first getdents or phase start) to its "
-    "end",
+    "time (s)": "seconds from the listing's start to its end, as the line under the table says "
+    "for each way listings were told apart (a capture's is shorter than a trace's of the same "
+    "listing, and results --table gives the lister's own run time beside it)",
     "ended": "how it ended: eof (reached the end of the directory), error, killed, closed (before "
     "the end), cut_off (by the end of the trace), unknown (the trace has no "
     "end-of-listing event); '(began before)' when it was opened before the trace "
@@ -26,13 +28,24 @@ TEXT_TABLE = {
     "dentries": "change of the dcache's nr_dentry over the listing (from the reproducer's samples)",
 }
 
+# What a listing's time spans, by what told the listings apart (delimited_by).
+TIME_SPANS = {
+    "opens": "from the opendir (or first getdents) to the close",
+    "syscalls": "from the first getdents64 to the one that returned 0",
+    "phases": "from the reproducer's phase marker to the next (the lister's start-up included)",
+    "readdirs": "from the first READDIR to the last",
+    "wire": "from the first READDIR call to the reply that ended the listing (no getdents on "
+    "the wire)",
+}
+
 EXPORT_COLUMNS = {
-    "trace_id": "hash of the trace file's bytes: joins every table of one trace",
+    "trace_id": "the trace's id: 16 hex digits of a hash of its bytes, the trace_id of "
+    "analyze --json and results.json too; joins every table of one trace",
     "trace": "the trace's path as given to export",
     "kernel": "the kernel release the trace was recorded on",
     "nfs": "the NFS version, where the trace says (the reproducer's run marker)",
     "listing": "the listing's number within its trace (null outside any listing): with trace_id, "
-    "the key into the listings table",
+    "the key into the listings table, and the listing and trace_id of analyze --json",
     "ts": "event time, ns (the trace's clock)",
     "cpu, pid, comm, source": "where the event was logged, and the trace event it was read from",
     "phase, pid, comm, dir_fileid, dev": "as in analyze's table; dev is the kernel's dev_t",
@@ -109,6 +122,8 @@ def explain():
     """The glossary as text."""
     out = ["Columns of `nfs-readdir analyze`'s table:"]
     out += [f"  {k:14} {v}" for k, v in TEXT_TABLE.items()]
+    out += ["", "What a listing's time spans, by what told the listings apart:"]
+    out += [f"  {k:14} {v}" for k, v in TIME_SPANS.items()]
     out += ["", "Columns of `nfs-readdir export`'s tables (see the README's glossary):"]
     out += [f"  {k}\n      {v}" for k, v in EXPORT_COLUMNS.items()]
     return "\n".join(out) + "\n"

@@ -4,14 +4,18 @@ The y axis is how far into the directory each READDIR asked to start: its cookie
 cookie of the listing, or for a listing that did not reach the end (dashed) over the largest
 cookie of a listing of the same directory that did. ext4 cookies are hash positions spread
 evenly over their range, and xfs and tmpfs cookies are offsets, so this is the share of the
-directory already read; a restart drops to 0. Invalidations are vertical lines, restarts red
-crosses, and READDIRs that went back for a cause the trace cannot tell (a restart or a new open)
-hollow orange circles: the legend gives a listing's restarts as a range then.
+directory already read; a restart drops to 0, or to the cookie below the reader's position it
+asked. Invalidations are dotted vertical lines, restarts red crosses where they asked, and
+READDIRs that went back for a cause the trace cannot tell (a restart or a new open) hollow orange
+circles: the legend gives a listing's restarts as a range then. The title names the traces and
+their kernels; no two listings share a colour.
 """
 
 import os
 import stat
 
+import matplotlib
+import numpy as np
 import pandas as pd
 
 # Figures made as objects, not through pyplot: no backend chosen for the whole process at
@@ -40,6 +44,8 @@ FORMATS = ("png", "svg", "pdf")
 def output_format(path):
     """The image format for an output path, from its extension; a device such as /dev/null
     takes PNG. Anything else is refused before any work is done."""
+    if path == "-":
+        return "png"
     ext = os.path.splitext(path)[1].lstrip(".").lower()
     if ext in FORMATS:
         return ext
@@ -50,8 +56,12 @@ def output_format(path):
     )
 
 
-def save(fig, output):
-    """Write the figure to exactly the path given, in place: a device stays a device."""
+def save(fig, output, out=None):
+    """Write the figure to exactly the path given, in place (a device stays a device), or for
+    "-" as PNG to out (a binary stream: standard output)."""
+    if output == "-":
+        fig.savefig(out, format="png")
+        return
     with open(output, "wb") as f:
         fig.savefig(f, format=output_format(output))
 
@@ -67,7 +77,35 @@ def _label(a, lst, several_kernels):
     return f"{_kernel(a)} {who}" if several_kernels else who
 
 
-def listings(analyses, output):
+def _colors(n):
+    """n colours, no two alike: the default cycle's ten, else evenly spaced over a colour map."""
+    if n <= 10:
+        return [f"C{i}" for i in range(n)]
+    return [matplotlib.colormaps["turbo"](x) for x in np.linspace(0.05, 0.95, n)]
+
+
+def _readdirs(n):
+    return f"{n} READDIR" + ("" if n == 1 else "s")
+
+
+def _title(analyses):
+    """What the figure is of: its traces (the first few) and their kernels."""
+    # The file and the folder it is in: a run's traces are all named idle.dat, modified.dat.
+    names = [
+        os.path.join(*os.path.normpath(a.info.get("path", "?")).split(os.sep)[-2:])
+        for a in analyses
+    ]
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    kernels = sorted({a.kernel or "unknown kernel" for a in analyses})
+    return f"{shown} on {', '.join(kernels)}"
+
+
+def listings(analyses, output, out=None):
+    """listings_figure saved to output (see save)."""
+    save(listings_figure(analyses), output, out)
+
+
+def listings_figure(analyses):
     """READDIR progress per listing: traces with cookies and traces without on axes of their
     own (a cookie fraction and a READDIR count share no scale), dentries beneath."""
     lsts = [(a, lst) for a in analyses for lst in a.listings if len(lst.rpcs)]
@@ -84,6 +122,7 @@ def listings(analyses, output):
     )
     axes = list(axes[:, 0])
     colors = {}
+    palette = iter(_colors(len(lsts)))
     for ax, (kind, items) in zip(axes, panels):
         for a, lst in items:
             label = _label(a, lst, several)
@@ -106,15 +145,23 @@ def listings(analyses, output):
             lo_hi = lst.restart_range
             maybe = f", {lo_hi[0]}-{lo_hi[1]} restarts" if lo_hi and lo_hi[1] > lo_hi[0] else ""
             (line,) = ax.plot(
-                t, y, style, drawstyle="steps-post", label=f"{label}: {len(t)} READDIRs{maybe}"
+                t,
+                y,
+                style,
+                drawstyle="steps-post",
+                color=next(palette),
+                label=f"{label}: {_readdirs(len(t))}{maybe}",
             )
             colors[id(lst)] = line.get_color()
             for inv in lst.invalidations:
-                ax.axvline((inv.ts - lst.start) / NS, color=line.get_color(), alpha=0.25, lw=0.8)
+                ax.axvline(
+                    (inv.ts - lst.start) / NS, color=line.get_color(), alpha=0.7, lw=1.2, ls=":"
+                )
             if lst.restarts:
+                # Where each happened: cookie 0, or the cookie below the reader's position.
                 ax.plot(
                     [(r.ts - lst.start) / NS for r in lst.restarts],
-                    [0] * len(lst.restarts),
+                    [y[r.rpc_index] for r in lst.restarts],
                     "x",
                     color="red",
                     ms=7,
@@ -135,7 +182,8 @@ def listings(analyses, output):
         )
         _legend(ax)
     axes[0].set_title(
-        "READDIR progress per listing (| invalidation, x restart, o restart or new open)"
+        f"{_title(analyses)}\nREADDIR progress per listing (dotted line: invalidation, x restart, "
+        "o restart or new open)"
     )
     if has_samples:
         bottom = axes[-1]
@@ -155,7 +203,7 @@ def listings(analyses, output):
         _legend(bottom)
     axes[-1].set_xlabel("seconds since the listing started")
     fig.tight_layout()
-    save(fig, output)
+    return fig
 
 
 def _legend(ax, most=12):
@@ -173,6 +221,11 @@ def _legend(ax, most=12):
 
 
 # ------------------------------------------------------------------------------ dcache runs
+# The top share of a dcache panel left to the phase names: the longest ("local-misses") is
+# 0.3 of a 3.6-inch panel's height.
+PHASE_BAND = 0.35
+
+
 def dcache_samples(
     ax, samples, phases=None, columns=("nr_dentry", "nr_negative"), t0=None, label=None, shade=True
 ):
@@ -200,12 +253,24 @@ def dcache_samples(
             label=f"{label} {col}" if label else col,
         )
     if shade and phases:
-        top = ax.get_ylim()[1]
+        # The phase names run down from the top, in a band above the curves kept free for them.
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, lo + (hi - lo) / (1 - PHASE_BAND))
+        names = ax.get_xaxis_transform()  # x in seconds, y in fractions of the axes' height
         for i, p in enumerate(phases):
             end = p.end if p.end is not None else int(samples["ts"].iloc[-1])
             a, b = (p.start - t0) / NS, (end - t0) / NS
             ax.axvspan(a, b, color=f"C{i % 10}", alpha=0.08)
-            ax.text(a, top, p.name, rotation=90, va="top", ha="left", fontsize="x-small")
+            ax.text(
+                a,
+                0.99,
+                p.name,
+                rotation=90,
+                va="top",
+                ha="left",
+                fontsize="x-small",
+                transform=names,
+            )
     ax.set_xlabel("seconds")
     ax.set_ylabel("dentries")
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
@@ -303,7 +368,7 @@ def _plot_memcg_grid(ax, runs):
     ax.legend(loc="upper left", fontsize="x-small", ncol=2)
 
 
-def dcache_runs(runs, output):
+def dcache_runs(runs, output, out=None):
     """One panel per run (e.g. the same reproducer on two kernels), runs given as (results,
     markers of its trace): dentries and negative dentries over time; for readdirplus and memcg
     runs of one reproducer, a first panel with their figures side by side."""
@@ -327,5 +392,5 @@ def dcache_runs(runs, output):
             fontsize=10,
         )
     fig.tight_layout()
-    save(fig, output)
+    save(fig, output, out)
     return output

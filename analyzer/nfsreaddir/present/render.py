@@ -7,6 +7,7 @@ import sys
 
 from .. import events
 from ..units import NS
+from .glossary import TIME_SPANS
 
 # pandas (0.5 s to import) and the dcache judgement are imported by the functions that use
 # them: the slab section of a kmem trace is written without either.
@@ -184,6 +185,13 @@ def print_analysis(analyses, out=None, details=10):
             out.write("  WARNING: the trace is damaged; only the part before the damage was read\n")
     table = listing_table(analyses)
     out.write("\n" + table.to_string(index=False) + "\n" if len(table) else "\nno listing\n")
+    spans = sorted({x.delimited_by for a in analyses for x in a.listings})
+    if spans:  # a listing's time is not the same span for every input: say which it is
+        out.write(
+            "time (s): "
+            + "; ".join(f"{TIME_SPANS[k]} ({k})" for k in spans if k in TIME_SPANS)
+            + "\n"
+        )
     for a in analyses:
         for lst in a.listings:
             if not (lst.restarts or lst.invalidations or lst.ambiguous_rows):

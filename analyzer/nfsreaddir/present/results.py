@@ -94,9 +94,14 @@ def build(directory):
         res["phases"][phase].update(names.get(phase, {}))
     res["names_checked"] = run.get("fs") in runs.NAMES_CHECKED_FS
     res["listings"] = [
-        dict(lst.summary(), trace=os.path.basename(a.info.get("path", "")))
+        dict(
+            lst.summary(),
+            trace=os.path.basename(a.info.get("path", "")),
+            trace_id=a.info["trace_id"],
+            listing=i,
+        )
         for a in analyses
-        for lst in a.listings
+        for i, lst in enumerate(a.listings)
     ]
     ph = res["phases"]
     if "idle" in ph and "modified" in ph:
@@ -151,7 +156,11 @@ def overhead(facts):
 
 
 TABLE_ROWS = [
-    ("time (s)", "seconds"),
+    # The reproducer's clock: from starting the lister to its exit (mount, exec and the last
+    # getdents included).
+    ("lister's run (s)", "seconds"),
+    # The trace's: from the listing's first event in the phase to its close, as analyze shows it.
+    ("listing in trace (s)", "trace_seconds"),
     ("READDIR RPCs", "readdir_rpcs"),
     ("invalidations", "invalidations"),
     ("restarts", "restarts"),
@@ -171,21 +180,50 @@ def _cell(phase, key):
     return "-" if v is None else v
 
 
+def _trace_seconds(res, phase):
+    """The time analyze gives the phase's listing (results.json's listings), or None."""
+    found = [x["seconds"] for x in res.get("listings", []) if x.get("phase") == phase]
+    return round(found[0], 3) if found else None
+
+
+def _names(dirs, kernels):
+    """A column name per run: its kernel, and its directory where runs share a kernel, so
+    that no run hides another."""
+    shared = {k for k in kernels if kernels.count(k) > 1}
+    names = [
+        f"{k} ({os.path.basename(os.path.normpath(d))})" if k in shared else k
+        for d, k in zip(dirs, kernels)
+    ]
+    return [n if names.count(n) == 1 else f"{n} #{i + 1}" for i, n in enumerate(names)]
+
+
 def table(dirs):
-    """The runs of several results directories side by side, one column per kernel and phase."""
+    """The runs of several results directories side by side: readdir runs in one table, a
+    column per run and phase, each run's settings above it; dcache runs each in a section of
+    their own (their phases are not listings)."""
     import pandas as pd
 
-    cols, verdicts = {}, []
+    from .render import dcache_report
+
+    loaded = []
     for d in dirs:
         with open(runs.results_json(d)) as f:
-            res = json.load(f)
-        kernel = res.get("kernel", d)
+            loaded.append((d, json.load(f)))
+    readdir = [(d, r) for d, r in loaded if runs.kind(d) != runs.DCACHE]
+    names = _names([d for d, _ in readdir], [r.get("kernel", d) for d, r in readdir])
+    cols, heads, verdicts = {}, [], []
+    for name, (_, res) in zip(names, readdir):
         for phase, p in res["phases"].items():
-            cols[(kernel, phase)] = [_cell(p, key) for _, key in TABLE_ROWS]
-        verdicts.append(f"{kernel}: {res['verdict']}: " + "; ".join(res["reasons"]))
-        head = (
-            f"NFSv{res.get('nfs')}, {res.get('files')} files on {res.get('fs')}, "
+            p = dict(p, trace_seconds=_trace_seconds(res, phase))
+            cols[(name, phase)] = [_cell(p, key) for _, key in TABLE_ROWS]
+        verdicts.append(f"{name}: {res['verdict']}: " + "; ".join(res["reasons"]))
+        heads.append(
+            f"{name}: NFSv{res.get('nfs')}, {res.get('files')} files on {res.get('fs')}, "
             f"a file added every {res.get('interval')}s during 'modified'"
         )
-    df = pd.DataFrame(cols, index=[label for label, _ in TABLE_ROWS])
-    return head + "\n\n" + df.to_string() + "\n\n" + "\n".join(verdicts)
+    parts = []
+    if readdir:
+        df = pd.DataFrame(cols, index=[label for label, _ in TABLE_ROWS])
+        parts.append("\n".join(heads) + "\n\n" + df.to_string() + "\n\n" + "\n".join(verdicts))
+    parts += [f"{d}: " + dcache_report(r) for d, r in loaded if runs.kind(d) == runs.DCACHE]
+    return "\n\n".join(parts)

@@ -1,0 +1,235 @@
+"""What a new user reads: results tables, plots, ids, help texts and the export's messages say
+what they show, and no run, label or file is lost or changed without a word (issue 32)."""
+
+import json
+import os
+import re
+import subprocess
+
+import pandas as pd
+import pytest
+
+from conftest import FIXTURES, TOP, run_cli
+from nfsreaddir import cli, pipeline
+from nfsreaddir.present import glossary, plot
+
+BAD = os.path.join(FIXTURES, "5.10-v4.1")  # 157 READDIRs, 5 restarts in 'modified'
+BAD_V3 = os.path.join(FIXTURES, "5.10-v3")  # the same kernel, never exercised
+DCACHE = os.path.join(FIXTURES, "dcache-negative-6.1")
+CAPTURED = os.path.join(FIXTURES, "5.10-v4.1-cap")
+
+
+# ------------------------------------------------------------------------------ results --table
+def test_results_table_keeps_runs_that_share_a_kernel():
+    out = run_cli("results", "--table", BAD, BAD_V3, check=0).stdout
+    # Both runs of 5.10.0-46, each under its own name: the restarting one is not hidden.
+    assert "5.10.0-46-amd64 (5.10-v4.1)" in out and "5.10.0-46-amd64 (5.10-v3)" in out
+    row = next(x for x in out.splitlines() if x.startswith("READDIR RPCs"))
+    assert row.split()[2:] == ["40", "157", "40", "40"], row
+    assert "NFSv4.1, 4000 files on ext4" in out and "NFSv3, 4000 files on ext4" in out
+
+
+def test_results_table_gives_a_dcache_run_its_own_section():
+    out = run_cli("results", "--table", BAD, DCACHE, check=0).stdout
+    assert "None" not in out, out
+    # The readdir table has the readdir run alone; the dcache run's phases are its own.
+    assert "local-misses" not in out.split("dcache-negative on")[0]
+    assert f"{DCACHE}: dcache-negative on 6.1.0-50-amd64: PASS" in out
+    assert "change over each phase:" in out
+
+
+def test_results_table_says_which_time_is_which():
+    """The lister's run time (the reproducer's clock) and the listing's time in the trace (as
+    analyze gives it) are two labelled rows, not one number that differs from analyze's."""
+    out = run_cli("results", "--table", BAD, check=0).stdout
+    labels = ("lister's run (s)", "listing in trace (s)")
+    rows = {k: x[len(k) :].split() for x in out.splitlines() for k in labels if x.startswith(k)}
+    assert rows["lister's run (s)"] == ["25.09", "39.126"]
+    analyze = json.loads(run_cli("analyze", "--json", BAD, check=0).stdout)
+    seconds = {x["phase"]: x["seconds"] for a in analyze for x in a["listings"]}
+    assert rows["listing in trace (s)"] == [
+        str(round(seconds["idle"], 3)),
+        str(round(seconds["modified"], 3)),
+    ]
+
+
+def test_analyze_says_what_a_listing_time_spans():
+    out = run_cli(
+        "analyze",
+        os.path.join(CAPTURED, "idle.dat"),
+        os.path.join(CAPTURED, "idle.pcap.gz"),
+        check=0,
+    )
+    line = next(x for x in out.stdout.splitlines() if x.startswith("time (s): "))
+    assert f"{glossary.TIME_SPANS['opens']} (opens)" in line
+    assert f"{glossary.TIME_SPANS['wire']} (wire)" in line
+
+
+# ---------------------------------------------------------------------------------------- ids
+def test_one_trace_id_and_listing_number_in_analyze_export_and_results(tmp_path):
+    trace = os.path.join(BAD, "modified.dat")
+    (a,) = json.loads(run_cli("analyze", "--json", trace, check=0).stdout)
+    tid = a["trace"]["trace_id"]
+    # A string jq and JavaScript keep whole; trace-cmd's own id beside it, a string too.
+    assert re.fullmatch(r"[0-9a-f]{16}", tid) and tid == pipeline.trace_id(trace)
+    assert isinstance(a["trace"]["tracecmd_id"], str) and int(a["trace"]["tracecmd_id"]) > 2**53
+    assert [x["listing"] for x in a["listings"]] == list(range(len(a["listings"])))
+    printed = run_cli("export", trace, "-o", tmp_path, check=0).stdout.split()
+    assert os.path.join(tmp_path, "rpc", f"{tid}.csv") in printed
+    rpc = pd.read_csv(tmp_path / "rpc" / f"{tid}.csv", dtype={"trace_id": str})
+    assert set(rpc["trace_id"]) == {tid}
+    for x in a["listings"]:
+        assert (rpc["listing"] == x["listing"]).sum() == x["readdirs"]
+    run = tmp_path / "run"
+    subprocess.run(["cp", "-r", BAD, run], check=True)
+    run_cli("results", run, check=0)
+    with open(run / "results.json") as f:
+        stored = json.load(f)
+    mine = [x for x in stored["listings"] if x["trace"] == "modified.dat"]
+    assert [(x["trace_id"], x["listing"]) for x in mine] == [
+        (tid, x["listing"]) for x in a["listings"]
+    ]
+
+
+# ------------------------------------------------------------------------------------- export
+def test_export_replaces_a_stale_or_damaged_table_and_says_what_it_did(tmp_path):
+    trace = os.path.join(BAD, "modified.dat")
+    first = run_cli("export", trace, "-o", tmp_path, "--format", "parquet", check=0).stdout
+    files = first.split()
+    rpc = next(f for f in files if "/rpc/" in f)
+    good = open(rpc, "rb").read()
+    with open(rpc, "r+b") as f:  # cut short, as a run killed mid-write by another tool leaves it
+        f.truncate(len(good) // 2)
+    again = run_cli("export", trace, "-o", tmp_path, "--format", "parquet", check=0).stdout
+    said = dict(x.split(": ", 1) for x in again.splitlines())
+    assert said.pop(rpc).startswith("replaced")
+    assert set(said) == set(files) - {rpc}
+    assert all(v.startswith("left as it was") for v in said.values())
+    assert open(rpc, "rb").read() == good
+
+
+# ---------------------------------------------------------------------------------- help texts
+def commands():
+    p = cli.parser()
+    (sub,) = [a for a in p._actions if isinstance(a, cli._Commands)]
+    return sub.choices
+
+
+def test_every_command_says_what_it_does_and_what_each_argument_is():
+    for name, parser in commands().items():
+        assert parser.description and len(parser.description) > 20, name
+        for action in parser._actions:
+            assert action.help, (name, action.dest)
+
+
+@pytest.mark.parametrize(
+    "name, verdict", [("check", True), ("results", True), ("plot", False), ("export", False)]
+)
+def test_every_command_help_gives_its_exit_statuses(name, verdict, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([name, "--help"])
+    text = capsys.readouterr().out
+    statuses = text.split("exit status:\n")[1]
+    codes = [int(m) for m in re.findall(r"^  (\d+)", statuses, re.M)]
+    assert codes == ([0, 1, 125, 128, 130, 141] if verdict else [0, 128, 130, 141]), text
+
+
+def test_glossary_is_a_command():
+    text = run_cli("glossary", check=0).stdout
+    assert text == run_cli("analyze", "--explain", check=0).stdout
+    assert "time (s)" in text and glossary.TIME_SPANS["wire"] in text
+
+
+# ---------------------------------------------------------------------------------------- plot
+def figure_of(*inputs):
+    return plot.listings_figure([x.analysis for x in pipeline.load(list(inputs))])
+
+
+def test_plot_title_names_the_traces_and_kernel():
+    fig = figure_of(BAD)
+    title = fig.axes[0].get_title()
+    assert "5.10-v4.1/idle.dat, 5.10-v4.1/modified.dat on 5.10.0-46-amd64" in title
+
+
+def test_plot_draws_restarts_where_they_asked_and_invalidations_plainly():
+    """record-5.10-catchup's ls restarted 8 times, 3 of them below the reader's position (its
+    COMMAND): those crosses are drawn at their cookie, not at 0."""
+    fig = figure_of(os.path.join(FIXTURES, "record-5.10-catchup"))
+    ax = fig.axes[0]
+    crosses = [ln for ln in ax.get_lines() if ln.get_marker() == "x"]
+    ys = [y for ln in crosses for y in ln.get_ydata()]
+    assert sum(y == 0 for y in ys) >= 5 and sum(y > 0 for y in ys) >= 3, ys
+    invalidations = [ln for ln in ax.get_lines() if ln.get_linestyle() == ":"]
+    assert invalidations and all(ln.get_alpha() >= 0.5 for ln in invalidations)
+
+
+def test_plot_legend_gives_each_listing_its_own_colour_and_counts_in_words():
+    from matplotlib.colors import to_hex
+
+    fig = figure_of(os.path.join(FIXTURES, "multi-5.10-series"))
+    ax = fig.axes[0]
+    drawn = [ln for ln in ax.get_lines() if ln.get_label() and not ln.get_label().startswith("_")]
+    assert len(drawn) > 10
+    assert len({to_hex(ln.get_color()) for ln in drawn}) == len(drawn)
+    labels = [ln.get_label() for ln in drawn]
+    assert any(lb.endswith(": 1 READDIR") for lb in labels), labels
+    assert not any(re.search(r"\b1 READDIRs", lb) for lb in labels)
+
+
+def test_dcache_plot_keeps_phase_names_clear_of_the_curves():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    m = pipeline.dcache_markers(DCACHE)
+
+    fig = Figure(figsize=(10, 3.6))
+    ax = fig.subplots()
+    plot.dcache_samples(ax, m.samples, m.phases)
+    FigureCanvasAgg(fig).draw()
+    box = ax.get_window_extent()
+    top = max(max(ln.get_ydata()) for ln in ax.get_lines())
+    above = ax.transData.transform((0, top))[1]
+    names = [t for t in ax.texts if t.get_text() in {p.name for p in m.phases}]
+    assert len(names) == len(m.phases)
+    for t in names:
+        ext = t.get_window_extent()
+        assert ext.y1 <= box.y1 + 1 and ext.y0 >= above, (t.get_text(), ext, box, above)
+
+
+def test_plot_to_standard_output_and_over_a_file_says_so(tmp_path):
+    p = subprocess.run(
+        [os.path.join(TOP, ".venv", "bin", "nfs-readdir"), "plot", BAD, "-o", "-"],
+        capture_output=True,
+        check=True,
+    )
+    assert p.stdout.startswith(b"\x89PNG") and len(p.stdout) > 20000
+    out, idle = tmp_path / "p.png", os.path.join(BAD, "idle.dat")
+    assert run_cli("plot", idle, "-o", out, check=0).stdout == f"{out}\n"
+    again = run_cli("plot", idle, "-o", out, check=0).stdout
+    assert again == f"{out}: replaced the file that was there\n"
+
+
+# -------------------------------------------------------------------------------------- README
+def readme_block(after):
+    """The first ```sh block of the README after the line holding `after`."""
+    text = open(os.path.join(TOP, "README.md")).read()
+    rest = text[text.index(after) :]
+    return rest.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_query_runs_as_written(tmp_path):
+    """The README's export and query, run as written (the venv's commands first on PATH) on a
+    folder of traces: a row per listing with its READDIRs."""
+    os.makedirs(tmp_path / "traces")
+    os.symlink(os.path.join(BAD, "modified.dat"), tmp_path / "traces" / "modified.dat")
+    env = dict(os.environ, PATH=os.path.join(TOP, ".venv", "bin") + os.pathsep + os.environ["PATH"])
+    p = subprocess.run(
+        ["sh", "-e", "-c", readme_block("Export a fleet's traces into one folder")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    rows = [x for x in p.stdout.splitlines() if "paced-lister" in x]
+    assert len(rows) == 1 and "157" in rows[0], p.stdout
