@@ -312,7 +312,7 @@ def test_buffer_size_put_back_as_the_size_it_stands_for():
     assert tracing.buffer_kb("1410\n") == "1410"
 
 
-class _Replay:
+class Replay:
     """A recorded trace fed to watch's tracker as the ring buffer would give it: every event
     of the tables, in time order."""
 
@@ -324,9 +324,9 @@ class _Replay:
             name: sorted(set(f.values()) | ({src.where[0]} if src.where else set()))
             for name, (_, src, f) in tables.stream_sources(self.trace).items()
         }
-        self._by_id, self.items, self.comms = {}, [], {}
+        self.by_id, self.items, self.comms = {}, [], {}
         for i, (name, df) in enumerate(self.trace.read(req).items()):
-            self._by_id[i] = type("F", (), {"full_name": name, "id": i})
+            self.by_id[i] = type("F", (), {"full_name": name, "id": i})
             for r in df.to_dict("records"):
                 f = {
                     c: (
@@ -368,7 +368,7 @@ def test_watch_lines_are_the_restarts_analyze_finds(trace):
     from nfsreaddir.live import watch
     from nfsreaddir.model import analysis
 
-    replay = _Replay(os.path.join(TOP, "tests", "fixtures", trace))
+    replay = Replay(os.path.join(TOP, "tests", "fixtures", trace))
     out = io.StringIO()
     t = watch._Tracker(replay, out, None, replay.items[0][0])
     t.feed(replay.items)
