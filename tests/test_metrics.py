@@ -88,7 +88,6 @@ def test_exposition_http_and_textfile(tmp_path):
     t.feed(replay.items)
     e = metrics.Exposition(m, ("127.0.0.1", 0), str(tmp_path))
     port = e.server[0].server_port
-    e.write()
     page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     text = (tmp_path / metrics.TEXTFILE).read_text()
     assert [x for x in os.listdir(tmp_path)] == [metrics.TEXTFILE]  # no temporary left

@@ -10,6 +10,7 @@ client that lists millions of directories over months costs Prometheus a bounded
 """
 
 import os
+import time
 
 from prometheus_client import (
     CollectorRegistry,
@@ -25,6 +26,7 @@ LABELS = ("mount", "fileid", "path", "comm")
 MAX_SERIES = 2000
 OTHER = ("other", "other", "", "other")
 TEXTFILE = "nfs_readdir.prom"
+TEXTFILE_SECONDS = 1.0
 
 
 def mounts():
@@ -151,6 +153,7 @@ class Exposition:
     def __init__(self, metrics, listen=None, textfile_dir=None):
         self.metrics, self.dir = metrics, textfile_dir
         self.server = None
+        self.written = -TEXTFILE_SECONDS
         if textfile_dir is not None and not os.path.isdir(textfile_dir):
             raise OSError(f"--textfile {textfile_dir}: not a directory")
         if listen is not None:
@@ -158,8 +161,11 @@ class Exposition:
         self.write()
 
     def write(self):
-        if self.dir is not None:
+        """The textfile again, at most every TEXTFILE_SECONDS (watch polls 5 times a second)."""
+        now = time.monotonic()
+        if self.dir is not None and now - self.written >= TEXTFILE_SECONDS:
             write_to_textfile(os.path.join(self.dir, TEXTFILE), self.metrics.registry)
+            self.written = now
 
     def close(self):
         """Stop serving; the textfile goes too (a stopped watch exports nothing, as its HTTP
