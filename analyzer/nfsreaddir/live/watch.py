@@ -8,6 +8,8 @@ which prints each restart and invalidation as it is found; where no open or getd
 delimits listings, analysis.analyze runs over everything read so far instead. At the end,
 analyze() over all the events and its verdict (verdict.judge) are the summary and the exit
 status. So `watch` answers exactly what `record` + `analyze` would of the same events.
+With --metrics or --textfile it is a service instead: the tracker counts into Prometheus metrics
+(live/metrics.py), prints no line and keeps no event, so that it can run for months.
 """
 
 import json
