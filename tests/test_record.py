@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import promshot
 import vmrun
 from conftest import NFS_READDIR, TOP, needs_setup, run_cli
 from nfsreaddir import events
@@ -312,7 +313,7 @@ def test_buffer_size_put_back_as_the_size_it_stands_for():
     assert tracing.buffer_kb("1410\n") == "1410"
 
 
-class _Replay:
+class Replay:
     """A recorded trace fed to watch's tracker as the ring buffer would give it: every event
     of the tables, in time order."""
 
@@ -324,9 +325,9 @@ class _Replay:
             name: sorted(set(f.values()) | ({src.where[0]} if src.where else set()))
             for name, (_, src, f) in tables.stream_sources(self.trace).items()
         }
-        self._by_id, self.items, self.comms = {}, [], {}
+        self.by_id, self.items, self.comms = {}, [], {}
         for i, (name, df) in enumerate(self.trace.read(req).items()):
-            self._by_id[i] = type("F", (), {"full_name": name, "id": i})
+            self.by_id[i] = type("F", (), {"full_name": name, "id": i})
             for r in df.to_dict("records"):
                 f = {
                     c: (
@@ -368,7 +369,7 @@ def test_watch_lines_are_the_restarts_analyze_finds(trace):
     from nfsreaddir.live import watch
     from nfsreaddir.model import analysis
 
-    replay = _Replay(os.path.join(TOP, "tests", "fixtures", trace))
+    replay = Replay(os.path.join(TOP, "tests", "fixtures", trace))
     out = io.StringIO()
     t = watch._Tracker(replay, out, None, replay.items[0][0])
     t.feed(replay.items)
@@ -460,9 +461,49 @@ def check(d):
     return run_cli("check", d / "t.dat")
 
 
+def prom_sum(path, **labels):
+    """The sum of what Prometheus' query API answered (a vector, in a guest's prom-*.json),
+    over the series with those labels."""
+    d = json.loads(path.read_text())
+    assert d["status"] == "success", d
+    return sum(
+        float(r["value"][1])
+        for r in d["data"]["result"]
+        if all(r["metric"].get(k) == v for k, v in labels.items())
+    )
+
+
+def assert_prometheus(d, restarts):
+    """record-watch --prometheus: the guest's Prometheus scraped `watch --metrics` every
+    second over the listing. Its restart counter is what analyze() finds in the trace
+    recorded beside it (restarts); the contrib/ alert rule fired (the rules API) where the
+    listing restarted more than once; watch stopped by SIGTERM put tracefs back and, started
+    again, was a reset Prometheus sees."""
+    out = (d / "metrics-watch.txt").read_text()
+    assert out.count("exit 0") == 2 and "Traceback" not in out, out
+    assert prom_sum(d / "prom-readdirs.json", comm="paced-lister") > 0
+    assert prom_sum(d / "prom-restarts.json", comm="paced-lister") == restarts
+    assert "# TYPE nfs_readdir_restarts_total counter" in (d / "metrics.txt").read_text()
+    fired = d / "prom-rules-firing.json"
+    assert fired.exists() == (restarts > 1), restarts
+    rules = json.loads((d / "prom-rules.json").read_text())["data"]["groups"]
+    assert [r["name"] for g in rules for r in g["rules"]] == ["NfsReaddirRestarts"], rules
+    if restarts > 1:
+        firing = json.loads(fired.read_text())["data"]["groups"][0]["rules"][0]["alerts"]
+        assert {a["labels"]["path"] for a in firing if a["state"] == "firing"} == {
+            json.loads((d / "prom-restarts.json").read_text())["data"]["result"][0]["metric"][
+                "path"
+            ]
+        }, firing
+    assert prom_sum(d / "prom-start-changes.json") >= 1
+    assert prom_sum(d / "prom-resets.json") >= 1
+    assert (d / "tracefs-metrics-TERM").read_text() == (d / "tracefs-before").read_text()
+    assert (d / "prometheus" / "wal").is_dir()
+
+
 @pytest.mark.vm
 def test_stock_5_10_record_check_watch(tmp_path):
-    p = vm_run("debian:5.10", tmp_path, "--watch", "--signals", timeout=2400)
+    p = vm_run("debian:5.10", tmp_path, "--watch", "--signals", "--prometheus", timeout=2400)
     assert p.returncode == 0, p.stdout + p.stderr
     rec = (tmp_path / "record.txt").read_text()
     assert "record exit 0" in rec and "running: trace-cmd record" in rec, rec
@@ -502,6 +543,14 @@ def test_stock_5_10_record_check_watch(tmp_path):
         out = (tmp_path / f"{what}.txt").read_text()
         assert f"exit {code}" in out and "Traceback" not in out, (what, out)
         assert ("running: trace-cmd record" if what.startswith("record") else "Ctrl-C") in out
+    assert_prometheus(tmp_path, lister[0]["restarts"])
+    assert lister[0]["restarts"] > 1
+    # Prometheus' own graph of the restart counter, from the guest's TSDB (README's picture).
+    end = json.loads((tmp_path / "prom-restarts.json").read_text())["data"]["result"][0]["value"]
+    promshot.graph(
+        tmp_path / "prometheus", "nfs_readdir_restarts_total", end[0], tmp_path / "g.png"
+    )
+    assert (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.vm
@@ -517,7 +566,9 @@ def test_stock_record_check_good(tmp_path, kernel):
     for attempt in ("first", "again"):
         run = tmp_path / attempt
         run.mkdir()
-        p = vm_run(f"debian:{kernel}", run, *(["--watch"] if newest else []), timeout=700)
+        more = ["--watch"] if newest else ["--prometheus"] if kernel == "6.1" else []
+        # (Prometheus and two starts of watch --metrics: minutes of imports under emulation)
+        p = vm_run(f"debian:{kernel}", run, *more, timeout=1500 if kernel == "6.1" else 700)
         assert p.returncode == 0, p.stdout + p.stderr
         c = check(run)
         if "the bug was never exercised" not in c.stdout:
@@ -531,6 +582,8 @@ def test_stock_record_check_good(tmp_path, kernel):
         assert "watch exit 0" in text and "Traceback" not in text, text
         w = json.loads((run / "watch.json").read_text())
         assert w["verdict"]["word"] == "good" and w["restart_lines"] == 0, w["verdict"]
+    if kernel == "6.1":
+        assert_prometheus(run, 0)
 
 
 SERIES_IMAGE = "/work/build/images/bzImage-series-v3"

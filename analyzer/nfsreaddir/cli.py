@@ -55,6 +55,14 @@ def _port(v):
     return _number(int, v, lambda x: 0 < x < 65536, "a TCP/UDP port (1-65535)")
 
 
+def _listen(v):
+    """ADDR:PORT for watch --metrics (ADDR empty: every address) as (addr, port)."""
+    addr, sep, port = v.rpartition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{v!r} is not ADDR:PORT (e.g. 127.0.0.1:9617, :9617)")
+    return addr.strip("[]") or "0.0.0.0", _port(port)
+
+
 def _port_option(parser):
     """--port, for every command that reads captures."""
     parser.add_argument(
@@ -260,6 +268,18 @@ def parser():
     s.add_argument("--duration", type=_seconds, metavar="S", help="stop after S seconds")
     s.add_argument("--dir", metavar="PATH", help="only listings of this directory")
     s.add_argument("--json", action="store_true", help="the summary as analyze --json gives it")
+    s.add_argument(
+        "--metrics",
+        type=_listen,
+        metavar="ADDR:PORT",
+        help="run as a service: Prometheus metrics on http://ADDR:PORT/metrics instead of lines",
+    )
+    s.add_argument(
+        "--textfile",
+        metavar="DIR",
+        help="run as a service: the metrics in DIR/nfs_readdir.prom (node_exporter's textfile "
+        "collector), written atomically every second",
+    )
     s.set_defaults(func=commands.cmd_watch)
 
     s = sub.add_parser(

@@ -272,4 +272,6 @@ def cmd_watch(args):
     from .live import watch
 
     # (its output: the guarded stdout of this run, not the one bound when watch was imported)
-    return watch.run(args.duration, args.dir, args.json, out=sys.stdout)
+    return watch.run(
+        args.duration, args.dir, args.json, sys.stdout, listen=args.metrics, textfile=args.textfile
+    )

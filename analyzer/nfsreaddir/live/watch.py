@@ -8,6 +8,8 @@ which prints each restart and invalidation as it is found; where no open or getd
 delimits listings, analysis.analyze runs over everything read so far instead. At the end,
 analyze() over all the events and its verdict (verdict.judge) are the summary and the exit
 status. So `watch` answers exactly what `record` + `analyze` would of the same events.
+With --metrics or --textfile it is a service instead: the tracker counts into Prometheus metrics
+(live/metrics.py), prints no line and keeps no event, so that it can run for months.
 """
 
 import json
@@ -15,13 +17,12 @@ import os
 import sys
 import time
 
-import pandas as pd
-
-from .. import events, pipeline
+from .. import events, pipeline, status
 from ..model import opens, tables
-from ..trace import BASE_COLUMNS, field_column, pipe
 from ..units import NS
 from . import recordplan, tracing
+from .metrics import Exposition, Metrics
+from .ringbuffer import LiveTrace, Reader
 
 BUFFER_KB = 4096  # per CPU; read every POLL_SECONDS, a listing's events fit many times
 POLL_SECONDS = 0.2
@@ -51,130 +52,6 @@ def watched(live, plan):
         if s.event in evs and fmt is not None and {"type", "fileid"} <= set(fmt.user_fields()):
             filters[s.event] = f"type == {DT_DIR}"
     return evs, filters
-
-
-class LiveTrace:
-    """The events read from the ring buffer so far, with the interface of a trace file."""
-
-    def __init__(self, tracefs, plan):
-        self.info = {
-            "format": "live ring buffer",
-            "path": "watch",
-            "uname": plan.release,
-            "lost_events": [],
-            "cpus": None,
-        }
-        self._formats = {}
-        for ev in plan.events:
-            fmt = recordplan.tracefs_format(tracefs, ev)
-            if fmt is not None:
-                self._formats[ev] = fmt
-        self._by_id = {f.id: f for f in self._formats.values()}
-        self.rows = {ev: [] for ev in self._formats}  # (ts, cpu, pid, fields)
-        self._comms = {}
-        self.wanted = {
-            self._formats[ev].id: sorted(cols)
-            for ev, cols in pipeline.readdir_events(self).items()
-            if ev in self._formats
-        }
-
-    def event_names(self):
-        return set(self._formats)
-
-    def event_format(self, name):
-        return self._formats.get(name)
-
-    def comm(self, pid):
-        """The process name, looked up when first seen (it may have exited by the end)."""
-        c = self._comms.get(pid)
-        if c is None:
-            try:
-                with open(f"/proc/{pid}/comm") as f:
-                    c = f.read().strip()
-            except OSError:
-                c = f"<{pid}>"
-            self._comms[pid] = c
-        return c
-
-    def add(self, cpu, ts, eid, pid, fields):
-        fmt = self._by_id[eid]
-        self.comm(pid)
-        self.rows[fmt.full_name].append((ts, cpu, pid, fields))
-
-    def check_records(self):
-        """The trace.dat reader's check of every record: the ring buffer's records were
-        decoded as they came (lost events are counted in info)."""
-        return []
-
-    def read(self, req, on_damage="raise", base=BASE_COLUMNS):
-        out = {}
-        for ev, cols in req.items():
-            rows = sorted(self.rows.get(ev, []), key=lambda r: (r[0], r[1]))
-            d = {
-                "ts": [r[0] for r in rows],
-                "cpu": [r[1] for r in rows],
-                "pid": [r[2] for r in rows],
-                "comm": [self._comms.get(r[2], "") for r in rows],
-            }
-            for c in cols or []:
-                d[field_column(c)] = [r[3].get(c) for r in rows]
-            df = pd.DataFrame(d)
-            if not len(df):
-                df = df.astype({"ts": "int64", "cpu": "int64", "pid": "int64"})
-            out[ev] = df
-        return out
-
-
-class _Reader:
-    """trace_pipe_raw of every CPU of the instance, read without blocking."""
-
-    def __init__(self, root, tracefs):
-        sub = os.path.join(root, "buffer_subbuf_size_kb")
-        self.page = (
-            int(open(sub).read()) * 1024 if os.path.exists(sub) else os.sysconf("SC_PAGE_SIZE")
-        )
-        from ..trace.format import parse_header_page as _parse_header_page
-
-        with open(os.path.join(tracefs, "events", "header_page")) as f:
-            self.header = _parse_header_page(f.read(), 8)
-        cpus = sorted(
-            int(d[3:]) for d in os.listdir(os.path.join(root, "per_cpu")) if d.startswith("cpu")
-        )
-        self.fds = {
-            c: os.open(
-                os.path.join(root, "per_cpu", f"cpu{c}", "trace_pipe_raw"),
-                os.O_RDONLY | os.O_NONBLOCK,
-            )
-            for c in cpus
-        }
-
-    def drain(self, live):
-        """Read every page there is; returns the events taken, in time order
-        ((ts, cpu, event id, pid, fields)): a reader that moved between CPUs meanwhile has its
-        events from both in the order it made them."""
-        new = []
-        for cpu, fd in self.fds.items():
-            while True:
-                try:
-                    page = os.read(fd, self.page)
-                except BlockingIOError:
-                    break
-                if not page:
-                    break
-                for item in pipe.decode_page(page, self.header, live._by_id, live.wanted):
-                    if item[0] == "lost":
-                        live.info["lost_events"].append({"cpu": cpu, "ts": None, "count": item[1]})
-                        continue
-                    ts, eid, pid, fields = item
-                    live.add(cpu, ts, eid, pid, fields)
-                    new.append((ts, cpu, eid, pid, fields))
-        new.sort(key=lambda x: (x[0], x[1]))
-        return new
-
-    def close(self):
-        for fd in self.fds.values():
-            os.close(fd)
-        self.fds = {}
 
 
 def _now_ns():
@@ -209,8 +86,11 @@ class _Tracker:
     (the open kprobes or the series' events); the summary at the end is analyze()'s over all
     the events either way."""
 
-    def __init__(self, live, out, dir_fileid, start_ns):
+    def __init__(self, live, out, dir_fileid, start_ns, metrics=None, quiet=False):
         self.live, self.out, self.dir, self.start = live, out, dir_fileid, start_ns
+        # metrics: a live.metrics.Metrics to count into; quiet: no lines (a service's journal
+        # would grow by a line per restart of every client's listings).
+        self.metrics, self.quiet = metrics, quiet
         self.map = tables.stream_sources(live)
         calls = [f for t, _, f in self.map.values() if t == "calls"]
         self.usable = bool(calls) and any(t == "rpc" for t, _, _ in self.map.values())
@@ -223,7 +103,8 @@ class _Tracker:
         self._invals = {}  # id(open) -> invalidations seen
         # Per open (by id): a cookie-0 READDIR is a restart or not by what follows it
         # (opens._Open), so its (row, time) waits here; the restarts printed so far; and the
-        # restart being caught up on: (the cookie to pass, the invalidations seen then). A
+        # restart being caught up on: (the cookie to pass, the invalidations seen then, the
+        # restart's row and time: what the metrics count as re-fetched). A
         # READDIR that goes back again before that cookie, with no new invalidation, is part
         # of the same restart (analysis counts it once too).
         self._zero = {}
@@ -234,6 +115,8 @@ class _Tracker:
         return self.dir is None or o.fileid in (None, self.dir)
 
     def _line(self, ts, what, o, text):
+        if self.quiet:
+            return
         _say(self.out, self.start, ts, what, _who(o.comm, o.pid, o.fileid), text)
 
     def feed(self, new):
@@ -241,7 +124,7 @@ class _Tracker:
         wrote = False
         model = self.model
         for ts, _cpu, eid, pid, fields in new:
-            m = self.map.get(self.live._by_id[eid].full_name)
+            m = self.map.get(self.live.by_id[eid].full_name)
             if m is None:
                 continue
             table, src, fmap = m
@@ -259,9 +142,16 @@ class _Tracker:
                 self.rows += 1
                 if row.get("fileid") is not None and o.fileid is None:
                     o.dev, o.fileid = row.get("dev"), row["fileid"]
+                if self.metrics is not None and self._shown(o):
+                    self.metrics.count("readdirs", o)
                 c = self._catchup.get(id(o))
                 if c is not None and cookie is not None and cookie > c[0]:
                     del self._catchup[id(o)]
+                    if self.metrics is not None and self._shown(o) and c[2] in o.rows:
+                        self.metrics.count(
+                            "refetched_readdirs", o, len(o.rows) - 1 - o.rows.index(c[2])
+                        )
+                        self.metrics.count("refetch_seconds", o, (ts - c[3]) / NS)
                 wrote |= self._restarts(o, before)
             elif table == "calls":
                 model.call(dict(row, pid=pid, ts=ts, comm=self.live.comm(pid)))
@@ -283,6 +173,8 @@ class _Tracker:
                         continue
                     n = self._invals[id(o)] = self._invals.get(id(o), 0) + 1
                     self.invalidations += 1
+                    if self.metrics is not None:
+                        self.metrics.count("invalidations", o)
                     self._line(
                         ts,
                         "invalidation",
@@ -292,17 +184,34 @@ class _Tracker:
                         f"{(ts - o.start) / NS:.3f}s into the listing",
                     )
                     wrote = True
-        if wrote:
+        self._finished()
+        if wrote and not self.quiet:
             self.out.flush()
+
+    def _finished(self):
+        """Count the listings that ended and forget them: what is kept per open is only that
+        of the opens being read, so a watch that runs for months keeps no more than a
+        minute's."""
+        for o in self.model.done:
+            key = id(o)
+            if self.metrics is not None and self._shown(o):
+                self.metrics.count("listings_finished", o, 1, o.ending or "unknown")
+            for d in (self._invals, self._zero, self._printed, self._catchup):
+                d.pop(key, None)
+        self.model.done.clear()
+        if self.metrics is not None:
+            self.metrics.listings(o for o in self.model.live.values() if self._shown(o))
 
     def _restarts(self, o, asked):
         """Print the restarts the open's last event settled; asked: the highest cookie it
         had asked before that event."""
         key = id(o)
-        done = self._printed.get(key, (0, 0))
+        done = self._printed.get(key, (0, 0, 0))
         new = o.restart_rows[done[0] :]
         shown = done[1]
         wrote = False
+        if self.metrics is not None and self._shown(o):
+            self.metrics.count("ambiguous_restarts", o, len(o.ambiguous_rows) - done[2])
         for r in new:
             zero = self._zero.get(key)
             when = zero[1] if zero is not None and zero[0] == r else o.end
@@ -310,9 +219,11 @@ class _Tracker:
             c = self._catchup.get(key)
             if c is not None and c[1] == invals:
                 continue
-            self._catchup[key] = (max(asked, o.targets.get(r, 0)), invals)
+            self._catchup[key] = (max(asked, o.targets.get(r, 0)), invals, r, when)
             if not self._shown(o):
                 continue
+            if self.metrics is not None:
+                self.metrics.count("restarts", o)
             self.restarts += 1
             shown += 1
             at = _restart_at(r in o.targets)
@@ -325,7 +236,7 @@ class _Tracker:
                 f"{(when - o.start) / NS:.3f}s",
             )
             wrote = True
-        self._printed[key] = (len(o.restart_rows), shown)
+        self._printed[key] = (len(o.restart_rows), shown, len(o.ambiguous_rows))
         return wrote
 
 
@@ -382,9 +293,11 @@ class _Printer:
         self.out.flush()
 
 
-def run(duration=None, directory=None, as_json=False, out=sys.stdout):
+def run(duration=None, directory=None, as_json=False, out=sys.stdout, listen=None, textfile=None):
     """Watch until Ctrl-C, SIGTERM or the end of the duration; returns check's exit status
-    (0 good, 1 bad, 125 cannot decide)."""
+    (0 good, 1 bad, 125 cannot decide). With listen ((addr, port): --metrics) or textfile (a
+    directory: --textfile), a service: Prometheus metrics instead of lines, no event kept for a
+    summary (memory stays flat over months), and 0 when stopped."""
     dir_fileid = None
     if directory is not None:
         try:
@@ -395,6 +308,15 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
     tfs = recordplan.find_tracefs()
     group = f"{events.KPROBE_SYSTEM}_w{os.getpid()}"
     plan = recordplan.plan(tfs, group=group)
+    service = listen is not None or textfile is not None
+    metrics = expo = None
+    if service:
+        metrics = Metrics(paths={dir_fileid: directory} if directory else None)
+        try:
+            expo = Exposition(metrics, listen, textfile)
+        except OSError as e:
+            what = f"--metrics {listen[0]}:{listen[1]}" if listen else f"--textfile {textfile}"
+            raise tracing.Refused(f"{what}: {e.strerror or e}") from None
     tracing.trap_sigterm()
     session = tracing.Session(tfs, instance=f"nfs-readdir-watch-{os.getpid()}")
     reader = None
@@ -407,9 +329,9 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
             clock = (
                 "mono" if "mono" in f.read().replace("[", " ").replace("]", " ").split() else None
             )
-        live = LiveTrace(tfs, plan)
+        live = LiveTrace(tfs, plan, keep=not service)
         plan.events, filters = watched(live, plan)
-        reader = _Reader(session.root, tfs)
+        reader = Reader(session.root, tfs)
         live.info["cpus"] = len(reader.fds)
         session.enable(plan.events, BUFFER_KB, clock, filters)
         start = _now_ns()
@@ -428,7 +350,15 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
         for ev, expr in filters.items():
             say.write(f"  {ev} only where {expr} (filtered in the kernel)\n")
         say.flush()
-        tracker = _Tracker(live, say, dir_fileid, start)
+        tracker = _Tracker(live, say, dir_fileid, start, metrics, quiet=service)
+        if service and not tracker.usable:
+            raise tracing.Refused(
+                "--metrics and --textfile count listings as the events delimit them, and this "
+                f"kernel gives no event of a reader's calls ({plan.sources['calls']}): "
+                "run watch without them"
+            )
+        if service:
+            metrics.tracing.set(1)
         # Without opens to delimit listings, the lines come from analyze() over everything so
         # far, whenever an invalidation or a READDIR at cookie 0 comes in (slow, but exact).
         printer = None if tracker.usable else _Printer(say, dir_fileid, start)
@@ -439,9 +369,12 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
             new = reader.drain(live)
             if printer is None:
                 tracker.feed(new)
+                if service:
+                    metrics.health(live)
+                    expo.write()
             elif any(
-                live._by_id[e].full_name in inval
-                or (live._by_id[e].full_name in rpc and f.get("cookie") == 0)
+                live.by_id[e].full_name in inval
+                or (live.by_id[e].full_name in rpc and f.get("cookie") == 0)
                 for _, _, e, _, f in new
             ):
                 a = pipeline.listings_so_far(live)
@@ -460,6 +393,17 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout):
         failed = session.close()
         for f in failed:
             print(f"nfs-readdir watch: cleanup failed: {f}", file=sys.stderr)
+        if expo is not None:
+            metrics.tracing.set(1 if failed else 0)
+            expo.close()
+    if service:
+        out.write("nfs-readdir watch: " + ("stopped" if interrupted else "done"))
+        if tracker is not None:
+            out.write(
+                f"; {live.events} events read, {live.lost} lost; {tracker.restarts} restart(s)"
+            )
+        out.write("\n")
+        return status.GOOD
     return _summary(live, dir_fileid, as_json, out, interrupted, tracker)
 
 

@@ -1,0 +1,151 @@
+"""The ring buffer `watch` reads: its per-CPU trace_pipe_raw pages (Reader) and the events read
+so far as a trace like any other (LiveTrace), which keeps every event for the summary at the end
+unless told not to (a service that runs for hours keeps none: memory stays flat)."""
+
+import os
+
+import pandas as pd
+
+from .. import pipeline
+from ..trace import BASE_COLUMNS, field_column, pipe
+from . import recordplan
+
+
+class LiveTrace:
+    """The events read from the ring buffer so far, with the interface of a trace file."""
+
+    # Without keep, the process names looked up are forgotten past this many (pids are reused).
+    COMMS_KEPT = 4096
+
+    def __init__(self, tracefs, plan, keep=True):
+        self.keep = keep
+        # Events read so far; events lost (the counts the ring buffer gives) and the pages that
+        # said some were lost (the count is not always known).
+        self.events = self.lost = self.losses = 0
+        self.info = {
+            "format": "live ring buffer",
+            "path": "watch",
+            "uname": plan.release,
+            "lost_events": [],
+            "cpus": None,
+        }
+        self._formats = {}
+        for ev in plan.events:
+            fmt = recordplan.tracefs_format(tracefs, ev)
+            if fmt is not None:
+                self._formats[ev] = fmt
+        self.by_id = {f.id: f for f in self._formats.values()}
+        self.rows = {ev: [] for ev in self._formats}  # (ts, cpu, pid, fields)
+        self._comms = {}
+        self.wanted = {
+            self._formats[ev].id: sorted(cols)
+            for ev, cols in pipeline.readdir_events(self).items()
+            if ev in self._formats
+        }
+
+    def event_names(self):
+        return set(self._formats)
+
+    def event_format(self, name):
+        return self._formats.get(name)
+
+    def comm(self, pid):
+        """The process name, looked up when first seen (it may have exited by the end)."""
+        c = self._comms.get(pid)
+        if c is None:
+            if not self.keep and len(self._comms) >= self.COMMS_KEPT:
+                self._comms.clear()
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    c = f.read().strip()
+            except OSError:
+                c = f"<{pid}>"
+            self._comms[pid] = c
+        return c
+
+    def add(self, cpu, ts, eid, pid, fields):
+        fmt = self.by_id[eid]
+        self.comm(pid)
+        self.events += 1
+        if self.keep:
+            self.rows[fmt.full_name].append((ts, cpu, pid, fields))
+
+    def check_records(self):
+        """The trace.dat reader's check of every record: the ring buffer's records were
+        decoded as they came (lost events are counted in info)."""
+        return []
+
+    def read(self, req, on_damage="raise", base=BASE_COLUMNS):
+        out = {}
+        for ev, cols in req.items():
+            rows = sorted(self.rows.get(ev, []), key=lambda r: (r[0], r[1]))
+            d = {
+                "ts": [r[0] for r in rows],
+                "cpu": [r[1] for r in rows],
+                "pid": [r[2] for r in rows],
+                "comm": [self._comms.get(r[2], "") for r in rows],
+            }
+            for c in cols or []:
+                d[field_column(c)] = [r[3].get(c) for r in rows]
+            df = pd.DataFrame(d)
+            if not len(df):
+                df = df.astype({"ts": "int64", "cpu": "int64", "pid": "int64"})
+            out[ev] = df
+        return out
+
+
+class Reader:
+    """trace_pipe_raw of every CPU of the instance, read without blocking."""
+
+    def __init__(self, root, tracefs):
+        sub = os.path.join(root, "buffer_subbuf_size_kb")
+        self.page = (
+            int(open(sub).read()) * 1024 if os.path.exists(sub) else os.sysconf("SC_PAGE_SIZE")
+        )
+        from ..trace.format import parse_header_page as _parse_header_page
+
+        with open(os.path.join(tracefs, "events", "header_page")) as f:
+            self.header = _parse_header_page(f.read(), 8)
+        cpus = sorted(
+            int(d[3:]) for d in os.listdir(os.path.join(root, "per_cpu")) if d.startswith("cpu")
+        )
+        self.fds = {
+            c: os.open(
+                os.path.join(root, "per_cpu", f"cpu{c}", "trace_pipe_raw"),
+                os.O_RDONLY | os.O_NONBLOCK,
+            )
+            for c in cpus
+        }
+
+    def drain(self, live):
+        """Read every page there is; returns the events taken, in time order
+        ((ts, cpu, event id, pid, fields)): a reader that moved between CPUs meanwhile has its
+        events from both in the order it made them."""
+        new = []
+        for cpu, fd in self.fds.items():
+            while True:
+                try:
+                    page = os.read(fd, self.page)
+                except BlockingIOError:
+                    break
+                if not page:
+                    break
+                for item in pipe.decode_page(page, self.header, live.by_id, live.wanted):
+                    if item[0] == "lost":
+                        live.lost += item[1] or 0
+                        live.losses += 1
+                        if live.keep:
+                            live.info["lost_events"].append(
+                                {"cpu": cpu, "ts": None, "count": item[1]}
+                            )
+                        continue
+                    ts, eid, pid, fields = item
+                    live.add(cpu, ts, eid, pid, fields)
+                    new.append((ts, cpu, eid, pid, fields))
+        new.sort(key=lambda x: (x[0], x[1]))
+        return new
+
+    def close(self):
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds = {}

@@ -1,0 +1,148 @@
+"""`watch --metrics` / `--textfile`: the counters against analyze() on real traces replayed
+through watch's tracker, bounded series and state, the exposition, and the alert rule and
+scrape configuration of contrib/ checked by Prometheus' own promtool. (The real Prometheus
+scraping a real watch runs in the guests of tests/test_record.py.)"""
+
+import collections
+import io
+import os
+import shutil
+import subprocess
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import TOP, needs_setup, run_cli
+from nfsreaddir.live import metrics, watch
+from nfsreaddir.model import analysis
+from test_record import Replay
+
+CONTRIB = os.path.join(TOP, "contrib")
+promtool = needs_setup(shutil.which("promtool") is not None, "needs Debian's prometheus")
+
+
+def sums(m, name, by):
+    """{label value: sum} of one metric's samples, summed by one label."""
+    out = collections.Counter()
+    for fam in m.registry.collect():
+        for s in fam.samples:
+            if s.name == name:
+                out[s.labels.get(by, "")] += s.value
+    return out
+
+
+def replayed(trace, **kw):
+    replay = Replay(os.path.join(TOP, "tests", "fixtures", trace))
+    m = metrics.Metrics(**kw)
+    t = watch._Tracker(replay, io.StringIO(), None, replay.items[0][0], m, quiet=True)
+    return replay, m, t
+
+
+@pytest.mark.parametrize("trace", ["5.10-v4.1/modified.dat", "multi-6.1/multi.dat"])
+def test_counters_are_what_analyze_finds(trace):
+    """Fed a real trace event by event, as the ring buffer gives it: per process, the
+    restarts, READDIRs and finished listings analyze() finds in the whole trace; the tracker
+    forgets each listing once it ends; and nothing is printed (a service's journal)."""
+    replay, m, t = replayed(trace)
+    for i in range(0, len(replay.items), 500):
+        t.feed(replay.items[i : i + 500])
+        # State is per open being read: nothing kept of the listings that ended.
+        assert not t.model.done
+        assert set(t._printed) <= {id(o) for o in t.model.live.values()}
+    a = analysis.analyze(replay.trace)
+    want = {k: collections.Counter() for k in ("restarts", "readdirs")}
+    for lst in a.listings:
+        want["restarts"][lst.comm] += len(lst.restarts)
+        want["readdirs"][lst.comm] += len(lst.rpcs)
+    for k, w in want.items():
+        got = sums(m, f"nfs_readdir_{k}_total", "comm")
+        assert {c: v for c, v in got.items() if v} == {c: v for c, v in w.items() if v}, k
+    assert t.out.getvalue() == ""
+    if "5.10" in trace:
+        assert sum(sums(m, "nfs_readdir_restarts_total", "comm").values()) > 0
+        assert sum(sums(m, "nfs_readdir_refetched_readdirs_total", "comm").values()) > 0
+    finished = sums(m, "nfs_readdir_listings_finished_total", "comm")
+    in_progress = sums(m, "nfs_readdir_listings_in_progress", "comm")
+    assert sum(finished.values()) + sum(in_progress.values()) >= len(a.listings) > 0
+
+
+def test_series_capped_with_an_other_bucket():
+    """Past max_series, new directories and processes count under "other": nothing is lost
+    and the series stay bounded."""
+    replay, m, t = replayed("multi-6.1/multi.dat", max_series=2)
+    t.feed(replay.items)
+    readdirs = sums(m, "nfs_readdir_readdirs_total", "comm")
+    assert len(m.series) == 2 and readdirs["other"] > 0, readdirs
+    assert sum(sums(m, "nfs_readdir_watch_series_overflow_total", "").values()) > 0
+    replay, whole, t = replayed("multi-6.1/multi.dat")
+    t.feed(replay.items)
+    assert sum(readdirs.values()) == sum(sums(whole, "nfs_readdir_readdirs_total", "comm").values())
+
+
+def test_exposition_http_and_textfile(tmp_path):
+    """The same text on http://ADDR:PORT/metrics and in DIR/nfs_readdir.prom (the textfile
+    collector's), parsed by the client library's parser; stopping closes the port and removes
+    the file (no stale counters exported for ever)."""
+    replay, m, t = replayed("5.10-v4.1/modified.dat")
+    t.feed(replay.items)
+    e = metrics.Exposition(m, ("127.0.0.1", 0), str(tmp_path))
+    port = e.server[0].server_port
+    page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    text = (tmp_path / metrics.TEXTFILE).read_text()
+    assert [x for x in os.listdir(tmp_path)] == [metrics.TEXTFILE]  # no temporary left
+    for body in (page, text):
+        fams = {f.name: f for f in text_string_to_metric_families(body)}
+        restarts = sum(s.value for s in fams["nfs_readdir_restarts"].samples)
+        assert fams["nfs_readdir_restarts"].type == "counter" and restarts > 0
+        assert fams["nfs_readdir_listings_in_progress"].type == "gauge"
+    assert "process_cpu_seconds_total" in page
+    e.close()
+    assert not os.listdir(tmp_path)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+
+
+def test_bad_addresses_and_directories_refused(tmp_path):
+    p = run_cli("watch", "--metrics", "9617", check=None)
+    assert p.returncode == 128 and "ADDR:PORT" in p.stderr and "Traceback" not in p.stderr
+    p = run_cli("watch", "--metrics", ":99999", check=None)
+    assert p.returncode == 128 and "Traceback" not in p.stderr, p.stderr
+
+
+@promtool
+def test_contrib_config_and_alert_rule(tmp_path):
+    """promtool accepts the scrape configuration and the rule file, and the rule fires for a
+    directory restarting every 15 s and not for one that restarted once."""
+    for what, f in (("config", "prometheus.yml"), ("rules", "nfs-readdir-alerts.yml")):
+        p = subprocess.run(
+            ["promtool", "check", what, os.path.join(CONTRIB, f)], capture_output=True, text=True
+        )
+        assert p.returncode == 0, p.stdout + p.stderr
+    labels = 'job="nfs-readdir",mount="/home",path="",comm="ls"'
+    (tmp_path / "t.yml").write_text(
+        f"""rule_files: [{os.path.join(CONTRIB, "nfs-readdir-alerts.yml")}]
+evaluation_interval: 15s
+tests:
+  - interval: 15s
+    input_series:
+      - series: 'nfs_readdir_restarts_total{{instance="c1:9617",fileid="42",{labels}}}'
+        values: '0 1 2 3 4 5 6 7 8'
+      - series: 'nfs_readdir_restarts_total{{instance="c2:9617",fileid="43",{labels}}}'
+        values: '0 0 0 1 1 1 1 1 1'
+    alert_rule_test:
+      - eval_time: 2m
+        alertname: NfsReaddirRestarts
+        exp_alerts:
+          - exp_labels: {{severity: warning, instance: "c1:9617", mount: /home, fileid: "42"}}
+            exp_annotations:
+              summary: "NFS listings restart: /home fileid 42"
+              description: "4 READDIR restarts in the last minute on c1:9617: listings of this
+                directory search it again from the start after each change. `nfs-readdir record
+                -- ls DIR` and `nfs-readdir analyze` show why."
+"""
+    )
+    p = subprocess.run(
+        ["promtool", "test", "rules", tmp_path / "t.yml"], capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
