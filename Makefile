@@ -13,7 +13,7 @@ CHECKS := check-ruff check-format check-shell check-types check-tests
 # mypy's incremental cache, kept across clones (a cold run takes a minute on 2 busy cores).
 MYPY_CACHE ?= $(or $(NFSRT_CACHE),$(HOME)/.cache/nfs-readdir-trace)/mypy
 
-.PHONY: setup setup-build demo check $(CHECKS) test-fast test test-kernel test-bisect bench \
+.PHONY: setup setup-build demo check $(CHECKS) test-fast test test-kernel test-prometheus test-bisect bench \
 	fixtures clean
 
 setup:
@@ -70,6 +70,11 @@ test: setup-build
 # Opt-in: build a whole patched 5.10 kernel, boot it and run the reproducer (long).
 test-kernel: setup-build
 	NFSRT_TEST_KERNEL=1 $(PYTEST) -ra -m kernel tests/test_kernel_series.py tests/test_record.py
+
+# Opt-in: a real Prometheus scrapes `watch --metrics` in a stock 5.10 and a 6.1 guest (two
+# more guests, each longer than any in make test: Prometheus and two starts of watch).
+test-prometheus: setup
+	NFSRT_TEST_PROMETHEUS=1 $(PYTEST) -ra tests/test_record.py -k prometheus_scrapes_watch
 
 test-bisect: setup-build
 	NFSRT_TEST_BISECT=1 $(PYTEST) -ra -s tests/test_bisect.py::test_bisect_names_the_cookie_resume_fix
