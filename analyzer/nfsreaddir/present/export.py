@@ -13,7 +13,11 @@ trace says), and listing (the listing's number within its trace, null outside an
 `listing` joins every table to `listings` on (trace_id, listing). Every table has the same
 columns in the same order with the same types for every kernel; a value a trace does not have is
 null. The same trace exported again is left as it is; nothing is ever overwritten. An engine
-reads the whole dataset at once, e.g. DuckDB: `read_parquet('OUT/rpc/*.parquet')`.
+reads a table of thousands of traces through one glob of its folder, e.g. DuckDB's
+`read_parquet('OUT/rpc/*.parquet')` or Spark's `spark.read.parquet('OUT/rpc/*.parquet')`; a
+file being written is hidden from both (.<trace_id>.<format>.partial until whole). Ids, cookies
+and change attributes are unsigned 64-bit (UINT64), which Spark reads as decimal(20,0): the same
+values as DuckDB's UBIGINT (tests/test_spark.py).
 
 A dcache reproducer's run (reproducers/dcache-*) has phases, not listings, and its own tables,
 whose rows carry reproducer in place of listing:
