@@ -210,11 +210,11 @@ def test_plot_to_standard_output_and_over_a_file_says_so(tmp_path):
 
 
 # -------------------------------------------------------------------------------------- README
-def readme_block(after):
-    """The first ```sh block of the README after the line holding `after`."""
+def readme_block(after, lang="sh"):
+    """The first ```LANG block of the README after the line holding `after`."""
     text = open(os.path.join(TOP, "README.md")).read()
     rest = text[text.index(after) :]
-    return rest.split("```sh\n", 1)[1].split("```", 1)[0]
+    return rest.split(f"```{lang}\n", 1)[1].split("```", 1)[0]
 
 
 def test_readme_query_runs_as_written(tmp_path):
@@ -222,9 +222,12 @@ def test_readme_query_runs_as_written(tmp_path):
     folder of traces: a row per listing with its READDIRs."""
     os.makedirs(tmp_path / "traces")
     os.symlink(os.path.join(BAD, "modified.dat"), tmp_path / "traces" / "modified.dat")
+    # per-listing.sql: the README's query, saved as the reader is told to
+    sql = readme_block("Export a fleet's traces into", "sql")
+    (tmp_path / "per-listing.sql").write_text(sql)
     env = dict(os.environ, PATH=os.path.join(TOP, ".venv", "bin") + os.pathsep + os.environ["PATH"])
     p = subprocess.run(
-        ["sh", "-e", "-c", readme_block("Export a fleet's traces into one folder")],
+        ["sh", "-e", "-c", readme_block("Export a fleet's traces into")],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -15,8 +15,12 @@ trace says), and listing (the listing's number within its trace, null outside an
 columns in the same order with the same types for every kernel; a value a trace does not have is
 null. A table already exported, byte for byte as this export writes it, is left as it is; one
 that differs (another version's, or cut short) is replaced, and export says which it did. Only
-the dataset's own files are written, each whole or not at all. An engine
-reads the whole dataset at once, e.g. DuckDB: `read_parquet('OUT/rpc/*.parquet')`.
+the dataset's own files are written, each whole or not at all. An engine reads a table of
+thousands of traces through one glob of its folder, e.g. DuckDB's
+`read_parquet('OUT/rpc/*.parquet')` or Spark's `spark.read.parquet('OUT/rpc/*.parquet')`; a
+file being written is hidden from both (.<trace_id>.<format>.partial until whole). Ids, cookies
+and change attributes are unsigned 64-bit (UINT64), which Spark reads as decimal(20,0): the same
+values as DuckDB's UBIGINT (tests/test_spark.py).
 
 A dcache reproducer's run (reproducers/dcache-*) has phases, not listings, and its own tables,
 whose rows carry reproducer in place of listing:
