@@ -115,7 +115,7 @@ def needs_setup(available, what):
 
 
 def boots_a_guest(item):
-    return item.get_closest_marker("vm") is not None or item.get_closest_marker("kernel") is not None
+    return any(item.get_closest_marker(m) is not None for m in ("vm", "kernel"))
 
 
 def pytest_collection_modifyitems(config, items):
