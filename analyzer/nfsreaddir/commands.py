@@ -176,16 +176,52 @@ def cmd_compare(args):
             pipeline.dcache_results(args.before), pipeline.dcache_results(args.after)
         )
     else:
-        table = compare.table(
-            [x.analysis for x in load([args.before], ports=args.port)],
-            [x.analysis for x in load([args.after], ports=args.port)],
-            (args.before, args.after),
-        )
+        sides = [
+            [x.analysis for x in load([p], ports=args.port) if x.analysis is not None]
+            for p in (args.before, args.after)
+        ]
+        paths = (shown(args.before), shown(args.after))
+        if args.json:  # listings as records: no tuple keys, null where it cannot tell
+            json.dump(compare.to_json(*sides, paths), sys.stdout, indent=2, default=str)
+            sys.stdout.write("\n")
+            return status.GOOD
+        table = compare.table(*sides, paths)
     if args.json:
         print(table.to_json(orient="index", indent=2))
     else:
         print(f"before: {shown(args.before)}\nafter:  {shown(args.after)}\n")
         print(table.to_string())
+    return status.GOOD
+
+
+def cmd_report(args):
+    """One HTML page of the inputs: each input's verdict, listings and timelines (a dcache run:
+    its report); for two readdir inputs, their listings paired with the ratios."""
+    from . import pipeline
+    from .present import html
+    from .present.render import dcache_report
+
+    dcache_runs, _ = pipeline.split_dcache(args.traces)
+    sections, sides = [], []
+    for path in args.traces:
+        if path in dcache_runs:
+            res = pipeline.dcache_results(path)
+            sections.append(html.dcache_section(shown(path), res, dcache_report(res)))
+            continue
+        loaded = load([path], with_slab=True, ports=args.port)
+        analyses = [x.analysis for x in loaded if x.analysis is not None]
+        if not analyses:
+            raise UsageError(
+                f"{shown(path)}: no READDIR in it to report (`analyze` shows its slab figures)"
+            )
+        sides.append((shown(path), analyses))
+        sections.append(html.readdir_section(shown(path), analyses, pipeline.judge(loaded, [path])))
+    if len(sides) == 2:
+        (pa, a), (pb, b) = sides
+        sections.insert(0, html.pairs_section(a, b, (pa, pb)))
+    title = f"nfs-readdir report: {', '.join(map(shown, args.traces))}"
+    replaced = html.write(args.output, html.page(sections, title))
+    print(args.output + (" (replaced the file that was there)" if replaced else ""))
     return status.GOOD
 
 

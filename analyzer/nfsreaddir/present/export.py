@@ -179,7 +179,7 @@ DCACHE_SCHEMA = {
         ("value", "Int64"),
     ],
 }
-FORMATS = ("csv", "parquet")
+FORMATS = ("csv", "parquet", "chrome-trace")
 
 
 class ExportError(Exception):
@@ -282,7 +282,7 @@ def frames(analysis, findings=None):
 
 def _check_format(fmt):
     if fmt not in FORMATS:
-        raise ExportError(f"unknown format {fmt!r}: csv or parquet")
+        raise ExportError(f"unknown format {fmt!r}: {', '.join(FORMATS)}")
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
@@ -344,6 +344,12 @@ def write(analysis, path, outdir, fmt, findings=None):
     """Write one file per table into the dataset at outdir; return (written, kept): the paths
     written and those left as they were (the same trace exported before)."""
     _check_format(fmt)
+    if fmt == "chrome-trace":  # one Trace Event JSON file per trace, not tables
+        from . import chrometrace
+
+        return chrometrace.write(
+            analysis, os.path.join(outdir, "chrome-trace", f"{trace_id(path)}.json")
+        )
     common = {
         "trace": _shown(analysis.info.get("path", path)),
         "kernel": analysis.kernel,
@@ -452,6 +458,10 @@ def write_dcache(results, markers, trace, shown, outdir, fmt):
     """Write a dcache run's tables (dcache_frames) into the dataset at outdir; trace is its
     trace file (named by its hash), shown the path the user gave. Returns (written, kept)."""
     _check_format(fmt)
+    if fmt == "chrome-trace":
+        raise ExportError(
+            f"{_shown(shown)} is a dcache run: chrome-trace shows listings; use csv or parquet"
+        )
     common = {
         "trace": _shown(shown),
         "kernel": results.get("kernel"),
