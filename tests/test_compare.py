@@ -4,14 +4,22 @@ rows, and gives JSON of records with null where it cannot tell."""
 import json
 import os
 
+import pytest
+
 from conftest import FIXTURES, run_cli
 
 MULTI_510 = os.path.join(FIXTURES, "multi-5.10")
 MULTI_61 = os.path.join(FIXTURES, "multi-6.1")
 
 
-def test_readers_pair_by_process_and_directory_not_by_position():
-    out = json.loads(run_cli("compare", "--json", MULTI_510, MULTI_61, check=0).stdout)
+@pytest.fixture(scope="module")
+def compared():
+    """compare --json of the two multi-reader runs, as printed (read once for the module)."""
+    return run_cli("compare", "--json", MULTI_510, MULTI_61, check=0).stdout
+
+
+def test_readers_pair_by_process_and_directory_not_by_position(compared):
+    out = json.loads(compared)
     rows = {(r["process"], r["dir"], r["nth"]): r for r in out["listings"]}
     # By position, the third listing of 5.10 (ls of dir 12: 44 READDIRs, 3 restarts) met an
     # unrelated 1-READDIR listing of 6.1; paired, it meets the 6.1 ls of dir 12.
@@ -28,8 +36,8 @@ def test_readers_pair_by_process_and_directory_not_by_position():
         assert sum(r[side] is not None for r in out["listings"]) == n
 
 
-def test_json_has_records_and_null_where_it_cannot_tell():
-    text = run_cli("compare", "--json", MULTI_510, MULTI_61, check=0).stdout
+def test_json_has_records_and_null_where_it_cannot_tell(compared):
+    text = compared
     out = json.loads(text)
     assert "cannot tell" not in text and "('" not in text
     row = out["listings"][0]

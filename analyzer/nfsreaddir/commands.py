@@ -202,11 +202,13 @@ def cmd_report(args):
     from .present.render import dcache_report
 
     dcache_runs, _ = pipeline.split_dcache(args.traces)
-    sections, sides = [], []
+    sections, sides, verdicts = [], [], []
     for path in args.traces:
         if path in dcache_runs:
             res = pipeline.dcache_results(path)
             sections.append(html.dcache_section(shown(path), res, dcache_report(res)))
+            word = res.get("verdict")
+            verdicts.append((shown(path), word, {"PASS": 0, "FAIL": 1}.get(word, 125), ""))
             continue
         loaded = load([path], with_slab=True, ports=args.port)
         analyses = [x.analysis for x in loaded if x.analysis is not None]
@@ -215,10 +217,14 @@ def cmd_report(args):
                 f"{shown(path)}: no READDIR in it to report (`analyze` shows its slab figures)"
             )
         sides.append((shown(path), analyses))
-        sections.append(html.readdir_section(shown(path), analyses, pipeline.judge(loaded, [path])))
+        v = pipeline.judge(loaded, [path])
+        verdicts.append((shown(path), v.word, v.code, v.reason))
+        sections.append(html.readdir_section(shown(path), analyses, v))
     if len(sides) == 2:
         (pa, a), (pb, b) = sides
         sections.insert(0, html.pairs_section(a, b, (pa, pb)))
+    if len(verdicts) > 1:  # what a reader sees first: every input's verdict
+        sections.insert(0, html.verdicts_section(verdicts))
     title = f"nfs-readdir report: {', '.join(map(shown, args.traces))}"
     replaced = html.write(args.output, html.page(sections, title))
     print(args.output + (" (replaced the file that was there)" if replaced else ""))

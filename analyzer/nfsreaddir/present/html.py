@@ -316,6 +316,19 @@ def dcache_section(path, results, text):
     )
 
 
+def verdicts_section(verdicts):
+    """For several inputs, each one's verdict line at the top: (path, word, code, reason)."""
+    return (
+        '<section class="verdicts"><h2>Verdicts</h2>'
+        + "".join(
+            f'<p class="verdict v{code}">{_e(path)}: <b>{_e(word)}</b> '
+            f"{_e(reason.removeprefix(f'{word}: '))}</p>"
+            for path, word, code, reason in verdicts
+        )
+        + "</section>"
+    )
+
+
 def pairs_section(before, after, paths):
     """Two readdir inputs' listings paired by process and directory, with the ratios."""
     rows = compare.rows(before, after)
