@@ -149,3 +149,23 @@ def test_the_largest_fixture_page_is_small_and_fast(browser, tmp_path):
     assert seconds < MAX_SECONDS and not errors and not requests, (seconds, errors, requests)
     assert time.monotonic() - t0 < 600
     assert shutil.which("chromium")
+
+
+def test_bad_input_is_one_line_and_leaves_no_page(tmp_path):
+    out = tmp_path / "r.html"
+    p = run_cli("report", tmp_path / "none.dat", "-o", out)
+    assert p.returncode == 128 and "none.dat" in p.stderr and "Traceback" not in p.stderr
+    assert not out.exists() and os.listdir(tmp_path) == []
+    p = run_cli("report", BAD, "-o", tmp_path / "no-such-dir" / "r.html")
+    assert p.returncode == 128 and "no-such-dir" in p.stderr and "Traceback" not in p.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_trace_of_kmem_events_alone_gets_its_slab_figures(tmp_path):
+    out = tmp_path / "kmem.html"
+    run_cli("report", os.path.join(FIXTURES, "kmem-host", "kmem.dat"), "-o", out, check=0)
+    page = out.read_text()
+    slab = run_cli("analyze", os.path.join(FIXTURES, "kmem-host", "kmem.dat"), check=0).stdout
+    # The figures as analyze words them (its first line names the biggest grower).
+    first = slab.split(": ", 1)[1].splitlines()[0]
+    assert 'class="slab"' in page and first.split()[0] in page and 'class="verdict' not in page

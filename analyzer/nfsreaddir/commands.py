@@ -199,7 +199,7 @@ def cmd_report(args):
     its report); for two readdir inputs, their listings paired with the ratios."""
     from . import pipeline
     from .present import html
-    from .present.render import dcache_report
+    from .present.render import dcache_report, slab_text
 
     dcache_runs, _ = pipeline.split_dcache(args.traces)
     sections, sides, verdicts = [], [], []
@@ -212,14 +212,14 @@ def cmd_report(args):
             continue
         loaded = load([path], with_slab=True, ports=args.port)
         analyses = [x.analysis for x in loaded if x.analysis is not None]
-        if not analyses:
-            raise UsageError(
-                f"{shown(path)}: no READDIR in it to report (`analyze` shows its slab figures)"
-            )
+        slabs = [f"{x.path}: " + slab_text(x.slab) for x in loaded if x.slab]
+        if not analyses:  # kmem events alone: its slab figures, no listing to judge
+            sections.append(html.slab_section(shown(path), slabs))
+            continue
         sides.append((shown(path), analyses))
         v = pipeline.judge(loaded, [path])
         verdicts.append((shown(path), v.word, v.code, v.reason))
-        sections.append(html.readdir_section(shown(path), analyses, v))
+        sections.append(html.readdir_section(shown(path), analyses, v, slabs))
     if len(sides) == 2:
         (pa, a), (pb, b) = sides
         sections.insert(0, html.pairs_section(a, b, (pa, pb)))

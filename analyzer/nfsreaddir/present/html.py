@@ -162,6 +162,11 @@ def _timeline(analysis, lst):
             )
             + "</rect>"
         )
+    if not lst.invalidations_known:  # nothing that reports one was recorded: none drawn
+        out.append(
+            f'<text class="unknown" x="{PAD + 4}" y="{H - 32}" font-size="11" fill="#a60">'
+            "invalidations not recorded: none can be shown</text>"
+        )
     if not lst.complete:
         out.append(
             f'<text x="{W - 10}" y="30" text-anchor="end" font-size="11" fill="#a60">'
@@ -281,8 +286,9 @@ def _verdict(v):
     )
 
 
-def readdir_section(path, analyses, verdict):
-    """The section of one readdir input: verdict and evidence, counts, table, timelines."""
+def readdir_section(path, analyses, verdict, slab_texts=()):
+    """The section of one readdir input: verdict and evidence, counts, table, the slab
+    figures of its traces with kmem events (as `analyze` words them), timelines."""
     out = [f'<section class="input" data-path="{_e(path)}"><h2>{_e(path)}</h2>', _verdict(verdict)]
     for a in analyses:
         ev = "; ".join(f"{k} from {', '.join(v)}" for k, v in a.evidence.items() if v)
@@ -294,6 +300,7 @@ def readdir_section(path, analyses, verdict):
     table = listing_table(analyses)
     if len(table):
         out.append(table.to_html(index=False, classes="listings", border=0))
+    out += [f'<pre class="slab">{_e(t)}</pre>' for t in slab_texts]
     out.append(
         '<p class="legend">Timelines: dots are READDIRs (red: restart, hollow orange: back to '
         "cookie 0 for a cause the trace does not show), shaded red the re-fetch a restart cost, "
@@ -303,6 +310,15 @@ def readdir_section(path, analyses, verdict):
     out += [_timelines(a) for a in analyses]
     out.append("</section>")
     return "".join(out)
+
+
+def slab_section(path, slab_texts):
+    """The section of a trace of kmem events alone: its slab figures, no verdict."""
+    return (
+        f'<section class="input slab" data-path="{_e(path)}"><h2>{_e(path)}</h2>'
+        + "".join(f'<pre class="slab">{_e(t)}</pre>' for t in slab_texts)
+        + "</section>"
+    )
 
 
 def dcache_section(path, results, text):
