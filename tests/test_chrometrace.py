@@ -84,3 +84,16 @@ def test_chrome_trace_of_the_same_trace_is_left_as_it_was(tmp_path):
     _, out = exported(tmp_path, MULTI)
     p = run_cli("export", "--format", "chrome-trace", MULTI, "-o", tmp_path, check=0)
     assert "left as it was" in p.stdout and out in p.stdout
+
+
+def test_a_dcache_run_is_refused_with_what_to_use(tmp_path):
+    p = run_cli(
+        "export",
+        "--format",
+        "chrome-trace",
+        os.path.join(FIXTURES, "dcache-negative-5.10"),
+        "-o",
+        tmp_path,
+    )
+    assert p.returncode == 128 and "csv or parquet" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and os.listdir(tmp_path) == []
