@@ -121,11 +121,12 @@ def test_plot_draws_each_listing(tmp_path, ext):
 
 def test_compare_puts_two_kernels_side_by_side():
     p = run_cli("compare", "--json", BAD, GOOD, check=0)
-    table = json.loads(p.stdout)
-    key = "('modified', 'restarts')"
+    out = json.loads(p.stdout)
     # Headed by the kernels compared, not A and B.
-    assert table[key]["5.10.0-46-amd64"] > 0 and table[key]["6.1.0-50-amd64"] == 0
-    assert table[key]["ratio (2nd/1st)"] == 0
+    assert [out[s]["label"] for s in ("before", "after")] == ["5.10.0-46-amd64", "6.1.0-50-amd64"]
+    row = next(r for r in out["listings"] if r["phase"] == "modified")
+    assert row["before"]["restarts"] > 0 and row["after"]["restarts"] == 0
+    assert row["ratio"]["restarts"] == 0
 
 
 # Bad input: a clear message, a documented exit status, never a traceback.

@@ -17,7 +17,7 @@ from nfsreaddir import status
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
 GOOD = os.path.join(FIXTURES, "6.1-v4.1")
-COMMANDS = ("check", "analyze", "results", "export", "plot", "compare")
+COMMANDS = ("check", "analyze", "results", "export", "plot", "compare", "report")
 
 
 def git_bisect_reads(code):
@@ -74,6 +74,7 @@ def _argv(command, path, out):
         "export": ["export", path, "-o", os.path.join(out, "tables")],
         "plot": ["plot", path, "-o", os.path.join(out, "p.png")],
         "compare": ["compare", path, GOOD],
+        "report": ["report", path, "-o", os.path.join(out, "r.html")],
     }[command]
 
 

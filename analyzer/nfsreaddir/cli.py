@@ -204,9 +204,10 @@ def parser():
     )
     s.add_argument(
         "--format",
-        choices=("csv", "parquet"),
+        choices=("csv", "parquet", "chrome-trace"),
         default="csv",
-        help="csv (default) or parquet (needs pyarrow)",
+        help="csv (default), parquet (needs pyarrow), or chrome-trace: Trace Event JSON for "
+        "Perfetto's UI or chrome://tracing",
     )
     _port_option(s)
     s.set_defaults(func=commands.cmd_export)
@@ -238,6 +239,22 @@ def parser():
     s.add_argument("--json", action="store_true", help="machine-readable output")
     _port_option(s)
     s.set_defaults(func=commands.cmd_compare)
+
+    s = sub.add_parser(
+        "report",
+        help="one self-contained HTML page: per input its verdict, listings table and a "
+        "timeline per listing; two inputs: their listings paired, with the ratios",
+        description="Write one HTML page that works offline (no network request): per input "
+        "the verdict and its evidence, the listings table, and a timeline per listing "
+        "(READDIRs, getdents, invalidations, restarts and their cost; hover for the event). "
+        "Two readdir inputs also get their listings paired by process and directory.",
+    )
+    s.add_argument(
+        "traces", nargs="+", metavar="TRACE", help="traces, captures or results directories"
+    )
+    s.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write")
+    _port_option(s)
+    s.set_defaults(func=commands.cmd_report)
 
     s = sub.add_parser(
         "record",

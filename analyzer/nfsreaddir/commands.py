@@ -193,16 +193,58 @@ def cmd_compare(args):
             pipeline.dcache_results(args.before), pipeline.dcache_results(args.after)
         )
     else:
-        table = compare.table(
-            [x.analysis for x in load([args.before], ports=args.port)],
-            [x.analysis for x in load([args.after], ports=args.port)],
-            (args.before, args.after),
-        )
+        sides = [
+            [x.analysis for x in load([p], ports=args.port) if x.analysis is not None]
+            for p in (args.before, args.after)
+        ]
+        paths = (shown(args.before), shown(args.after))
+        if args.json:  # listings as records: no tuple keys, null where it cannot tell
+            json.dump(compare.to_json(*sides, paths), sys.stdout, indent=2, default=str)
+            sys.stdout.write("\n")
+            return status.GOOD
+        table = compare.table(*sides, paths)
     if args.json:
         print(table.to_json(orient="index", indent=2))
     else:
         print(f"before: {shown(args.before)}\nafter:  {shown(args.after)}\n")
         print(table.to_string())
+    return status.GOOD
+
+
+def cmd_report(args):
+    """One HTML page of the inputs: each input's verdict, listings and timelines (a dcache run:
+    its report); for two readdir inputs, their listings paired with the ratios."""
+    from . import pipeline
+    from .present import html
+    from .present.render import dcache_report, slab_text
+
+    dcache_runs, _ = pipeline.split_dcache(args.traces)
+    sections, sides, verdicts = [], [], []
+    for path in args.traces:
+        if path in dcache_runs:
+            res = pipeline.dcache_results(path)
+            sections.append(html.dcache_section(shown(path), res, dcache_report(res)))
+            word = res.get("verdict")
+            verdicts.append((shown(path), word, {"PASS": 0, "FAIL": 1}.get(word, 125), ""))
+            continue
+        loaded = load([path], with_slab=True, ports=args.port)
+        analyses = [x.analysis for x in loaded if x.analysis is not None]
+        slabs = [f"{x.path}: " + slab_text(x.slab) for x in loaded if x.slab]
+        if not analyses:  # kmem events alone: its slab figures, no listing to judge
+            sections.append(html.slab_section(shown(path), slabs))
+            continue
+        sides.append((shown(path), analyses))
+        v = pipeline.judge(loaded, [path])
+        verdicts.append((shown(path), v.word, v.code, v.reason))
+        sections.append(html.readdir_section(shown(path), analyses, v, slabs))
+    if len(sides) == 2:
+        (pa, a), (pb, b) = sides
+        sections.insert(0, html.pairs_section(a, b, (pa, pb)))
+    if len(verdicts) > 1:  # what a reader sees first: every input's verdict
+        sections.insert(0, html.verdicts_section(verdicts))
+    title = f"nfs-readdir report: {', '.join(map(shown, args.traces))}"
+    replaced = html.write(args.output, html.page(sections, title))
+    print(args.output + (" (replaced the file that was there)" if replaced else ""))
     return status.GOOD
 
 

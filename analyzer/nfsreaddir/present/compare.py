@@ -1,12 +1,15 @@
-"""`nfs-readdir compare`: two analyses side by side, listing by listing (matched by phase).
+"""`nfs-readdir compare`: two analyses side by side, listing by listing, paired by process name
+and directory (pairing.py, which the HTML report's before/after shares).
 
-A value the trace cannot know (restarts without cookies) is "cannot tell", never 0, and so is a
-ratio with an unknown or zero side.
+A value the trace cannot know (restarts without cookies) is "cannot tell" in the text and null
+in JSON, never 0, and so is a ratio with an unknown or zero side.
 """
 
 import os
 
 import pandas as pd
+
+from .pairing import pair
 
 METRICS = [
     "seconds",
@@ -17,20 +20,13 @@ METRICS = [
     "invalidations",
     "invalidations_followed_by_restart",
     "ending",
+    "dentries_added",
 ]
 UNKNOWN = "cannot tell"
 
 
-def _by_key(analyses):
-    out = {}
-    for a in analyses:
-        for i, lst in enumerate(a.listings):
-            s = lst.summary()
-            out.setdefault(s["phase"] or f"listing {i + 1}", s)
-    return out
-
-
-def _label(analyses, path):
+def label(analyses, path):
+    """What a side is called: its kernels, else the input's name."""
     kernels = sorted({a.kernel for a in analyses if a.kernel})
     return ", ".join(kernels) if kernels else os.path.basename(os.path.normpath(path))
 
@@ -45,28 +41,68 @@ def _number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def ratio(va, vb):
+    """after/before of two numbers; None where either is unknown, or before is 0."""
+    return round(vb / va, 2) if _number(va) and _number(vb) and va else None
+
+
+def rows(before, after):
+    """One dict per pair of listings of two lists of analyses: process, dir, phase, nth, and
+    before/after/ratio as {metric: value} (None: that side has no such listing, or the value
+    or ratio cannot be told)."""
+    out = []
+    summaries = [[lst.summary() for a in side for lst in a.listings] for side in (before, after)]
+    for p in pair(*summaries):
+        va = {m: _value(p.before, m) for m in METRICS} if p.before is not None else None
+        vb = {m: _value(p.after, m) for m in METRICS} if p.after is not None else None
+        out.append(
+            {
+                "process": p.process,
+                "dir": p.dir,
+                "phase": p.phase,
+                "nth": p.nth,
+                "listing": p.name,
+                "before": va,
+                "after": vb,
+                "ratio": {
+                    m: ratio(va[m], vb[m]) if va and vb else None for m in METRICS if m != "ending"
+                },
+            }
+        )
+    return out
+
+
+def to_json(before, after, paths=("A", "B")):
+    """What `compare --json` prints: each side's label and path, and rows()."""
+    return {
+        "before": {"path": paths[0], "label": label(before, paths[0])},
+        "after": {"path": paths[1], "label": label(after, paths[1])},
+        "listings": rows(before, after),
+    }
+
+
 def table(before, after, paths=("A", "B")):
-    """Rows listing/metric, one column per side headed by its kernel, and after/before."""
-    a, b = _by_key(before), _by_key(after)
-    la, lb = _label(before, paths[0]), _label(after, paths[1])
+    """Rows listing/metric (the listing named by process, directory and phase), one column per
+    side headed by its kernel, and after/before."""
+    la, lb = label(before, paths[0]), label(after, paths[1])
     if la == lb:
         la, lb = f"{la} (A)", f"{lb} (B)"
-    rows = {}
-    for key in list(a) + [k for k in b if k not in a]:
-        for m in METRICS + ["dentries_added"]:
-            sa, sb = a.get(key), b.get(key)
-            va = _value(sa, m) if sa is not None else None
-            vb = _value(sb, m) if sb is not None else None
-            if _number(va) and _number(vb):
-                ratio = round(vb / va, 2) if va else "-"  # x/0 has no ratio
+    out = {}
+    for r in rows(before, after):
+        for m in METRICS:
+            va = r["before"][m] if r["before"] else None
+            vb = r["after"][m] if r["after"] else None
+            if m == "ending" or (_number(va) and _number(vb)):
+                shown = r["ratio"].get(m)
+                ratio_text = "-" if shown is None else shown  # x/0 has no ratio
             else:
-                ratio = UNKNOWN if (va is None or vb is None) and m != "ending" else "-"
-            rows[(key, m)] = {
-                la: UNKNOWN if sa is not None and va is None else va,
-                lb: UNKNOWN if sb is not None and vb is None else vb,
-                "ratio (2nd/1st)": ratio,
+                ratio_text = UNKNOWN
+            out[(r["listing"], m)] = {
+                la: UNKNOWN if r["before"] and va is None else va,
+                lb: UNKNOWN if r["after"] and vb is None else vb,
+                "ratio (2nd/1st)": ratio_text,
             }
-    df = pd.DataFrame.from_dict(rows, orient="index")
+    df = pd.DataFrame.from_dict(out, orient="index")
     df.index.names = ["listing", "metric"]
     return df.astype(object).where(df.notna(), "-")
 

@@ -186,7 +186,7 @@ DCACHE_SCHEMA = {
         ("value", "Int64"),
     ],
 }
-FORMATS = ("csv", "parquet")
+FORMATS = ("csv", "parquet", "chrome-trace")
 
 
 class ExportError(Exception):
@@ -280,7 +280,7 @@ def frames(analysis, findings=None):
 
 def _check_format(fmt):
     if fmt not in FORMATS:
-        raise ExportError(f"unknown format {fmt!r}: csv or parquet")
+        raise ExportError(f"unknown format {fmt!r}: {', '.join(FORMATS)}")
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
@@ -370,6 +370,12 @@ def write(analysis, outdir, fmt, findings=None):
     (pipeline.trace_id, in analysis.info); return the Written: which files are new, which
     replaced and which were already what this export writes."""
     _check_format(fmt)
+    if fmt == "chrome-trace":  # one Trace Event JSON file per trace, not tables
+        from . import chrometrace
+
+        return chrometrace.write(
+            analysis, os.path.join(outdir, "chrome-trace", f"{trace_id(path)}.json")
+        )
     common = {
         "trace": _shown(analysis.info["path"]),
         "kernel": analysis.kernel,
@@ -480,6 +486,10 @@ def write_dcache(results, markers, tid, shown, outdir, fmt):
     """Write a dcache run's tables (dcache_frames) into the dataset at outdir; tid is its trace
     file's id (pipeline.trace_id), shown the path the user gave. Returns the Written."""
     _check_format(fmt)
+    if fmt == "chrome-trace":
+        raise ExportError(
+            f"{_shown(shown)} is a dcache run: chrome-trace shows listings; use csv or parquet"
+        )
     common = {
         "trace": _shown(shown),
         "kernel": results.get("kernel"),
