@@ -16,7 +16,7 @@ import re
 import pytest
 
 from conftest import FIXTURES, TOP, installed, run_cli
-from nfsreaddir.present import export
+from nfsreaddir.present import schema
 
 pytestmark = [
     pytest.mark.slow,
@@ -26,8 +26,8 @@ pytestmark = [
 ]
 
 UINT64 = {
-    table: {c for c, dtype in export.TRACE_COLUMNS + cols if dtype == "UInt64"}
-    for table, cols in export.SCHEMA.items()
+    table: {c for c, dtype in schema.TRACE_COLUMNS + cols if dtype == "UInt64"}
+    for table, cols in schema.SCHEMA.items()
 }
 
 

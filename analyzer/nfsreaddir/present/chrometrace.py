@@ -10,7 +10,6 @@ start (the trace's own clock value of that origin is in otherData).
 """
 
 import json
-import os
 
 from .timeline import getdents, process_of, readdirs
 
@@ -123,11 +122,8 @@ def events(analysis):
     return meta + timed, origin
 
 
-def write(analysis, out):
-    """Write the Trace Event JSON of one analysis to out (a path not there before); return
-    (written, kept) as export.write does: an existing file is the same trace, left as it was."""
-    if os.path.exists(out):
-        return [], [out]
+def document(analysis):
+    """The Trace Event JSON of one analysis, as the bytes of its file."""
     evs, origin = events(analysis)
     doc = {
         "traceEvents": evs,
@@ -138,13 +134,4 @@ def write(analysis, out):
             "origin_ns": origin,
         },
     }
-    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    tmp = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.partial")
-    try:
-        with open(tmp, "w") as f:
-            json.dump(doc, f, default=str)
-        os.rename(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return [out], []
+    return json.dumps(doc, default=str).encode()

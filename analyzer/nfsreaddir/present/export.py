@@ -40,152 +40,8 @@ import os
 
 import pandas as pd
 
-TRACE_COLUMNS = [
-    ("trace_id", "string"),
-    ("trace", "string"),
-    ("kernel", "string"),
-    ("nfs", "string"),
-    ("listing", "Int64"),
-]
-EVENT_COLUMNS = [
-    ("ts", "Int64"),
-    ("cpu", "Int64"),
-    ("pid", "Int64"),
-    ("comm", "string"),
-    ("source", "string"),
-]
-SCHEMA = {
-    "listings": [
-        ("phase", "string"),
-        ("pid", "Int64"),
-        ("comm", "string"),
-        ("dev", "Int64"),
-        ("dir_fileid", "UInt64"),
-        ("delimited_by", "string"),
-        ("start_ns", "Int64"),
-        ("end_ns", "Int64"),
-        ("seconds", "Float64"),
-        ("ending", "string"),
-        ("complete", "boolean"),
-        ("error", "Int64"),
-        ("began_before_trace", "boolean"),
-        ("entries", "Int64"),
-        ("status", "Int64"),
-        ("getdents", "Int64"),
-        ("readdirs", "Int64"),
-        ("cookie_zero_readdirs", "Int64"),
-        ("restarts", "Int64"),
-        ("restarts_min", "Int64"),
-        ("restarts_max", "Int64"),
-        ("ambiguous_cookie_zero_readdirs", "Int64"),
-        ("rewinds", "Int64"),
-        ("refetched_readdirs", "Int64"),
-        ("refetched_readdirs_min", "Int64"),
-        ("refetched_readdirs_max", "Int64"),
-        ("restart_cost_seconds", "Float64"),
-        ("restart_cost_seconds_max", "Float64"),
-        ("invalidations", "Int64"),
-        ("invalidations_followed_by_restart", "Int64"),
-        ("invalidations_followed_by_restart_min", "Int64"),
-        ("invalidations_followed_by_restart_max", "Int64"),
-        ("survived_changes", "Int64"),
-        ("start_refills", "Int64"),
-        ("version_changes", "Int64"),
-        ("cache_range_trims", "Int64"),
-        ("exercised", "boolean"),
-        ("damaged_events", "Int64"),
-        ("max_dtsize", "Int64"),
-        ("dentries_added", "Int64"),
-        ("finding", "string"),
-        ("why", "string"),
-    ],
-    "rpc": EVENT_COLUMNS
-    + [
-        ("dev", "Int64"),
-        ("fileid", "UInt64"),
-        ("cookie", "UInt64"),
-        ("dtsize", "Int64"),
-        ("plus", "Int64"),
-        ("version", "UInt64"),
-        ("error", "Int64"),
-        ("restart", "boolean"),
-    ],
-    "restarts": [
-        ("ts", "Int64"),
-        ("rpc_index", "Int64"),
-        ("cookie", "UInt64"),
-        ("refetched", "Int64"),
-        ("cost_ns", "Int64"),
-        ("after_invalidation", "boolean"),
-    ],
-    "invalidations": [
-        ("ts", "Int64"),
-        ("reason", "string"),
-        ("chain", "string"),
-        ("followed_by_restart", "boolean"),
-        ("followed_by_ambiguous", "boolean"),
-        ("refilled_start", "boolean"),
-    ],
-    "calls": EVENT_COLUMNS
-    + [
-        ("call", "string"),
-        ("dev", "Int64"),
-        ("fileid", "UInt64"),
-        ("file", "UInt64"),
-        ("fd", "Int64"),
-        ("pos", "Int64"),
-        ("cookie", "UInt64"),
-        ("old_pos", "Int64"),
-        ("ret", "Int64"),
-        ("eof", "Int64"),
-        ("error", "Int64"),
-    ],
-    "revalidations": EVENT_COLUMNS
-    + [
-        ("dev", "Int64"),
-        ("fileid", "UInt64"),
-        ("step", "string"),
-        ("cache_validity", "Int64"),
-        ("version", "UInt64"),
-    ],
-    "markers": EVENT_COLUMNS + [("text", "string")],
-    "samples": [
-        ("ts", "Int64"),
-        ("nr_dentry", "Int64"),
-        ("nr_unused", "Int64"),
-        ("nr_negative", "Int64"),
-        ("slab_active", "Int64"),
-        ("slab_total", "Int64"),
-        ("slab_objsize", "Int64"),
-        ("readdir", "Int64"),
-        ("readdirplus", "Int64"),
-    ],
-}
-RUN_COLUMNS = TRACE_COLUMNS[:4] + [("reproducer", "string")]
-DCACHE_SCHEMA = {
-    "dcache_runs": [("verdict", "string"), ("reasons", "string"), ("phases", "string")],
-    "dcache_figures": [("figure", "string"), ("value", "Float64"), ("text", "string")],
-    "dcache_phases": [
-        ("phase", "string"),
-        ("seq", "Int64"),
-        ("start_ns", "Int64"),
-        ("end_ns", "Int64"),
-        ("seconds", "Float64"),
-        ("counter", "string"),
-        ("before", "Int64"),
-        ("after", "Int64"),
-        ("delta", "Int64"),
-        ("peak", "Int64"),
-        ("rate_per_s", "Float64"),
-    ],
-    "dcache_samples": [
-        ("ts", "Int64"),
-        ("phase", "string"),
-        ("label", "string"),
-        ("counter", "string"),
-        ("value", "Int64"),
-    ],
-}
+from .schema import DCACHE_SCHEMA, RUN_COLUMNS, SCHEMA, TRACE_COLUMNS
+
 FORMATS = ("csv", "parquet", "chrome-trace")
 
 
@@ -329,36 +185,41 @@ def _write_tables(tables, columns, tid, outdir, fmt, done=None):
         if df is None or not len(df):
             continue
         data = _encoded(_typed(df.assign(trace_id=tid), columns(table)), fmt)
-        d = os.path.join(outdir, table)
-        out = os.path.join(d, f"{tid}.{fmt}")
-        there = os.path.lexists(out)
-        if there and _same(out, data):
-            done.kept.append(out)
-            continue
-        tmp = os.path.join(d, f".{tid}.{fmt}.partial")
-        try:
-            os.makedirs(d, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-            # ours, in our own dataset folder, named by the trace's id: what was there is this
-            # trace's table as another version or a cut-short run wrote it, never a user's file
-            os.replace(tmp, out)
-        except OSError as e:
-            raise ExportError(
-                f"cannot write {_shown(out)}: {e.strerror or e} ("
-                + (
-                    "free space there or export to another -o DIR; "
-                    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-                    else ""
-                )
-                + f"the {len(done)} tables written before it are whole, and "
-                "exporting again adds the rest)"
-            ) from None
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        (done.replaced if there else done.new).append(out)
+        put(os.path.join(outdir, table, f"{tid}.{fmt}"), data, done)
     return done
+
+
+def put(out, data, done):
+    """Write data to out whole (through a .partial file renamed when whole) unless out already
+    holds exactly it; note in done (a Written) which of the three it was."""
+    there = os.path.lexists(out)
+    if there and _same(out, data):
+        done.kept.append(out)
+        return
+    d = os.path.dirname(out)
+    tmp = os.path.join(d, f".{os.path.basename(out)}.partial")
+    try:
+        os.makedirs(d, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+        # ours, in our own dataset folder, named by the trace's id: what was there is this
+        # trace's file as another version or a cut-short run wrote it, never a user's file
+        os.replace(tmp, out)
+    except OSError as e:
+        raise ExportError(
+            f"cannot write {_shown(out)}: {e.strerror or e} ("
+            + (
+                "free space there or export to another -o DIR; "
+                if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+                else ""
+            )
+            + f"the {len(done)} files written before it are whole, and "
+            "exporting again adds the rest)"
+        ) from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    (done.replaced if there else done.new).append(out)
 
 
 def _shown(path):
@@ -370,12 +231,17 @@ def write(analysis, outdir, fmt, findings=None):
     (pipeline.trace_id, in analysis.info); return the Written: which files are new, which
     replaced and which were already what this export writes."""
     _check_format(fmt)
+    tid = analysis.info["trace_id"]
     if fmt == "chrome-trace":  # one Trace Event JSON file per trace, not tables
         from . import chrometrace
 
-        return chrometrace.write(
-            analysis, os.path.join(outdir, "chrome-trace", f"{trace_id(path)}.json")
+        done = Written()
+        put(
+            os.path.join(outdir, "chrome-trace", f"{tid}.json"),
+            chrometrace.document(analysis),
+            done,
         )
+        return done
     common = {
         "trace": _shown(analysis.info["path"]),
         "kernel": analysis.kernel,
@@ -384,9 +250,7 @@ def write(analysis, outdir, fmt, findings=None):
     tables = {
         t: df.assign(**common) for t, df in frames(analysis, findings).items() if df is not None
     }
-    return _write_tables(
-        tables, lambda t: TRACE_COLUMNS + SCHEMA[t], analysis.info["trace_id"], outdir, fmt
-    )
+    return _write_tables(tables, lambda t: TRACE_COLUMNS + SCHEMA[t], tid, outdir, fmt)
 
 
 def _flat(x, key=""):
