@@ -42,6 +42,7 @@ def cmd_analyze(args):
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     from . import pipeline
+    from .present import fleet
     from .present.render import dcache_report, print_analysis, slab_text
 
     dcache_runs, traces = pipeline.split_dcache(args.traces)
@@ -58,6 +59,9 @@ def cmd_analyze(args):
             d = dict(x.analysis.to_dict(), slab=x.slab)
             for lst, summ in zip(x.analysis.listings, d["listings"]):
                 summ.update(found.get(id(lst), {}))
+            triage = fleet.to_dict(x.analysis)  # a server's capture, client by client
+            if triage is not None:
+                d["triage"] = triage
             # The verdict on all the traces given, as `check` gives it.
             d["verdict"] = v.to_dict()
             out.append(d)

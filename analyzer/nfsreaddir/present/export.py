@@ -7,6 +7,8 @@ trace, named by the trace's content hash:
     OUT/rpc/<trace_id>.csv         one row per READDIR, with the listing it belongs to
     OUT/restarts/, invalidations/  per listing, as the analysis found them
     OUT/calls/, revalidations/, markers/, samples/   the other canonical events
+    OUT/clients/, client_dirs/   a capture of several clients: each client ranked by the
+                                 READDIRs it spent fetching again, and per client and directory
 
 Every row carries trace_id, trace (the path given), kernel and nfs (the NFS version, where the
 trace says), and listing (the listing's number within its trace, null outside any listing), so
@@ -32,6 +34,8 @@ import hashlib
 import os
 
 import pandas as pd
+
+from . import fleet
 
 TRACE_COLUMNS = [
     ("trace_id", "string"),
@@ -153,6 +157,8 @@ SCHEMA = {
         ("readdir", "Int64"),
         ("readdirplus", "Int64"),
     ],
+    # A server's capture of several clients: its triage tables.
+    **fleet.EXPORT_SCHEMA,
 }
 RUN_COLUMNS = TRACE_COLUMNS[:4] + [("reproducer", "string")]
 DCACHE_SCHEMA = {
@@ -277,6 +283,10 @@ def frames(analysis, findings=None):
             out[name] = df.assign(listing=_in_listing(df, lsts))
     if analysis.samples is not None and len(analysis.samples):
         out["samples"] = analysis.samples
+    # A server's capture: its clients ranked, and their listings per directory (model/fleet.py).
+    for name in ("clients", "client_dirs"):
+        if name in t:
+            out[name] = t[name]
     return out
 
 
