@@ -47,6 +47,7 @@ def cmd_analyze(args):
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     from . import pipeline
+    from .present import fleet
     from .present.render import dcache_report, print_analysis, slab_text
 
     dcache_runs, traces = pipeline.split_dcache(args.traces)
@@ -64,6 +65,9 @@ def cmd_analyze(args):
             # Each listing numbered as export's rows number it: (trace.trace_id, listing).
             for i, (lst, summ) in enumerate(zip(x.analysis.listings, d["listings"])):
                 summ.update(found.get(id(lst), {}), listing=i)
+            triage = fleet.to_dict(x.analysis)  # a server's capture, client by client
+            if triage is not None:
+                d["triage"] = triage
             # The verdict on all the traces given, as `check` gives it.
             d["verdict"] = v.to_dict()
             out.append(d)

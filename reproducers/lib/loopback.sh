@@ -224,24 +224,25 @@ lb_trace_stop() {
 	TRACER=
 }
 
-# lb_capture_start OUT: tcpdump of the NFS traffic on the loopback into OUT (pcap: libpcap
+# lb_capture_start OUT [IFACE]: tcpdump of the NFS traffic on IFACE (default the loopback) into
+# OUT (pcap: libpcap
 # writes no pcapng), returning once it captures. The analyzer reads the same answers from it as
 # from the trace (nfsreaddir/trace/capture.py). A plain pcap file does not keep the kernel's drop
 # count, so lb_capture_stop reads it from tcpdump's summary into CAPTURE_STATS.
 lb_capture_start() {
-	local out=$1 i
+	local out=$1 iface=${2:-lo} i
 	command -v tcpdump >/dev/null ||
 		lb_die "tcpdump not found: install it on the host (reproducers/setup-host), or --capture off"
 	CAPTURE_ERR=$WORK/tcpdump.$(basename "$out").err
 	CAPTURE_STATS=
 	# -Z root: Debian's tcpdump otherwise drops to its own user, who cannot write RESULTS.
 	# -B: a 32 MiB kernel buffer; under emulation a busy listing outruns tcpdump's reads.
-	tcpdump -i lo -s 0 -B 32768 -Z root -w "$out" port 2049 2>"$CAPTURE_ERR" &
+	tcpdump -i "$iface" -s 0 -B 32768 -Z root -w "$out" port 2049 2>"$CAPTURE_ERR" &
 	CAPTURER=$!
 	lb_on_exit "lb_capture_stop"
 	for i in $(seq 300); do
 		if grep -q 'listening on' "$CAPTURE_ERR" 2>/dev/null; then
-			lb_log "capturing the NFS traffic on lo into $out"
+			lb_log "capturing the NFS traffic on $iface into $out"
 			return 0
 		fi
 		kill -0 "$CAPTURER" 2>/dev/null ||

@@ -30,7 +30,7 @@ import pandas as pd
 from ..trace import capture as capture_mod
 from ..trace import pcapng
 from ..units import int_or_none
-from . import analysis
+from . import analysis, fleet
 from .listing import Analysis, Listing
 
 DELIMITED_BY = "wire"
@@ -376,6 +376,11 @@ def analyze(path, tshark=None, ports=()):
         "version": [version],
     }
     info["notes"] = _notes(cap, dropped)
+    tables = {"rpc": _rpc_table(cap.readdirs, out), "readdirs": cap.readdirs, "attrs": cap.attrs}
+    # A server's capture: its clients ranked by what their restarts cost.
+    triage = fleet.triage(out)
+    if triage is not None:
+        tables.update(clients=triage.clients, client_dirs=triage.dirs)
     a = Analysis(
         out,
         run,
@@ -384,7 +389,7 @@ def analyze(path, tshark=None, ports=()):
         True,
         info,
         recorded={"invalidations": []},
-        tables={"rpc": _rpc_table(cap.readdirs, out), "readdirs": cap.readdirs, "attrs": cap.attrs},
+        tables=tables,
     )
     return a
 

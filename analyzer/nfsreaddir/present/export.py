@@ -8,6 +8,8 @@ trace, named by the trace's id (pipeline.trace_id: a hash of its bytes, the `tra
     OUT/rpc/<trace_id>.csv         one row per READDIR, with the listing it belongs to
     OUT/restarts/, invalidations/  per listing, as the analysis found them
     OUT/calls/, revalidations/, markers/, samples/   the other canonical events
+    OUT/clients/, client_dirs/   a capture of several clients: each client ranked by the
+                                 READDIRs it spent fetching again, and per client and directory
 
 Every row carries trace_id, trace (the path given), kernel and nfs (the NFS version, where the
 trace says), and listing (the listing's number within its trace, null outside any listing), so
@@ -131,6 +133,10 @@ def frames(analysis, findings=None):
             out[name] = df.assign(listing=_in_listing(df, lsts))
     if analysis.samples is not None and len(analysis.samples):
         out["samples"] = analysis.samples
+    # A server's capture: its clients ranked, and their listings per directory (model/fleet.py).
+    for name in ("clients", "client_dirs"):
+        if name in t:
+            out[name] = t[name]
     return out
 
 

@@ -102,6 +102,17 @@ EXPORT_COLUMNS = {
     "text (markers)": "the reproducer's trace_marker line",
     "nr_dentry ... readdirplus (samples)": "/proc/sys/fs/dentry-state, the dentry slab and the "
     "mounts' READDIR counts, sampled by the reproducer",
+    "rank, client, dirs, listings, complete, readdirs, ambiguous (clients)": "a server's "
+    "capture of several clients, one row per client connection (address:port): its rank by "
+    "refetched_readdirs (then restarts, READDIRs), the directories and listings it had, those "
+    "that reached eof, its READDIRs, and its listings whose restarts the capture cannot count "
+    "(two passes interleaved)",
+    "restarts, refetched_readdirs, refetched_share, refetched_entries (clients)": "the restarts "
+    "the capture is sure of, the READDIRs they spent getting back, that as a share of the "
+    "client's READDIRs, and the entries fetched again",
+    "client, dir_fileid, fh, version_changes (client_dirs)": "the same sums per client and "
+    "directory (its inode number where the capture gave it, its filehandle hash), with the "
+    "moves of the directory's version its listings met",
     "reproducer (dcache tables)": "the dcache reproducer that made the run: with trace_id, the "
     "key of its rows",
     "verdict, reasons, phases (dcache_runs)": "the run's PASS or FAIL, why, and its phases in "

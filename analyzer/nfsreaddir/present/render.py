@@ -7,6 +7,7 @@ import sys
 
 from .. import events
 from ..units import NS
+from . import fleet
 from .glossary import TIME_SPANS
 
 # pandas (0.5 s to import) and the dcache judgement are imported by the functions that use
@@ -234,6 +235,8 @@ def print_analysis(analyses, out=None, details=10):
                     f"  {len(lst.ambiguous_rows)} cookie-0 READDIRs after the start: "
                     "restarts, rewinds or new opens (the trace cannot tell)\n"
                 )
+    # A server's capture: its clients ranked by what their restarts cost.
+    out.write(fleet.text(analyses))
 
 
 def dcache_report(r):

@@ -122,7 +122,36 @@ SCHEMA = {
         ("readdir", "Int64"),
         ("readdirplus", "Int64"),
     ],
+    # A server's capture of several clients: each client ranked by the READDIRs its restarts
+    # spent fetching again, and one row per client and directory (present/fleet.py).
+    "clients": [
+        ("rank", "Int64"),
+        ("client", "string"),
+        ("dirs", "Int64"),
+        ("listings", "Int64"),
+        ("complete", "Int64"),
+        ("readdirs", "Int64"),
+        ("ambiguous", "Int64"),
+        ("restarts", "Int64"),
+        ("refetched_readdirs", "Int64"),
+        ("refetched_share", "Float64"),
+        ("refetched_entries", "Int64"),
+    ],
+    "client_dirs": [
+        ("client", "string"),
+        ("dir_fileid", "UInt64"),
+        ("fh", "string"),
+        ("listings", "Int64"),
+        ("complete", "Int64"),
+        ("readdirs", "Int64"),
+        ("ambiguous", "Int64"),
+        ("restarts", "Int64"),
+        ("refetched_readdirs", "Int64"),
+        ("refetched_entries", "Int64"),
+        ("version_changes", "Int64"),
+    ],
 }
+
 RUN_COLUMNS = TRACE_COLUMNS[:4] + [("reproducer", "string")]
 DCACHE_SCHEMA = {
     "dcache_runs": [("verdict", "string"), ("reasons", "string"), ("phases", "string")],
