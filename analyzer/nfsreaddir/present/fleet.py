@@ -5,11 +5,11 @@ such section."""
 
 import os
 
-import pandas as pd
-
 
 def records(df):
     """The rows of a triage table as JSON-ready dicts, null where a value is not known."""
+    import pandas as pd  # here: the slab section of a kmem trace is written without pandas
+
     return [
         {k: (None if pd.isna(v) else v) for k, v in row.items()}
         for row in df.astype(object).to_dict("records")
@@ -31,6 +31,8 @@ def _busy(clients):
 
 def text(analyses):
     """The triage section of every server's capture among analyses ('' when there is none)."""
+    import pandas as pd  # here: the slab section of a kmem trace is written without pandas
+
     out = []
     for a in analyses:
         t = a.tables
