@@ -211,10 +211,13 @@ def _versions(lst, attrs):
     READDIR call and before its last showed it: only a READDIR after the change can go back
     to cookie 0, and a change shown at or before the first call is the state the listing
     began from. Frame numbers order the capture (coarse clocks give ties); a listing of one
-    READDIR meets no change."""
+    READDIR meets no change. attrs: the attribute replies, per (client, filehandle)."""
     frames = lst.rpcs["frame"].to_numpy()
     first, last = int(frames.min()), int(frames.max())
-    a = attrs[(attrs["client"] == lst.client) & (attrs["fh"] == lst.fh) & (attrs["frame"] < last)]
+    a = attrs.get((lst.client, lst.fh))
+    if a is None:
+        return 0, []
+    a = a[a["frame"] < last]
     # From the last version seen before the listing began: a change since then counts.
     before = np.flatnonzero(a["frame"].to_numpy() < first)
     a = a.iloc[before[-1] :] if len(before) else a
@@ -308,12 +311,15 @@ def analyze(path, tshark=None, ports=()):
             }
         )
     out = listings(cap)
+    # Each directory's attribute replies per client, split once: a server's capture has
+    # thousands of listings, and filtering the whole table for each grew with their square.
+    attrs = {k: g for k, g in cap.attrs.groupby(["client", "fh"], sort=False)}
     # The directory's inode number, where an attribute reply gave it for its filehandle.
     fileids = cap.attrs.dropna(subset=["fileid"]).groupby("fh")["fileid"].first()
     for lst in out:
         if lst.fileid is None and lst.fh in fileids.index:
             lst.fileid = int(fileids[lst.fh])
-        lst.version_changes, changes = _versions(lst, cap.attrs)
+        lst.version_changes, changes = _versions(lst, attrs)
         if lst._restart_idx:
             inv_ts = np.array([], dtype=np.int64)
             lst.restarts = analysis.restart_costs(lst.rpcs, lst._restart_idx, inv_ts)
@@ -349,7 +355,8 @@ def analyze(path, tshark=None, ports=()):
         run["nfs"] = nfs
     info = {
         "path": path,
-        "format": f"{cap.kind} capture (NFSv{'/'.join(sorted(cap.versions))}, tshark)",
+        "format": f"{cap.kind} capture (NFSv{'/'.join(sorted(cap.versions))}, "
+        f"{'compiled decoder' if cap.decoder == 'compiled' else 'tshark'})",
         "cpus": "-",
         "frames": cap.frames,
         "rpc_messages": cap.messages,
