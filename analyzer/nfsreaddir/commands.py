@@ -47,30 +47,19 @@ def cmd_analyze(args):
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     from . import pipeline
-    from .present import fleet
-    from .present.render import dcache_report, print_analysis, slab_text
+    from .present.render import analysis_record, dcache_report, print_analysis, slab_text
 
     dcache_runs, traces = pipeline.split_dcache(args.traces)
     loaded = load(traces, with_slab=True, ports=args.port) if traces else []
     analyses = [x.analysis for x in loaded if x.analysis is not None]
     v = pipeline.judge(loaded, traces) if analyses else None
     if args.json:
-        found = {id(f.listing): {"finding": f.word, "why": f.why} for f in v.findings} if v else {}
-        out = []
-        for x in loaded:
-            if x.analysis is None:
-                out.append({"path": x.path, "slab": x.slab})
-                continue
-            d = dict(x.analysis.to_dict(), slab=x.slab)
-            # Each listing numbered as export's rows number it: (trace.trace_id, listing).
-            for i, (lst, summ) in enumerate(zip(x.analysis.listings, d["listings"])):
-                summ.update(found.get(id(lst), {}), listing=i)
-            triage = fleet.to_dict(x.analysis)  # a server's capture, client by client
-            if triage is not None:
-                d["triage"] = triage
-            # The verdict on all the traces given, as `check` gives it.
-            d["verdict"] = v.to_dict()
-            out.append(d)
+        out = [
+            {"path": x.path, "slab": x.slab}
+            if x.analysis is None
+            else analysis_record(x.analysis, v, slab=x.slab)
+            for x in loaded
+        ]
         out += [{"path": p, "dcache": pipeline.dcache_results(p)} for p in dcache_runs]
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

@@ -408,7 +408,7 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout, listen=Non
 
 
 def _summary(live, dir_fileid, as_json, out, interrupted, tracker=None):
-    from ..present.render import print_analysis
+    from ..present.render import analysis_record, print_analysis
 
     a, v = pipeline.live_summary(
         live, keep=lambda lst: dir_fileid is None or lst.fileid in (None, dir_fileid)
@@ -418,8 +418,7 @@ def _summary(live, dir_fileid, as_json, out, interrupted, tracker=None):
     lines = None if tracker is None or not tracker.usable else tracker.restarts
     total = sum(len(lst.restarts) for lst in a.listings) if a is not None else 0
     if as_json:
-        d = a.to_dict() if a is not None else {"listings": []}
-        d["verdict"] = v.to_dict()
+        d = analysis_record(a, v) if a is not None else {"listings": [], "verdict": v.to_dict()}
         d["restart_lines"] = lines
         json.dump(d, out, indent=2, default=str)
         out.write("\n")

@@ -133,6 +133,22 @@ def lost_text(info):
     return f"{n} events lost in {len(lost)} places (CPU {', '.join(map(str, cpus)) or '?'})"
 
 
+def analysis_record(analysis, verdict, **extra):
+    """The JSON record of one analysis, as `analyze --json` and `watch --json` give it: its
+    summary (then extra), each listing numbered as export's rows number it ((trace_id,
+    listing)) and with the verdict's finding on it, a server's capture's triage, and the
+    verdict on all the inputs."""
+    found = {id(f.listing): {"finding": f.word, "why": f.why} for f in verdict.findings}
+    d = dict(analysis.to_dict(), **extra)
+    for i, (lst, summ) in enumerate(zip(analysis.listings, d["listings"])):
+        summ.update(found.get(id(lst), {}), listing=i)
+    triage = fleet.to_dict(analysis)  # a server's capture, client by client
+    if triage is not None:
+        d["triage"] = triage
+    d["verdict"] = verdict.to_dict()
+    return d
+
+
 def print_analysis(analyses, out=None, details=10):
     """The text of analyze, on out (default: sys.stdout as it is when called)."""
     out = sys.stdout if out is None else out
