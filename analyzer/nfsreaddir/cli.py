@@ -22,8 +22,7 @@ import textwrap
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from . import __version__, commands, runs, status
-from .rules.limits import MAX_RATIO
-from .streams import (
+from .commandio import (
     SHOWN,
     GuardedOutput,
     OutputLost,
@@ -33,6 +32,7 @@ from .streams import (
     said,
     shown,
 )
+from .rules.limits import MAX_RATIO
 from .trace import TraceError
 
 

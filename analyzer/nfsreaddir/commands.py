@@ -9,7 +9,7 @@ import os
 import sys
 
 from . import events, runs, status
-from .streams import PROGRESS_BYTES, OutputLost, UsageError, progress, said, shown
+from .commandio import PROGRESS_BYTES, OutputLost, UsageError, progress, said, shown
 from .trace import TraceError
 
 # The analyses, renderers and capture reader import pandas (about 0.5 s): each command imports
