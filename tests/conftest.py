@@ -114,23 +114,6 @@ def needs_setup(available, what):
     return pytest.mark.needs_setup(bool(available), what)
 
 
-def boots_a_guest(item):
-    return any(item.get_closest_marker(m) is not None for m in ("vm", "kernel"))
-
-
-def pytest_collection_modifyitems(config, items):
-    """`make test` runs on two workers (pytest-xdist --dist loadgroup). Every test that boots
-    a guest or builds a kernel is one group, run one at a time on one worker: two TCG guests
-    at once slowed each other's Python start-up several-fold. That group comes first, so it
-    starts at once and the analyzer's tests run beside it on the other worker. Each other
-    file is a group of its own, as with --dist loadfile: test_record's tests share the host's
-    tracefs. The order within a file is kept, so a module's fixtures are made once."""
-    items.sort(key=lambda item: not boots_a_guest(item))  # stable: files stay in their order
-    for item in items:
-        group = "guests" if boots_a_guest(item) else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 def pytest_runtest_setup(item):
     for mark in item.iter_markers("needs_setup"):
         available, what = mark.args
