@@ -13,7 +13,7 @@ CHECKS := check-ruff check-format check-shell check-types check-tests
 # mypy's incremental cache, kept across clones (a cold run takes a minute on 2 busy cores).
 MYPY_CACHE ?= $(or $(NFSRT_CACHE),$(HOME)/.cache/nfs-readdir-trace)/mypy
 
-.PHONY: setup setup-build demo check $(CHECKS) test-fast test test-guests test-analyzer test-kernel test-prometheus test-bisect bench \
+.PHONY: setup setup-build demo check $(CHECKS) test-fast test test-guests test-analyzer test-analyzer-logged test-kernel test-prometheus test-bisect bench \
 	fixtures clean
 
 setup:
@@ -62,11 +62,19 @@ test-fast: setup
 
 # The suite CI runs: analyzer tests on recorded fixtures, VM end-to-end runs on stock kernels,
 # and the kernel series applied to a fresh 5.10 tree with fs/nfs compiled. Two runs side by
-# side, their lines as they come: the guests and the kernel build one at a time (two TCG
-# guests at once slowed each other several-fold), the analyzer's tests beside them.
-# (pytest-xdist's loadgroup does not group under pytest 9, which moved the node id it edits.)
+# side: the guests and the kernel build one at a time (two TCG guests at once slowed each
+# other several-fold), their progress shown as it comes; the analyzer's tests beside them,
+# into a log shown whole when they end, so that neither cuts the other's lines. (pytest-xdist's
+# loadgroup cannot do this: it does not group under pytest 9, which moved the node id it edits.)
 test: setup-build
-	$(MAKE) --no-print-directory -k -j2 --output-sync=line test-guests test-analyzer
+	$(MAKE) --no-print-directory -k -j2 test-guests test-analyzer-logged
+
+test-analyzer-logged:
+	@mkdir -p $(RESULTS)
+	@echo "make test: the analyzer's tests run beside the guests, into $(RESULTS)/test-analyzer.log"
+	@$(MAKE) --no-print-directory test-analyzer >$(RESULTS)/test-analyzer.log 2>&1; rc=$$?; \
+	echo "=== the analyzer's tests ($(RESULTS)/test-analyzer.log), exit status $$rc:"; \
+	cat $(RESULTS)/test-analyzer.log; exit $$rc
 
 # The two halves of make test (which sets up first; run alone, they expect `make setup-build`).
 test-guests:
