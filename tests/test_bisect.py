@@ -16,6 +16,9 @@ from conftest import KERNEL_TREE as TREE
 from conftest import TOP, series_tree
 
 BISECT_RUN = os.path.join(TOP, "reproducers", "bisect-run")
+# The kernel tree is shared with test_kernel_series.py: both run in make test's guest half,
+# one at a time (beside each other, one's checkouts made the other rebuild the whole kernel).
+pytestmark = pytest.mark.kernel
 
 
 def git(*args, **kw):
