@@ -7,6 +7,8 @@ input. A screenshot of each page goes into docs/report/ (linked from the README)
 import json
 import os
 import shutil
+import stat
+import subprocess
 import time
 
 import pytest
@@ -159,6 +161,21 @@ def test_bad_input_is_one_line_and_leaves_no_page(tmp_path):
     p = run_cli("report", BAD, "-o", tmp_path / "no-such-dir" / "r.html")
     assert p.returncode == 128 and "no-such-dir" in p.stderr and "Traceback" not in p.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_a_fifo_given_as_the_page_is_written_to_not_replaced(tmp_path):
+    """-o of a device or a FIFO (/dev/null, a pipe) writes into it: a rename over it would
+    leave a regular file where /dev/null was."""
+    fifo = tmp_path / "page"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    try:
+        p = run_cli("report", BAD, "-o", fifo, check=0)
+        page = reader.communicate(timeout=60)[0]
+    finally:
+        reader.kill()  # a page renamed over the FIFO leaves cat waiting for a writer
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and "replaced" not in p.stdout, p.stdout
+    assert page.startswith(b"<!DOCTYPE html>") and os.listdir(tmp_path) == ["page"]
 
 
 def test_a_trace_of_kmem_events_alone_gets_its_slab_figures(tmp_path):

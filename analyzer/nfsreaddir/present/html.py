@@ -16,6 +16,7 @@ readdir inputs, the listings paired by process and directory with their ratios.
 
 import html
 import os
+import stat
 
 from ..units import NS
 from . import compare
@@ -393,8 +394,16 @@ def page(sections, title="nfs-readdir report"):
 
 def write(path, text):
     """Write the page to path whole or not at all (through a file beside it, renamed); True
-    when it replaced a file that was there."""
-    was = os.path.exists(path)
+    when it replaced a file that was there. A path that is not a regular file (-o /dev/null,
+    a FIFO) is written in place: renaming over it would make /dev/null a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return False
     tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.partial")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -403,4 +412,4 @@ def write(path, text):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return was
+    return mode is not None
