@@ -208,6 +208,37 @@ static int send_row(struct run *r)
 /* ------------------------------------------------------------------ calls awaiting replies */
 enum { K_NONE, K_READDIR3, K_READDIRPLUS3, K_GETATTR3, K_COMPOUND4 };
 
+/* The open-addressing tables below (calls, streams): entries whose first member is their
+ * uint64_t key, 0 for a free slot, cap a power of two. Returns old's entries rehashed into a
+ * table of cap slots (old freed), or NULL with old untouched when memory runs out. */
+static void *table_grow(void *old, size_t old_cap, size_t cap, size_t size)
+{
+	char *n = calloc(cap, size);
+	uint64_t key;
+
+	if (!n)
+		return NULL;
+	for (size_t i = 0; i < old_cap; i++) {
+		const char *e = (const char *)old + i * size;
+
+		memcpy(&key, e, sizeof key);
+		if (!key)
+			continue;
+		size_t j = key & (cap - 1);
+		for (;;) {
+			uint64_t taken;
+
+			memcpy(&taken, n + j * size, sizeof taken);
+			if (!taken)
+				break;
+			j = (j + 1) & (cap - 1);
+		}
+		memcpy(n + j * size, e, size);
+	}
+	free(old);
+	return n;
+}
+
 struct call {
 	uint64_t key; /* 0: free */
 	uint8_t kind;
@@ -240,18 +271,9 @@ static struct call *call_slot(uint64_t key, int add)
 {
 	if (add && (ncalls + 1) * 2 > calls_cap) {
 		size_t cap = calls_cap ? calls_cap * 2 : 1024;
-		struct call *n = calloc(cap, sizeof *n);
+		struct call *n = table_grow(calls, calls_cap, cap, sizeof *n);
 		if (!n)
 			return NULL;
-		for (size_t i = 0; i < calls_cap; i++) {
-			if (!calls[i].key)
-				continue;
-			size_t j = calls[i].key & (cap - 1);
-			while (n[j].key)
-				j = (j + 1) & (cap - 1);
-			n[j] = calls[i];
-		}
-		free(calls);
 		calls = n, calls_cap = cap;
 	}
 	if (!calls_cap)
@@ -666,18 +688,9 @@ static struct stream *stream_get(uint64_t key)
 {
 	if ((nstreams + 1) * 2 > streams_cap) {
 		size_t cap = streams_cap ? streams_cap * 2 : 256;
-		struct stream *n = calloc(cap, sizeof *n);
+		struct stream *n = table_grow(streams, streams_cap, cap, sizeof *n);
 		if (!n)
 			return NULL;
-		for (size_t i = 0; i < streams_cap; i++) {
-			if (!streams[i].key)
-				continue;
-			size_t j = streams[i].key & (cap - 1);
-			while (n[j].key)
-				j = (j + 1) & (cap - 1);
-			n[j] = streams[i];
-		}
-		free(streams);
 		streams = n, streams_cap = cap;
 	}
 	size_t j = key & (streams_cap - 1);
