@@ -2,6 +2,21 @@
 kernel's rows get (export.py writes them; UInt64 is Parquet's UINT64, which DuckDB reads as
 UBIGINT and Spark as decimal(20,0))."""
 
+from ..model import fleet
+
+# The triage tables take their columns, in order, from model/fleet.py: counts unless named here.
+TRIAGE_TYPES = {
+    "client": "string",
+    "fh": "string",
+    "dir_fileid": "UInt64",
+    "refetched_share": "Float64",
+}
+
+
+def _triage(columns):
+    return [(c, TRIAGE_TYPES.get(c, "Int64")) for c in columns]
+
+
 TRACE_COLUMNS = [
     ("trace_id", "string"),
     ("trace", "string"),
@@ -123,33 +138,9 @@ SCHEMA = {
         ("readdirplus", "Int64"),
     ],
     # A server's capture of several clients: each client ranked by the READDIRs its restarts
-    # spent fetching again, and one row per client and directory (present/fleet.py).
-    "clients": [
-        ("rank", "Int64"),
-        ("client", "string"),
-        ("dirs", "Int64"),
-        ("listings", "Int64"),
-        ("complete", "Int64"),
-        ("readdirs", "Int64"),
-        ("ambiguous", "Int64"),
-        ("restarts", "Int64"),
-        ("refetched_readdirs", "Int64"),
-        ("refetched_share", "Float64"),
-        ("refetched_entries", "Int64"),
-    ],
-    "client_dirs": [
-        ("client", "string"),
-        ("dir_fileid", "UInt64"),
-        ("fh", "string"),
-        ("listings", "Int64"),
-        ("complete", "Int64"),
-        ("readdirs", "Int64"),
-        ("ambiguous", "Int64"),
-        ("restarts", "Int64"),
-        ("refetched_readdirs", "Int64"),
-        ("refetched_entries", "Int64"),
-        ("version_changes", "Int64"),
-    ],
+    # spent fetching again, and one row per client and directory (model/fleet.py).
+    "clients": _triage(fleet.CLIENT_COLUMNS),
+    "client_dirs": _triage(fleet.DIR_COLUMNS),
 }
 
 RUN_COLUMNS = TRACE_COLUMNS[:4] + [("reproducer", "string")]
