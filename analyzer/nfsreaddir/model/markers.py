@@ -15,10 +15,21 @@ counter they write; parse() reads them all, for either analysis.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..units import NS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _frame(*args, **kw):
+    """A DataFrame, pandas imported here: `record` writes sample markers (sample_text) in guests,
+    where importing pandas costs half a minute of emulated CPU at each start and it reads none."""
+    import pandas as pd
+
+    return pd.DataFrame(*args, **kw)
+
 
 PREFIX = "nfsrt: "
 SAMPLE_COLUMNS = [
@@ -73,13 +84,13 @@ class Markers:
     phases: list = field(default_factory=list)
     # Every key of the sample lines, a row a sample in time order (with slab_bytes where the
     # slab's objects and their size were sampled).
-    samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["ts", "label"]))
+    samples: pd.DataFrame = field(default_factory=lambda: _frame(columns=["ts", "label"]))
     # The readdir reproducer's counters of the samples (SAMPLE_COLUMNS), integers or NA.
     counters: pd.DataFrame = field(
-        default_factory=lambda: pd.DataFrame(columns=["ts"] + SAMPLE_COLUMNS)
+        default_factory=lambda: _frame(columns=["ts"] + SAMPLE_COLUMNS)
     )
     timings: pd.DataFrame = field(
-        default_factory=lambda: pd.DataFrame(columns=["ts", "loop", "target", "n", "ns", "ref_ns"])
+        default_factory=lambda: _frame(columns=["ts", "loop", "target", "n", "ns", "ref_ns"])
     )
     # `nfsrt: exec loop=... target=... n=... sys_s=...`: the 2020 thread's exec-of-cat loops
     execs: list = field(default_factory=list)
@@ -192,14 +203,14 @@ def parse(markers_df):
                         p.attrs.update(kv)
                         break
     if samples:
-        df = pd.DataFrame(samples).sort_values("ts", kind="stable").reset_index(drop=True)
+        df = _frame(samples).sort_values("ts", kind="stable").reset_index(drop=True)
         if {"slab_active", "slab_objsize"} <= set(df.columns):
             df["slab_bytes"] = df["slab_active"] * df["slab_objsize"]
         m.samples = df
     if counters:
-        m.counters = pd.DataFrame(counters, columns=["ts"] + SAMPLE_COLUMNS).astype(
+        m.counters = _frame(counters, columns=["ts"] + SAMPLE_COLUMNS).astype(
             {c: "Int64" for c in SAMPLE_COLUMNS}
         )
     if timings:
-        m.timings = pd.DataFrame(timings)
+        m.timings = _frame(timings)
     return m
