@@ -320,14 +320,18 @@ def analyze(path, tshark=None, ports=()):
         if lst.fileid is None and lst.fh in fileids.index:
             lst.fileid = int(fileids[lst.fh])
         lst.version_changes, changes = _versions(lst, attrs)
-        if lst._restart_idx:
+        # The restarts, and the other bound: every ambiguous cookie-0 READDIR a restart too
+        # (without it the most restarts the capture allows would read 0 beside restarts=4).
+        possible = sorted(set(lst._restart_idx) | set(lst.ambiguous_rows))
+        if possible:
             inv_ts = np.array([], dtype=np.int64)
             lst.restarts = analysis.restart_costs(lst.rpcs, lst._restart_idx, inv_ts)
+            lst.possible_restarts = analysis.restart_costs(lst.rpcs, possible, inv_ts)
             # after_invalidation: on the wire, the directory's version moved since the
             # READDIR before the restart.
             ch = np.array(changes, dtype=np.int64)
             frames = lst.rpcs["frame"].to_numpy()
-            for r in lst.restarts:
+            for r in lst.restarts + lst.possible_restarts:
                 prev = frames[r.rpc_index - 1] if r.rpc_index else frames[r.rpc_index]
                 r.after_invalidation = bool(((ch > prev) & (ch < frames[r.rpc_index])).any())
         lst.damage = list(damage)
