@@ -86,9 +86,7 @@ class Markers:
     # slab's objects and their size were sampled).
     samples: pd.DataFrame = field(default_factory=lambda: _frame(columns=["ts", "label"]))
     # The readdir reproducer's counters of the samples (SAMPLE_COLUMNS), integers or NA.
-    counters: pd.DataFrame = field(
-        default_factory=lambda: _frame(columns=["ts"] + SAMPLE_COLUMNS)
-    )
+    counters: pd.DataFrame = field(default_factory=lambda: _frame(columns=["ts"] + SAMPLE_COLUMNS))
     timings: pd.DataFrame = field(
         default_factory=lambda: _frame(columns=["ts", "loop", "target", "n", "ns", "ref_ns"])
     )
