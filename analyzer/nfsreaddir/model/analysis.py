@@ -290,7 +290,8 @@ def damage_windows(info):
 def analyze(trace):
     """Find the listings in an open trace (see nfsreaddir.trace.open_trace); it reads the
     trace through tables.load, which says what it reads."""
-    tables = tables_mod.load(trace)
+    read = tables_mod.load(trace)
+    tables = read.frames
     rpc = tables["rpc"]
     if rpc.empty:
         raise AnalysisError(
@@ -298,13 +299,13 @@ def analyze(trace):
             + events.record_advice(trace.info.get("uname"), {"rpc", "invalidations"})
         )
     marks = markers_mod.parse(tables["markers"])
-    sources = tables["sources"]
+    sources = read.sources
     cookies_known = any(not e.startswith("sunrpc:") for e in sources["rpc"])
     invals, revals, ranges = tables["invalidations"], tables["revalidations"], tables["ranges"]
     calls = tables["calls"]
     kinds = set(calls["call"].dropna())
     first_page = events.searches_from_first_page(marks.run.get("kernel") or trace.info.get("uname"))
-    if first_page is None and tables["cookie_is_position"]:
+    if first_page is None and read.cookie_is_position:
         # A trace that does not name its kernel (report text) but has upstream's readdir
         # events, which came with the cookie-indexed cache in 5.18.
         first_page = False
@@ -319,7 +320,7 @@ def analyze(trace):
     elif marks.phases:
         opens = by_phases(rpc, marks.phases, cookies_known)
     else:
-        opens = by_readdirs(rpc, cookies_known, tables["cookie_is_position"])
+        opens = by_readdirs(rpc, cookies_known, read.cookie_is_position)
     # A listing still open at the end of the trace was cut off only where closes are seen.
     ends_visible = "closedir" in kinds
     damage = damage_windows(trace.info)
@@ -346,7 +347,7 @@ def analyze(trace):
             cookies_known=cookies_known,
             began_before_trace=o.began_before_trace,
             rpc_rows=list(o.rows),
-            invalidations_known=bool(tables["recorded"]["invalidations"]),
+            invalidations_known=bool(read.recorded["invalidations"]),
         )
         # Where neither cookies nor the reader's calls are recorded, when it left the start is
         # not known: any change during the listing counts.
@@ -424,12 +425,12 @@ def analyze(trace):
             lst.cache_range_trims = int(
                 sum(int(_next_readdir(rpc_ts, t)) not in refills for t in trims)
             )
-        lst.version_changes = _version_changes(lst, revals, tables["cookie_is_position"])
+        lst.version_changes = _version_changes(lst, revals, read.cookie_is_position)
         changes = list(inv_ts) + (
             list(_select(ranges, lst)["ts"]) if ranges is not None and len(ranges) else []
         )
-        moves = _version_moves(lst, revals) if tables["cookie_is_position"] else []
-        lst.survived = _survived(lst, sorted(changes + moves), tables["cookie_is_position"])
+        moves = _version_moves(lst, revals) if read.cookie_is_position else []
+        lst.survived = _survived(lst, sorted(changes + moves), read.cookie_is_position)
         lst.damage = _damage_in(lst, damage)
         lst.dentries = _dentries(marks.counters, lst.start, lst.end)
         out.append(lst)
@@ -445,7 +446,7 @@ def analyze(trace):
         evidence,
         cookies_known,
         trace.info,
-        recorded=tables["recorded"],
+        recorded=read.recorded,
         tables=tables,
     )
 

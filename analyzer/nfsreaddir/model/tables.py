@@ -271,11 +271,23 @@ def stream_sources(trace):
     return out
 
 
+@dataclass
+class Tables:
+    """What load() read: the canonical tables and what they were made from."""
+
+    # rpc, invalidations, revalidations, calls (always a DataFrame, with TABLE_COLUMNS'
+    # columns), ranges and markers (None where the trace has no such event)
+    frames: dict[str, Any]
+    sources: dict[str, list[str]]  # per table, the events it was read from
+    recorded: dict[str, list[str]]  # per table, the events the trace recorded, fired or not
+    # The cookie a 5.18+ cache fill asks for is the reader's own position (the cache is indexed
+    # by cookie), so a fill at cookie 0 means the reader was at the start.
+    cookie_is_position: bool
+
+
 @requires_events(wanted, applies=has_readdir_source)
 def load(trace):
-    """Read a trace into the canonical tables. Returns a dict of DataFrames plus 'sources' (per
-    table, the events it was read from) and 'recorded' (per table, the events the trace recorded
-    whether or not they fired)."""
+    """Read a trace into the canonical tables (a Tables)."""
     import pandas as pd
 
     uses = _uses(trace, _all_sources())
@@ -292,7 +304,6 @@ def load(trace):
     def frames_of(sources):
         return [u for u in uses if u.src in sources]
 
-    # (The tables and, under their own keys, what they were made from: see load's docstring.)
     tables: dict[str, Any] = {}
     used: dict[str, list[str]] = {}
     recorded: dict[str, list[str]] = {}
@@ -346,17 +357,17 @@ def load(trace):
             if c not in df:
                 df[c] = np.nan
         tables[name] = df.reset_index(drop=True)
-    tables["sources"] = used
-    tables["recorded"] = recorded
     damaged = impossible_values(tables) + position_back(tables["calls"])
     if damaged:
         trace.info["damaged_events"] = list(trace.info.get("damaged_events") or []) + damaged
-    # The cookie a 5.18+ cache fill asks for is the reader's own position (the cache is indexed
-    # by cookie), so a fill at cookie 0 means the reader was at the start.
-    tables["cookie_is_position"] = any(
-        u.name in used["rpc"]
-        and u.src.event.startswith("nfs:nfs_readdir_")
-        and "index" in trace.event_format(u.name).user_fields()
-        for u in uses
+    return Tables(
+        tables,
+        used,
+        recorded,
+        cookie_is_position=any(
+            u.name in used["rpc"]
+            and u.src.event.startswith("nfs:nfs_readdir_")
+            and "index" in trace.event_format(u.name).user_fields()
+            for u in uses
+        ),
     )
-    return tables
