@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -214,6 +215,41 @@ def test_filter_keeps_records_out_of_the_buffer():
             assert s.close() == []
         assert snapshot(TRACEFS) == before
     assert counts["fd >= 0"] > 0 and counts["fd == 999999"] == 0, counts
+
+
+@host_tracefs
+def test_live_trace_is_read_as_a_trace_file_is():
+    """watch's LiveTrace over what a host instance gave (a child ls's getdents64 calls): the
+    whole Trace interface, each way of reading it giving the same events."""
+    from nfsreaddir.live.ringbuffer import LiveTrace, Reader
+    from nfsreaddir.trace.base import Trace
+
+    evs = ["syscalls:sys_enter_getdents64", "syscalls:sys_exit_getdents64"]
+    before = snapshot(TRACEFS)
+    s = tracing.Session(TRACEFS, instance=f"nfs-readdir-test-{os.getpid()}")
+    try:
+        live = LiveTrace(TRACEFS, SimpleNamespace(events=evs, release=os.uname().release))
+        reader = Reader(s.root, TRACEFS)
+        try:
+            s.enable(evs, 1024, "mono")
+            subprocess.run(["ls", "-f", TOP], check=True, capture_output=True)
+            reader.drain(live)
+        finally:
+            reader.close()
+    finally:
+        assert s.close() == []
+    assert snapshot(TRACEFS) == before
+    assert isinstance(live, Trace) and live.path == live.info["path"]
+    frames = live.read(evs)  # every field of each event
+    counts = live.event_counts()
+    assert counts == {ev: len(df) for ev, df in frames.items() if len(df)}, counts
+    assert counts.get(evs[0], 0) > 0 and counts.get(evs[1], 0) > 0, counts
+    assert (frames[evs[0]]["fd"] >= 3).any() and (frames[evs[1]]["ret"] > 0).any()
+    cols, pieces = live.read_columns(evs), live.read_pieces(evs)
+    for ev in evs:
+        assert cols[ev]["ts"].tolist() == frames[ev]["ts"].tolist()
+        assert sum(len(p["ts"]) for p in pieces[ev]) == len(frames[ev])
+    assert list(live.read({evs[0]: ["fd"]}, base=["ts"])[evs[0]].columns) == ["ts", "fd"]
 
 
 def test_plan_by_kernel_knowledge(tmp_path):

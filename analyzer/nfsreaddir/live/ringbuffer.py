@@ -3,16 +3,19 @@ so far as a trace like any other (LiveTrace), which keeps every event for the su
 unless told not to (a service that runs for hours keeps none: memory stays flat)."""
 
 import os
+from collections.abc import Mapping
 
 import pandas as pd
 
 from .. import pipeline
 from ..trace import BASE_COLUMNS, field_column, pipe
+from ..trace.base import columns_of, one_piece
 from . import recordplan
 
 
 class LiveTrace:
-    """The events read from the ring buffer so far, with the interface of a trace file."""
+    """The events read from the ring buffer so far, with the interface of a trace file
+    (trace.base.Trace): what reads a trace (the pipeline, the tables) reads it as it reads one."""
 
     # Without keep, the process names looked up are forgotten past this many (pids are reused).
     COMMS_KEPT = 4096
@@ -22,9 +25,10 @@ class LiveTrace:
         # Events read so far; events lost (the counts the ring buffer gives) and the pages that
         # said some were lost (the count is not always known).
         self.events = self.lost = self.losses = 0
+        self.path = "watch"
         self.info = {
             "format": "live ring buffer",
-            "path": "watch",
+            "path": self.path,
             "uname": plan.release,
             "lost_events": [],
             "cpus": None,
@@ -36,6 +40,7 @@ class LiveTrace:
                 self._formats[ev] = fmt
         self.by_id = {f.id: f for f in self._formats.values()}
         self.rows = {ev: [] for ev in self._formats}  # (ts, cpu, pid, fields)
+        self.counts = dict.fromkeys(self._formats, 0)  # kept or not
         self._comms = {}
         self.wanted = {
             self._formats[ev].id: sorted(cols)
@@ -48,6 +53,9 @@ class LiveTrace:
 
     def event_format(self, name):
         return self._formats.get(name)
+
+    def event_counts(self):
+        return {ev: n for ev, n in self.counts.items() if n}
 
     def comm(self, pid):
         """The process name, looked up when first seen (it may have exited by the end)."""
@@ -67,6 +75,7 @@ class LiveTrace:
         fmt = self.by_id[eid]
         self.comm(pid)
         self.events += 1
+        self.counts[fmt.full_name] += 1
         if self.keep:
             self.rows[fmt.full_name].append((ts, cpu, pid, fields))
 
@@ -76,22 +85,38 @@ class LiveTrace:
         return []
 
     def read(self, req, on_damage="raise", base=BASE_COLUMNS):
+        """The events kept so far (none without keep), as a trace file's read() gives them:
+        nothing here is damaged, so on_damage has nothing to act on."""
+        if not isinstance(req, Mapping):
+            req = dict.fromkeys(req)
         out = {}
         for ev, cols in req.items():
+            if cols is None:  # all the event's own fields
+                fmt = self._formats.get(ev)
+                cols = fmt.user_fields() if fmt is not None else []
+            elif isinstance(cols, str):
+                cols = [cols]
             rows = sorted(self.rows.get(ev, []), key=lambda r: (r[0], r[1]))
-            d = {
+            every = {
                 "ts": [r[0] for r in rows],
                 "cpu": [r[1] for r in rows],
                 "pid": [r[2] for r in rows],
                 "comm": [self._comms.get(r[2], "") for r in rows],
             }
-            for c in cols or []:
+            d = {c: every[c] for c in BASE_COLUMNS if c == "ts" or c in base}
+            for c in cols:
                 d[field_column(c)] = [r[3].get(c) for r in rows]
             df = pd.DataFrame(d)
             if not len(df):
-                df = df.astype({"ts": "int64", "cpu": "int64", "pid": "int64"})
+                df = df.astype({c: "int64" for c in ("ts", "cpu", "pid") if c in df})
             out[ev] = df
         return out
+
+    def read_columns(self, req, on_damage="raise", base=BASE_COLUMNS):
+        return columns_of(self.read(req, on_damage, base))
+
+    def read_pieces(self, req, on_damage="raise", base=BASE_COLUMNS):
+        return one_piece(self.read_columns(req, on_damage, base))
 
 
 class Reader:
