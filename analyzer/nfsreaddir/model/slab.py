@@ -185,9 +185,45 @@ def _summarize(trace, request, read):
         return None
     caches = _Caches()
     named = any(counts.get(ev) and "name" in request[ev] for ev in ALLOC_EVENTS)
+    pieces = _pieces(read, caches)
+    k = len(caches.labels)
+    tally, (failed, n_unknown, n_unpaired, name_mismatch, t0, t1) = (
+        _tally_compiled if _slab is not None else tally_sorted
+    )(pieces, k)
+    del pieces
+    secs = (t1 - t0) / NS
+    rows = sorted(
+        (_cache_row(tally, i, caches.labels[i], t0, secs) for i in range(k)),
+        key=lambda r: (-r["net_bytes"], -r["net"], r["cache"]),
+    )
+    tot = _total(rows, n_unknown, secs)
+    info = getattr(trace, "info", {}) or {}
+    lost = info.get("lost_events") or []
+    lost_total = info.get("lost_total")
+    return {
+        "events": counts,
+        "by": "name" if named else "bytes_alloc",
+        "start_ts": t0,
+        "end_ts": t1,
+        "seconds": round(secs, 6),
+        "caches": rows,
+        "total": tot,
+        "dentry": _dentry(rows, named),
+        "failed_allocs": failed,
+        "frees_of_earlier_unknown": n_unknown,
+        "reallocated_without_free": n_unpaired,
+        "free_name_mismatches": name_mismatch,
+        "lost_events": len(lost),
+        "lost_total": lost_total,
+        "partial": bool(info.get("partial")),
+        "notes": _notes(counts, n_unknown, n_unpaired, name_mismatch, lost, lost_total),
+    }
 
-    # the allocations first: (alloc, ts, ptr, bytes, key, table) per piece, the event's
-    # cache being table[key]
+
+def _pieces(read, caches):
+    """The allocations first, then the frees: (alloc, ts, ptr, bytes, key, table) per piece
+    read, contiguous arrays the tally walks, the event's cache being table[key]. Empties read:
+    the pieces hold the only reference to the columns before any is copied."""
     pieces = []
     for ev in ALLOC_EVENTS:
         for df in read.get(ev, ()):
@@ -205,8 +241,8 @@ def _summarize(trace, request, read):
         for df in read.get(ev, ()):
             key, table = caches.by_name(df["name"]) if "name" in df else (None, None)
             pieces.append((False, _array(df["ts"]), _array(df["ptr"]), None, key, table))
-    read.clear()  # the only reference to the columns from here on is the pieces'
-    pieces = [
+    read.clear()
+    return [
         (
             a,
             np.ascontiguousarray(ts, np.int64),
@@ -217,43 +253,39 @@ def _summarize(trace, request, read):
         )
         for a, ts, ptr, size, key, table in pieces
     ]
-    k = len(caches.labels)
-    tally, (failed, n_unknown, n_unpaired, name_mismatch, t0, t1) = (
-        _tally_compiled if _slab is not None else tally_sorted
-    )(pieces, k)
-    del pieces
-    secs = (t1 - t0) / NS
 
-    def row(i):
-        net = int(tally["allocs"][i] - tally["frees"][i] - tally["untraced_frees"][i])
-        size = int(tally["object_size"][i])
-        live = int(tally["live"][i])
-        peak_live = int(tally["peak_live"][i])
-        return {
-            "cache": caches.labels[i],
-            "object_size": size,
-            "allocs": int(tally["allocs"][i]),
-            "frees": int(tally["frees"][i]),
-            "untraced_frees": int(tally["untraced_frees"][i]),
-            "net": net,
-            "frees_of_earlier": int(tally["frees"][i] - tally["frees_matched"][i]),
-            "alloc_bytes": int(tally["alloc_bytes"][i]),
-            "net_bytes": net * size,
-            "live": live,
-            "live_bytes": live * size,
-            "peak_live": peak_live,
-            # (a peak above 0 is reached at an allocation, whose time is kept)
-            "peak_live_s": (
-                round((int(tally["peak_live_ts"][i]) - t0) / NS, 6) if peak_live > 0 else None
-            ),
-            "peak_net": int(tally["peak_net"][i]),
-            "growth_per_s": round(net / secs, 3) if secs > 0 else None,
-            "growth_bytes_per_s": round(net * size / secs, 1) if secs > 0 else None,
-        }
 
-    rows = sorted(
-        (row(i) for i in range(k)), key=lambda r: (-r["net_bytes"], -r["net"], r["cache"])
-    )
+def _cache_row(tally, i, label, t0, secs):
+    """One cache's figures from the tally's i-th entries."""
+    net = int(tally["allocs"][i] - tally["frees"][i] - tally["untraced_frees"][i])
+    size = int(tally["object_size"][i])
+    live = int(tally["live"][i])
+    peak_live = int(tally["peak_live"][i])
+    return {
+        "cache": label,
+        "object_size": size,
+        "allocs": int(tally["allocs"][i]),
+        "frees": int(tally["frees"][i]),
+        "untraced_frees": int(tally["untraced_frees"][i]),
+        "net": net,
+        "frees_of_earlier": int(tally["frees"][i] - tally["frees_matched"][i]),
+        "alloc_bytes": int(tally["alloc_bytes"][i]),
+        "net_bytes": net * size,
+        "live": live,
+        "live_bytes": live * size,
+        "peak_live": peak_live,
+        # (a peak above 0 is reached at an allocation, whose time is kept)
+        "peak_live_s": (
+            round((int(tally["peak_live_ts"][i]) - t0) / NS, 6) if peak_live > 0 else None
+        ),
+        "peak_net": int(tally["peak_net"][i]),
+        "growth_per_s": round(net / secs, 3) if secs > 0 else None,
+        "growth_bytes_per_s": round(net * size / secs, 1) if secs > 0 else None,
+    }
+
+
+def _total(rows, n_unknown, secs):
+    """The caches summed, with the frees that named no cache (n_unknown) in the total only."""
     tot = {
         key: sum(r[key] for r in rows)
         for key in (
@@ -272,20 +304,27 @@ def _summarize(trace, request, read):
     tot["net"] -= n_unknown
     tot["growth_per_s"] = round(tot["net"] / secs, 3) if secs > 0 else None
     tot["growth_bytes_per_s"] = round(tot["net_bytes"] / secs, 1) if secs > 0 else None
+    return tot
 
-    dentry = None
+
+def _dentry(rows, named):
+    """The dentry cache's row, by its name where the events name caches, else by its object
+    size (saying so); None where the trace shows no such cache."""
     if named:
         d = next((r for r in rows if r["cache"] == DENTRY_CACHE), None)
-        if d is not None:
-            dentry = dict(d, identified_by="name")
-    else:
-        d = next((r for r in rows if r["cache"] == f"size-{DENTRY_OBJECT_SIZE}"), None)
-        if d is not None:
-            dentry = dict(
-                d,
-                identified_by=f"object size {DENTRY_OBJECT_SIZE} B (other "
-                f"{DENTRY_OBJECT_SIZE}-byte caches are counted with it)",
-            )
+        return None if d is None else dict(d, identified_by="name")
+    d = next((r for r in rows if r["cache"] == f"size-{DENTRY_OBJECT_SIZE}"), None)
+    if d is None:
+        return None
+    return dict(
+        d,
+        identified_by=f"object size {DENTRY_OBJECT_SIZE} B (other "
+        f"{DENTRY_OBJECT_SIZE}-byte caches are counted with it)",
+    )
+
+
+def _notes(counts, n_unknown, n_unpaired, name_mismatch, lost, lost_total):
+    """What limits the figures: events not recorded, frees that cannot be placed, losses."""
     notes = []
     if not any(counts.get(ev) for ev in ("kmem:kmem_cache_alloc", "kmem:kmem_cache_alloc_node")):
         notes.append(
@@ -312,9 +351,6 @@ def _summarize(trace, request, read):
         )
     if name_mismatch:
         notes.append(f"{name_mismatch} frees name another cache than their allocation")
-    info = getattr(trace, "info", {}) or {}
-    lost = info.get("lost_events") or []
-    lost_total = info.get("lost_total")
     if lost or lost_total:
         # an uncounted marker is an unknown number, never 0
         how_many = "an unknown number of" if lost_total is None else str(lost_total)
@@ -322,21 +358,4 @@ def _summarize(trace, request, read):
         notes.append(
             f"{how_many} events lost{where}: counts are lower bounds, and objects may look live"
         )
-    return {
-        "events": counts,
-        "by": "name" if named else "bytes_alloc",
-        "start_ts": t0,
-        "end_ts": t1,
-        "seconds": round(secs, 6),
-        "caches": rows,
-        "total": tot,
-        "dentry": dentry,
-        "failed_allocs": failed,
-        "frees_of_earlier_unknown": n_unknown,
-        "reallocated_without_free": n_unpaired,
-        "free_name_mismatches": name_mismatch,
-        "lost_events": len(lost),
-        "lost_total": lost_total,
-        "partial": bool(info.get("partial")),
-        "notes": notes,
-    }
+    return notes
