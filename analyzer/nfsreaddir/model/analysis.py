@@ -301,7 +301,6 @@ def analyze(trace):
     marks = markers_mod.parse(tables["markers"])
     sources = read.sources
     cookies_known = any(not e.startswith("sunrpc:") for e in sources["rpc"])
-    invals, revals, ranges = tables["invalidations"], tables["revalidations"], tables["ranges"]
     calls = tables["calls"]
     kinds = set(calls["call"].dropna())
     first_page = events.searches_from_first_page(marks.run.get("kernel") or trace.info.get("uname"))
@@ -309,67 +308,12 @@ def analyze(trace):
         # A trace that does not name its kernel (report text) but has upstream's readdir
         # events, which came with the cookie-indexed cache in 5.18.
         first_page = False
-    if {"opendir", "getdents"} <= kinds or (
-        "getdents" in kinds and sources["calls"] and not sources["calls"][0].startswith("syscalls:")
-    ):
-        keyed_by_file = calls["file"].notna().any()
-        opens = by_opens(rpc, calls, cookies_known, keyed_by_file, first_page)
-        opens = [o for o in opens if o.rows or o.getdents]
-    elif "sys_getdents" in kinds:
-        opens = by_syscalls(rpc, calls, cookies_known)
-    elif marks.phases:
-        opens = by_phases(rpc, marks.phases, cookies_known)
-    else:
-        opens = by_readdirs(rpc, cookies_known, read.cookie_is_position)
+    opens = _opens(read, kinds, marks, cookies_known, first_page)
     # A listing still open at the end of the trace was cut off only where closes are seen.
     ends_visible = "closedir" in kinds
-    damage = damage_windows(trace.info)
-    listings = []
-    for o in opens:
-        o.settle()
-        rows = rpc.loc[o.rows].reset_index(drop=True) if o.rows else rpc.iloc[0:0]
-        dev = int_or_none(rows["dev"].dropna().iloc[0]) if rows["dev"].notna().any() else o.dev
-        fileid = (
-            int_or_none(rows["fileid"].dropna().iloc[0])
-            if rows["fileid"].notna().any()
-            else o.fileid
-        )
-        comm = str(rows["comm"].iloc[0]) if len(rows) else o.comm
-        lst = Listing(
-            int(o.pid),
-            comm,
-            dev,
-            fileid,
-            int(o.start),
-            int(o.end),
-            delimited_by=o.delimited_by,
-            rpcs=rows,
-            cookies_known=cookies_known,
-            began_before_trace=o.began_before_trace,
-            rpc_rows=list(o.rows),
-            invalidations_known=bool(read.recorded["invalidations"]),
-        )
-        # Where neither cookies nor the reader's calls are recorded, when it left the start is
-        # not known: any change during the listing counts.
-        seen = cookies_known or o.delimited_by in ("opens", "syscalls")
-        lst.progressed_at = o.progressed_at if seen and not o.began_before_trace else lst.start
-        if o.delimited_by in ("opens", "syscalls"):
-            lst.getdents = o.getdents
-        if o.delimited_by == "opens" or "sys_lseek" in kinds:
-            lst.rewinds = [int(t) for t in o.rewinds]
-        pos = {r: k for k, r in enumerate(o.rows)}
-        restart_idx = [pos[r] for r in o.restart_rows]
-        targets = [o.targets.get(r, 0) for r in o.restart_rows]
-        lst.ambiguous_rows = [pos[r] for r in o.ambiguous_rows]
-        lst.refill_rows = [pos[r] for r in o.refills]
-        lst.ending = o.ending or (CUT_OFF if ends_visible else UNKNOWN)
-        lst.error = o.error
-        # A READDIR interrupted by a signal: the reader was killed mid-listing.
-        errs = rows["error"].dropna()
-        if lst.ending != EOF and len(errs) and int(errs.iloc[-1]) in events.KILLED_ERRORS:
-            lst.ending, lst.error = KILLED, int(errs.iloc[-1])
-        listings.append((lst, (restart_idx, targets), o.phase))
+    listings = [_listing(o, read, kinds, cookies_known, ends_visible) for o in opens]
     _label_phases(listings, marks.phases)
+    damage = damage_windows(trace.info)
     out = []
     for lst, found, phase in listings:
         if phase is not None:
@@ -379,58 +323,7 @@ def analyze(trace):
             # The lister's exit status says how it ended where the trace's events do not.
             if lst.ending in (UNKNOWN, CUT_OFF, CLOSED) or lst.delimited_by == "phases":
                 lst.ending = _phase_ending(phase.status)
-        my_invals = _select(invals, lst)
-        inv_ts = my_invals["ts"].to_numpy()
-        if cookies_known:
-            lst.restarts = _one_per_catchup(
-                restart_costs(lst.rpcs, found[0], inv_ts, found[1]), inv_ts
-            )
-            # The other bound: every ambiguous READDIR a restart, at cookie 0 (their target is
-            # not known).
-            both = sorted(
-                zip(found[0] + lst.ambiguous_rows, found[1] + [0] * len(lst.ambiguous_rows))
-            )
-            lst.possible_restarts = _one_per_catchup(
-                restart_costs(lst.rpcs, [i for i, _ in both], inv_ts, [t for _, t in both]), inv_ts
-            )
-        restart_ts = np.array([r.ts for r in lst.restarts], dtype=np.int64)
-        rpc_ts = lst.rpcs["ts"].to_numpy("int64")
-        ambiguous = set(lst.ambiguous_rows)
-        refills = set(lst.refill_rows)
-        my_revals = _select(revals, lst) if len(revals) else revals
-        prev = lst.start
-        for k, (ts, reason) in enumerate(zip(inv_ts, my_invals["reason"])):
-            nxt = inv_ts[k + 1] if k + 1 < len(inv_ts) else lst.end + 1
-            # >=: under emulation the clock is coarse, and the READDIR that restarts can carry
-            # the invalidation's own timestamp (it still comes after it in the trace).
-            followed = (
-                bool(((restart_ts >= ts) & (restart_ts < nxt)).any()) if cookies_known else None
-            )
-            after = int(_next_readdir(rpc_ts, ts))
-            maybe = after in ambiguous and not followed
-            lst.invalidations.append(
-                Invalidation(
-                    int(ts),
-                    str(reason),
-                    _chain(my_revals, ts, prev),
-                    None if maybe else followed,
-                    followed_by_ambiguous=maybe,
-                    refilled_start=after in refills,
-                )
-            )
-            prev = ts
-        if ranges is not None and len(ranges) and lst.progressed_at is not None:
-            trims = _select(ranges, lst)["ts"].to_numpy("int64")
-            trims = trims[trims >= lst.progressed_at]
-            lst.cache_range_trims = int(
-                sum(int(_next_readdir(rpc_ts, t)) not in refills for t in trims)
-            )
-        lst.version_changes = _version_changes(lst, revals, read.cookie_is_position)
-        changes = list(inv_ts) + (
-            list(_select(ranges, lst)["ts"]) if ranges is not None and len(ranges) else []
-        )
-        moves = _version_moves(lst, revals) if read.cookie_is_position else []
-        lst.survived = _survived(lst, sorted(changes + moves), read.cookie_is_position)
+        _changes(lst, found, tables, read.cookie_is_position)
         lst.damage = _damage_in(lst, damage)
         lst.dentries = _dentries(marks.counters, lst.start, lst.end)
         out.append(lst)
@@ -449,6 +342,124 @@ def analyze(trace):
         recorded=read.recorded,
         tables=tables,
     )
+
+
+def _opens(read, kinds, marks, cookies_known, first_page):
+    """The reader model's listings, delimited by the best evidence the trace has: the reader's
+    opens and calls, its system calls, the reproducer's phases, else the READDIRs alone."""
+    rpc, calls, sources = read.frames["rpc"], read.frames["calls"], read.sources
+    if {"opendir", "getdents"} <= kinds or (
+        "getdents" in kinds and sources["calls"] and not sources["calls"][0].startswith("syscalls:")
+    ):
+        keyed_by_file = calls["file"].notna().any()
+        opens = by_opens(rpc, calls, cookies_known, keyed_by_file, first_page)
+        return [o for o in opens if o.rows or o.getdents]
+    if "sys_getdents" in kinds:
+        return by_syscalls(rpc, calls, cookies_known)
+    if marks.phases:
+        return by_phases(rpc, marks.phases, cookies_known)
+    return by_readdirs(rpc, cookies_known, read.cookie_is_position)
+
+
+def _listing(o, read, kinds, cookies_known, ends_visible):
+    """(Listing, (restart rows, their targets), phase) of one of the reader model's listings."""
+    rpc = read.frames["rpc"]
+    o.settle()
+    rows = rpc.loc[o.rows].reset_index(drop=True) if o.rows else rpc.iloc[0:0]
+    dev = int_or_none(rows["dev"].dropna().iloc[0]) if rows["dev"].notna().any() else o.dev
+    fileid = (
+        int_or_none(rows["fileid"].dropna().iloc[0]) if rows["fileid"].notna().any() else o.fileid
+    )
+    comm = str(rows["comm"].iloc[0]) if len(rows) else o.comm
+    lst = Listing(
+        int(o.pid),
+        comm,
+        dev,
+        fileid,
+        int(o.start),
+        int(o.end),
+        delimited_by=o.delimited_by,
+        rpcs=rows,
+        cookies_known=cookies_known,
+        began_before_trace=o.began_before_trace,
+        rpc_rows=list(o.rows),
+        invalidations_known=bool(read.recorded["invalidations"]),
+    )
+    # Where neither cookies nor the reader's calls are recorded, when it left the start is
+    # not known: any change during the listing counts.
+    seen = cookies_known or o.delimited_by in ("opens", "syscalls")
+    lst.progressed_at = o.progressed_at if seen and not o.began_before_trace else lst.start
+    if o.delimited_by in ("opens", "syscalls"):
+        lst.getdents = o.getdents
+    if o.delimited_by == "opens" or "sys_lseek" in kinds:
+        lst.rewinds = [int(t) for t in o.rewinds]
+    pos = {r: k for k, r in enumerate(o.rows)}
+    restart_idx = [pos[r] for r in o.restart_rows]
+    targets = [o.targets.get(r, 0) for r in o.restart_rows]
+    lst.ambiguous_rows = [pos[r] for r in o.ambiguous_rows]
+    lst.refill_rows = [pos[r] for r in o.refills]
+    lst.ending = o.ending or (CUT_OFF if ends_visible else UNKNOWN)
+    lst.error = o.error
+    # A READDIR interrupted by a signal: the reader was killed mid-listing.
+    errs = rows["error"].dropna()
+    if lst.ending != EOF and len(errs) and int(errs.iloc[-1]) in events.KILLED_ERRORS:
+        lst.ending, lst.error = KILLED, int(errs.iloc[-1])
+    return lst, (restart_idx, targets), o.phase
+
+
+def _changes(lst, found, tables, cookie_is_position):
+    """What the directory's changes did to one listing: its restarts (found: the reader
+    model's restart rows and targets) and their other bound, its invalidations and whether a
+    restart followed each, the cache trims, version changes and READDIRs that survived one."""
+    invals, revals, ranges = tables["invalidations"], tables["revalidations"], tables["ranges"]
+    my_invals = _select(invals, lst)
+    inv_ts = my_invals["ts"].to_numpy()
+    if lst.cookies_known:
+        lst.restarts = _one_per_catchup(restart_costs(lst.rpcs, found[0], inv_ts, found[1]), inv_ts)
+        # The other bound: every ambiguous READDIR a restart, at cookie 0 (their target is
+        # not known).
+        both = sorted(zip(found[0] + lst.ambiguous_rows, found[1] + [0] * len(lst.ambiguous_rows)))
+        lst.possible_restarts = _one_per_catchup(
+            restart_costs(lst.rpcs, [i for i, _ in both], inv_ts, [t for _, t in both]), inv_ts
+        )
+    restart_ts = np.array([r.ts for r in lst.restarts], dtype=np.int64)
+    rpc_ts = lst.rpcs["ts"].to_numpy("int64")
+    ambiguous = set(lst.ambiguous_rows)
+    refills = set(lst.refill_rows)
+    my_revals = _select(revals, lst) if len(revals) else revals
+    prev = lst.start
+    for k, (ts, reason) in enumerate(zip(inv_ts, my_invals["reason"])):
+        nxt = inv_ts[k + 1] if k + 1 < len(inv_ts) else lst.end + 1
+        # >=: under emulation the clock is coarse, and the READDIR that restarts can carry
+        # the invalidation's own timestamp (it still comes after it in the trace).
+        followed = (
+            bool(((restart_ts >= ts) & (restart_ts < nxt)).any()) if lst.cookies_known else None
+        )
+        after = int(_next_readdir(rpc_ts, ts))
+        maybe = after in ambiguous and not followed
+        lst.invalidations.append(
+            Invalidation(
+                int(ts),
+                str(reason),
+                _chain(my_revals, ts, prev),
+                None if maybe else followed,
+                followed_by_ambiguous=maybe,
+                refilled_start=after in refills,
+            )
+        )
+        prev = ts
+    if ranges is not None and len(ranges) and lst.progressed_at is not None:
+        trims = _select(ranges, lst)["ts"].to_numpy("int64")
+        trims = trims[trims >= lst.progressed_at]
+        lst.cache_range_trims = int(
+            sum(int(_next_readdir(rpc_ts, t)) not in refills for t in trims)
+        )
+    lst.version_changes = _version_changes(lst, revals, cookie_is_position)
+    changes = list(inv_ts) + (
+        list(_select(ranges, lst)["ts"]) if ranges is not None and len(ranges) else []
+    )
+    moves = _version_moves(lst, revals) if cookie_is_position else []
+    lst.survived = _survived(lst, sorted(changes + moves), cookie_is_position)
 
 
 def _other_readers(listings):
