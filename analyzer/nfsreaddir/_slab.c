@@ -301,19 +301,118 @@ PyDoc_STRVAR(tally_doc,
 "an untraced free, the frees naming another cache than their allocation, and the first\n"
 "and last time (0, 0 without events).");
 
+enum pass_result { PASS_OK, PASS_BAD_KEY, PASS_NO_MEMORY };
+
+/* First pass, in column order: the keys checked, what does not depend on time order (sizes,
+ * allocated bytes, failed allocations; the first and last time), and the runs: the stretches
+ * of a piece whose times do not go back. */
+static enum pass_result first_pass(struct piece *pieces, Py_ssize_t np_, struct tally *c,
+				   struct run **runs_out, Py_ssize_t *nruns_out, long long *failed,
+				   int64_t *t0, int64_t *t1)
+{
+	struct run *runs = NULL;
+	Py_ssize_t i, nruns = 0, k = c->k;
+
+	for (i = 0; i < np_; i++) {
+		struct piece *p = &pieces[i];
+		Py_ssize_t j;
+
+		for (j = 0; j < p->n; j++) {
+			int64_t ts = p->ts[j];
+			int32_t cache;
+
+			if (p->key_size) {
+				int64_t key = key_at(p, j);
+
+				if (key >= p->ntable || (key >= 0 && (p->table[key] < -1 ||
+								      p->table[key] >= k))) {
+					*runs_out = runs;
+					return PASS_BAD_KEY;
+				}
+			}
+			if (ts < *t0)
+				*t0 = ts;
+			if (ts > *t1)
+				*t1 = ts;
+			if (p->alloc) {
+				cache = cache_at(p, j);
+				if (cache >= 0) {
+					c->out[R_ALLOC_BYTES * k + cache] += p->bytes[j];
+					c->out[R_OBJECT_SIZE * k + cache] = p->bytes[j];
+				}
+				*failed += p->ptr[j] <= NO_OBJECT;
+			}
+			if (j && ts >= p->ts[j - 1])
+				continue;
+			if (!(nruns & (nruns - 1))) {           /* at 0 and each power of two */
+				struct run *r = realloc(runs, (nruns ? 2 * nruns : 1) * sizeof(*r));
+
+				if (!r) {
+					*runs_out = runs;
+					return PASS_NO_MEMORY;
+				}
+				runs = r;
+			}
+			if (nruns && runs[nruns - 1].p == p)
+				runs[nruns - 1].end = j;       /* a run of this piece ends here */
+			runs[nruns++] = (struct run){ p, j, p->n, ts };
+		}
+	}
+	*runs_out = runs;
+	*nruns_out = nruns;
+	return PASS_OK;
+}
+
+/* Second pass: the runs merged by (time, run), each event visited once. */
+static enum pass_result merge_pass(struct tally *c, struct table *t, struct run *runs,
+				   Py_ssize_t nruns)
+{
+	int *heap;
+	int nheap = (int)nruns;
+	Py_ssize_t i;
+
+	if (!nruns)
+		return PASS_OK;
+	heap = malloc(nruns * sizeof(*heap));
+	if (!heap)
+		return PASS_NO_MEMORY;
+	for (i = 0; i < nruns; i++)
+		heap[i] = (int)i;
+	for (i = nheap / 2 - 1; i >= 0; i--)
+		sift_down(heap, nheap, runs, (int)i);
+	while (nheap) {
+		struct run *r = &runs[heap[0]];
+
+		/* pointers are scattered over the table: ask for the slot of this run's event
+		 * AHEAD on, so that memory is not waited for when it comes */
+		if (r->at + AHEAD < r->end)
+			__builtin_prefetch(&t->s[home_of(r->p->ptr[r->at + AHEAD], t->bits)]);
+		if (!visit(c, t, r->p, r->at, r->ts)) {
+			free(heap);
+			return PASS_NO_MEMORY;
+		}
+		if (++r->at == r->end)
+			heap[0] = heap[--nheap];
+		else
+			r->ts = r->p->ts[r->at];
+		sift_down(heap, nheap, runs, 0);
+	}
+	free(heap);
+	return PASS_OK;
+}
+
 static PyObject *tally(PyObject *self, PyObject *args)
 {
 	PyObject *seq_obj, *out_obj, *seq = NULL, *res = NULL;
 	Py_ssize_t np_ = 0, k, i, nruns = 0;
 	struct piece *pieces = NULL;
 	struct run *runs = NULL;
-	int *heap = NULL;
 	Py_buffer vo = {0};
 	struct table t = {0};
 	struct tally c = {0};
 	long long failed = 0;
 	int64_t t0 = INT64_MAX, t1 = INT64_MIN;
-	int bad = 0, nomem = 0;
+	enum pass_result r;
 
 	if (!PyArg_ParseTuple(args, "OnO", &seq_obj, &k, &out_obj))
 		return NULL;
@@ -347,92 +446,20 @@ static PyObject *tally(PyObject *self, PyObject *args)
 	}
 
 	Py_BEGIN_ALLOW_THREADS
-	/* First pass, in column order: the keys checked, what does not depend on time order
-	 * (sizes, allocated bytes, failed allocations; the first and last time), the runs. */
-	for (i = 0; i < np_ && !bad && !nomem; i++) {
-		struct piece *p = &pieces[i];
-		Py_ssize_t j;
-
-		for (j = 0; j < p->n; j++) {
-			int64_t ts = p->ts[j];
-			int32_t cache;
-
-			if (p->key_size) {
-				int64_t key = key_at(p, j);
-
-				if (key >= p->ntable || (key >= 0 && (p->table[key] < -1 ||
-								      p->table[key] >= k))) {
-					bad = 1;
-					break;
-				}
-			}
-			if (ts < t0)
-				t0 = ts;
-			if (ts > t1)
-				t1 = ts;
-			if (p->alloc) {
-				cache = cache_at(p, j);
-				if (cache >= 0) {
-					c.out[R_ALLOC_BYTES * k + cache] += p->bytes[j];
-					c.out[R_OBJECT_SIZE * k + cache] = p->bytes[j];
-				}
-				failed += p->ptr[j] <= NO_OBJECT;
-			}
-			if (j && ts >= p->ts[j - 1])
-				continue;
-			if (!(nruns & (nruns - 1))) {           /* at 0 and each power of two */
-				struct run *r = realloc(runs, (nruns ? 2 * nruns : 1) * sizeof(*r));
-
-				if (!r) {
-					nomem = 1;
-					break;
-				}
-				runs = r;
-			}
-			if (nruns && runs[nruns - 1].p == p)
-				runs[nruns - 1].end = j;       /* a run of this piece ends here */
-			runs[nruns++] = (struct run){ p, j, p->n, ts };
-		}
-	}
-	/* Second pass: the runs merged by (time, run), each event visited once. */
-	if (!bad && !nomem && nruns && !(heap = malloc(nruns * sizeof(*heap))))
-		nomem = 1;
-	if (!bad && !nomem) {
-		int nheap = (int)nruns;
-
-		for (i = 0; i < nruns; i++)
-			heap[i] = (int)i;
-		for (i = nheap / 2 - 1; i >= 0; i--)
-			sift_down(heap, nheap, runs, (int)i);
-		while (nheap) {
-			struct run *r = &runs[heap[0]];
-
-			/* pointers are scattered over the table: ask for the slot of this
-			 * run's event AHEAD on, so that memory is not waited for when it comes */
-			if (r->at + AHEAD < r->end)
-				__builtin_prefetch(&t.s[home_of(r->p->ptr[r->at + AHEAD], t.bits)]);
-			if (!visit(&c, &t, r->p, r->at, r->ts)) {
-				nomem = 1;
-				break;
-			}
-			if (++r->at == r->end)
-				heap[0] = heap[--nheap];
-			else
-				r->ts = r->p->ts[r->at];
-			sift_down(heap, nheap, runs, 0);
-		}
-	}
-	if (!bad && !nomem)                     /* the objects allocated and never freed */
+	r = first_pass(pieces, np_, &c, &runs, &nruns, &failed, &t0, &t1);
+	if (r == PASS_OK)
+		r = merge_pass(&c, &t, runs, nruns);
+	if (r == PASS_OK)                       /* the objects allocated and never freed */
 		for (i = 0; i < ((Py_ssize_t)1 << t.bits); i++)
 			if (t.s[i].ptr && t.s[i].cache >= 0)
 				c.out[R_LIVE * k + t.s[i].cache]++;
 	Py_END_ALLOW_THREADS
 
-	if (bad) {
+	if (r == PASS_BAD_KEY) {
 		PyErr_SetString(PyExc_ValueError, "tally: a key past its table, or a cache past ncaches");
 		goto out;
 	}
-	if (nomem) {
+	if (r == PASS_NO_MEMORY) {
 		PyErr_NoMemory();
 		goto out;
 	}
@@ -452,7 +479,6 @@ out:
 		PyBuffer_Release(&vo);
 	free(pieces);
 	free(runs);
-	free(heap);
 	free(t.s);
 	free(c.live_now);
 	free(c.net_now);
