@@ -3,7 +3,9 @@ effect. These need root and the host setup (reproducers/setup-host); each boots 
 
 import json
 import os
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -137,6 +139,34 @@ def test_a_guest_that_dies_leaves_its_console(tmp_path):
     assert "Kernel panic" in p.stderr.split("from its last report:")[-1], p.stderr
     assert "sysrq: Trigger a crash" in (tmp_path / "console.log").read_text()
     assert not (tmp_path / ".vm-status").exists()
+
+
+def test_two_signals_at_once_still_stop_the_vm(tmp_path):
+    """vm-run given SIGTERM and at once SIGINT while its guest runs (as `pkill` and timeout(1)
+    passing its own on, or Ctrl-C pressed twice): no QEMU or vng outlives it. The second
+    signal once cut vm-run's cleanup short before it killed the VM, which ran on."""
+    p = subprocess.Popen(
+        [VM_RUN, "--kernel", "debian:6.1", "--results", str(tmp_path), "--"]
+        + [os.path.join(TOP, "tests", "vm", "sleep")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 900
+        while not (tmp_path / ".vm-booted").exists() and p.poll() is None:
+            assert time.monotonic() < deadline, "the guest never booted"
+            time.sleep(0.5)
+        assert p.poll() is None, p.communicate()
+        p.send_signal(signal.SIGTERM)
+        p.send_signal(signal.SIGINT)  # (another signal: two of one kind may be merged)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0, (out, err)
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert left.stdout == "", ("left running", left.stdout, err)
 
 
 def test_bad_arguments_are_named(tmp_path):
