@@ -595,9 +595,10 @@ def test_prometheus_scrapes_watch(tmp_path, kernel):
     if kernel == "5.10":  # Prometheus' own graph of the restart counter (README's picture)
         prom = json.loads((tmp_path / "prom-restarts.json").read_text())
         end = prom["data"]["result"][0]["value"][0]
-        promshot.graph(
+        samples = promshot.graph(
             tmp_path / "prometheus", "nfs_readdir_restarts_total", end, tmp_path / "g.png"
         )
+        assert samples > 0, "the graph page found no datapoints"
         assert (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
