@@ -584,7 +584,10 @@ def test_prometheus_scrapes_watch(tmp_path, kernel):
     """record-watch --prometheus: the restart counter Prometheus scraped from `watch
     --metrics` is what analyze finds in the trace recorded beside it, above 1 on stock 5.10
     (the alert fires), 0 on 6.1 (it does not)."""
-    p = vm_run(f"debian:{kernel}", tmp_path, "--prometheus", timeout=2400)
+    # Two starts of watch and one of record (Python over 9p) and Prometheus' own: at load 16
+    # on the 2-core host the guest had 0.4 of a CPU and watch alone took 10 minutes to start
+    # (record-watch's log, 2026-11-26); 40 minutes were not enough for the run.
+    p = vm_run(f"debian:{kernel}", tmp_path, "--prometheus", timeout=3600)
     assert p.returncode == 0, p.stdout + p.stderr
     a = json.loads(run_cli("analyze", "--json", tmp_path / "t.dat", check=0).stdout)[0]
     lister = [x for x in a["listings"] if x["comm"] == "paced-lister"]
