@@ -3,6 +3,8 @@ guest left in its results (a copy: Prometheus replays and rewrites its WAL), and
 chromium takes the graph page at the time the guest's queries were answered."""
 
 import datetime
+import json
+import math
 import os
 import shutil
 import socket
@@ -21,13 +23,18 @@ def _free_port():
 
 def graph(tsdb, expr, end, png, minutes=10):
     """Write png: Prometheus' graph of expr over the minutes before end (UNIX seconds), from
-    the TSDB directory tsdb."""
+    the TSDB directory tsdb; returns how many samples the page's query read (from
+    Prometheus' query log: a page that says "No datapoints found" read none). The graph page
+    takes its end to the minute and drops the seconds, so end is taken up to the next minute:
+    the samples just before it stay in."""
+    end = math.ceil(end / 60) * 60
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "tsdb")
         shutil.copytree(tsdb, data)
         conf = os.path.join(tmp, "prometheus.yml")
+        log = os.path.join(tmp, "queries.log")
         with open(conf, "w") as f:
-            f.write("global: {}\n")
+            f.write(f"global: {{query_log_file: {log}}}\n")
         port = _free_port()
         base = f"http://127.0.0.1:{port}"
         prom = subprocess.Popen(
@@ -76,3 +83,10 @@ def graph(tsdb, expr, end, png, minutes=10):
         finally:
             prom.terminate()
             prom.wait(timeout=60)
+        with open(log) as f:
+            asked = [json.loads(line) for line in f]
+        return sum(
+            q["stats"]["samples"]["totalQueryableSamples"]
+            for q in asked
+            if q["httpRequest"]["path"] == "/api/v1/query_range" and q["params"]["query"] == expr
+        )
