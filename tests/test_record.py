@@ -379,6 +379,10 @@ class Replay:
                 self.comms[int(r["pid"])] = r["comm"]
         self.items.sort(key=lambda x: (x[0], x[1]))
 
+    @property
+    def info(self):
+        return self.trace.info
+
     def event_names(self):
         return self.trace.event_names()
 
@@ -390,15 +394,21 @@ class Replay:
 
 
 @pytest.mark.parametrize(
-    "trace",
+    "trace, restarted",
     [
-        "5.10-v4.1/modified.dat",
-        "5.10-series-v4.1/modified.dat",
-        "6.1-v4.1/modified.dat",
-        "multi-6.1/multi.dat",
+        ("5.10-v4.1/modified.dat", True),
+        ("5.10-series-v4.1/modified.dat", False),
+        ("6.1-v4.1/modified.dat", False),
+        ("multi-6.1/multi.dat", False),
+        # Several readers on 5.10 (with and without the series): restarts below the reader's
+        # position, which kernels before 5.18 make; the tracker once judged them by the host's
+        # kernel, not the trace's, and printed 0 of 3, 10 of 16, 0 of 1.
+        ("multi-5.10/multi.dat", True),
+        ("multi-5.10-series/multi.dat", True),
+        ("record-5.10-catchup/t.dat", True),
     ],
 )
-def test_watch_lines_are_the_restarts_analyze_finds(trace):
+def test_watch_lines_are_the_restarts_analyze_finds(trace, restarted):
     """watch prints a restart the moment its READDIR is read, from the analyzer's reader
     model driven one event at a time: on real traces, as many lines as analyze() finds
     restarts (5 on stock 5.10, none on the series or 6.1), each naming the lister."""
@@ -416,7 +426,7 @@ def test_watch_lines_are_the_restarts_analyze_finds(trace):
     assert sorted((int(pid), round(float(s), 3)) for s, pid in lines) == sorted(
         (pid, round((ts - replay.items[0][0]) / 1e9, 3)) for pid, ts in restarts
     )
-    assert ("5.10-v4.1" in trace) == bool(restarts)
+    assert restarted == bool(restarts)
 
 
 class _Filtered:

@@ -76,6 +76,11 @@ def _restart_at(below):
     return "below the reader's position" if below else "at cookie 0"
 
 
+# The READDIRs per open whose times are kept: a restart is settled by the event after its
+# READDIR (a cookie-0 one), or by the READDIR after it (one below the reader's position).
+RECENT_READDIRS = 4
+
+
 class _Tracker:
     """Restarts and invalidations printed the moment their event is read. The analyzer's
     reader model (opens.Opens, what analyze() runs over a whole trace: a READDIR at cookie 0,
@@ -94,20 +99,24 @@ class _Tracker:
         self.map = tables.stream_sources(live)
         calls = [f for t, _, f in self.map.values() if t == "calls"]
         self.usable = bool(calls) and any(t == "rpc" for t, _, _ in self.map.values())
-        # The kernel watched is the running one.
+        # The kernel the events come from (LiveTrace: the running one), as analyze() takes it
+        # from the trace: whether a READDIR below the reader's position is a restart.
         self.model = opens.Opens(
-            any("file" in f for f in calls), events.searches_from_first_page(os.uname().release)
+            any("file" in f for f in calls),
+            events.searches_from_first_page(live.info.get("uname")),
         )
         self.rows = 0
         self.restarts = self.invalidations = 0  # lines printed
         self._invals = {}  # id(open) -> invalidations seen
-        # Per open (by id): a cookie-0 READDIR is a restart or not by what follows it
-        # (opens._Open), so its (row, time) waits here; the restarts printed so far; and the
+        # Per open (by id): a READDIR is a restart or not by what follows it (opens._Open: a
+        # cookie-0 one by the next event, one below the reader's position by the next
+        # READDIR), so the times of its latest READDIRs wait here, by row; the restarts
+        # printed so far; and the
         # restart being caught up on: (the cookie to pass, the invalidations seen then, the
         # restart's row and time: what the metrics count as re-fetched). A
         # READDIR that goes back again before that cookie, with no new invalidation, is part
         # of the same restart (analysis counts it once too).
-        self._zero = {}
+        self._times = {}
         self._printed = {}
         self._catchup = {}
 
@@ -137,8 +146,10 @@ class _Tracker:
                 cookie = row.get("cookie")
                 before = o.asked
                 o.readdir(self.rows, ts, cookie)
-                if cookie == 0:
-                    self._zero[id(o)] = (self.rows, ts)
+                times = self._times.setdefault(id(o), {})
+                times[self.rows] = ts
+                if len(times) > RECENT_READDIRS:
+                    del times[min(times)]
                 self.rows += 1
                 if row.get("fileid") is not None and o.fileid is None:
                     o.dev, o.fileid = row.get("dev"), row["fileid"]
@@ -196,7 +207,7 @@ class _Tracker:
             key = id(o)
             if self.metrics is not None and self._shown(o):
                 self.metrics.count("listings_finished", o, 1, o.ending or "unknown")
-            for d in (self._invals, self._zero, self._printed, self._catchup):
+            for d in (self._invals, self._times, self._printed, self._catchup):
                 d.pop(key, None)
         self.model.done.clear()
         if self.metrics is not None:
@@ -213,8 +224,7 @@ class _Tracker:
         if self.metrics is not None and self._shown(o):
             self.metrics.count("ambiguous_restarts", o, len(o.ambiguous_rows) - done[2])
         for r in new:
-            zero = self._zero.get(key)
-            when = zero[1] if zero is not None and zero[0] == r else o.end
+            when = self._times.get(key, {}).get(r, o.end)
             invals = self._invals.get(key, 0)
             c = self._catchup.get(key)
             if c is not None and c[1] == invals:
