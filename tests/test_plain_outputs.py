@@ -17,6 +17,7 @@ BAD = os.path.join(FIXTURES, "5.10-v4.1")  # 157 READDIRs, 5 restarts in 'modifi
 BAD_V3 = os.path.join(FIXTURES, "5.10-v3")  # the same kernel, never exercised
 DCACHE = os.path.join(FIXTURES, "dcache-negative-6.1")
 CAPTURED = os.path.join(FIXTURES, "5.10-v4.1-cap")
+OVERHEAD = os.path.join(FIXTURES, "overhead-5.10-series")
 
 
 # ------------------------------------------------------------------------------ results --table
@@ -36,6 +37,19 @@ def test_results_table_gives_a_dcache_run_its_own_section():
     assert "local-misses" not in out.split("dcache-negative on")[0]
     assert f"{DCACHE}: dcache-negative on 6.1.0-50-amd64: PASS" in out
     assert "change over each phase:" in out
+
+
+def test_results_table_shows_an_overhead_run_as_one():
+    """An overhead run has no phases: its listing times, untraced and traced, and the medians
+    its verdict compares (it failed with "cannot tabulate: 'phases'")."""
+    res = json.loads(open(os.path.join(OVERHEAD, "results.json")).read())
+    p = run_cli("results", "--table", OVERHEAD, BAD, check=0)
+    assert f"{OVERHEAD}: readdir-overhead on 5.10.262-nfsrt+: PASS" in p.stdout, p.stdout
+    rows = {x.split()[0]: x.split()[1:] for x in p.stdout.splitlines() if x.strip()}
+    for kind in ("untraced", "traced"):
+        shown = [float(v) for v in rows[kind]]
+        assert shown == res[kind]["seconds"] + [res[kind]["median"]], (kind, shown)
+    assert "5.10.0-46-amd64 (5.10-v4.1)" not in p.stdout  # the readdir run alone: its kernel
 
 
 def test_results_table_says_which_time_is_which():
