@@ -105,6 +105,28 @@ def test_one_trace_id_and_listing_number_in_analyze_export_and_results(tmp_path)
     ]
 
 
+def test_every_json_entry_has_its_trace_id(tmp_path):
+    """A kmem trace's and a dcache run's analyze --json entries carry the id export names
+    their files by, as a readdir trace's do; watch's summary says it has none (null)."""
+    import io
+
+    from nfsreaddir.live import watch
+    from nfsreaddir.trace import open_trace
+
+    kmem = os.path.join(FIXTURES, "kmem-host", "kmem.dat")
+    slab, dc = json.loads(run_cli("analyze", "--json", kmem, DCACHE, check=0).stdout)
+    assert slab["trace_id"] == pipeline.trace_id(kmem) and "slab" in slab
+    printed = run_cli("export", DCACHE, "-o", tmp_path, check=0).stdout.split()
+    runs = pd.read_csv(tmp_path / "dcache_runs" / f"{dc['trace_id']}.csv", dtype=str)
+    assert str(tmp_path / "dcache_runs" / f"{dc['trace_id']}.csv") in printed
+    assert set(runs["trace_id"]) == {dc["trace_id"]} and "dcache" in dc
+    out = io.StringIO()
+    watch._summary(open_trace(os.path.join(BAD, "modified.dat")), None, True, out, False)
+    w = json.loads(out.getvalue())
+    assert w["trace"]["trace_id"] is None and w["listings"], w["trace"]
+    assert "null in watch --json" in glossary.EXPORT_COLUMNS["trace_id"]
+
+
 # ------------------------------------------------------------------------------------- export
 def test_export_replaces_a_stale_or_damaged_table_and_says_what_it_did(tmp_path):
     trace = os.path.join(BAD, "modified.dat")
