@@ -214,15 +214,16 @@ def cmd_report(args):
     """One HTML page of the inputs: each input's verdict, listings and timelines (a dcache run:
     its report); for two readdir inputs, their listings paired with the ratios."""
     from . import pipeline
-    from .present import html
+    from .present import html, samplechart
     from .present.render import dcache_report, slab_text
 
     dcache_runs, _ = pipeline.split_dcache(args.traces)
     sections, sides, verdicts = [], [], []
     for path in args.traces:
         if path in dcache_runs:
-            res = pipeline.dcache_results(path)
-            sections.append(html.dcache_section(shown(path), res, dcache_report(res)))
+            res, markers = pipeline.dcache_with_markers(path)
+            charts = samplechart.charts(markers, res)
+            sections.append(html.dcache_section(shown(path), res, dcache_report(res), charts))
             word = res.get("verdict")
             verdicts.append((shown(path), word, {"PASS": 0, "FAIL": 1}.get(word, 125), ""))
             continue
