@@ -1,13 +1,17 @@
 """The HTML report in a real browser: Debian's chromium driven by selenium through
 chromium-driver (both installed by reproducers/setup-host). Each page opens with no console
 error and no network request, in under 3 s, and the numbers it shows (listings, READDIRs,
-restarts, invalidations, verdict), read back from its DOM, equal `analyze --json` on the same
-input. A screenshot of each page goes into docs/report/ (linked from the README)."""
+restarts, invalidations, verdict; a dcache run's charted samples and its phases' changes),
+read back from its DOM, equal `analyze --json` on the same input. A screenshot of each page is
+taken into results/report/ on every run; the ones in docs/report/ (linked from the README) are
+replaced only with NFSRT_UPDATE_SCREENSHOTS=1, so that a test run leaves the checkout as it was."""
 
+import hashlib
 import json
 import os
 import shutil
 import stat
+import struct
 import subprocess
 import time
 
@@ -15,7 +19,9 @@ import pytest
 
 from conftest import FIXTURES, TOP, installed, run_cli
 
-SHOTS = os.path.join(TOP, "docs", "report")
+STORED = os.path.join(TOP, "docs", "report")
+SHOTS = os.path.join(TOP, "results", "report")
+UPDATE = os.environ.get("NFSRT_UPDATE_SCREENSHOTS") == "1"
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
 GOOD = os.path.join(FIXTURES, "6.1-v4.1")
 # name -> the inputs of one page
@@ -73,6 +79,65 @@ def shown_numbers(browser, section):
     }
 
 
+def png_size(path):
+    """(width, height) of a PNG file, from its IHDR chunk; None for a file that is no PNG."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        return None
+    return struct.unpack(">II", head[16:24])
+
+
+def stored_shots():
+    """{name: (sha256, mtime)} of the screenshots in docs/report/: a file written again with
+    the same bytes is written all the same."""
+    out = {}
+    for name in PAGES:
+        p = os.path.join(STORED, f"{name}.png")
+        if os.path.exists(p):
+            with open(p, "rb") as f:
+                out[name] = (hashlib.sha256(f.read()).hexdigest(), os.stat(p).st_mtime_ns)
+    return out
+
+
+# As the checkout had them before this module's tests ran.
+STORED_BEFORE = stored_shots()
+
+
+def charted(browser, section):
+    """What a dcache section's charts draw: ({counter: [(ns, value)]}, [(phase, start, end)])
+    (each phase is in each chart: the first chart's)."""
+    return browser.execute_script(
+        """var s=arguments[0],pts={},ph=[],first=s.querySelector('svg.samples-chart');
+        if(!first)return null;
+        s.querySelectorAll('svg.samples-chart circle.sample').forEach(function(c){
+          var k=c.dataset.counter;(pts[k]=pts[k]||[]).push([+c.dataset.ns,+c.dataset.v]);});
+        first.querySelectorAll('g.phase').forEach(function(g){
+          ph.push([g.dataset.phase,+g.dataset.start,+g.dataset.end]);});
+        return [pts,ph];""",
+        section,
+    )
+
+
+def check_dcache_charts(browser, section, inputs):
+    """The charts draw every sample of the run, and each phase's change read off the drawn
+    curves (the last sample at or before its start, the first at or after its end) is the
+    change analyze --json gives."""
+    (js,) = json.loads(run_cli("analyze", "--json", inputs, check=0).stdout)
+    res = js["dcache"]
+    drawn = charted(browser, section)
+    assert drawn is not None, "the dcache run's samples are not drawn"
+    points, phases = drawn
+    assert len(points["nr_dentry"]) == res["samples"], (len(points["nr_dentry"]), res["samples"])
+    assert [p[0] for p in phases] == res["phase_order"], (phases, res["phase_order"])
+    for name, start, end in phases:
+        for counter in ("nr_dentry", "nr_negative", "slab_bytes"):
+            pts = sorted(points[counter])
+            before = ([v for t, v in pts if t <= start] or [pts[0][1]])[-1]
+            after = ([v for t, v in pts if t >= end] or [pts[-1][1]])[0]
+            assert after - before == res["phases"][name]["delta"][counter], (name, counter)
+
+
 def expected(inputs):
     """What analyze --json says of one input: the numbers the page must show."""
     js = json.loads(run_cli("analyze", "--json", inputs, check=0).stdout)
@@ -110,6 +175,8 @@ def test_page_shows_what_analyze_says(browser, tmp_path, name, monkeypatch):
     assert len(sections) == len(inputs)
     for section, path in zip(sections, inputs):
         assert shown_numbers(browser, section) == expected(path), path
+        if "dcache" in section.get_attribute("class"):
+            check_dcache_charts(browser, section, path)
     if len(inputs) == 2:  # before/after: paired by process and directory, with ratios
         row = browser.find_element(
             By.CSS_SELECTOR,
@@ -121,7 +188,21 @@ def test_page_shows_what_analyze_says(browser, tmp_path, name, monkeypatch):
     first = browser.find_element(By.CSS_SELECTOR, ".verdict")
     assert first.location["y"] < 400
     os.makedirs(SHOTS, exist_ok=True)
-    browser.save_screenshot(os.path.join(SHOTS, f"{name}.png"))
+    shot = os.path.join(SHOTS, f"{name}.png")
+    browser.save_screenshot(shot)
+    if UPDATE:
+        shutil.copyfile(shot, os.path.join(STORED, f"{name}.png"))
+    # The README's screenshot is this page's, in the size and format the test takes it.
+    stored = os.path.join(STORED, f"{name}.png")
+    assert os.path.exists(stored), f"{stored}: missing; NFSRT_UPDATE_SCREENSHOTS=1 makes it"
+    assert png_size(stored) == png_size(shot) is not None, (png_size(stored), png_size(shot))
+
+
+def test_a_run_leaves_the_stored_screenshots_as_they_were():
+    """Runs after the pages' test (pytest keeps a module's order): without
+    NFSRT_UPDATE_SCREENSHOTS=1, docs/report/ is as the checkout had it."""
+    if not UPDATE:
+        assert stored_shots() == STORED_BEFORE
 
 
 def test_a_folded_poller_opens_on_a_click(browser, tmp_path):

@@ -17,6 +17,7 @@ BAD = os.path.join(FIXTURES, "5.10-v4.1")  # 157 READDIRs, 5 restarts in 'modifi
 BAD_V3 = os.path.join(FIXTURES, "5.10-v3")  # the same kernel, never exercised
 DCACHE = os.path.join(FIXTURES, "dcache-negative-6.1")
 CAPTURED = os.path.join(FIXTURES, "5.10-v4.1-cap")
+OVERHEAD = os.path.join(FIXTURES, "overhead-5.10-series")
 
 
 # ------------------------------------------------------------------------------ results --table
@@ -36,6 +37,19 @@ def test_results_table_gives_a_dcache_run_its_own_section():
     assert "local-misses" not in out.split("dcache-negative on")[0]
     assert f"{DCACHE}: dcache-negative on 6.1.0-50-amd64: PASS" in out
     assert "change over each phase:" in out
+
+
+def test_results_table_shows_an_overhead_run_as_one():
+    """An overhead run has no phases: its listing times, untraced and traced, and the medians
+    its verdict compares (it failed with "cannot tabulate: 'phases'")."""
+    res = json.loads(open(os.path.join(OVERHEAD, "results.json")).read())
+    p = run_cli("results", "--table", OVERHEAD, BAD, check=0)
+    assert f"{OVERHEAD}: readdir-overhead on 5.10.262-nfsrt+: PASS" in p.stdout, p.stdout
+    rows = {x.split()[0]: x.split()[1:] for x in p.stdout.splitlines() if x.strip()}
+    for kind in ("untraced", "traced"):
+        shown = [float(v) for v in rows[kind]]
+        assert shown == res[kind]["seconds"] + [res[kind]["median"]], (kind, shown)
+    assert "5.10.0-46-amd64 (5.10-v4.1)" not in p.stdout  # the readdir run alone: its kernel
 
 
 def test_results_table_says_which_time_is_which():
@@ -89,6 +103,28 @@ def test_one_trace_id_and_listing_number_in_analyze_export_and_results(tmp_path)
     assert [(x["trace_id"], x["listing"]) for x in mine] == [
         (tid, x["listing"]) for x in a["listings"]
     ]
+
+
+def test_every_json_entry_has_its_trace_id(tmp_path):
+    """A kmem trace's and a dcache run's analyze --json entries carry the id export names
+    their files by, as a readdir trace's do; watch's summary says it has none (null)."""
+    import io
+
+    from nfsreaddir.live import watch
+    from nfsreaddir.trace import open_trace
+
+    kmem = os.path.join(FIXTURES, "kmem-host", "kmem.dat")
+    slab, dc = json.loads(run_cli("analyze", "--json", kmem, DCACHE, check=0).stdout)
+    assert slab["trace_id"] == pipeline.trace_id(kmem) and "slab" in slab
+    printed = run_cli("export", DCACHE, "-o", tmp_path, check=0).stdout.split()
+    runs = pd.read_csv(tmp_path / "dcache_runs" / f"{dc['trace_id']}.csv", dtype=str)
+    assert str(tmp_path / "dcache_runs" / f"{dc['trace_id']}.csv") in printed
+    assert set(runs["trace_id"]) == {dc["trace_id"]} and "dcache" in dc
+    out = io.StringIO()
+    watch._summary(open_trace(os.path.join(BAD, "modified.dat")), None, True, out, False)
+    w = json.loads(out.getvalue())
+    assert w["trace"]["trace_id"] is None and w["listings"], w["trace"]
+    assert "null in watch --json" in glossary.EXPORT_COLUMNS["trace_id"]
 
 
 # ------------------------------------------------------------------------------------- export

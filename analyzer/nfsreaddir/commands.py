@@ -47,7 +47,14 @@ def cmd_analyze(args):
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     from . import pipeline
-    from .present.render import analysis_record, dcache_report, print_analysis, slab_text
+    from .present.render import (
+        analysis_record,
+        dcache_record,
+        dcache_report,
+        print_analysis,
+        slab_record,
+        slab_text,
+    )
 
     dcache_runs, traces = pipeline.split_dcache(args.traces)
     loaded = load(traces, with_slab=True, ports=args.port) if traces else []
@@ -55,12 +62,12 @@ def cmd_analyze(args):
     v = pipeline.judge(loaded, traces) if analyses else None
     if args.json:
         out = [
-            {"path": x.path, "slab": x.slab}
-            if x.analysis is None
-            else analysis_record(x.analysis, v, slab=x.slab)
+            slab_record(x) if x.analysis is None else analysis_record(x.analysis, v, slab=x.slab)
             for x in loaded
         ]
-        out += [{"path": p, "dcache": pipeline.dcache_results(p)} for p in dcache_runs]
+        for p in dcache_runs:
+            res = pipeline.dcache_results(p)
+            out.append(dcache_record(p, pipeline.dcache_trace_id(p, res), res))
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
         return status.GOOD
@@ -107,10 +114,9 @@ def cmd_export(args):
     dcache_runs, traces = pipeline.split_dcache(pipeline.expand(args.traces))
     for path in dcache_runs:
         res, markers = pipeline.dcache_with_markers(path)
-        trace = os.path.join(pipeline.run_dir(path), res["trace"])
         _say_exported(
             export.write_dcache(
-                res, markers, pipeline.trace_id(trace), path, args.output, args.format
+                res, markers, pipeline.dcache_trace_id(path, res), path, args.output, args.format
             )
         )
     for path in traces:
@@ -208,15 +214,16 @@ def cmd_report(args):
     """One HTML page of the inputs: each input's verdict, listings and timelines (a dcache run:
     its report); for two readdir inputs, their listings paired with the ratios."""
     from . import pipeline
-    from .present import html
+    from .present import html, samplechart
     from .present.render import dcache_report, slab_text
 
     dcache_runs, _ = pipeline.split_dcache(args.traces)
     sections, sides, verdicts = [], [], []
     for path in args.traces:
         if path in dcache_runs:
-            res = pipeline.dcache_results(path)
-            sections.append(html.dcache_section(shown(path), res, dcache_report(res)))
+            res, markers = pipeline.dcache_with_markers(path)
+            charts = samplechart.charts(markers, res)
+            sections.append(html.dcache_section(shown(path), res, dcache_report(res), charts))
             word = res.get("verdict")
             verdicts.append((shown(path), word, {"PASS": 0, "FAIL": 1}.get(word, 125), ""))
             continue

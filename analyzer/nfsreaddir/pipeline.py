@@ -56,11 +56,13 @@ def split_dcache(paths):
 @dataclass
 class Loaded:
     """One input read: its name as shown, its readdir analysis (None for a trace of kmem
-    events alone) and its slab summary (None without kmem events, or when not asked)."""
+    events alone), its slab summary (None without kmem events, or when not asked) and its id
+    (trace_id; in the analysis' info where there is one)."""
 
     path: str
     analysis: object
     slab: object = None
+    trace_id: str | None = None
 
 
 def trace_id(path):
@@ -119,7 +121,7 @@ def _trace(path, shown, with_slab):
         except AnalysisError as e:
             if summary is None:
                 raise AnalysisError(f"{shown}: {e}") from None
-    return Loaded(shown, a, summary)
+    return Loaded(shown, a, summary, a.info["trace_id"] if a is not None else trace_id(path))
 
 
 def load(paths, with_slab=False, ports=(), shown=lambda p: p, progress=None):
@@ -222,6 +224,11 @@ def dcache_results(path):
     from .rules import dcache_judge
 
     return dcache_judge.build_results(run_dir(path))
+
+
+def dcache_trace_id(path, results):
+    """The trace_id of a dcache run's trace (results: its dcache_results)."""
+    return trace_id(os.path.join(run_dir(path), results["trace"]))
 
 
 def dcache_with_markers(path):

@@ -40,7 +40,10 @@ TIME_SPANS = {
 
 EXPORT_COLUMNS = {
     "trace_id": "the trace's id: 16 hex digits of a hash of its bytes, the trace_id of "
-    "analyze --json and results.json too; joins every table of one trace",
+    "analyze --json (every entry: a readdir trace's under trace, a kmem trace's and a dcache "
+    "run's beside path) and results.json too; joins every table of one trace; null in watch "
+    "--json, which reads the live ring buffer and keeps no file to hash (record one with "
+    "`nfs-readdir record`)",
     "trace": "the trace's path as given to export",
     "kernel": "the kernel release the trace was recorded on",
     "nfs": "the NFS version, where the trace says (the reproducer's run marker)",

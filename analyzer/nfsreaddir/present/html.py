@@ -10,8 +10,9 @@ is fetched (its Content-Security-Policy forbids it).
 
 It shows what the pipeline made (analyses, verdicts, dcache results, compare's pairing) and
 reads no trace: per input, the verdict line and its evidence first, then the listings table as
-`analyze` prints it, then a timeline per listing with the dentry samples beside it; for two
-readdir inputs, the listings paired by process and directory with their ratios.
+`analyze` prints it, then a timeline per listing with the dentry samples beside it (a dcache
+run: its verdict, its samples charted by samplechart.py, its report); for two readdir inputs,
+the listings paired by process and directory with their ratios.
 """
 
 import html
@@ -322,14 +323,15 @@ def slab_section(path, slab_texts):
     )
 
 
-def dcache_section(path, results, text):
-    """The section of one dcache run: its verdict and the dcache report's text."""
+def dcache_section(path, results, text, charts=""):
+    """The section of one dcache run: its verdict, the charts of its samples
+    (samplechart.charts) and the dcache report's text."""
     code = {"PASS": 0, "FAIL": 1}.get(str(results.get("verdict")), 125)
     return (
         f'<section class="input dcache" data-path="{_e(path)}"><h2>{_e(path)}</h2>'
         f'<p class="verdict v{code}">verdict: <b>{_num("verdict", results.get("verdict"))}</b> '
         + _e("; ".join(map(str, results.get("reasons") or [])))
-        + f"</p><pre>{_e(text)}</pre></section>"
+        + f"</p>{charts}<pre>{_e(text)}</pre></section>"
     )
 
 

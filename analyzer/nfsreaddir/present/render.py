@@ -149,6 +149,17 @@ def analysis_record(analysis, verdict, **extra):
     return d
 
 
+def slab_record(loaded):
+    """The JSON record of a trace of kmem events alone (a pipeline.Loaded): no listing, its
+    slab summary, named and identified as a readdir record's trace is."""
+    return {"path": loaded.path, "trace_id": loaded.trace_id, "slab": loaded.slab}
+
+
+def dcache_record(path, trace_id, results):
+    """The JSON record of a dcache run: the run's directory, its trace's id, its results."""
+    return {"path": path, "trace_id": trace_id, "dcache": results}
+
+
 def print_analysis(analyses, out=None, details=10):
     """The text of analyze, on out (default: sys.stdout as it is when called)."""
     out = sys.stdout if out is None else out

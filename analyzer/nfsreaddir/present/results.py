@@ -199,8 +199,9 @@ def _names(dirs, kernels):
 
 def table(dirs):
     """The runs of several results directories side by side: readdir runs in one table, a
-    column per run and phase, each run's settings above it; dcache runs each in a section of
-    their own (their phases are not listings)."""
+    column per run and phase, each run's settings above it; dcache and overhead runs each in a
+    section of their own (their phases are not listings; an overhead run times idle listings
+    traced against untraced)."""
     import pandas as pd
 
     from .render import dcache_report
@@ -209,7 +210,8 @@ def table(dirs):
     for d in dirs:
         with open(runs.results_json(d)) as f:
             loaded.append((d, json.load(f)))
-    readdir = [(d, r) for d, r in loaded if runs.kind(d) != runs.DCACHE]
+    kinds = [runs.kind(d) for d, _ in loaded]
+    readdir = [x for x, k in zip(loaded, kinds) if k not in (runs.DCACHE, runs.OVERHEAD)]
     names = _names([d for d, _ in readdir], [r.get("kernel", d) for d, r in readdir])
     cols, heads, verdicts = {}, [], []
     for name, (_, res) in zip(names, readdir):
@@ -225,5 +227,32 @@ def table(dirs):
     if readdir:
         df = pd.DataFrame(cols, index=[label for label, _ in TABLE_ROWS])
         parts.append("\n".join(heads) + "\n\n" + df.to_string() + "\n\n" + "\n".join(verdicts))
-    parts += [f"{d}: " + dcache_report(r) for d, r in loaded if runs.kind(d) == runs.DCACHE]
+    for (d, r), k in zip(loaded, kinds):
+        if k == runs.DCACHE:
+            parts.append(f"{d}: " + dcache_report(r))
+        elif k == runs.OVERHEAD:
+            parts.append(f"{d}: " + overhead_report(r))
     return "\n\n".join(parts)
+
+
+def overhead_report(res):
+    """A readdir-overhead run as text: its verdict, then the listing times of each repetition,
+    untraced and traced, and their medians (what the verdict compares)."""
+    import pandas as pd
+
+    rows = {
+        kind: {
+            **{f"run {i}": t for i, t in enumerate(res[kind]["seconds"], 1)},
+            "median": res[kind]["median"],
+        }
+        for kind in ("untraced", "traced")
+        if kind in res
+    }
+    head = (
+        f"{res.get('name')} on {res.get('kernel')}: {res.get('verdict')}: "
+        + "; ".join(res.get("reasons", []))
+        + f"\nNFSv{res.get('nfs')}, {res.get('files')} files on {res.get('fs')}, "
+        f"{res.get('repeat')} idle listings each way, recorders {res.get('recorders')}"
+    )
+    table = pd.DataFrame(rows).T.to_string(na_rep="-")
+    return f"{head}\n\nlisting time (s):\n{table}\n"
