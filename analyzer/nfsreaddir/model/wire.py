@@ -378,10 +378,11 @@ def analyze(path, tshark=None, ports=()):
     nfs = "/".join(sorted(cap.versions)) or None
     if nfs:
         run["nfs"] = nfs
+    compiled = cap.decoder == "compiled"
     info = {
         "path": path,
         "format": f"{cap.kind} capture (NFSv{'/'.join(sorted(cap.versions))}, "
-        f"{'compiled decoder' if cap.decoder == 'compiled' else 'tshark'})",
+        f"{'compiled decoder' if compiled else 'tshark'})",
         "cpus": "-",
         "frames": cap.frames,
         "rpc_messages": cap.messages,
@@ -392,6 +393,10 @@ def analyze(path, tshark=None, ports=()):
         "snaplen": cap.snaplen,
         "unsplit_frames": cap.unsplit_frames,
         "split_frames": cap.split_frames,
+        # The compiled decoder's TCP reassembly; null where tshark decoded (it does not count).
+        "retransmitted_segments": cap.retransmitted_segments if compiled else None,
+        "reordered_segments": cap.reordered_segments if compiled else None,
+        "decoder_fallback": cap.fallback,
         "dropped": dropped,
         "nfs": nfs,
         "ports": list(cap.ports),
@@ -461,6 +466,16 @@ def _notes(cap, dropped):
         "attribute replies; no process is on the wire: listings are per client and "
         "directory"
     ]
+    if cap.decoder == "compiled":
+        # A lost segment is never in this count: the compiled decoder gives such a capture
+        # to tshark (the note below).
+        out.append(
+            f"TCP: {cap.retransmitted_segments:,} retransmitted segments (their data read "
+            f"once), {cap.reordered_segments:,} out of order (held until the hole before them "
+            "filled), none lost"
+        )
+    elif cap.fallback:
+        out.append(f"decoded by tshark: the compiled decoder met {cap.fallback}")
     if dropped is not None:
         out.append(
             f"{'WARNING: ' if dropped else ''}{dropped} packets dropped by the kernel "

@@ -58,6 +58,7 @@ class Capture:
     decoder: str = "tshark"  # or "compiled" (wiredecode)
     retransmitted_segments: int = 0  # TCP data seen again (compiled decoder only)
     reordered_segments: int = 0  # TCP segments ahead of a hole, held until it filled
+    fallback: str | None = None  # why tshark decoded it: what the compiled decoder met
     warnings: list = field(default_factory=list)
 
     @property
