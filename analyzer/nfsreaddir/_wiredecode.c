@@ -792,6 +792,10 @@ static int stream_bytes(struct run *r, struct stream *s, const uint8_t *p, size_
 				s->nrec = 0;
 				if (rpc_message(r, s->rec, len, to_server))
 					return -1;
+				/* A server's capture has thousands of connections, each idle between its
+				 * records: a buffer kept for each grew the memory with the clients. */
+				free(s->rec);
+				s->rec = NULL, s->caprec = 0;
 			}
 		}
 	}
