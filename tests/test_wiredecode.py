@@ -2,6 +2,7 @@
 the same tables, facts and verdicts on every fixture capture, and on captures damaged by cut,
 flipped and reordered segments never a verdict tshark's decoding would not give."""
 
+import json
 import os
 import random
 import struct
@@ -11,7 +12,7 @@ import pandas as pd
 import pytest
 
 import pcapedit
-from conftest import FIXTURES, needs_setup
+from conftest import FIXTURES, needs_setup, run_cli
 from nfsreaddir.model import analysis, wire
 from nfsreaddir.rules import verdict
 from nfsreaddir.trace import capture, wiredecode
@@ -176,3 +177,35 @@ def test_nfs_over_udp_gives_the_same_tables_as_tshark(tmp_path):
     assert len(a.readdirs) and a.readdirs["client"].str.startswith("127.0.0.1:").all()
     pd.testing.assert_frame_equal(a.readdirs, b.readdirs)
     pd.testing.assert_frame_equal(a.attrs, b.attrs)
+
+
+@built
+def test_retransmitted_and_reordered_segments_reach_the_text_and_json(tmp_path):
+    """A capture with one segment sent twice and two segments of one direction swapped: the
+    decoder's counts (1 and 1) in analyze's notes and its JSON trace block, and the READDIRs
+    of the capture as it was recorded."""
+    name = os.path.join(FIXTURES, "6.1-v4.1-cap/idle.pcap.gz")
+    head, packets = pcapedit.read(name)
+    nfs = [i for i, p in enumerate(packets) if p.payload()]
+    # Two NFS segments one after the other in one direction, with nothing between them.
+    i = next(
+        a for a, b in zip(nfs, nfs[1:]) if b == a + 1 and packets[a].ports() == packets[b].ports()
+    )
+    ps = list(packets)
+    ps[i], ps[i + 1] = ps[i + 1], ps[i]
+    dup = next(k for k in nfs if k > i + 2)
+    ps.insert(dup + 1, ps[dup])
+    path = str(tmp_path / "damaged.pcap")
+    pcapedit.write(path, head, ps)
+    cap = capture.read(path, decoder="compiled")
+    assert (cap.decoder, cap.retransmitted_segments, cap.reordered_segments) == ("compiled", 1, 1)
+    # Every call and reply as recorded (tshark, not reassembling out of order, loses a reply
+    # here); the swapped and copied frames move frame numbers and completion times only.
+    moved = ["frame", "ts", "reply_ts"]
+    recorded = capture.read(name, decoder="compiled").readdirs.drop(columns=moved)
+    pd.testing.assert_frame_equal(cap.readdirs.drop(columns=moved), recorded)
+    out = run_cli("analyze", path).stdout
+    assert "TCP: 1 retransmitted segments (their data read once), 1 out of order" in out, out
+    trace = json.loads(run_cli("analyze", "--json", path).stdout)[0]["trace"]
+    assert trace["retransmitted_segments"] == 1 and trace["reordered_segments"] == 1
+    assert trace["decoder_fallback"] is None

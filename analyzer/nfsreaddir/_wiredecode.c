@@ -8,6 +8,7 @@
  * Each such message is handed to a Python callback as one row of tshark's -T fields text
  * (the columns are named by the caller, tshark_fields.FIELDS), so that the one matcher of
  * calls and replies (rpcmatch) reads both decoders' rows alike and tshark stays the oracle.
+ * One exception: a reply's entry cookies are one bytes object of native 64-bit integers.
  *
  * What it does not know it says instead of guessing: decode() returns the reason in
  * stats["unknown"] (a lost segment, a frame cut by the snaplen, RPCSEC_GSS, a body it cannot
@@ -61,6 +62,22 @@ static int text_add(struct text *t, const char *s, size_t n)
 		t->p[t->n++] = ',';
 	memcpy(t->p + t->n, s, n);
 	t->n += n;
+	return 0;
+}
+
+/* A value as 8 native bytes, not text: a reply's entry cookies, millions in a big capture,
+ * go to Python as one bytes object an array("Q") takes whole, never formatted and parsed. */
+static int raw_add(struct text *t, uint64_t v)
+{
+	if (t->n + sizeof v > t->cap) {
+		size_t cap = t->cap ? t->cap * 2 : 512;
+		char *p = realloc(t->p, cap);
+		if (!p)
+			return -1;
+		t->p = p, t->cap = cap;
+	}
+	memcpy(t->p + t->n, &v, sizeof v);
+	t->n += sizeof v;
 	return 0;
 }
 
@@ -120,6 +137,7 @@ struct run {
 	PyObject *cols; /* the caller's column order: its index for each of ours */
 	Py_ssize_t ncols, where[N_COLS];
 	struct text t[N_COLS];
+	char raw[N_COLS]; /* the column holds raw_add's values (bytes), not text */
 	const char *unknown; /* why tshark must decode this capture instead */
 	int failed;	     /* a Python error is set */
 	/* the frame being read */
@@ -139,7 +157,13 @@ struct run {
 static void clear_row(struct run *r)
 {
 	for (int i = 0; i < N_COLS; i++)
-		r->t[i].n = 0;
+		r->t[i].n = 0, r->raw[i] = 0;
+}
+
+static int put_raw(struct run *r, int c, uint64_t v)
+{
+	r->raw[c] = 1;
+	return raw_add(&r->t[c], v);
 }
 
 static int put(struct run *r, int c, const char *fmt, unsigned long long v)
@@ -179,8 +203,9 @@ static int send_row(struct run *r)
 		Py_ssize_t at = r->where[c];
 		if (at < 0)
 			continue;
-		PyObject *s = PyUnicode_DecodeASCII(r->t[c].p ? r->t[c].p : "", (Py_ssize_t)r->t[c].n,
-						    "replace");
+		const char *p = r->t[c].p ? r->t[c].p : "";
+		PyObject *s = r->raw[c] ? PyBytes_FromStringAndSize(p, (Py_ssize_t)r->t[c].n)
+					: PyUnicode_DecodeASCII(p, (Py_ssize_t)r->t[c].n, "replace");
 		if (!s) {
 			Py_DECREF(row);
 			return -1;
@@ -355,7 +380,7 @@ static void reply3(struct run *r, struct xdr *x, int kind)
 	while (!x->bad && u32(x)) {
 		u64(x); /* fileid */
 		opaque(x, &n);
-		put(r, kind == K_READDIRPLUS3 ? C_EPCOOKIE3 : C_ECOOKIE3, "%llu", u64(x));
+		put_raw(r, kind == K_READDIRPLUS3 ? C_EPCOOKIE3 : C_ECOOKIE3, u64(x));
 		if (kind == K_READDIRPLUS3) {
 			post_op_attr(r, x);
 			if (u32(x)) {
@@ -528,7 +553,7 @@ static int reply4(struct run *r, struct xdr *x)
 		case 26:
 			skip(x, 8); /* cookie verifier */
 			while (!x->bad && u32(x)) {
-				put(r, C_COOKIE4, "%llu", u64(x));
+				put_raw(r, C_COOKIE4, u64(x));
 				opaque(x, &n); /* name */
 				bitmap4(x);
 				opaque(x, &n); /* attributes */
@@ -767,6 +792,10 @@ static int stream_bytes(struct run *r, struct stream *s, const uint8_t *p, size_
 				s->nrec = 0;
 				if (rpc_message(r, s->rec, len, to_server))
 					return -1;
+				/* A server's capture has thousands of connections, each idle between its
+				 * records: a buffer kept for each grew the memory with the clients. */
+				free(s->rec);
+				s->rec = NULL, s->caprec = 0;
 			}
 		}
 	}

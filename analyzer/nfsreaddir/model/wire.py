@@ -86,26 +86,33 @@ def _new_listing(client, fh, ts, began_before):
     )
 
 
+def _by_dir(table):
+    """{(client, filehandle): its row numbers in the table}, in the order they first come."""
+    out: dict[tuple, list] = {}
+    for i, key in enumerate(zip(table["client"].tolist(), table["fh"].tolist())):
+        out.setdefault(key, []).append(i)
+    return out
+
+
 def listings(cap):
     """The listings of a Capture, in time order."""
     out = []
     rd = cap.readdirs
-    for (client, fh), rows in rd.groupby(["client", "fh"], sort=False):
+    # Plain lists and arrays, read once: a server's capture has thousands of listings, and a
+    # pandas selection for each cost more than the whole decoding.
+    groups = _by_dir(rd)
+    cols = {c: rd[c].tolist() for c in ("ts", "cookie", "reply_ts", "status", "cookies", "eof")}
+    for (client, fh), idx in groups.items():
         lst = None
         seen: set[int] = set()  # entry cookies this pass has been given
         last_reply_cookie = None
         older: set[int] = set()  # last cookies of earlier replies of this pass
         prev_cookies = None  # the entry cookies of the pass's previous reply
         page = 0  # most entries the client took of a reply it did not use whole
-        for i, ts, c, reply_ts, status, cookies, eof in zip(
-            rows.index,
-            rows["ts"],
-            rows["cookie"],
-            rows["reply_ts"],
-            rows["status"],
-            rows["cookies"],
-            rows["eof"],
-        ):
+        seen_before: set[int] = set()  # entry cookies given before the reply being read
+        for i in idx:
+            ts, c, reply_ts = cols["ts"][i], cols["cookie"][i], cols["reply_ts"][i]
+            status, cookies, eof = cols["status"][i], cols["cookies"][i], cols["eof"][i]
             cookie = None if pd.isna(c) else int(c)
             # A reply with eof ends the pass only when the client asks nothing more of it:
             # 5.10 fills one page of its readdir cache from each reply and asks again from
@@ -160,7 +167,7 @@ def listings(cap):
                 lst.ending, lst.error = analysis.ERROR, int(status)
                 continue
             cookies = cookies or []
-            lst.refetched_entries += sum(1 for c in cookies if c in seen_before)
+            lst.refetched_entries += sum(map(seen_before.__contains__, cookies))
             seen.update(cookies)
             prev_cookies = cookies
             if last_reply_cookie is not None:
@@ -171,37 +178,50 @@ def listings(cap):
                 lst.ending = analysis.EOF
         if lst is not None:
             out.append(lst)
+    frame = rd["frame"].to_numpy("int64")
+    ts_all = rd["ts"].to_numpy("int64")
+    cookie_na = rd["cookie"].isna().to_numpy()
+    cookie = rd["cookie"].to_numpy("uint64", na_value=0)
+    dtsize = rd["maxcount"].to_numpy("float64", na_value=np.nan)
+    entries = rd["entries"].to_numpy("float64", na_value=np.nan)
+    eof = rd["eof"].to_numpy(object)
+    xid = rd["xid"].array
+    fileid_na = rd["fileid"].isna().to_numpy()
+    fileid = rd["fileid"].to_numpy("int64", na_value=0)
     for lst in out:
         if lst.ambiguous_rows:
             # Two passes interleave: a cookie-0 READDIR may be the other reader's start as
             # well as a restart, so none of them is counted as either.
             lst.ambiguous_rows = sorted(set(lst.ambiguous_rows) | set(lst._restart_idx))
             lst._restart_idx = []
-        rows = rd.loc[lst._rows].reset_index(drop=True)
+        rows = np.array(lst._rows, dtype=np.int64)
+        # Cookies are 64-bit (ext4 gives hashes near 2**63): never through a float.
+        if cookie_na[rows].any():
+            ck = np.array(
+                [pd.NA if na else int(v) for v, na in zip(cookie[rows], cookie_na[rows])],
+                dtype=object,
+            )
+        else:
+            ck = cookie[rows]
         # The columns the analysis and the verdict read from a listing's READDIRs.
         lst.rpcs = pd.DataFrame(
             {
-                "ts": rows["ts"].astype("int64"),
+                "ts": ts_all[rows],
                 "pid": None,
                 "comm": lst.client,
-                # Cookies are 64-bit (ext4 gives hashes near 2**63): never through a float.
-                "cookie": (
-                    rows["cookie"].to_numpy("uint64")
-                    if rows["cookie"].notna().all()
-                    else rows["cookie"].astype("object")
-                ),
-                "dtsize": rows["maxcount"].astype("float64"),
-                "entries": rows["entries"].astype("float64"),
-                "eof": rows["eof"],
-                "xid": rows["xid"],
+                "cookie": ck,
+                "dtsize": dtsize[rows],
+                "entries": entries[rows],
+                "eof": eof[rows],
+                "xid": xid[rows],
                 "error": np.nan,
-                "frame": rows["frame"].astype("int64"),
+                "frame": frame[rows],
             }
         )
         lst.rpc_rows = list(lst._rows)
-        fileids = rows["fileid"].dropna()
-        if len(fileids):
-            lst.fileid = int(fileids.iloc[0])
+        known = np.flatnonzero(~fileid_na[rows])
+        if len(known):
+            lst.fileid = int(fileid[rows[known[0]]])
     return sorted(out, key=lambda x: (x.start, x.client))
 
 
@@ -211,18 +231,18 @@ def _versions(lst, attrs):
     READDIR call and before its last showed it: only a READDIR after the change can go back
     to cookie 0, and a change shown at or before the first call is the state the listing
     began from. Frame numbers order the capture (coarse clocks give ties); a listing of one
-    READDIR meets no change. attrs: the attribute replies, per (client, filehandle)."""
+    READDIR meets no change. attrs: the attribute replies' frames (in order) and versions,
+    per (client, filehandle)."""
     frames = lst.rpcs["frame"].to_numpy()
     first, last = int(frames.min()), int(frames.max())
     a = attrs.get((lst.client, lst.fh))
     if a is None:
         return 0, []
-    a = a[a["frame"] < last]
+    at, vals = a
+    end = int(np.searchsorted(at, last, "left"))  # the replies before the last call
     # From the last version seen before the listing began: a change since then counts.
-    before = np.flatnonzero(a["frame"].to_numpy() < first)
-    a = a.iloc[before[-1] :] if len(before) else a
-    vals = a["version"].tolist()
-    at = a["frame"].astype("int64").to_numpy()
+    begin = max(int(np.searchsorted(at, first, "left")) - 1, 0)
+    at, vals = at[begin:end], vals[begin:end]
     changes = [int(at[k]) for k in range(1, len(vals)) if vals[k] != vals[k - 1]]
     return sum(1 for f in changes if f > first), changes
 
@@ -313,7 +333,8 @@ def analyze(path, tshark=None, ports=()):
     out = listings(cap)
     # Each directory's attribute replies per client, split once: a server's capture has
     # thousands of listings, and filtering the whole table for each grew with their square.
-    attrs = {k: g for k, g in cap.attrs.groupby(["client", "fh"], sort=False)}
+    at, version = cap.attrs["frame"].to_numpy("int64"), cap.attrs["version"].tolist()
+    attrs = {k: (at[rows], [version[i] for i in rows]) for k, rows in _by_dir(cap.attrs).items()}
     # The directory's inode number, where an attribute reply gave it for its filehandle.
     fileids = cap.attrs.dropna(subset=["fileid"]).groupby("fh")["fileid"].first()
     for lst in out:
@@ -357,10 +378,11 @@ def analyze(path, tshark=None, ports=()):
     nfs = "/".join(sorted(cap.versions)) or None
     if nfs:
         run["nfs"] = nfs
+    compiled = cap.decoder == "compiled"
     info = {
         "path": path,
         "format": f"{cap.kind} capture (NFSv{'/'.join(sorted(cap.versions))}, "
-        f"{'compiled decoder' if cap.decoder == 'compiled' else 'tshark'})",
+        f"{'compiled decoder' if compiled else 'tshark'})",
         "cpus": "-",
         "frames": cap.frames,
         "rpc_messages": cap.messages,
@@ -371,6 +393,10 @@ def analyze(path, tshark=None, ports=()):
         "snaplen": cap.snaplen,
         "unsplit_frames": cap.unsplit_frames,
         "split_frames": cap.split_frames,
+        # The compiled decoder's TCP reassembly; null where tshark decoded (it does not count).
+        "retransmitted_segments": cap.retransmitted_segments if compiled else None,
+        "reordered_segments": cap.reordered_segments if compiled else None,
+        "decoder_fallback": cap.fallback,
         "dropped": dropped,
         "nfs": nfs,
         "ports": list(cap.ports),
@@ -408,10 +434,13 @@ def analyze(path, tshark=None, ports=()):
 def _rpc_table(rd, out):
     """The capture's READDIRs in the columns of a trace's canonical rpc table (export writes
     those): the client stands where a trace has the process name."""
-    fileid = pd.Series([pd.NA] * len(rd), dtype="Int64")
+    ids = np.zeros(len(rd), dtype=np.int64)
+    unknown = np.ones(len(rd), dtype=bool)
     for lst in out:
         if lst.fileid is not None:
-            fileid.loc[lst.rpc_rows] = lst.fileid
+            ids[lst.rpc_rows] = lst.fileid
+            unknown[lst.rpc_rows] = False
+    fileid = pd.Series(pd.arrays.IntegerArray(ids, unknown))
     return pd.DataFrame(
         {
             "ts": rd["ts"],
@@ -437,6 +466,16 @@ def _notes(cap, dropped):
         "attribute replies; no process is on the wire: listings are per client and "
         "directory"
     ]
+    if cap.decoder == "compiled":
+        # A lost segment is never in this count: the compiled decoder gives such a capture
+        # to tshark (the note below).
+        out.append(
+            f"TCP: {cap.retransmitted_segments:,} retransmitted segments (their data read "
+            f"once), {cap.reordered_segments:,} out of order (held until the hole before them "
+            "filled), none lost"
+        )
+    elif cap.fallback:
+        out.append(f"decoded by tshark: the compiled decoder met {cap.fallback}")
     if dropped is not None:
         out.append(
             f"{'WARNING: ' if dropped else ''}{dropped} packets dropped by the kernel "

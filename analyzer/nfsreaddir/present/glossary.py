@@ -131,6 +131,15 @@ EXPORT_COLUMNS = {
     "explicit sample",
 }
 
+# The lines under a capture's header (analyze's text; "notes" in the JSON trace block).
+CAPTURE_NOTES = {
+    "TCP: ... retransmitted, ... out of order, none lost": "the compiled decoder's reassembly "
+    "of the NFS connections: segments whose data it had already read (read once), segments "
+    "that came ahead of a hole and were held until it filled; a segment never seen makes it "
+    "hand the capture to tshark instead (retransmitted_segments, reordered_segments, "
+    "decoder_fallback in --json; null where tshark decoded)",
+}
+
 
 def explain():
     """The glossary as text."""
@@ -138,6 +147,8 @@ def explain():
     out += [f"  {k:14} {v}" for k, v in TEXT_TABLE.items()]
     out += ["", "What a listing's time spans, by what told the listings apart:"]
     out += [f"  {k:14} {v}" for k, v in TIME_SPANS.items()]
+    out += ["", "What a capture's notes count:"]
+    out += [f"  {k}\n      {v}" for k, v in CAPTURE_NOTES.items()]
     out += ["", "Columns of `nfs-readdir export`'s tables (see the README's glossary):"]
     out += [f"  {k}\n      {v}" for k, v in EXPORT_COLUMNS.items()]
     return "\n".join(out) + "\n"

@@ -151,6 +151,8 @@ def read(path, tshark=None, ports=(), decoder=None):
         )
     reader = CaptureReader(path, kind, _Messages(messages_command(path, tshark, ports)))
     reader.cap.ports = ports
+    if decoder == "compiled" and wiredecode.available():
+        reader.cap.fallback = unknown
     # stderr into a file: a pipe nobody reads while stdout streams could fill and stall tshark.
     errfile = tempfile.TemporaryFile("w+", errors="replace")
     proc = subprocess.Popen(

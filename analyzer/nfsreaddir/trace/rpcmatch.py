@@ -58,6 +58,7 @@ class Capture:
     decoder: str = "tshark"  # or "compiled" (wiredecode)
     retransmitted_segments: int = 0  # TCP data seen again (compiled decoder only)
     reordered_segments: int = 0  # TCP segments ahead of a hole, held until it filled
+    fallback: str | None = None  # why tshark decoded it: what the compiled decoder met
     warnings: list = field(default_factory=list)
 
     @property
@@ -244,14 +245,18 @@ class CaptureReader:
         call["reply_ts"], call["status"] = ts, status
         if status == 0:
             if call["vers"] == "3":
-                cookies = split_values(v[COL["epcookie3" if call["plus"] else "ecookie3"]])
+                cookies = v[COL["epcookie3" if call["plus"] else "ecookie3"]]
                 eof = flag(first(v, "eof3"))
                 if fileid is not None:
                     call["fileid"] = fileid
             else:
-                cookies = split_values(v[COL["cookie4"]])
+                cookies = v[COL["cookie4"]]
                 eof = flag(first(v, "eof4"))
-            cookies = _cookie_array(cookies)
+            # The compiled decoder gives them as native 64-bit integers (bytes), tshark as text.
+            if isinstance(cookies, bytes):
+                cookies = array("Q", cookies)
+            else:
+                cookies = _cookie_array(split_values(cookies))
             call["entries"] = len(cookies)
             call["last_cookie"] = cookies[-1] if cookies else None
             call["eof"] = eof
