@@ -5,8 +5,6 @@ unless told not to (a service that runs for hours keeps none: memory stays flat)
 import os
 from collections.abc import Mapping
 
-import pandas as pd
-
 from .. import pipeline
 from ..trace import BASE_COLUMNS, field_column, pipe
 from ..trace.base import columns_of, one_piece
@@ -87,6 +85,10 @@ class LiveTrace:
     def read(self, req, on_damage="raise", base=BASE_COLUMNS):
         """The events kept so far (none without keep), as a trace file's read() gives them:
         nothing here is damaged, so on_damage has nothing to act on."""
+        # pandas here, not at the top: only the summary reads frames, and it is most of watch's
+        # start-up under emulation (model/causal.py says more).
+        import pandas as pd
+
         if not isinstance(req, Mapping):
             req = dict.fromkeys(req)
         out = {}

@@ -5,7 +5,6 @@ this stream.
 """
 
 import numpy as np
-import pandas as pd
 
 from ..units import int_or_none
 
@@ -14,6 +13,10 @@ def merged(rpc, calls):
     """READDIRs and reader calls in time order (a call before a READDIR at the same instant:
     the READDIR happens inside the call), with each syscall return marked when the
     getdents64 it ends went into NFS."""
+    # Here, not at the top: watch feeds opens.Opens event by event and never merges frames,
+    # and pandas is most of its start-up (320 of 500 s of imports in an emulated guest).
+    import pandas as pd
+
     a = pd.DataFrame(
         {
             "ts": rpc["ts"].to_numpy(),

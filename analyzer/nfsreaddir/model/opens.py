@@ -36,8 +36,6 @@ without a rewind that order does not hold, and such a READDIR is ambiguous, as i
 trace does not name its kernel.
 """
 
-import pandas as pd
-
 from .. import events
 from ..units import int_or_none
 from .causal import merged
@@ -300,7 +298,7 @@ def _returned(o, ts, ret=None, eof=None, err=None):
     if err:
         o.ending = KILLED if err in events.KILLED_ERRORS else ERROR
         o.error = err
-    elif ret == 0 or (eof is not None and not pd.isna(eof) and int(eof)):
+    elif ret == 0 or int_or_none(eof):
         o.ending = EOF
     elif ret:
         o.past_start(ts)
