@@ -10,6 +10,7 @@ import subprocess
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import promshot
@@ -350,34 +351,42 @@ def test_buffer_size_put_back_as_the_size_it_stands_for():
 
 
 class Replay:
-    """A recorded trace fed to watch's tracker as the ring buffer would give it: every event
-    of the tables, in time order."""
+    """A recorded trace fed to watch's tracker as the ring buffer gives it: the trace.dat's own
+    ring-buffer pages, each CPU's in order, decoded by watch's page decoder (trace/pipe.py) and
+    merged by time as its Reader.drain() merges them. Each CPU's events keep the order they
+    were written in, which per-event tables lose where a coarse clock gives several events one
+    time stamp (a close and the reply before it, at one nanosecond under emulation)."""
 
     def __init__(self, path):
-        from nfsreaddir.trace import field_column, open_trace
+        from nfsreaddir.trace import open_trace, pipe
 
         self.trace = open_trace(path)
         req = {
             name: sorted(set(f.values()) | ({src.where[0]} if src.where else set()))
             for name, (_, src, f) in tables.stream_sources(self.trace).items()
         }
-        self.by_id, self.items, self.comms = {}, [], {}
-        for i, (name, df) in enumerate(self.trace.read(req).items()):
-            self.by_id[i] = type("F", (), {"full_name": name, "id": i})
-            for r in df.to_dict("records"):
-                f = {
-                    c: (
-                        None
-                        if (v := r.get(field_column(c))) is None or v != v
-                        else v
-                        if isinstance(v, str)
-                        else int(v)
-                    )
-                    for c in req[name]
-                }
-                self.items.append((int(r["ts"]), int(r["cpu"]), i, int(r["pid"]), f))
-                self.comms[int(r["pid"])] = r["comm"]
+        fmts = [self.trace.event_format(name) for name in req]
+        self.by_id = {f.id: f for f in fmts}
+        wanted = {f.id: req[f.full_name] for f in fmts}
+        dat = self.trace.file
+        size = dat.buf.page_size
+        self.items = []
+        for cpu, off, n in dat.buf.cpus:
+            got = [
+                item
+                for block in self.trace.streams.blocks(cpu, off, n)
+                for p in range(0, len(block), size)
+                for item in pipe.decode_page(
+                    block[p : p + size].tobytes(), dat.header_page, self.by_id, wanted
+                )
+                if item[0] != "lost"
+            ]
+            ns = dat.convert_ts(np.array([g[0] for g in got], np.uint64)).tolist()
+            self.items += [(t, cpu, *g[1:]) for t, g in zip(ns, got)]
         self.items.sort(key=lambda x: (x[0], x[1]))
+        self.comms = {}
+        for df in self.trace.read(dict.fromkeys(req, [])).values():
+            self.comms.update(zip(df["pid"].tolist(), df["comm"].tolist()))
 
     @property
     def info(self):

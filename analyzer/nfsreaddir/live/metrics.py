@@ -82,7 +82,10 @@ class Metrics:
             ),
         }
         self.in_progress = Gauge(
-            f"{PREFIX}_listings_in_progress", "Listings under way", LABELS, registry=r
+            f"{PREFIX}_listings_in_progress",
+            "Listings under way, once the kernel has named their directory",
+            LABELS,
+            registry=r,
         )
         self.events = Counter(f"{PREFIX}_watch_events", "Trace events watch has read", registry=r)
         self.lost = Counter(

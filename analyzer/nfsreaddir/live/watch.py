@@ -18,7 +18,7 @@ import sys
 import time
 
 from .. import events, pipeline, status
-from ..model import opens, tables
+from ..model import causal, opens, tables
 from ..units import NS
 from . import recordplan, tracing
 from .metrics import Exposition, Metrics
@@ -119,6 +119,14 @@ class _Tracker:
         self._times = {}
         self._printed = {}
         self._catchup = {}
+        # Counts of an open whose directory is not known yet, by id: a READDIR's kprobe fires
+        # at the call, and the event that names its directory comes with the reply, so the
+        # first READDIR of a listing would be counted under an empty directory (and, with
+        # --dir, another directory's under this one's).
+        self._pending = {}
+        # Which getdents64 returns went into NFS (only they end a listing at eof), as
+        # analyze() marks them (causal.merged).
+        self.returns = causal.Returns()
 
     def _shown(self, o):
         return self.dir is None or o.fileid in (None, self.dir)
@@ -142,6 +150,7 @@ class _Tracker:
             row = {canon: fields.get(raw) for canon, raw in fmap.items()}
             row.update(src.constants)
             if table == "rpc":
+                self.returns.seen(pid)
                 o = model.of_readdir(pid, self.live.comm(pid), ts)
                 cookie = row.get("cookie")
                 before = o.asked
@@ -153,26 +162,29 @@ class _Tracker:
                 self.rows += 1
                 if row.get("fileid") is not None and o.fileid is None:
                     o.dev, o.fileid = row.get("dev"), row["fileid"]
-                if self.metrics is not None and self._shown(o):
-                    self.metrics.count("readdirs", o)
+                self._count("readdirs", o)
                 c = self._catchup.get(id(o))
                 if c is not None and cookie is not None and cookie > c[0]:
                     del self._catchup[id(o)]
-                    if self.metrics is not None and self._shown(o) and c[2] in o.rows:
-                        self.metrics.count(
-                            "refetched_readdirs", o, len(o.rows) - 1 - o.rows.index(c[2])
-                        )
-                        self.metrics.count("refetch_seconds", o, (ts - c[3]) / NS)
+                    if c[2] in o.rows:
+                        self._count("refetched_readdirs", o, len(o.rows) - 1 - o.rows.index(c[2]))
+                        self._count("refetch_seconds", o, (ts - c[3]) / NS)
                 wrote |= self._restarts(o, before)
             elif table == "calls":
-                model.call(dict(row, pid=pid, ts=ts, comm=self.live.comm(pid)))
+                r = dict(row, pid=pid, ts=ts, comm=self.live.comm(pid))
+                in_fs = self.returns.seen(pid, r.get("call"))
+                if in_fs is not None:
+                    r["in_fs"] = in_fs
+                model.call(r)
                 o = model.reading(pid)
                 if o is not None:
+                    self._flush(o)
                     wrote |= self._restarts(o, o.asked)
             elif table == "rpc_directory":
                 o = model.reading(pid)
                 if o is not None and o.fileid is None:
                     o.dev, o.fileid = row.get("dev"), row.get("fileid")
+                    self._flush(o)
             elif table == "invalidations":
                 fileid = row.get("fileid")
                 # The opens of that directory, else the one the invalidating process reads.
@@ -184,8 +196,7 @@ class _Tracker:
                         continue
                     n = self._invals[id(o)] = self._invals.get(id(o), 0) + 1
                     self.invalidations += 1
-                    if self.metrics is not None:
-                        self.metrics.count("invalidations", o)
+                    self._count("invalidations", o)
                     self._line(
                         ts,
                         "invalidation",
@@ -199,19 +210,46 @@ class _Tracker:
         if wrote and not self.quiet:
             self.out.flush()
 
+    def _count(self, what, o, n=1, *extra):
+        """Count into the metrics once the open's directory is known (_pending)."""
+        if self.metrics is None or not n:
+            return
+        if o.fileid is None:
+            self._pending.setdefault(id(o), []).append((what, n, extra))
+            return
+        self._flush(o)
+        if self._shown(o):
+            self.metrics.count(what, o, n, *extra)
+
+    def _flush(self, o, ended=False):
+        """Count what waited for the open's directory, once it is known or the open ended
+        without naming it (a listing the cache served whole: analyze() has it with no
+        directory too)."""
+        if o.fileid is None and not ended:
+            return
+        for what, n, extra in self._pending.pop(id(o), ()):
+            if self._shown(o):
+                self.metrics.count(what, o, n, *extra)
+
     def _finished(self):
         """Count the listings that ended and forget them: what is kept per open is only that
         of the opens being read, so a watch that runs for months keeps no more than a
-        minute's."""
+        minute's. An open that read nothing (no getdents, no READDIR) is no listing, as in
+        analyze()."""
         for o in self.model.done:
             key = id(o)
-            if self.metrics is not None and self._shown(o):
-                self.metrics.count("listings_finished", o, 1, o.ending or "unknown")
-            for d in (self._invals, self._times, self._printed, self._catchup):
+            if self.metrics is not None:
+                self._flush(o, ended=True)
+                if (o.rows or o.getdents) and self._shown(o):
+                    self.metrics.count("listings_finished", o, 1, o.ending or "unknown")
+            for d in (self._invals, self._times, self._printed, self._catchup, self._pending):
                 d.pop(key, None)
         self.model.done.clear()
         if self.metrics is not None:
-            self.metrics.listings(o for o in self.model.live.values() if self._shown(o))
+            # A listing is under way in its directory once the kernel has named it.
+            self.metrics.listings(
+                o for o in self.model.live.values() if o.fileid is not None and self._shown(o)
+            )
 
     def _restarts(self, o, asked):
         """Print the restarts the open's last event settled; asked: the highest cookie it
@@ -221,8 +259,7 @@ class _Tracker:
         new = o.restart_rows[done[0] :]
         shown = done[1]
         wrote = False
-        if self.metrics is not None and self._shown(o):
-            self.metrics.count("ambiguous_restarts", o, len(o.ambiguous_rows) - done[2])
+        self._count("ambiguous_restarts", o, len(o.ambiguous_rows) - done[2])
         for r in new:
             when = self._times.get(key, {}).get(r, o.end)
             invals = self._invals.get(key, 0)
@@ -230,10 +267,9 @@ class _Tracker:
             if c is not None and c[1] == invals:
                 continue
             self._catchup[key] = (max(asked, o.targets.get(r, 0)), invals, r, when)
+            self._count("restarts", o)
             if not self._shown(o):
                 continue
-            if self.metrics is not None:
-                self.metrics.count("restarts", o)
             self.restarts += 1
             shown += 1
             at = _restart_at(r in o.targets)

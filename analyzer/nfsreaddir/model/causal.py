@@ -35,17 +35,35 @@ def merged(rpc, calls):
     b = calls.assign(kind="call", row=-1, order=0)
     df = pd.concat([b, a], ignore_index=True).sort_values(["ts"], kind="stable")
     out = _causal(df.to_dict("records"), "sys_getdents" in set(calls["call"].dropna()))
-    # A getdents64 whose return we attribute: one during which the task entered NFS.
-    entered = {}
+    returns = Returns()
     for r in out:
-        if r["kind"] == "call" and r["call"] == "sys_getdents":
-            entered[r["pid"]] = False
-        elif r["kind"] == "rpc" or (r["kind"] == "call" and r["call"] == "getdents"):
-            if r["pid"] in entered:
-                entered[r["pid"]] = True
-        elif r["kind"] == "call" and r["call"] == "sys_getdents_ret":
-            r["in_fs"] = entered.pop(r["pid"], False)
+        in_fs = returns.seen(r["pid"], r["call"] if r["kind"] == "call" else None)
+        if in_fs is not None:
+            r["in_fs"] = in_fs
     return out
+
+
+class Returns:
+    """Which getdents64 returns end a call that went into NFS (the file system's readdir or a
+    READDIR within it): only those say how a listing's read ended (0: the end of the
+    directory), a return from another file system says nothing of it. Fed each event of the
+    reader's calls and each READDIR in order: merged() over a whole trace, watch as events
+    come."""
+
+    def __init__(self):
+        self.entered = {}  # pid -> went into NFS, while in a getdents64 system call
+
+    def seen(self, pid, call=None):
+        """A call of process pid (None: a READDIR). For a getdents64 return, whether that
+        getdents64 went into NFS; else None."""
+        if call == "sys_getdents":
+            self.entered[pid] = False
+        elif call is None or call == "getdents":
+            if pid in self.entered:
+                self.entered[pid] = True
+        elif call == "sys_getdents_ret":
+            return self.entered.pop(pid, False)
+        return None
 
 
 def _causal(rows, has_sys):

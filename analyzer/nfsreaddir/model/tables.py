@@ -251,8 +251,9 @@ def stream_sources(trace):
     {canonical: raw field})} of the events load() reads the rpc, invalidations and calls
     tables from. Each table comes from its first group the trace has (load() takes the first
     whose events fired, which a live reader cannot wait for); kprobe READDIRs add the event
-    that names their directory, as table "rpc_directory". The reader's system calls are left
-    out: they matter only where no open is seen."""
+    that names their directory, as table "rpc_directory". The reader's system calls join the
+    calls, as in load(): where the opens come from kprobes, a getdents64's return is what says
+    the reader reached the end of the directory (0) or read past its start."""
     out = {}
     for table, groups in (
         ("rpc", RPC_SOURCES),
@@ -265,6 +266,8 @@ def stream_sources(trace):
                 for u in uses:
                     out[u.name] = (table, u.src, dict(u.fields))
                 break
+    for u in _uses(trace, SYSCALL_SOURCES):
+        out[u.name] = ("calls", u.src, dict(u.fields))
     if any(t == "rpc" and src.event.startswith("*:") for t, src, _ in out.values()):
         for u in _uses(trace, [PAIRED_DIRECTORY]):
             out.setdefault(u.name, ("rpc_directory", u.src, dict(u.fields)))
