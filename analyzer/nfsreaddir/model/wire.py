@@ -166,8 +166,10 @@ def listings(cap):
             if status != 0:
                 lst.ending, lst.error = analysis.ERROR, int(status)
                 continue
-            cookies = cookies or []
-            lst.refetched_entries += sum(map(seen_before.__contains__, cookies))
+            cookies = cookies.tolist() if cookies else []  # as ints once, not at each use
+            again = seen_before.intersection(cookies)  # none, or all: no need to count one by one
+            partly = 0 < len(again) < len(cookies)
+            lst.refetched_entries += sum(map(again.__contains__, cookies)) if partly else len(again)
             seen.update(cookies)
             prev_cookies = cookies
             if last_reply_cookie is not None:
@@ -203,18 +205,19 @@ def listings(cap):
             )
         else:
             ck = cookie[rows]
-        # The columns the analysis and the verdict read from a listing's READDIRs.
+        # The columns the analysis and the verdict read, each an array (a scalar costs more).
+        n = len(rows)
         lst.rpcs = pd.DataFrame(
             {
                 "ts": ts_all[rows],
-                "pid": None,
-                "comm": lst.client,
+                "pid": np.full(n, None, dtype=object),
+                "comm": np.full(n, lst.client, dtype=object),
                 "cookie": ck,
                 "dtsize": dtsize[rows],
                 "entries": entries[rows],
                 "eof": eof[rows],
                 "xid": xid[rows],
-                "error": np.nan,
+                "error": np.full(n, np.nan),
                 "frame": frame[rows],
             }
         )
@@ -266,6 +269,11 @@ def _phase_facts(path):
     return phase, facts
 
 
+def _whole(what):
+    """Damage over the whole capture: what it says of itself, not of one listing."""
+    return {"from": -1, "to": 1 << 62, "what": what}
+
+
 def analyze(path, tshark=None, ports=()):
     """Analysis of a capture file: listings, restarts and what limits them. ports: server
     ports besides 2049 whose traffic is NFS."""
@@ -301,34 +309,22 @@ def analyze(path, tshark=None, ports=()):
     damage = []
     if cap.truncated_frames:
         damage.append(
-            {
-                "from": -1,
-                "to": 1 << 62,
-                "what": f"{cap.truncated_frames} frames cut to {cap.snaplen} bytes by the snaplen",
-            }
+            _whole(f"{cap.truncated_frames} frames cut to {cap.snaplen} bytes by the snaplen")
         )
     # A plain pcap does not keep the drop count: the reproducer's facts have tcpdump's.
     dropped = int_or_none(facts.get(f"{phase}.capture_dropped")) if phase else None
     if dropped is None and "pcapng" in cap.kind:
         dropped = pcapng.pcapng_drops(path)
     if dropped:
-        damage.append(
-            {
-                "from": -1,
-                "to": 1 << 62,
-                "what": f"{dropped} packets dropped by the kernel while capturing",
-            }
-        )
+        damage.append(_whole(f"{dropped} packets dropped by the kernel while capturing"))
     for w in cap.warnings:
-        damage.append({"from": -1, "to": 1 << 62, "what": w})
+        damage.append(_whole(w))
     if cap.unsplit_frames:
         damage.append(
-            {
-                "from": -1,
-                "to": 1 << 62,
-                "what": f"{cap.unsplit_frames} frames carried "
-                "several RPC messages that could not be told apart",
-            }
+            _whole(
+                f"{cap.unsplit_frames} frames carried several RPC messages that could not be "
+                "told apart"
+            )
         )
     out = listings(cap)
     # Each directory's attribute replies per client, split once: a server's capture has
