@@ -403,6 +403,34 @@ def test_two_passes_over_one_directory_cannot_be_separated():
     assert v.code == verdict.UNDECIDED, v.reason
 
 
+def test_each_listing_gets_its_own_readdirs_and_an_unknown_cookie_stays_unknown():
+    """wire.listings cuts every listing's READDIRs from one frame of them all: each listing gets
+    its own rows, in order, and a call whose cookie the capture does not give keeps it unknown
+    (pd.NA, not 0) in its listing alone, which then counts only its known cookie-0 READDIRs.
+    Made from a real capture's table: its READDIRs from a second client too, one cookie lost."""
+    cap = capture.read(_pcap(SOURCE, "modified"))
+    one = cap.readdirs
+    rd = pd.concat([one, one.assign(client=one["client"] + "0")], ignore_index=True)
+    k = len(one) + next(i for i, c in enumerate(one["cookie"]) if c)
+    cookie = rd["cookie"].copy()
+    cookie.iloc[k] = pd.NA
+    cap.readdirs = rd.assign(cookie=cookie)
+    out = wire.listings(cap)
+    assert {lst.client for lst in out} == set(rd["client"])
+    assert sorted(i for lst in out for i in lst.rpc_rows) == list(range(len(rd)))
+    for lst in out:
+        assert lst.rpcs["frame"].tolist() == rd["frame"].iloc[lst.rpc_rows].tolist()
+        assert lst.rpcs["comm"].eq(lst.client).all()
+        assert lst.rpcs.index.tolist() == list(range(len(lst.rpc_rows)))
+        known = cap.readdirs["cookie"].iloc[lst.rpc_rows].dropna()
+        assert lst.summary()["cookie_zero_readdirs"] == int((known == 0).sum())
+        if k in lst.rpc_rows:
+            assert lst.rpcs["cookie"].iloc[lst.rpc_rows.index(k)] is pd.NA
+        else:
+            assert lst.rpcs["cookie"].dtype == "uint64"
+            assert lst.rpcs["cookie"].tolist() == rd["cookie"].iloc[lst.rpc_rows].tolist()
+
+
 # --------------------------------------------------------------------------- issue 30
 V3 = "6.1-v3-cap"  # NFSv3, 20 files: each listing one READDIRPLUS; client port 868 both phases
 V3_CLIENT_PORT = 868

@@ -233,6 +233,16 @@ static int send_row(struct run *r)
 /* ------------------------------------------------------------------ calls awaiting replies */
 enum { K_NONE, K_READDIR3, K_READDIRPLUS3, K_GETATTR3, K_COMPOUND4 };
 
+/* A key's first slot in a table of cap slots (a power of two). Not the key's low bits: mix()
+ * ends with a multiplication, which carries a bit only upward, so the segments towards one
+ * server, whose connections differ in the client port alone, had keys with the same low bits
+ * and every lookup walked the slots of every connection (a quarter of the decoder's time at
+ * 2,381 connections, growing with them). The high half of a product depends on every bit. */
+static size_t home(uint64_t key, size_t cap)
+{
+	return (size_t)((key ^ key >> 32) * 0x9e3779b97f4a7c15ULL >> 32) & (cap - 1);
+}
+
 /* The open-addressing tables below (calls, streams): entries whose first member is their
  * uint64_t key, 0 for a free slot, cap a power of two. Returns old's entries rehashed into a
  * table of cap slots (old freed), or NULL with old untouched when memory runs out. */
@@ -249,7 +259,7 @@ static void *table_grow(void *old, size_t old_cap, size_t cap, size_t size)
 		memcpy(&key, e, sizeof key);
 		if (!key)
 			continue;
-		size_t j = key & (cap - 1);
+		size_t j = home(key, cap);
 		for (;;) {
 			uint64_t taken;
 
@@ -303,7 +313,7 @@ static struct call *call_slot(uint64_t key, int add)
 	}
 	if (!calls_cap)
 		return NULL;
-	size_t j = key & (calls_cap - 1);
+	size_t j = home(key, calls_cap);
 	while (calls[j].key && calls[j].key != key)
 		j = (j + 1) & (calls_cap - 1);
 	if (!calls[j].key && !add)
@@ -325,8 +335,8 @@ static void call_drop(struct call *c)
 		j = (j + 1) & (calls_cap - 1);
 		if (!calls[j].key)
 			return;
-		size_t home = calls[j].key & (calls_cap - 1);
-		if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
+		size_t h = home(calls[j].key, calls_cap);
+		if ((j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j))) {
 			calls[i] = calls[j];
 			calls[j].key = 0;
 			i = j;
@@ -718,7 +728,7 @@ static struct stream *stream_get(uint64_t key)
 			return NULL;
 		streams = n, streams_cap = cap;
 	}
-	size_t j = key & (streams_cap - 1);
+	size_t j = home(key, streams_cap);
 	while (streams[j].key && streams[j].key != key)
 		j = (j + 1) & (streams_cap - 1);
 	if (!streams[j].key) {

@@ -63,19 +63,20 @@ def _client_key(client):
 
 
 def _row(lst):
-    s = lst.summary()
+    # The listing's own fields, not its summary(): the text builds that once more, and a
+    # server's capture has thousands of listings.
     return {
         "client": lst.client,
         "dir_fileid": lst.fileid,
         "fh": lst.fh,
         "listings": 1,
-        "complete": int(bool(s["complete"])),
-        "readdirs": s["readdirs"],
+        "complete": int(bool(lst.complete)),
+        "readdirs": len(lst.rpcs),
         "ambiguous": int(bool(lst.ambiguous_rows)),
         "restarts": len(lst.restarts),
         "refetched_readdirs": sum(r.refetched for r in lst.restarts),
         "refetched_entries": lst.refetched_entries,
-        "version_changes": s["version_changes"] or 0,
+        "version_changes": lst.version_changes or 0,
     }
 
 

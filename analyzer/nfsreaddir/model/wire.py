@@ -67,9 +67,14 @@ class WireListing(Listing):
         return s
 
 
+# A listing's READDIRs until listings() gives it its own: one empty frame for all of them.
+_UNREAD = pd.DataFrame()
+
+
 def _new_listing(client, fh, ts, began_before):
     # No process and no readdir cache on the wire: what a trace would give there is unknown.
     return WireListing(
+        rpcs=_UNREAD,
         pid=None,
         comm=client,
         dev=None,
@@ -166,8 +171,10 @@ def listings(cap):
             if status != 0:
                 lst.ending, lst.error = analysis.ERROR, int(status)
                 continue
-            cookies = cookies or []
-            lst.refetched_entries += sum(map(seen_before.__contains__, cookies))
+            cookies = cookies.tolist() if cookies else []  # as ints once, not at each use
+            again = seen_before.intersection(cookies)  # none, or all: no need to count one by one
+            partly = 0 < len(again) < len(cookies)
+            lst.refetched_entries += sum(map(again.__contains__, cookies)) if partly else len(again)
             seen.update(cookies)
             prev_cookies = cookies
             if last_reply_cookie is not None:
@@ -178,16 +185,29 @@ def listings(cap):
                 lst.ending = analysis.EOF
         if lst is not None:
             out.append(lst)
-    frame = rd["frame"].to_numpy("int64")
-    ts_all = rd["ts"].to_numpy("int64")
     cookie_na = rd["cookie"].isna().to_numpy()
-    cookie = rd["cookie"].to_numpy("uint64", na_value=0)
-    dtsize = rd["maxcount"].to_numpy("float64", na_value=np.nan)
-    entries = rd["entries"].to_numpy("float64", na_value=np.nan)
-    eof = rd["eof"].to_numpy(object)
-    xid = rd["xid"].array
     fileid_na = rd["fileid"].isna().to_numpy()
     fileid = rd["fileid"].to_numpy("int64", na_value=0)
+    # The columns the analysis and the verdict read, of every listing's READDIRs one listing
+    # after the other in one frame, each listing's rows a slice of it: a frame of its own for
+    # each of a server's thousands of listings cost ten times more.
+    order = np.array([i for lst in out for i in lst._rows], dtype=np.int64)
+    whole = pd.DataFrame(
+        {
+            "ts": rd["ts"].to_numpy("int64")[order],
+            "pid": np.full(len(order), None, dtype=object),
+            "comm": rd["client"].to_numpy(object)[order],
+            # Cookies are 64-bit (ext4 gives hashes near 2**63): never through a float.
+            "cookie": rd["cookie"].to_numpy("uint64", na_value=0)[order],
+            "dtsize": rd["maxcount"].to_numpy("float64", na_value=np.nan)[order],
+            "entries": rd["entries"].to_numpy("float64", na_value=np.nan)[order],
+            "eof": rd["eof"].to_numpy(object)[order],
+            "xid": rd["xid"].array[order],
+            "error": np.full(len(order), np.nan),
+            "frame": rd["frame"].to_numpy("int64")[order],
+        }
+    )
+    start = 0
     for lst in out:
         if lst.ambiguous_rows:
             # Two passes interleave: a cookie-0 READDIR may be the other reader's start as
@@ -195,29 +215,14 @@ def listings(cap):
             lst.ambiguous_rows = sorted(set(lst.ambiguous_rows) | set(lst._restart_idx))
             lst._restart_idx = []
         rows = np.array(lst._rows, dtype=np.int64)
-        # Cookies are 64-bit (ext4 gives hashes near 2**63): never through a float.
-        if cookie_na[rows].any():
-            ck = np.array(
-                [pd.NA if na else int(v) for v, na in zip(cookie[rows], cookie_na[rows])],
-                dtype=object,
+        lst.rpcs = whole.iloc[start : start + len(rows)].reset_index(drop=True)
+        start += len(rows)
+        if cookie_na[rows].any():  # a call whose cookie is not known: pd.NA, not 0
+            ck = lst.rpcs["cookie"].tolist()
+            na = cookie_na[rows].tolist()
+            lst.rpcs = lst.rpcs.assign(
+                cookie=np.array([pd.NA if n else v for v, n in zip(ck, na)], dtype=object)
             )
-        else:
-            ck = cookie[rows]
-        # The columns the analysis and the verdict read from a listing's READDIRs.
-        lst.rpcs = pd.DataFrame(
-            {
-                "ts": ts_all[rows],
-                "pid": None,
-                "comm": lst.client,
-                "cookie": ck,
-                "dtsize": dtsize[rows],
-                "entries": entries[rows],
-                "eof": eof[rows],
-                "xid": xid[rows],
-                "error": np.nan,
-                "frame": frame[rows],
-            }
-        )
         lst.rpc_rows = list(lst._rows)
         known = np.flatnonzero(~fileid_na[rows])
         if len(known):
@@ -266,6 +271,11 @@ def _phase_facts(path):
     return phase, facts
 
 
+def _whole(what):
+    """Damage over the whole capture: what it says of itself, not of one listing."""
+    return {"from": -1, "to": 1 << 62, "what": what}
+
+
 def analyze(path, tshark=None, ports=()):
     """Analysis of a capture file: listings, restarts and what limits them. ports: server
     ports besides 2049 whose traffic is NFS."""
@@ -301,34 +311,22 @@ def analyze(path, tshark=None, ports=()):
     damage = []
     if cap.truncated_frames:
         damage.append(
-            {
-                "from": -1,
-                "to": 1 << 62,
-                "what": f"{cap.truncated_frames} frames cut to {cap.snaplen} bytes by the snaplen",
-            }
+            _whole(f"{cap.truncated_frames} frames cut to {cap.snaplen} bytes by the snaplen")
         )
     # A plain pcap does not keep the drop count: the reproducer's facts have tcpdump's.
     dropped = int_or_none(facts.get(f"{phase}.capture_dropped")) if phase else None
     if dropped is None and "pcapng" in cap.kind:
         dropped = pcapng.pcapng_drops(path)
     if dropped:
-        damage.append(
-            {
-                "from": -1,
-                "to": 1 << 62,
-                "what": f"{dropped} packets dropped by the kernel while capturing",
-            }
-        )
+        damage.append(_whole(f"{dropped} packets dropped by the kernel while capturing"))
     for w in cap.warnings:
-        damage.append({"from": -1, "to": 1 << 62, "what": w})
+        damage.append(_whole(w))
     if cap.unsplit_frames:
         damage.append(
-            {
-                "from": -1,
-                "to": 1 << 62,
-                "what": f"{cap.unsplit_frames} frames carried "
-                "several RPC messages that could not be told apart",
-            }
+            _whole(
+                f"{cap.unsplit_frames} frames carried several RPC messages that could not be "
+                "told apart"
+            )
         )
     out = listings(cap)
     # Each directory's attribute replies per client, split once: a server's capture has
