@@ -181,3 +181,25 @@ def series_tree(branch, tree=KERNEL_TREE):
         ]
     subprocess.run(git + ["am", "-q"] + patches, check=True, capture_output=True)
     return patches
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "guest(NAME): runs in the guest that boots its kernel once for every selected test's "
+        "scenario (tests/vmrun.py's SCENARIOS); the `guest` fixture hands the test its outcome",
+    )
+
+
+@pytest.fixture(scope="session")
+def guests(request, tmp_path_factory):
+    import vmrun
+
+    wanted = {m.args[0] for item in request.session.items for m in item.iter_markers("guest")}
+    return vmrun.Guests(wanted, tmp_path_factory)
+
+
+@pytest.fixture
+def guest(request, guests):
+    """The test's scenario (its `guest` mark) as vm-run would have given it: (p, results dir)."""
+    return guests.scenario(request.node.get_closest_marker("guest").args[0])

@@ -583,19 +583,20 @@ def assert_prometheus(d, lister):
 
 
 @pytest.mark.vm
-def test_stock_5_10_record_check_watch(tmp_path):
-    p = vm_run("debian:5.10", tmp_path, "--watch", "--signals", timeout=2400)
+@pytest.mark.guest("record-watch-5.10")
+def test_stock_5_10_record_check_watch(guest):
+    p, run = guest
     assert p.returncode == 0, p.stdout + p.stderr
-    rec = (tmp_path / "record.txt").read_text()
+    rec = (run / "record.txt").read_text()
     assert "record exit 0" in rec and "running: trace-cmd record" in rec, rec
     assert "kprobe: echo 'p:nfsprobe/nfs4_proc_readdir nfs4_proc_readdir cookie=" in rec, rec
-    c = check(tmp_path)
+    c = check(run)
     assert c.returncode == 1 and c.stdout.startswith("bad:"), c.stdout + c.stderr
     # watch over the same listing: the same listing model, the same answer.
-    text = (tmp_path / "watch.err").read_text()
+    text = (run / "watch.err").read_text()
     assert "watch exit 1" in text and "Traceback" not in text, text
-    w = json.loads((tmp_path / "watch.json").read_text())
-    a = json.loads(run_cli("analyze", "--json", tmp_path / "t.dat", check=0).stdout)[0]
+    w = json.loads((run / "watch.json").read_text())
+    a = json.loads(run_cli("analyze", "--json", run / "t.dat", check=0).stdout)[0]
     lister = [x for x in a["listings"] if x["comm"] == "paced-lister"]
     wl = [x for x in w["listings"] if x["comm"] == "paced-lister"]
     assert len(lister) == len(wl) == 1, (lister, wl)
@@ -617,29 +618,35 @@ def test_stock_5_10_record_check_watch(tmp_path):
     # tracefs as it was after the listing (watch stopped by SIGINT) and after SIGINT (record)
     # and SIGTERM (watch) in the middle. Record's SIGTERM is watch's unwinding (Terminated from
     # tracing.trap_sigterm); each start-up costs minutes of imports over 9p under emulation.
-    before = (tmp_path / "tracefs-before").read_text()
+    before = (run / "tracefs-before").read_text()
     for what in ("after-listing", "record-INT+watch-TERM"):
-        assert (tmp_path / f"tracefs-{what}").read_text() == before, what
+        assert (run / f"tracefs-{what}").read_text() == before, what
     for what, code in (("record-INT", 130), ("watch-TERM", 125)):
-        out = (tmp_path / f"{what}.txt").read_text()
+        out = (run / f"{what}.txt").read_text()
         assert f"exit {code}" in out and "Traceback" not in out, (what, out)
         assert ("running: trace-cmd record" if what.startswith("record") else "Ctrl-C") in out
 
 
 @pytest.mark.vm
-@pytest.mark.parametrize("kernel", ["6.1", "6.12", "7.3"])
-def test_stock_record_check_good(tmp_path, kernel):
+@pytest.mark.parametrize(
+    "kernel",
+    [pytest.param(k, marks=pytest.mark.guest(f"record-{k}")) for k in ("6.1", "6.12", "7.3")],
+)
+def test_stock_record_check_good(tmp_path, guest, kernel):
     """Kernels that continue at the reader's cookie: good. On the newest (7.3) watch runs over
     the listing too and must agree."""
     newest = kernel == "7.3"
-    # 150-225 s when all goes well; a guest that hangs is lost after 700 s and run once more.
     # Timing decides whether the writer's change reaches the listing before it ends (CI saw a
     # 7.3 listing of 5 READDIRs meet none): such a run rightly cannot decide ("the bug was
-    # never exercised") and proves nothing of record, so it runs once more.
+    # never exercised") and proves nothing of record, so it runs once more, in a guest of its
+    # own (150-225 s when all goes well; one that hangs is lost after 700 s and run once more).
+    p, run = guest
     for attempt in ("first", "again"):
-        run = tmp_path / attempt
-        run.mkdir()
-        p = vm_run(f"debian:{kernel}", run, *(["--watch"] if newest else []), timeout=700)
+        if attempt == "again":
+            run = tmp_path / attempt
+            run.mkdir()
+            args = vmrun.SCENARIOS[f"record-{kernel}"][1]
+            p = vmrun.vm_run(f"debian:{kernel}", run, *args, timeout=700)
         assert p.returncode == 0, p.stdout + p.stderr
         c = check(run)
         if "the bug was never exercised" not in c.stdout:

@@ -13,19 +13,6 @@ from conftest import TOP
 from vmrun import VM_RUN, vm_run
 
 pytestmark = pytest.mark.vm
-# Small and paced: a short listing that still meets several attribute-cache expiries.
-SMALL = [
-    "--files",
-    "4000",
-    "--fs",
-    "ext4",
-    "--pause",
-    "0.3",
-    "--bufsize",
-    "4096",
-    "--timeout",
-    "150",
-]
 
 
 def results_of(d):
@@ -33,18 +20,9 @@ def results_of(d):
         return json.load(f)
 
 
-@pytest.fixture(scope="module")
-def stock_runs(tmp_path_factory):
-    out = {}
-    for k in ("5.10", "6.1"):
-        d = tmp_path_factory.mktemp(f"stock-{k}")
-        p = vm_run(f"debian:{k}", d, "readdir-loopback", "--nfs", "4.1", *SMALL)
-        out[k] = (p, d)
-    return out
-
-
-def test_stock_5_10_restarts_and_fails(stock_runs):
-    p, d = stock_runs["5.10"]
+@pytest.mark.guest("loopback-5.10")
+def test_stock_5_10_restarts_and_fails(guest):
+    p, d = guest
     assert p.returncode == 1, p.stdout + p.stderr  # FAIL: the problem is reproduced
     assert "FAIL" in p.stdout
     r = results_of(d)
@@ -62,8 +40,9 @@ def test_stock_5_10_restarts_and_fails(stock_runs):
     assert c.returncode == 1 and c.stdout.startswith("bad:"), c.stdout + c.stderr
 
 
-def test_stock_6_1_continues_and_passes(stock_runs):
-    p, d = stock_runs["6.1"]
+@pytest.mark.guest("loopback-6.1")
+def test_stock_6_1_continues_and_passes(guest):
+    p, d = guest
     assert p.returncode == 0, p.stdout + p.stderr
     r = results_of(d)
     idle, mod = r["phases"]["idle"], r["phases"]["modified"]
@@ -76,14 +55,8 @@ def test_stock_6_1_continues_and_passes(stock_runs):
     assert mod["entries"] >= r["files"]
 
 
-@pytest.fixture(scope="module")
-def interrupted(tmp_path_factory):
-    """One 6.1 guest in which each reproducer gets Ctrl-C in the middle of its work
-    (tests/vm/interrupt-all): vm-run's result and the results directory."""
-    d = tmp_path_factory.mktemp("interrupt-all")
-    return vm_run(
-        "debian:6.1", d, os.path.join(TOP, "tests", "vm", "interrupt-all"), timeout=1800
-    ), d
+# interrupt-all: each reproducer gets Ctrl-C in the middle of its work, in the 6.1 guest.
+interrupted = pytest.mark.guest("interrupt-all-6.1")
 
 
 def interrupt_check(interrupted, repro):
@@ -97,24 +70,27 @@ def interrupt_check(interrupted, repro):
     return d / repro
 
 
-def test_sigint_leaves_nothing_behind(interrupted):
+@interrupted
+def test_sigint_leaves_nothing_behind(guest):
     """readdir-loopback inside the modified listing; what was recorded before is kept."""
-    run = interrupt_check(interrupted, "readdir-loopback")
+    run = interrupt_check(guest, "readdir-loopback")
     assert os.path.getsize(run / "idle.dat") > 0
 
 
-def test_sigint_to_readdir_multi_leaves_nothing_behind(interrupted):
+@interrupted
+def test_sigint_to_readdir_multi_leaves_nothing_behind(guest):
     """While all five readers run (ls and find under their perl wrappers) and the writer adds."""
-    run = interrupt_check(interrupted, "readdir-multi")
+    run = interrupt_check(guest, "readdir-multi")
     assert os.path.getsize(run / "multi.dat") > 0
 
 
-def test_sigint_to_dcache_reproducers_leaves_nothing_behind(interrupted):
+@interrupted
+def test_sigint_to_dcache_reproducers_leaves_nothing_behind(guest):
     """Mid-storm (4 unlink workers) and mid-cell (mounts and memory cgroups up); and the guest
     as a whole found nothing left after all four."""
     for repro in ("dcache-unlink-storm", "dcache-memcg"):
-        interrupt_check(interrupted, repro)
-    p, _ = interrupted
+        interrupt_check(guest, repro)
+    p, _ = guest
     assert p.returncode == 0, p.stdout + p.stderr
 
 

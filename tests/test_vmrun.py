@@ -1,11 +1,14 @@
-"""How vm-run reads a guest's console, on consoles real guests wrote (no VM needed)."""
+"""How vm-run reads a guest's console, on consoles real guests wrote, and how the scenarios
+that share a guest each get their own answer (no VM needed)."""
 
 import gzip
 import os
 import re
+import shutil
+import subprocess
 
-from conftest import TOP
-from vmrun import StallWatch
+from conftest import FIXTURES, TOP
+from vmrun import SCENARIOS_SCRIPT, StallWatch, outcome
 
 
 def test_a_guest_whose_cpu_stopped_is_found_hung():
@@ -28,3 +31,39 @@ def test_a_guest_whose_cpu_stopped_is_found_hung():
         watch = StallWatch()
         watch.feed(text)
         assert watch.hung is None
+
+
+def test_each_scenario_in_a_guest_gets_its_own_answer(tmp_path):
+    """tests/vm/scenarios as a guest runs it (here on the host): each scenario in a directory of
+    its own with its own status, read as vm-run reads a reproducer's. A recorded run (a real
+    5.10 one) gets the verdict made on the host; a status of no agreed meaning, and a scenario
+    whose status never came back (the guest died first), are no answer (125)."""
+    p = subprocess.run(
+        [SCENARIOS_SCRIPT, "passes", "/bin/true", "+", "fails", "/bin/sh", "-c", "echo bad; exit 1"]
+        + ["+", "crashes", os.path.join(TOP, "tests", "vm", "exit-255")]
+        + ["--results", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    recorded = tmp_path / "recorded"
+    shutil.copytree(os.path.join(FIXTURES, "5.10-v4.1"), recorded)
+    (recorded / "results.json").unlink()
+    (recorded / ".vm-status").write_text("0\n")
+    (recorded / "output").write_text("")
+    got = {
+        name: outcome(p, tmp_path / name)
+        for name in ("passes", "fails", "crashes", "recorded", "never-ran")
+    }
+    assert {name: o.returncode for name, o in got.items()} == {
+        "passes": 0,
+        "fails": 1,
+        "crashes": 125,
+        "recorded": 1,
+        "never-ran": 125,
+    }
+    assert got["fails"].stdout == "bad\n"
+    assert "FAIL" in got["recorded"].stdout and (recorded / "results.json").exists()
+    assert "no status came back" in got["never-ran"].stderr
+    log = (tmp_path / "log").read_text()
+    assert "passes: exit 0" in log and "fails: exit 1" in log and "crashes: exit 255" in log, log
