@@ -219,6 +219,35 @@ def test_filter_keeps_records_out_of_the_buffer():
 
 
 @host_tracefs
+def test_a_process_named_again_when_it_opens_a_directory():
+    """watch names a process by /proc at its first event; a lister started by a wrapper that
+    execs it (record -- bash -c '... exec lister') had its early events read while it was the
+    wrapper, and kept the wrapper's name. Looked up again where it opens a directory, it has
+    its own (the 6.1 Prometheus run counted a whole listing under the wrapper's name)."""
+    from nfsreaddir.live.ringbuffer import LiveTrace
+
+    live = LiveTrace(TRACEFS, SimpleNamespace(events=[], release=os.uname().release))
+    p = subprocess.Popen(["bash", "-c", "read -r _; exec sleep 30"], stdin=subprocess.PIPE)
+    try:
+        for _ in range(100):  # until the child is bash (not yet the forked python)
+            if open(f"/proc/{p.pid}/comm").read().strip() == "bash":
+                break
+            time.sleep(0.05)
+        assert live.comm(p.pid) == "bash"
+        p.stdin.write(b"\n")
+        p.stdin.close()
+        for _ in range(100):
+            if open(f"/proc/{p.pid}/comm").read().strip() == "sleep":
+                break
+            time.sleep(0.05)
+        assert live.comm(p.pid) == "bash"  # the first answer, kept
+        assert live.comm(p.pid, fresh=True) == "sleep"
+        assert live.comm(p.pid) == "sleep"
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_live_trace_is_read_as_a_trace_file_is():
     """watch's LiveTrace over what a host instance gave (a child ls's getdents64 calls): the
     whole Trace interface, each way of reading it giving the same events."""
@@ -398,7 +427,7 @@ class Replay:
     def event_format(self, name):
         return self.trace.event_format(name)
 
-    def comm(self, pid):
+    def comm(self, pid, fresh=False):
         return self.comms.get(pid, "?")
 
 

@@ -55,9 +55,12 @@ class LiveTrace:
     def event_counts(self):
         return {ev: n for ev, n in self.counts.items() if n}
 
-    def comm(self, pid):
-        """The process name, looked up when first seen (it may have exited by the end)."""
-        c = self._comms.get(pid)
+    def comm(self, pid, fresh=False):
+        """The process name, looked up when first seen (it may have exited by the end); fresh:
+        looked up again, for a process that opens a directory: it may have exec'd since its
+        first event (a lister started by a wrapper, whose events came first, was named after
+        the wrapper for good)."""
+        c = None if fresh else self._comms.get(pid)
         if c is None:
             if not self.keep and len(self._comms) >= self.COMMS_KEPT:
                 self._comms.clear()

@@ -171,7 +171,8 @@ class _Tracker:
                         self._count("refetch_seconds", o, (ts - c[3]) / NS)
                 wrote |= self._restarts(o, before)
             elif table == "calls":
-                r = dict(row, pid=pid, ts=ts, comm=self.live.comm(pid))
+                fresh = row.get("call") == "opendir"
+                r = dict(row, pid=pid, ts=ts, comm=self.live.comm(pid, fresh))
                 in_fs = self.returns.seen(pid, r.get("call"))
                 if in_fs is not None:
                     r["in_fs"] = in_fs
