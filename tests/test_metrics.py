@@ -22,23 +22,6 @@ CONTRIB = os.path.join(TOP, "contrib")
 promtool = needs_setup(shutil.which("promtool") is not None, "needs Debian's prometheus")
 
 
-def sums(m, name, by):
-    """{label value: sum} of one metric's samples, summed by one label."""
-    out = collections.Counter()
-    for fam in m.registry.collect():
-        for s in fam.samples:
-            if s.name == name:
-                out[s.labels.get(by, "")] += s.value
-    return out
-
-
-def replayed(trace, **kw):
-    replay = Replay(os.path.join(TOP, "tests", "fixtures", trace))
-    m = metrics.Metrics(**kw)
-    t = watch._Tracker(replay, io.StringIO(), None, replay.items[0][0], m, quiet=True)
-    return replay, m, t
-
-
 def series(m, name, *by):
     """{(label values): sum} of one metric's samples, by the given labels."""
     out = collections.Counter()
@@ -47,6 +30,18 @@ def series(m, name, *by):
             if s.name == name:
                 out[tuple(s.labels.get(b, "") for b in by)] += s.value
     return +out
+
+
+def sums(m, name, by):
+    """{label value: sum} of one metric's samples, summed by one label."""
+    return collections.Counter({k[0]: v for k, v in series(m, name, by).items()})
+
+
+def replayed(trace, **kw):
+    replay = Replay(os.path.join(TOP, "tests", "fixtures", trace))
+    m = metrics.Metrics(**kw)
+    t = watch._Tracker(replay, io.StringIO(), None, replay.items[0][0], m, quiet=True)
+    return replay, m, t
 
 
 @pytest.mark.parametrize(
