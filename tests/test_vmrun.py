@@ -33,6 +33,26 @@ def test_a_guest_whose_cpu_stopped_is_found_hung():
         assert watch.hung is None
 
 
+def test_a_guest_whose_kernel_never_started_is_told_from_one_that_did():
+    """A console that stopped at the boot loader (tests/consoles/boot-hang-5.10.log) has no
+    kernel line: vm-run stops such a guest after KERNEL_START_LIMIT seconds. A console whose
+    kernel did start, cut anywhere after its first line, does not count as one."""
+    with open(os.path.join(TOP, "tests", "consoles", "boot-hang-5.10.log"), "rb") as f:
+        hung = f.read()
+    watch = StallWatch()
+    watch.feed(hung)
+    assert not watch.kernel_started
+    with gzip.open(os.path.join(TOP, "tests", "consoles", "rcu-stall-6.1.log.gz")) as f:
+        started = f.read(20000)
+    first = started.index(b"\n[") + 1  # where the kernel's first line begins
+    for cut in (first, first + 40, started.index(b"\n", first) + 1, len(started)):
+        watch = StallWatch()
+        for i in range(0, cut, 7):  # as the pipe delivers it: lines cut anywhere
+            watch.feed(started[i : min(i + 7, cut)])
+        # (a line counts once whole)
+        assert watch.kernel_started == (b"\n" in started[first:cut]), cut
+
+
 def test_each_scenario_in_a_guest_gets_its_own_answer(tmp_path):
     """tests/vm/scenarios as a guest runs it (here on the host): each scenario in a directory of
     its own with its own status, read as vm-run reads a reproducer's. A recorded run (a real
