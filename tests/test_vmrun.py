@@ -33,6 +33,22 @@ def test_a_guest_whose_cpu_stopped_is_found_hung():
         assert watch.hung is None
 
 
+def test_a_5_10_guest_whose_grace_period_never_ended_is_found_hung():
+    """5.10 words its stall reports otherwise ("(detected by 0, t=5252 jiffies, g=328469, ...)",
+    tests/consoles/rcu-stall-5.10.log.gz): the same grace period reported every 63 s from
+    1,952 s of guest time on is found hung at its fifth report, 252 s after the first."""
+    with gzip.open(os.path.join(TOP, "tests", "consoles", "rcu-stall-5.10.log.gz")) as f:
+        console = f.read()
+    watch = StallWatch()
+    for i in range(0, len(console), 4000):
+        watch.feed(console[i : i + 4000])
+    assert watch.hung is not None and watch.hung[0] == "328469", watch.hung
+    assert round(watch.hung[1], 3) == round(2204.638182 - 1952.553280, 3), watch.hung
+    watch = StallWatch()
+    watch.feed(console[: console.index(b"[ 2204.638182]")])
+    assert watch.hung is None
+
+
 def test_a_guest_whose_kernel_never_started_is_told_from_one_that_did():
     """A console that stopped at the boot loader (tests/consoles/boot-hang-5.10.log) has no
     kernel line: vm-run stops such a guest after KERNEL_START_LIMIT seconds. A console whose
