@@ -1,11 +1,12 @@
 """The analyzer's modules form layers: no module imports, directly or through others, a module
 that imports it back. Every import counts, the ones inside functions too (a deferred import
 hides a cycle from Python, not from the reader of the code). No module imports another's
-private (_underscore) names, and no module is over 500 lines. The live commands start
-without pandas."""
+private (_underscore) names, no module is over 500 lines and no function over 100 (the
+Python ones and the C ones). The live commands start without pandas."""
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -163,6 +164,87 @@ MAX_LINES = 500
 def test_no_module_is_over_500_lines():
     long = {m: n for m, p in modules().items() if (n := sum(1 for _ in open(p))) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+MAX_FUNCTION_LINES = 100
+
+
+def long_functions(path):
+    """For each function of a Python file over MAX_FUNCTION_LINES: "path:line name is N lines",
+    counted from its def to its last line (decorators aside), nested functions on their own."""
+    tree = ast.parse(open(path).read(), path)
+    return [
+        f"{path}:{n.lineno} {n.name} is {length} lines"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (length := n.end_lineno - n.lineno + 1) > MAX_FUNCTION_LINES
+    ]
+
+
+C_TOKENS = re.compile(
+    r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|[{};]|\n', re.S
+)
+
+
+def long_c_functions(path):
+    """The same for a C file, by brace depth: a function is a `{` at depth 0 whose header (the
+    text since the last `;` or `}` at depth 0, preprocessor lines aside) ends in a parameter
+    list; its name is the first identifier before a `(`, its length from the name's line to
+    the closing brace's. Comments, strings and character constants hide their braces."""
+    text = open(path).read()
+    out, depth, line, header, start, name = [], 0, 1, "", 0, None
+    pos = 0
+    for m in C_TOKENS.finditer(text):
+        gap, tok = text[pos : m.start()], m.group()
+        pos = m.end()
+        if depth == 0:
+            header += gap
+        if tok == "\n" or tok.startswith(("/*", "//")):
+            line += tok.count("\n")
+            header += "\n" * tok.count("\n") if depth == 0 else ""
+            continue
+        if tok == "{":
+            if depth == 0:
+                decl = re.sub(r"(?m)^\s*#.*$", "", header)
+                call = re.search(r"(\w+)\s*\([^=]*\)\s*$", decl)
+                name = call and call[1]
+                start = line - decl[call.start(1) :].count("\n") if call else line
+            depth += 1
+        elif tok == "}":
+            depth -= 1
+            if depth == 0:
+                if name and line - start + 1 > MAX_FUNCTION_LINES:
+                    out.append(f"{path}:{start} {name} is {line - start + 1} lines")
+                header = ""
+        elif depth == 0:
+            header = ""
+    return out
+
+
+def test_no_function_is_over_100_lines():
+    """A function that long does several steps of the data's way at once; each step named on
+    its own says what it does and can be read, tested and changed alone."""
+    c_files = [
+        os.path.join(d, f) for d, _, files in os.walk(PACKAGE) for f in files if f.endswith(".c")
+    ]
+    long = [x for p in modules().values() for x in long_functions(p)]
+    long += [x for p in c_files for x in long_c_functions(p)]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+def test_the_function_scans_measure_length(tmp_path):
+    body = "    x = 1\n" * 99
+    py = tmp_path / "m.py"
+    py.write_text(f"@staticmethod\ndef fits():\n{body}\n\ndef long():\n{body}    x = 2\n")
+    assert long_functions(str(py)) == [f"{py}:104 long is 101 lines"]
+    stmts = "\tx = '}';  /* } */ // {\n" * 96
+    c = tmp_path / "m.c"
+    c.write_text(
+        "static const int t[] = {\n1,\n};\nstruct s { int a; };\n"
+        f"static int\nfits(int a)\n{{\n{stmts}\tx = 2;\n}}\n#define MIX(h) ((h) = 1)\n"
+        f'static int\nlong_one(int a,\n\t int b)\n{{\n{stmts}\tif (a) {{ b = "{{"; }}\n}}\n'
+    )
+    assert long_c_functions(str(c)) == [f"{c}:108 long_one is 101 lines"]
 
 
 @pytest.mark.parametrize("module", ["nfsreaddir.live.record", "nfsreaddir.live.watch"])

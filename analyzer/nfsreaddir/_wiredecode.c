@@ -584,6 +584,71 @@ static void set_unknown(struct run *r, const char *why)
 		r->unknown = why;
 }
 
+/* An NFSv3 call's arguments: the directory's filehandle and, for READDIR(PLUS), the cookie,
+ * verifier and counts. 1 when the call is cut short (and said so), else 0. */
+static int call3(struct run *r, struct xdr *x, int kind)
+{
+	uint32_t len;
+	const uint8_t *fh = opaque(x, &len);
+	if (fh)
+		fh_hash(r, fh, len);
+	if (kind != K_GETATTR3) {
+		put(r, C_COOKIE3, "%llu", u64(x));
+		const uint8_t *v = skip(x, 8);
+		if (v) {
+			char h[17];
+			for (int i = 0; i < 8; i++)
+				snprintf(h + 2 * i, 3, "%02x", v[i]);
+			text_add(&r->t[C_VERF3], h, 16);
+		}
+		if (kind == K_READDIRPLUS3) {
+			put(r, C_DIRCOUNT3, "%llu", u32(x));
+			put(r, C_MAXCOUNT3, "%llu", u32(x));
+		} else {
+			put(r, C_COUNT3, "%llu", u32(x));
+		}
+	}
+	if (x->bad) {
+		set_unknown(r, "an NFSv3 call cut short");
+		return 1;
+	}
+	return 0;
+}
+
+/* The reply to a call rpc_message kept (by key), its status and, accepted, its results. */
+static int rpc_reply(struct run *r, struct xdr *x, uint32_t xid, uint64_t key)
+{
+	uint32_t len;
+	struct call *c = call_slot(key, 0);
+	if (!c)
+		return 0;
+	int kind = c->kind;
+	call_drop(c);
+	uint32_t replystat = u32(x), accept = 0;
+	emit(r);
+	put(r, C_XID, "0x%08llx", xid);
+	put(r, C_MSGTYP, "%llu", 1);
+	put(r, C_PROG, "%llu", NFS_PROGRAM);
+	put(r, C_REPLYSTAT, "%llu", replystat);
+	if (replystat == 0) {
+		u32(x);
+		opaque(x, &len);
+		accept = u32(x);
+		put(r, C_ACCEPT, "%llu", accept);
+	}
+	if (x->bad) {
+		set_unknown(r, "an RPC reply cut short");
+		return 0;
+	}
+	if (replystat == 0 && accept == 0) {
+		if (kind == K_COMPOUND4 ? reply4(r, x) : (reply3(r, x, kind), x->bad ? -1 : 0)) {
+			set_unknown(r, "an NFS reply it cannot read");
+			return 0;
+		}
+	}
+	return send_row(r);
+}
+
 /* One whole RPC message from the client (to_server) or the server. */
 static int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 {
@@ -631,30 +696,8 @@ static int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 			}
 			if (main != 26 && main != 9)
 				return 0;
-		} else {
-			const uint8_t *fh = opaque(&x, &len);
-			if (fh)
-				fh_hash(r, fh, len);
-			if (kind != K_GETATTR3) {
-				put(r, C_COOKIE3, "%llu", u64(&x));
-				const uint8_t *v = skip(&x, 8);
-				if (v) {
-					char h[17];
-					for (int i = 0; i < 8; i++)
-						snprintf(h + 2 * i, 3, "%02x", v[i]);
-					text_add(&r->t[C_VERF3], h, 16);
-				}
-				if (kind == K_READDIRPLUS3) {
-					put(r, C_DIRCOUNT3, "%llu", u32(&x));
-					put(r, C_MAXCOUNT3, "%llu", u32(&x));
-				} else {
-					put(r, C_COUNT3, "%llu", u32(&x));
-				}
-			}
-			if (x.bad) {
-				set_unknown(r, "an NFSv3 call cut short");
-				return 0;
-			}
+		} else if (call3(r, &x, kind)) {
+			return 0;
 		}
 		struct call *c = call_slot(key, 1);
 		if (!c) {
@@ -664,34 +707,7 @@ static int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 		c->kind = (uint8_t)kind;
 		return send_row(r);
 	}
-	struct call *c = call_slot(key, 0);
-	if (!c)
-		return 0;
-	int kind = c->kind;
-	call_drop(c);
-	uint32_t replystat = u32(&x), accept = 0;
-	emit(r);
-	put(r, C_XID, "0x%08llx", xid);
-	put(r, C_MSGTYP, "%llu", 1);
-	put(r, C_PROG, "%llu", NFS_PROGRAM);
-	put(r, C_REPLYSTAT, "%llu", replystat);
-	if (replystat == 0) {
-		u32(&x);
-		opaque(&x, &len);
-		accept = u32(&x);
-		put(r, C_ACCEPT, "%llu", accept);
-	}
-	if (x.bad) {
-		set_unknown(r, "an RPC reply cut short");
-		return 0;
-	}
-	if (replystat == 0 && accept == 0) {
-		if (kind == K_COMPOUND4 ? reply4(r, &x) : (reply3(r, &x, kind), x.bad ? -1 : 0)) {
-			set_unknown(r, "an NFS reply it cannot read");
-			return 0;
-		}
-	}
-	return send_row(r);
+	return rpc_reply(r, &x, xid, key);
 }
 
 /* ------------------------------------------------------------------ TCP streams */
@@ -1101,6 +1117,83 @@ struct iface {
 	unsigned long long div, mul; /* ticks -> ns */
 };
 
+/* A pcapng interface description: its link type and time resolution, appended to ifs.
+ * 1 when it cannot be read (and said so), else 0. */
+static int pcapng_iface(struct run *r, struct iface *ifs, int *nifs, const uint8_t *b, size_t body,
+			int swap)
+{
+	if (*nifs >= 64 || body < 8) {
+		set_unknown(r, "a damaged pcapng interface");
+		return 1;
+	}
+	struct iface *f = &ifs[(*nifs)++];
+	f->linktype = (int)(rd32(b, swap) & 0xffff);
+	f->div = 1, f->mul = 1000; /* microseconds unless said */
+	size_t o = 8;
+	while (o + 4 <= body) {
+		unsigned code = (unsigned)(rd32(b + o, swap) & 0xffff);
+		unsigned olen = rd32(b + o, swap) >> 16;
+		if (swap) {
+			uint16_t c2, l2;
+			memcpy(&c2, b + o, 2), memcpy(&l2, b + o + 2, 2);
+			code = __builtin_bswap16(c2), olen = __builtin_bswap16(l2);
+		} else {
+			uint16_t c2, l2;
+			memcpy(&c2, b + o, 2), memcpy(&l2, b + o + 2, 2);
+			code = c2, olen = l2;
+		}
+		if (code == 0)
+			break;
+		if (code == 9 && olen >= 1 && o + 5 <= body) {
+			unsigned v = b[o + 4];
+			unsigned long long ticks = 1;
+			for (unsigned k = 0; k < (v & 127) && k < 19; k++)
+				ticks *= (v & 128) ? 2 : 10;
+			if (v & 128 || ticks > 1000000000ULL) {
+				set_unknown(r, "a pcapng time resolution it does not read");
+				return 1;
+			}
+			f->mul = 1000000000ULL / ticks, f->div = 1;
+		}
+		o += 4 + ((olen + 3u) & ~3u);
+	}
+	return 0;
+}
+
+/* A pcapng enhanced (type 6) or simple (3) packet, given to frame(). -1 on an error raised,
+ * 1 when the capture cannot be read on (said so), else 0. */
+static int pcapng_packet(struct run *r, const struct iface *ifs, int nifs, uint32_t type,
+			 const uint8_t *b, size_t body, int swap)
+{
+	uint32_t ifid = 0, hi = 0, lo = 0, cap, orig;
+	const uint8_t *data;
+	if (type == 6) {
+		if (body < 20)
+			return 1;
+		ifid = rd32(b, swap), hi = rd32(b + 4, swap), lo = rd32(b + 8, swap);
+		cap = rd32(b + 12, swap), orig = rd32(b + 16, swap), data = b + 20;
+		if (cap > body - 20) {
+			set_unknown(r, "a damaged pcapng packet");
+			return 1;
+		}
+	} else {
+		if (body < 4)
+			return 1;
+		orig = rd32(b, swap), data = b + 4;
+		cap = orig < body - 4 ? orig : (uint32_t)(body - 4);
+	}
+	if ((int)ifid >= nifs) {
+		set_unknown(r, "a pcapng packet of no interface");
+		return 1;
+	}
+	unsigned long long t = (unsigned long long)hi << 32 | lo;
+	r->ts_ns = t * ifs[ifid].mul / ifs[ifid].div;
+	r->caplen = cap, r->len = orig;
+	if (frame(r, ifs[ifid].linktype, data, cap))
+		return -1;
+	return r->unknown ? 1 : 0;
+}
+
 static int read_pcapng(struct run *r, struct in *in)
 {
 	struct iface ifs[64];
@@ -1144,70 +1237,12 @@ static int read_pcapng(struct run *r, struct in *in)
 		const uint8_t *b = in->buf;
 		size_t body = blen - 12;
 		if (type == 1) { /* interface description */
-			if (nifs >= 64 || body < 8) {
-				set_unknown(r, "a damaged pcapng interface");
+			if (pcapng_iface(r, ifs, &nifs, b, body, swap))
 				return 0;
-			}
-			struct iface *f = &ifs[nifs++];
-			f->linktype = (int)(rd32(b, swap) & 0xffff);
-			f->div = 1, f->mul = 1000; /* microseconds unless said */
-			size_t o = 8;
-			while (o + 4 <= body) {
-				unsigned code = (unsigned)(rd32(b + o, swap) & 0xffff);
-				unsigned olen = rd32(b + o, swap) >> 16;
-				if (swap) {
-					uint16_t c2, l2;
-					memcpy(&c2, b + o, 2), memcpy(&l2, b + o + 2, 2);
-					code = __builtin_bswap16(c2), olen = __builtin_bswap16(l2);
-				} else {
-					uint16_t c2, l2;
-					memcpy(&c2, b + o, 2), memcpy(&l2, b + o + 2, 2);
-					code = c2, olen = l2;
-				}
-				if (code == 0)
-					break;
-				if (code == 9 && olen >= 1 && o + 5 <= body) {
-					unsigned v = b[o + 4];
-					unsigned long long ticks = 1;
-					for (unsigned k = 0; k < (v & 127) && k < 19; k++)
-						ticks *= (v & 128) ? 2 : 10;
-					if (v & 128 || ticks > 1000000000ULL) {
-						set_unknown(r, "a pcapng time resolution it does not read");
-						return 0;
-					}
-					f->mul = 1000000000ULL / ticks, f->div = 1;
-				}
-				o += 4 + ((olen + 3u) & ~3u);
-			}
 		} else if (type == 6 || type == 3) { /* enhanced / simple packet */
-			uint32_t ifid = 0, hi = 0, lo = 0, cap, orig;
-			const uint8_t *data;
-			if (type == 6) {
-				if (body < 20)
-					return 0;
-				ifid = rd32(b, swap), hi = rd32(b + 4, swap), lo = rd32(b + 8, swap);
-				cap = rd32(b + 12, swap), orig = rd32(b + 16, swap), data = b + 20;
-				if (cap > body - 20) {
-					set_unknown(r, "a damaged pcapng packet");
-					return 0;
-				}
-			} else {
-				if (body < 4)
-					return 0;
-				orig = rd32(b, swap), data = b + 4;
-				cap = orig < body - 4 ? orig : (uint32_t)(body - 4);
-			}
-			if ((int)ifid >= nifs) {
-				set_unknown(r, "a pcapng packet of no interface");
-				return 0;
-			}
-			unsigned long long t = (unsigned long long)hi << 32 | lo;
-			r->ts_ns = t * ifs[ifid].mul / ifs[ifid].div;
-			r->caplen = cap, r->len = orig;
-			if (frame(r, ifs[ifid].linktype, data, cap))
-				return -1;
-			if (r->unknown)
-				return 0;
+			int stop = pcapng_packet(r, ifs, nifs, type, b, body, swap);
+			if (stop)
+				return stop < 0 ? -1 : 0;
 		}
 	}
 }

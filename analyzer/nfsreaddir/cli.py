@@ -129,6 +129,8 @@ TRACE_HELP = (
 
 
 def parser():
+    """The command line: one function per command adds it and its arguments, in the order
+    `nfs-readdir --help` lists them."""
     p = _Parser(
         prog="nfs-readdir",
         description=__doc__.split("\n\n")[0],
@@ -136,7 +138,24 @@ def parser():
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", action=_Commands)
+    for add in (
+        _add_analyze,
+        _add_check,
+        _add_export,
+        _add_plot,
+        _add_compare,
+        _add_report,
+        _add_record,
+        _add_watch,
+        _add_results,
+        _add_slab,
+        _add_glossary,
+    ):
+        add(sub)
+    return p
 
+
+def _add_analyze(sub):
     s = sub.add_parser(
         "analyze",
         help="per listing: entries, time, READDIRs, restarts, "
@@ -168,6 +187,8 @@ def parser():
     _port_option(s)
     s.set_defaults(func=commands.cmd_analyze)
 
+
+def _add_check(sub):
     s = sub.add_parser(
         "check",
         help="verdict for git bisect run: 0 good, 1 bad, 125 skip, 128 error (stops the bisect)",
@@ -191,6 +212,8 @@ def parser():
     _port_option(s)
     s.set_defaults(func=commands.cmd_check)
 
+
+def _add_export(sub):
     s = sub.add_parser("export", help="canonical events as CSV or Parquet tables")
     s.add_argument("traces", nargs="+", metavar="TRACE", help=TRACE_HELP)
     s.add_argument(
@@ -212,6 +235,8 @@ def parser():
     _port_option(s)
     s.set_defaults(func=commands.cmd_export)
 
+
+def _add_plot(sub):
     s = sub.add_parser(
         "plot",
         help="cookie progress per listing, invalidations, restarts and "
@@ -230,6 +255,8 @@ def parser():
     _port_option(s)
     s.set_defaults(func=commands.cmd_plot)
 
+
+def _add_compare(sub):
     s = sub.add_parser(
         "compare",
         help="two traces or results directories side by side (e.g. one reproducer on two kernels)",
@@ -240,6 +267,8 @@ def parser():
     _port_option(s)
     s.set_defaults(func=commands.cmd_compare)
 
+
+def _add_report(sub):
     s = sub.add_parser(
         "report",
         help="one self-contained HTML page: per input its verdict, listings table and a "
@@ -256,6 +285,8 @@ def parser():
     _port_option(s)
     s.set_defaults(func=commands.cmd_report)
 
+
+def _add_record(sub):
     s = sub.add_parser(
         "record",
         help="record a trace on this machine with the events and "
@@ -277,6 +308,8 @@ def parser():
     s.add_argument("command", nargs="*", metavar="-- COMMAND", help="record while COMMAND runs")
     s.set_defaults(func=commands.cmd_record)
 
+
+def _add_watch(sub):
     s = sub.add_parser(
         "watch",
         help="print invalidations and restarts as they happen; the "
@@ -299,6 +332,8 @@ def parser():
     )
     s.set_defaults(func=commands.cmd_watch)
 
+
+def _add_results(sub):
     s = sub.add_parser(
         "results",
         help="a reproducer's results directory: write its "
@@ -315,6 +350,8 @@ def parser():
     s.add_argument("--table", action="store_true", help="print the runs side by side")
     s.set_defaults(func=commands.cmd_results)
 
+
+def _add_slab(sub):
     s = sub.add_parser("slab", help="slab growth per cache from a trace's kmem events alone")
     s.add_argument("trace", metavar="TRACE", help="a trace with kmem allocation events")
     s.add_argument("--json", action="store_true", help="machine-readable output")
@@ -323,12 +360,13 @@ def parser():
     )
     s.set_defaults(func=commands.cmd_slab)
 
+
+def _add_glossary(sub):
     s = sub.add_parser(
         "glossary",
         help="what every column of analyze's table and of export's tables means, with its unit",
     )
     s.set_defaults(func=commands.cmd_glossary)
-    return p
 
 
 def input_errors():

@@ -384,18 +384,7 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout, listen=Non
         start = _now_ns()
         # With --json, stdout is the summary alone; what runs and the lines go to stderr.
         say = sys.stderr if as_json else out
-        say.write(
-            f"nfs-readdir watch: kernel {plan.release}; READDIRs from "
-            f"{plan.sources['rpc']}; listings from {plan.sources['calls']}"
-            + (f"; directory {directory} (fileid {dir_fileid})" if directory else "")
-            + "; Ctrl-C for the summary\n"
-        )
-        for w in plan.warnings + [
-            f"watching without {ev}: the kernel refused it: {why}" for ev, why in refused.items()
-        ]:
-            say.write(f"  warning: {w}\n")
-        for ev, expr in filters.items():
-            say.write(f"  {ev} only where {expr} (filtered in the kernel)\n")
+        _announce(say, plan, directory, dir_fileid, refused, filters)
         say.flush()
         tracker = _Tracker(live, say, dir_fileid, start, metrics, quiet=service)
         if service and not tracker.usable:
@@ -409,25 +398,8 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout, listen=Non
         # Without opens to delimit listings, the lines come from analyze() over everything so
         # far, whenever an invalidation or a READDIR at cookie 0 comes in (slow, but exact).
         printer = None if tracker.usable else _Printer(say, dir_fileid, start)
-        inval = {s.event for g in events.INVALIDATION_SOURCES for s in g}
-        rpc = {s.event for g in events.RPC_SOURCES for s in g} | {k.event for k in plan.kprobes}
         deadline = start + int(duration * NS) if duration else None
-        while deadline is None or _now_ns() < deadline:
-            new = reader.drain(live)
-            if printer is None:
-                tracker.feed(new)
-                if service:
-                    metrics.health(live)
-                    expo.write()
-            elif any(
-                live.by_id[e].full_name in inval
-                or (live.by_id[e].full_name in rpc and f.get("cookie") == 0)
-                for _, _, e, _, f in new
-            ):
-                a = pipeline.listings_so_far(live)
-                if a is not None:
-                    printer.show(a)
-            time.sleep(POLL_SECONDS)
+        _follow(reader, live, plan, tracker, printer, deadline, metrics, expo)
     except (KeyboardInterrupt, tracing.Terminated):
         interrupted = True
     finally:
@@ -452,6 +424,47 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout, listen=Non
         out.write("\n")
         return status.GOOD
     return _summary(live, dir_fileid, as_json, out, interrupted, tracker)
+
+
+def _announce(say, plan, directory, dir_fileid, refused, filters):
+    """What watch traces: the kernel, where READDIRs and listings come from, what the kernel
+    refused and what it filters."""
+    say.write(
+        f"nfs-readdir watch: kernel {plan.release}; READDIRs from "
+        f"{plan.sources['rpc']}; listings from {plan.sources['calls']}"
+        + (f"; directory {directory} (fileid {dir_fileid})" if directory else "")
+        + "; Ctrl-C for the summary\n"
+    )
+    for w in plan.warnings + [
+        f"watching without {ev}: the kernel refused it: {why}" for ev, why in refused.items()
+    ]:
+        say.write(f"  warning: {w}\n")
+    for ev, expr in filters.items():
+        say.write(f"  {ev} only where {expr} (filtered in the kernel)\n")
+
+
+def _follow(reader, live, plan, tracker, printer, deadline, metrics, expo):
+    """Reads the new events every POLL_SECONDS until the deadline (None: until stopped), into
+    the tracker, or without opens to delimit listings to the printer; a service's metrics
+    (metrics, expo) are written after each read."""
+    inval = {s.event for g in events.INVALIDATION_SOURCES for s in g}
+    rpc = {s.event for g in events.RPC_SOURCES for s in g} | {k.event for k in plan.kprobes}
+    while deadline is None or _now_ns() < deadline:
+        new = reader.drain(live)
+        if printer is None:
+            tracker.feed(new)
+            if metrics is not None:
+                metrics.health(live)
+                expo.write()
+        elif any(
+            live.by_id[e].full_name in inval
+            or (live.by_id[e].full_name in rpc and f.get("cookie") == 0)
+            for _, _, e, _, f in new
+        ):
+            a = pipeline.listings_so_far(live)
+            if a is not None:
+                printer.show(a)
+        time.sleep(POLL_SECONDS)
 
 
 def _summary(live, dir_fileid, as_json, out, interrupted, tracker=None):

@@ -291,81 +291,85 @@ def paired_summary(paired):
         by = {(b.get("state"), b.get("cycle")): b for b in blocks if str(b.get("target")) == target}
         cycles = []
         for c in sorted(k for s, k in by if s == "polluted"):
-            pol, c0, c1 = by[("polluted", c)], by.get(("clean", c - 1)), by.get(("clean", c))
-            if c0 is None or c1 is None:
-                continue
-            sys_p, sys_c = _per_exec("sys_s", pol), _per_exec("sys_s", c0, c1)
-            sys_ratio = ratio(sys_p, sys_c)
-            ref_ratio = _against_neighbours("ref_ns", pol, c0, c1)
-            refs = [b.get("ref_ns") for b in (pol, c0, c1)]
-            miss = misses.get((target, c), {})
-            cycles.append(
+            c0, c1 = by.get(("clean", c - 1)), by.get(("clean", c))
+            if c0 is not None and c1 is not None:
+                miss = misses.get((target, c), {})
+                cycles.append(_paired_cycle(c, by[("polluted", c)], c0, c1, miss))
+        if cycles:
+            out[target] = _over_cycles(cycles, by)
+    return out
+
+
+def _paired_cycle(c, pol, c0, c1, miss):
+    """Cycle c's figures: its polluted block against the clean ones before (c0) and after
+    (c1) it, and its misses."""
+    sys_p, sys_c = _per_exec("sys_s", pol), _per_exec("sys_s", c0, c1)
+    sys_ratio = ratio(sys_p, sys_c)
+    ref_ratio = _against_neighbours("ref_ns", pol, c0, c1)
+    refs = [b.get("ref_ns") for b in (pol, c0, c1)]
+    return {
+        "cycle": c,
+        "polluted_sys_us": _round_us(sys_p),
+        "clean_sys_us": _round_us(sys_c),
+        "sys_ratio": sys_ratio,
+        "wall_ratio": ratio(_per_exec("wall_s", pol), _per_exec("wall_s", c0, c1)),
+        "ref_ratio": ref_ratio,
+        "sys_per_ref_ratio": ratio(sys_ratio, ref_ratio),
+        "ref_spread": (ratio(max(refs), min(refs)) if None not in refs and min(refs) else None),
+        "polluted_exec_med_us": pol.get("exec_med_us"),
+        "exec_med_ratio": _against_neighbours("exec_med_us", pol, c0, c1),
+        "negative_removed": (
+            pol["nr_negative"] - c1["nr_negative"]
+            if "nr_negative" in pol and "nr_negative" in c1
+            else None
+        ),
+        "misses_per_s": ratio(miss.get("count"), miss.get("seconds"), 1),
+    }
+
+
+def _over_cycles(cycles, by):
+    """A target's figures over its cycles (paired_summary says which); `by` holds its
+    blocks, each with the run's n."""
+    t = {"cycles": cycles, "n": number(by[next(iter(by))].get("n"))}
+    for k in ("sys_ratio", "exec_med_ratio"):
+        v = sorted(x[k] for x in cycles if x[k] is not None)
+        if v:
+            q = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else v * 3
+            t.update(
                 {
-                    "cycle": c,
-                    "polluted_sys_us": _round_us(sys_p),
-                    "clean_sys_us": _round_us(sys_c),
-                    "sys_ratio": sys_ratio,
-                    "wall_ratio": ratio(_per_exec("wall_s", pol), _per_exec("wall_s", c0, c1)),
-                    "ref_ratio": ref_ratio,
-                    "sys_per_ref_ratio": ratio(sys_ratio, ref_ratio),
-                    "ref_spread": (
-                        ratio(max(refs), min(refs)) if None not in refs and min(refs) else None
-                    ),
-                    "polluted_exec_med_us": pol.get("exec_med_us"),
-                    "exec_med_ratio": _against_neighbours("exec_med_us", pol, c0, c1),
-                    "negative_removed": (
-                        pol["nr_negative"] - c1["nr_negative"]
-                        if "nr_negative" in pol and "nr_negative" in c1
-                        else None
-                    ),
-                    "misses_per_s": ratio(miss.get("count"), miss.get("seconds"), 1),
+                    f"{k}_median": round(statistics.median(v), 3),
+                    f"{k}_q1": round(q[0], 3),
+                    f"{k}_q3": round(q[2], 3),
+                    f"{k}_min": v[0],
+                    f"{k}_max": v[-1],
                 }
             )
-        if not cycles:
-            continue
-        t = {"cycles": cycles, "n": number(by[next(iter(by))].get("n"))}
-        for k in ("sys_ratio", "exec_med_ratio"):
-            v = sorted(x[k] for x in cycles if x[k] is not None)
-            if v:
-                q = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else v * 3
-                t.update(
-                    {
-                        f"{k}_median": round(statistics.median(v), 3),
-                        f"{k}_q1": round(q[0], 3),
-                        f"{k}_q3": round(q[2], 3),
-                        f"{k}_min": v[0],
-                        f"{k}_max": v[-1],
-                    }
-                )
-        for k in ("ref_ratio", "sys_per_ref_ratio"):
-            v = [x[k] for x in cycles if x[k] is not None]
-            if v:
-                t.update(
-                    {
-                        f"{k}_median": round(statistics.median(v), 3),
-                        f"{k}_min": min(v),
-                        f"{k}_max": max(v),
-                    }
-                )
-        for k in (
-            "polluted_sys_us",
-            "clean_sys_us",
-            "polluted_exec_med_us",
-            "negative_removed",
-            "misses_per_s",
-        ):
-            v = _median([x[k] for x in cycles])
-            t[k + "_median"] = round(v, 1) if isinstance(v, float) else v
-        steady = [
-            x
-            for x in cycles
-            if x["ref_spread"] is not None and x["ref_spread"] <= STEADY_REF_SPREAD
-        ]
-        t["steady_cycles"] = len(steady)
-        for k in ("sys_ratio", "exec_med_ratio"):
-            t[f"steady_{k}_median"] = _median([x[k] for x in steady])
-        out[target] = t
-    return out
+    for k in ("ref_ratio", "sys_per_ref_ratio"):
+        v = [x[k] for x in cycles if x[k] is not None]
+        if v:
+            t.update(
+                {
+                    f"{k}_median": round(statistics.median(v), 3),
+                    f"{k}_min": min(v),
+                    f"{k}_max": max(v),
+                }
+            )
+    for k in (
+        "polluted_sys_us",
+        "clean_sys_us",
+        "polluted_exec_med_us",
+        "negative_removed",
+        "misses_per_s",
+    ):
+        v = _median([x[k] for x in cycles])
+        t[k + "_median"] = round(v, 1) if isinstance(v, float) else v
+    steady = [
+        x for x in cycles if x["ref_spread"] is not None and x["ref_spread"] <= STEADY_REF_SPREAD
+    ]
+    t["steady_cycles"] = len(steady)
+    for k in ("sys_ratio", "exec_med_ratio"):
+        t[f"steady_{k}_median"] = _median([x[k] for x in steady])
+    return t
 
 
 def _round_us(seconds):

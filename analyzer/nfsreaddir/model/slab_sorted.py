@@ -118,14 +118,45 @@ def tally(pieces, k):
     pointer, the running counts by a radix sort by cache.  The fallback where the compiled
     pass is not built, and its oracle."""
     na = sum(len(p[1]) for p in pieces if p[0])
-    # one column at a time, each dropped once joined: memory holds about one copy
-    ts = np.concatenate([p[1] for p in pieces])  # (a copy: sorted in place below)
-    ptr = np.concatenate([p[2] for p in pieces])
-    cache = np.concatenate([cache_codes(p) for p in pieces])
+    # One column at a time, each dropped once joined or replaced, so that memory holds about
+    # one copy of each. The steps take the columns they replace out of `cols` (pop): their
+    # local name is then the only reference, and `del` frees the column; a variable of tally's
+    # would keep the old copy alive beside the new one until tally returns.
+    cols = {
+        "ts": np.concatenate([p[1] for p in pieces]),  # (a copy: sorted in place below)
+        "ptr": np.concatenate([p[2] for p in pieces]),
+        "cache": np.concatenate([cache_codes(p) for p in pieces]),
+    }
+    obj, alloc_bytes = _allocated_bytes(cols["cache"][:na], pieces, k)
+    n = len(cols["ts"])
+    t0, t1 = (int(cols["ts"].min()), int(cols["ts"].max())) if n else (0, 0)
+    failed = _put_in_time_order(cols, na)
+    isalloc = _match_frees(cols, na)
+    is_matched_t, is_live_t, implicit_at, implicit_cache, name_mismatch = _classify(cols, isalloc)
+    cache_t = cols["cache"]
+    isfree = ~isalloc
+    n_unknown = int(np.count_nonzero(isfree & (cache_t < 0)))
+    cnt = lambda mask: np.bincount(cache_t[mask & (cache_t >= 0)], minlength=k)[:k]  # noqa
+    tally = {
+        "allocs": cnt(isalloc),
+        "frees": cnt(isfree),
+        "frees_matched": cnt(isfree & is_matched_t),
+        "live": cnt(is_live_t),
+        "untraced_frees": np.bincount(implicit_cache[implicit_cache >= 0], minlength=k)[:k],
+        "alloc_bytes": alloc_bytes.astype(np.int64),
+        "object_size": obj,
+    }
+    tally["peak_live"], tally["peak_net"], tally["peak_live_ts"] = _peaks(
+        cols, isalloc, isfree, is_matched_t, implicit_at, implicit_cache, k
+    )
+    return tally, (failed, n_unknown, len(implicit_at), name_mismatch, t0, t1)
+
+
+def _allocated_bytes(a_codes, pieces, k):
+    """Per cache: its object size (constant within a cache: bytes_alloc is s->size) and the
+    bytes allocated; a_codes is the cache code of each allocation."""
     a_bytes = np.concatenate([p[3] for p in pieces if p[0]] or [np.zeros(0, np.int64)])
-    # object size per cache (constant within a cache: bytes_alloc is s->size)
     obj = np.zeros(k, np.int64)
-    a_codes = cache[:na]
     okc = a_codes >= 0
     if not okc.all():  # (no copies where every allocation has a cache)
         a_codes, a_bytes = a_codes[okc], a_bytes[okc]
@@ -136,10 +167,14 @@ def tally(pieces, k):
         alloc_bytes += np.bincount(
             a_codes[i : i + (1 << 20)], weights=a_bytes[i : i + (1 << 20)], minlength=k
         )[:k]
-    del a_codes, okc, a_bytes
-    n = len(ts)
-    t0, t1 = (int(ts.min()), int(ts.max())) if n else (0, 0)
-    # events without an object: failed allocations, kfree(NULL)
+    return obj, alloc_bytes
+
+
+def _put_in_time_order(cols, na):
+    """Sorts cols' times in place, without the events that have no object (failed
+    allocations, kfree(NULL)); adds "order", which maps each back to its event. Returns the
+    number of failed allocations."""
+    ts, ptr = cols.pop("ts"), cols["ptr"]
     real = ptr > np.uint64(NO_OBJECT)
     failed = int(np.count_nonzero(~real[:na]))
     # in time order (allocation before free at equal times: the allocations come first and
@@ -151,13 +186,17 @@ def tally(pieces, k):
         order = order[sel]
         ts = ts[sel]
         del sel
-    del real
-    ts_t = ts
-    del ts
-    # match each free to the allocation of its pointer just before it: for each event, the
-    # index of the last event before it with the same pointer (-1: none), from the
-    # neighbours in a stable sort by pointer
-    ptr = ptr[order]
+    cols["ts"], cols["order"] = ts, order
+    return failed
+
+
+def _match_frees(cols, na):
+    """Puts in cols "prev": for each event (in time order), the index of the last event before
+    it with the same pointer (-1: none), from the neighbours in a stable sort by pointer, so
+    that each free meets the allocation of its pointer just before it; and "cache" in time
+    order. Returns which events are allocations."""
+    order = cols.pop("order")
+    ptr = cols.pop("ptr")[order]
     sp = sort_by_ptr(ptr)
     same = ptr[sp[1:]] == ptr[sp[:-1]]
     del ptr
@@ -165,8 +204,17 @@ def tally(pieces, k):
     prev[sp[1:][same]] = sp[:-1][same]
     del sp, same
     isalloc = order < na
-    cache_t = cache[order]
-    del order, cache
+    cols["prev"] = prev
+    cols["cache"] = cols["cache"][order]
+    return isalloc
+
+
+def _classify(cols, isalloc):
+    """From "prev": the frees of objects allocated in the trace, the allocations never freed,
+    and the untraced frees an allocation proves (where and of what cache), and the number of
+    frees naming another cache than their allocation. A matched free counts from here on for
+    its allocation's cache (in cols["cache"])."""
+    prev, cache_t = cols.pop("prev"), cols["cache"]
     # (no index arrays made from prev: a prev of -1 picks the last event, which is no
     # event's previous, so it is masked or cleared)
     after_alloc = isalloc[prev]  # the event before (same ptr) is an alloc
@@ -188,20 +236,12 @@ def tally(pieces, k):
     implicit_cache = before[implicit_at]
     name_mismatch = int(np.count_nonzero(is_matched_t & (cache_t >= 0) & (cache_t != before)))
     np.copyto(cache_t, before, where=is_matched_t)  # a matched free counts for the alloc's cache
-    del before
+    return is_matched_t, is_live_t, implicit_at, implicit_cache, name_mismatch
 
-    isfree = ~isalloc
-    n_unknown = int(np.count_nonzero(isfree & (cache_t < 0)))
-    cnt = lambda mask: np.bincount(cache_t[mask & (cache_t >= 0)], minlength=k)[:k]  # noqa
-    tally = {
-        "allocs": cnt(isalloc),
-        "frees": cnt(isfree),
-        "frees_matched": cnt(isfree & is_matched_t),
-        "live": cnt(is_live_t),
-        "untraced_frees": np.bincount(implicit_cache[implicit_cache >= 0], minlength=k)[:k],
-        "alloc_bytes": alloc_bytes.astype(np.int64),
-        "object_size": obj,
-    }
+
+def _peaks(cols, isalloc, isfree, is_matched_t, implicit_at, implicit_cache, k):
+    """Per cache: peak_live, peak_net and peak_live_ts, the first time of peak_live."""
+    cache_t, ts_t = cols["cache"], cols["ts"]
     # running counts per cache, in time order: objects allocated in the trace and not
     # freed yet (by ptr; an implicit free just before the allocation that proves it), and
     # allocations minus frees
@@ -217,13 +257,13 @@ def tally(pieces, k):
         d_live = np.insert(d_live, implicit_at, -1)
         d_net = np.insert(d_net, implicit_at, -1)
         shifted = implicit_at + np.arange(len(implicit_at))  # their places in the merged order
-    tally["peak_live"], peak_live_at = running_max_sorted(group, d_live, k)
-    tally["peak_net"], _ = running_max_sorted(group, d_net, k)
+    peak_live, peak_live_at = running_max_sorted(group, d_live, k)
+    peak_net, _ = running_max_sorted(group, d_net, k)
     if len(implicit_at):
         # a peak is reached at an allocation: back from the merged order to the time index
         got = peak_live_at >= 0
         peak_live_at[got] -= np.searchsorted(shifted, peak_live_at[got], side="left")
-    tally["peak_live_ts"] = np.zeros(k, np.int64)
+    peak_live_ts = np.zeros(k, np.int64)
     got = peak_live_at >= 0
-    tally["peak_live_ts"][got] = ts_t[peak_live_at[got]]
-    return tally, (failed, n_unknown, len(implicit_at), name_mismatch, t0, t1)
+    peak_live_ts[got] = ts_t[peak_live_at[got]]
+    return peak_live, peak_net, peak_live_ts

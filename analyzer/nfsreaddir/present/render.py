@@ -164,53 +164,7 @@ def print_analysis(analyses, out=None, details=10):
     """The text of analyze, on out (default: sys.stdout as it is when called)."""
     out = sys.stdout if out is None else out
     for a in analyses:
-        i = a.info
-        kernel = a.kernel or "unknown kernel"
-        out.write(f"{i.get('path')}: {i.get('format', '?')}, {i.get('cpus', '?')} CPUs, {kernel}\n")
-        ev = a.evidence
-        dirs = (
-            f" (directories from {', '.join(ev['rpc_directory'])})"
-            if ev.get("rpc_directory")
-            else ""
-        )
-        # A capture has, in place of invalidations, their cause: the directory's version.
-        changes = (
-            f"; directory changes from {', '.join(ev['version'])}" if ev.get("version") else ""
-        )
-        out.write(
-            f"  READDIRs from {', '.join(ev['rpc']) or '-'}{dirs}; invalidations from "
-            f"{', '.join(a.recorded.get('invalidations') or []) or '-'}{changes}; "
-            f"listings by {', '.join(sorted({x.delimited_by for x in a.listings})) or '-'}"
-            "\n"
-        )
-        missing = set()
-        if not a.cookies_known:
-            out.write("  READDIR cookies are not in this trace, so restarts cannot be seen\n")
-            missing.add("rpc")
-        if ev.get("version") and not a.recorded.get("invalidations"):
-            out.write(
-                "  the wire carries no invalidation, only its cause, so they are counted "
-                "as unknown (trace the client to count them)\n"
-            )
-        elif not a.recorded.get("invalidations"):
-            out.write("  invalidation events were not recorded\n")
-            missing.add("invalidations")
-        if missing:
-            out.write(f"  record with: {events.record_advice(a.kernel, missing)}\n")
-        for note in i.get("notes") or []:  # what a capture says about its own limits
-            out.write(f"  {note}\n")
-        lost = lost_text(i)
-        if lost:
-            hit = [x.label() for x in a.listings if any("lost" in d["what"] for d in x.damage)]
-            out.write(
-                f"  WARNING: {lost}: counts below are lower bounds (record with a larger "
-                f"-b); listings that overlap the loss: {', '.join(hit) or 'none'}\n"
-            )
-        damaged = i.get("damaged_events") or []
-        if damaged:
-            out.write(f"  WARNING: {len(damaged)} damaged events, e.g. {damaged[0]['what']}\n")
-        if i.get("partial"):
-            out.write("  WARNING: the trace is damaged; only the part before the damage was read\n")
+        _write_input(a, out)
     table = listing_table(analyses)
     out.write("\n" + table.to_string(index=False) + "\n" if len(table) else "\nno listing\n")
     spans = sorted({x.delimited_by for a in analyses for x in a.listings})
@@ -222,48 +176,100 @@ def print_analysis(analyses, out=None, details=10):
         )
     for a in analyses:
         for lst in a.listings:
-            if not (lst.restarts or lst.invalidations or lst.ambiguous_rows):
-                continue
-            out.write(
-                f"\n{os.path.basename(a.info['path'])} {lst.phase or ''} "
-                f"{lst.summary().get('who') or f'{lst.comm}[{lst.pid}]'} "
-                f"dir {_q(lst.fileid)}:\n"
-            )
-            # An invalidation before the restart it caused, even at the same timestamp.
-            events_ = sorted(
-                [(r.ts, "restart", r) for r in lst.restarts]
-                + [(v.ts, "invalidation", v) for v in lst.invalidations],
-                key=lambda x: (x[0], x[1] == "restart"),
-            )
-            for ts, kind, x in events_[:details]:
-                t = (ts - lst.start) / NS
-                if kind == "restart":
-                    at = (
-                        "at cookie 0"
-                        if not x.cookie
-                        else f"at cookie {x.cookie}, below the reader's position"
-                    )
-                    out.write(
-                        f"  {t:9.3f}s  restart {at} (READDIR #{x.rpc_index + 1}): "
-                        f"{x.refetched} READDIRs and {x.cost_ns / NS:.3f}s to get back\n"
-                    )
-                else:
-                    chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
-                    after = (
-                        " (then cookie 0: a restart or a new open)"
-                        if x.followed_by_ambiguous
-                        else {True: "", False: " (no restart)", None: ""}[x.followed_by_restart]
-                    )
-                    out.write(f"  {t:9.3f}s  invalidation: {chain}{after}\n")
-            if len(events_) > details:
-                out.write(f"  ... {len(events_) - details} more (--details N, or --json)\n")
-            if lst.ambiguous_rows:
-                out.write(
-                    f"  {len(lst.ambiguous_rows)} cookie-0 READDIRs after the start: "
-                    "restarts, rewinds or new opens (the trace cannot tell)\n"
-                )
+            if lst.restarts or lst.invalidations or lst.ambiguous_rows:
+                _write_listing_events(a, lst, details, out)
     # A server's capture: its clients ranked by what their restarts cost.
     out.write(fleet.text(analyses))
+
+
+def _write_input(a, out):
+    """One input's lines above the table: where its READDIRs, invalidations and listings
+    come from, what it lacks and how to record it, and what was lost or damaged."""
+    i = a.info
+    kernel = a.kernel or "unknown kernel"
+    out.write(f"{i.get('path')}: {i.get('format', '?')}, {i.get('cpus', '?')} CPUs, {kernel}\n")
+    ev = a.evidence
+    dirs = (
+        f" (directories from {', '.join(ev['rpc_directory'])})" if ev.get("rpc_directory") else ""
+    )
+    # A capture has, in place of invalidations, their cause: the directory's version.
+    changes = f"; directory changes from {', '.join(ev['version'])}" if ev.get("version") else ""
+    out.write(
+        f"  READDIRs from {', '.join(ev['rpc']) or '-'}{dirs}; invalidations from "
+        f"{', '.join(a.recorded.get('invalidations') or []) or '-'}{changes}; "
+        f"listings by {', '.join(sorted({x.delimited_by for x in a.listings})) or '-'}"
+        "\n"
+    )
+    missing = set()
+    if not a.cookies_known:
+        out.write("  READDIR cookies are not in this trace, so restarts cannot be seen\n")
+        missing.add("rpc")
+    if ev.get("version") and not a.recorded.get("invalidations"):
+        out.write(
+            "  the wire carries no invalidation, only its cause, so they are counted "
+            "as unknown (trace the client to count them)\n"
+        )
+    elif not a.recorded.get("invalidations"):
+        out.write("  invalidation events were not recorded\n")
+        missing.add("invalidations")
+    if missing:
+        out.write(f"  record with: {events.record_advice(a.kernel, missing)}\n")
+    for note in i.get("notes") or []:  # what a capture says about its own limits
+        out.write(f"  {note}\n")
+    lost = lost_text(i)
+    if lost:
+        hit = [x.label() for x in a.listings if any("lost" in d["what"] for d in x.damage)]
+        out.write(
+            f"  WARNING: {lost}: counts below are lower bounds (record with a larger "
+            f"-b); listings that overlap the loss: {', '.join(hit) or 'none'}\n"
+        )
+    damaged = i.get("damaged_events") or []
+    if damaged:
+        out.write(f"  WARNING: {len(damaged)} damaged events, e.g. {damaged[0]['what']}\n")
+    if i.get("partial"):
+        out.write("  WARNING: the trace is damaged; only the part before the damage was read\n")
+
+
+def _write_listing_events(a, lst, details, out):
+    """A listing's first `details` restarts and invalidations, in the order they happened."""
+    out.write(
+        f"\n{os.path.basename(a.info['path'])} {lst.phase or ''} "
+        f"{lst.summary().get('who') or f'{lst.comm}[{lst.pid}]'} "
+        f"dir {_q(lst.fileid)}:\n"
+    )
+    # An invalidation before the restart it caused, even at the same timestamp.
+    events_ = sorted(
+        [(r.ts, "restart", r) for r in lst.restarts]
+        + [(v.ts, "invalidation", v) for v in lst.invalidations],
+        key=lambda x: (x[0], x[1] == "restart"),
+    )
+    for ts, kind, x in events_[:details]:
+        t = (ts - lst.start) / NS
+        if kind == "restart":
+            at = (
+                "at cookie 0"
+                if not x.cookie
+                else f"at cookie {x.cookie}, below the reader's position"
+            )
+            out.write(
+                f"  {t:9.3f}s  restart {at} (READDIR #{x.rpc_index + 1}): "
+                f"{x.refetched} READDIRs and {x.cost_ns / NS:.3f}s to get back\n"
+            )
+        else:
+            chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
+            after = (
+                " (then cookie 0: a restart or a new open)"
+                if x.followed_by_ambiguous
+                else {True: "", False: " (no restart)", None: ""}[x.followed_by_restart]
+            )
+            out.write(f"  {t:9.3f}s  invalidation: {chain}{after}\n")
+    if len(events_) > details:
+        out.write(f"  ... {len(events_) - details} more (--details N, or --json)\n")
+    if lst.ambiguous_rows:
+        out.write(
+            f"  {len(lst.ambiguous_rows)} cookie-0 READDIRs after the start: "
+            "restarts, rewinds or new opens (the trace cannot tell)\n"
+        )
 
 
 def dcache_report(r):

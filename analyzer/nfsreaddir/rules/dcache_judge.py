@@ -81,9 +81,30 @@ def _ev(res, phase, key):
 
 
 def _judge_negative(res, facts, markers, events):
+    paired = res.get("cycles", {})
+    f: Figures = {**_miss_figures(res), **_lookup_figures(res), **_paired_figures(paired)}
+    limit = float(res.get("max_slowdown", 1.5))
+    fail, ok = _judge_paired(paired, limit)
+    lookup_fail, lookup_ok = _judge_lookups(res, limit)
+    fail += lookup_fail
+    ok += lookup_ok
+    if not res.get("lookup") and not paired:
+        fail.append("no lookup timings in the trace")
+    max_neg = int(res.get("max_negative") or 0)
+    left = sum(f.get(f"{t}_negative_added") or 0 for t in ("nfs", "local"))
+    if paired:
+        # Each cycle's misses on both targets, all gone by its clean block (any target's
+        # blocks see the same total).
+        left = max(t.get("negative_removed_median") or 0 for t in paired.values())
+    f["negative_added"] = left
+    if max_neg and left > max_neg:
+        fail.append(f"the misses left {left} negative dentries (> {max_neg})")
+    return f, fail, ok
+
+
+def _miss_figures(res) -> Figures:
+    """The misses of each target and the negative dentries and bytes they added."""
     f: Figures = {}
-    fail: list[str] = []
-    ok: list[str] = []
     for ph, count_key in (("nfs-misses", "nfs_misses"), ("local-misses", "local_misses")):
         if ph not in res["phases"]:
             continue  # --paired: the misses of each cycle are in its figures below
@@ -109,6 +130,12 @@ def _judge_negative(res, facts, markers, events):
         f["nr_negative_after_drop"] = (
             res["phases"].get("dropped", {}).get("after", {}).get("nr_negative")
         )
+    return f
+
+
+def _lookup_figures(res) -> Figures:
+    """Per target, the lookup timings before and after the misses and once dropped."""
+    f: Figures = {}
     for target, t in res.get("lookup", {}).items():
         for loop in ("before", "after", "dropped"):
             f[f"{target}_{loop}_median_ns"] = t["loops"].get(loop, {}).get("median_ns")
@@ -134,7 +161,12 @@ def _judge_negative(res, facts, markers, events):
                 )
             for k in ("exec_sys_slowdown", "control_exec_sys_slowdown", "exec_wall_slowdown"):
                 f[f"{target}_{k}"] = t.get(k)
-    paired = res.get("cycles", {})
+    return f
+
+
+def _paired_figures(paired) -> Figures:
+    """Per target, the figures of the --paired cycles (polluted and clean exec blocks)."""
+    f: Figures = {}
     for target, t in paired.items():
         f[f"{target}_paired_cycles"] = len(t["cycles"])
         for k in (
@@ -164,7 +196,13 @@ def _judge_negative(res, facts, markers, events):
             "steady_exec_med_ratio_median",
         ):
             f[f"{target}_paired_{k}"] = t.get(k)
-    limit = float(res.get("max_slowdown", 1.5))
+    return f
+
+
+def _judge_paired(paired, limit):
+    """(fail, ok): per target, whether exec's system time grew with the negative dentries."""
+    fail: list[str] = []
+    ok: list[str] = []
     for target, t in paired.items():
         med = t.get("sys_ratio_median")
         spread = (
@@ -181,6 +219,13 @@ def _judge_negative(res, facts, markers, events):
             f"dentries than without (median of the cycles, {'>' if med > limit else '<='} "
             f"{limit}x; {spread})"
         )
+    return fail, ok
+
+
+def _judge_lookups(res, limit):
+    """(fail, ok): per target, whether the path walk slowed with the negative dentries."""
+    fail: list[str] = []
+    ok: list[str] = []
     for target, t in res.get("lookup", {}).items():
         w, raw, ctl = t.get("walk_slowdown"), t.get("slowdown"), t.get("control_walk_slowdown")
         if w is None:
@@ -201,18 +246,7 @@ def _judge_negative(res, facts, markers, events):
                 f"{target} path walk {w}x after the misses (<= {limit}x; stat medians "
                 f"{raw}x, after drop_caches {ctl}x{why})"
             )
-    if not res.get("lookup") and not paired:
-        fail.append("no lookup timings in the trace")
-    max_neg = int(res.get("max_negative") or 0)
-    left = sum(f.get(f"{t}_negative_added") or 0 for t in ("nfs", "local"))
-    if paired:
-        # Each cycle's misses on both targets, all gone by its clean block (any target's
-        # blocks see the same total).
-        left = max(t.get("negative_removed_median") or 0 for t in paired.values())
-    f["negative_added"] = left
-    if max_neg and left > max_neg:
-        fail.append(f"the misses left {left} negative dentries (> {max_neg})")
-    return f, fail, ok
+    return fail, ok
 
 
 def _judge_unlink_storm(res, facts, markers, events):

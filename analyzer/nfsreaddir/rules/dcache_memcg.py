@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..model import listlru
 from ..model.dcache import DcacheError, Figures, jsonable, number, ratio
 
 
@@ -159,8 +160,6 @@ def _memcg_model(res, grid):
     any kernel, with cells to spare over the fit's four coefficients, the fit and its error;
     and the prediction for the 2021 report's host. Only for runs that sample the mount step
     apart from the mkdir step."""
-    from ..model import listlru
-
     # Only cells whose mount and lookup steps were both counted: a cell cut short before its
     # lookups says nothing of what they cost, and taken as 0 it would make a lazy kernel look
     # eager.
@@ -173,8 +172,7 @@ def _memcg_model(res, grid):
     ]
     if not order:
         return {}
-    before = int(res.get("memcgs_before") or 0)
-    caps = listlru.cell_capacities(order, before)
+    caps = listlru.cell_capacities(order, int(res.get("memcgs_before") or 0))
     f: Figures = {}
     # Growth of the id space: what making memcgs cost (5.10 only), and the cells where it
     # happened.
@@ -189,25 +187,53 @@ def _memcg_model(res, grid):
     # 8 KiB), from the code: added to the measured bytes for the fit.
     untraced = {n: 0 for n, _ in order}
     if eager:
-        errors = []
-        for n, c in order:
-            law = 2 * c["mounts"] * listlru.lru_bytes_510(caps[n], traced=True)
-            untraced[n] = 2 * c["mounts"] * listlru.lru_bytes_510(caps[n]) - law
-            seen = listlru.capacity_of_allocs(round(c["lru_allocs_mount"] / (2 * c["mounts"])))
-            res["phases"][n]["memcg"].update(
-                capacity=caps[n],
-                capacity_seen=seen,
-                law_bytes_mount=law,
-                untraced_bytes_mount=untraced[n],
-            )
-            errors.append(abs(c["lru_bytes_mount"] / law - 1))
-        f["law_cells"] = len(order)
-        f["law_max_rel_error"] = round(max(errors), 4)
-        f["capacity_cells_matching_code"] = sum(
-            res["phases"][n]["memcg"]["capacity_seen"] == caps[n] for n, _ in order
+        law, untraced = _eager_law(res, order, caps)
+        f.update(law)
+    fit = _model_fit(res, order, caps, untraced, eager)
+    if fit is not None:
+        f.update(
+            {
+                "model_cells": len(fit["cells"]),
+                **{f"model_bytes_per_{k}": v for k, v in fit["coef"].items()},
+                "model_max_rel_error": fit["max_rel_error"],
+                "model_rms_rel_error": fit["rms_rel_error"],
+            }
         )
-        f["capacity_largest"] = max(caps.values())
-        f["untraced_bytes"] = sum(untraced.values())
+    f.update(_report_prediction(fit, eager))
+    return f
+
+
+def _eager_law(res, order, caps):
+    """(figures, untraced bytes per cell) of the code's law on an eager kernel: each cell's
+    mount step against what lru_bytes_510 says it allocates, written into the cell's phase."""
+    untraced = {}
+    errors = []
+    for n, c in order:
+        law = 2 * c["mounts"] * listlru.lru_bytes_510(caps[n], traced=True)
+        untraced[n] = 2 * c["mounts"] * listlru.lru_bytes_510(caps[n]) - law
+        seen = listlru.capacity_of_allocs(round(c["lru_allocs_mount"] / (2 * c["mounts"])))
+        res["phases"][n]["memcg"].update(
+            capacity=caps[n],
+            capacity_seen=seen,
+            law_bytes_mount=law,
+            untraced_bytes_mount=untraced[n],
+        )
+        errors.append(abs(c["lru_bytes_mount"] / law - 1))
+    f: Figures = {
+        "law_cells": len(order),
+        "law_max_rel_error": round(max(errors), 4),
+        "capacity_cells_matching_code": sum(
+            res["phases"][n]["memcg"]["capacity_seen"] == caps[n] for n, _ in order
+        ),
+        "capacity_largest": max(caps.values()),
+        "untraced_bytes": sum(untraced.values()),
+    }
+    return f, untraced
+
+
+def _model_fit(res, order, caps, untraced, eager):
+    """The model fitted to the cells' bytes, each cell's prediction written into its phase;
+    None without two cells more than the model has coefficients."""
     rows = [
         {
             "cell": n,
@@ -222,18 +248,16 @@ def _memcg_model(res, grid):
     features = listlru.FEATURES if eager else listlru.LAZY_FEATURES
     fit = listlru.fit(rows, features) if len(rows) >= len(features) + 2 else None
     if fit is not None:
-        f.update(
-            {
-                "model_cells": len(fit["cells"]),
-                **{f"model_bytes_per_{k}": v for k, v in fit["coef"].items()},
-                "model_max_rel_error": fit["max_rel_error"],
-                "model_rms_rel_error": fit["rms_rel_error"],
-            }
-        )
         for row in fit["cells"]:
             res["phases"][row["cell"]]["memcg"].update(
                 capacity=row["C"], model_bytes=row["predicted"], model_rel_error=row["rel_error"]
             )
+    return fit
+
+
+def _report_prediction(fit, eager) -> Figures:
+    """What the law and the fit say of the 2021 report's host."""
+    f: Figures = {}
     # The report's host: 10,000 superblocks x 10,000 memcgs on 2 nodes.
     rep, mib = listlru.REPORT, 1 << 20
     k, m, nodes = rep["superblocks"], rep["memcgs"], rep["nodes"]
