@@ -84,7 +84,7 @@ SUMMED = [c for c in DIR_COLUMNS if c not in ("client", "dir_fileid", "fh")]
 
 
 def triage(listings):
-    """The Triage of a capture's listings (wire.WireListing, their restarts found), or None
+    """The Triage of a capture's listings (wire_passes.WireListing, their restarts found), or None
     when they come from fewer than two client connections."""
     if len({x.client for x in listings}) < 2:
         return None
