@@ -151,6 +151,8 @@ def test_a_capture_of_many_clients_gives_each_client_its_listings(fleet):
         who = f"{c['client']} ({c['directory']})"
         # One connection per namespace, its own directory only, listed to the end.
         assert len({lst.client for lst in listings}) == 1, who
+        # Not the one lister of a reproducer's phase, though the facts name a phase "fleet".
+        assert not any(lst.phase for lst in listings), who
         assert {lst.fileid for lst in listings} == {c["fileid"]}, who
         assert c["eof"] and listings[-1].complete, who
         # The server saw every READDIR the client's own mount counted, and no other.
