@@ -1,5 +1,11 @@
 """A server's capture of several clients, client by client (issue 34's triage).
 
+fleet-5.10 is a capture of many clients recorded for real: readdir-fleet's knfsd and its
+clients, each in a network namespace of its own, listing at once on stock 5.10 while the writer
+changed the directories of some of them. What each client did is its truth.json, written by the
+workload (its own mount's READDIR count, whether its directory changed), and the clients' own
+trace (fleet.dat) says what each lister's kernel did, by its pid.
+
 The server's capture here is three real client captures merged by Wireshark's mergecap, one
 per kernel, each recorded by readdir-loopback with --capture on (the *-cap fixtures), each its
 own client connection (127.0.0.1 with its own port). What each client did comes from its own
@@ -16,7 +22,8 @@ import pandas as pd
 import pytest
 
 from conftest import FIXTURES, installed, run_cli
-from nfsreaddir.model import wire
+from nfsreaddir.model import analysis, wire
+from nfsreaddir.trace import open_trace
 
 # fixture -> does its client restart (its kernel)
 CLIENTS = {"5.10-v4.1-cap": True, "6.1-v4.1-cap": False, "5.10-series-v4.1-cap": False}
@@ -108,3 +115,100 @@ def test_one_client_has_no_triage(alone):
     (d,) = json.loads(run_cli("analyze", "--json", _source("6.1-v4.1-cap"), check=0).stdout)
     assert "triage" not in d
     assert "client connections" not in run_cli("analyze", _source("6.1-v4.1-cap"), check=0).stdout
+
+
+FLEET = os.path.join(FIXTURES, "fleet-5.10")
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    """(truth.json's clients, {client address: its listings in the server's capture})."""
+    with open(os.path.join(FLEET, "truth.json")) as f:
+        clients = json.load(f)["clients"]
+    by_address = {}
+    for lst in wire.analyze(os.path.join(FLEET, "fleet.pcap.gz")).listings:
+        by_address.setdefault(lst.client.rpartition(":")[0], []).append(lst)
+    return clients, by_address
+
+
+def _restarts(listings):
+    return sum(len(lst.restarts) for lst in listings)
+
+
+def _back_to_start(listings):
+    """The times a client's READDIRs went back to cookie 0 on the wire: its restarts, and its
+    passes over the directory after the first."""
+    return _restarts(listings) + len(listings) - 1
+
+
+def test_a_capture_of_many_clients_gives_each_client_its_listings(fleet):
+    clients, by_address = fleet
+    assert len(clients) >= 50 and any(c["changing"] for c in clients)
+    assert not all(c["changing"] for c in clients)
+    assert set(by_address) == {c["client"] for c in clients}
+    for c in clients:
+        listings = by_address[c["client"]]
+        who = f"{c['client']} ({c['directory']})"
+        # One connection per namespace, its own directory only, listed to the end.
+        assert len({lst.client for lst in listings}) == 1, who
+        # Not the one lister of a reproducer's phase, though the facts name a phase "fleet".
+        assert not any(lst.phase for lst in listings), who
+        assert {lst.fileid for lst in listings} == {c["fileid"]}, who
+        assert c["eof"] and listings[-1].complete, who
+        # The server saw every READDIR the client's own mount counted, and no other.
+        assert sum(len(lst.rpcs) for lst in listings) == c["readdir"] > 0, who
+        assert c["readdirplus"] == 0, who
+        # The lister made one pass: its client went back to the start only when the directory
+        # changed under it, and a restart the capture is sure of is one of those.
+        assert bool(_back_to_start(listings)) == c["changing"], who
+        assert c["changing"] or not _restarts(listings), who
+
+
+def test_each_clients_restarts_are_those_of_its_own_trace(fleet):
+    """Each lister's trace (by its pid) against its client's READDIRs on the wire. 5.10 keeps one
+    page (about 127 entries) of each READDIR reply, and with its 32 KiB READDIRs every reply of
+    these 300-file directories reaches eof; a lister behind its client's cache when the directory
+    changes restarts after the client has fetched to eof: on the wire a new pass over the
+    directory, which a capture cannot tell from a new listing. So the wire's restarts are some of
+    the trace's, never more, and the trace's restarts and refills of the first page (before the
+    lister read from it) are the wire's restarts and passes again, one for one."""
+    clients, by_address = fleet
+    traced = {}
+    for lst in analysis.analyze(open_trace(os.path.join(FLEET, "fleet.dat"))).listings:
+        traced.setdefault(lst.pid, []).append(lst)
+    assert {c["pid"] for c in clients} <= set(traced)
+    on_wire = 0
+    for c in clients:
+        mine, seen = traced[c["pid"]], by_address[c["client"]]
+        assert len(mine) == 1, c["client"]  # its one opendir
+        assert sum(len(lst.rpcs) for lst in mine) == c["readdir"], c["client"]
+        assert bool(_restarts(mine)) == c["changing"], c["client"]
+        assert _restarts(seen) <= _restarts(mine), c["client"]
+        refills = sum(len(lst.refill_rows) for lst in mine)
+        assert _back_to_start(seen) == _restarts(mine) + refills, c["client"]
+        on_wire += _restarts(seen)
+    assert on_wire > 0
+
+
+def test_the_fleets_triage_ranks_the_changing_clients_first(fleet):
+    clients, by_address = fleet
+    changing = {c["client"] for c in clients if c["changing"]}
+    path = os.path.join(FLEET, "fleet.pcap.gz")
+    (d,) = json.loads(run_cli("analyze", "--json", path, check=0).stdout)
+    ranked = d["triage"]["clients"]
+    assert [c["rank"] for c in ranked] == list(range(1, len(clients) + 1))
+    for c in ranked:
+        mine = by_address[c["client"].rpartition(":")[0]]
+        assert c["readdirs"] == sum(len(x.rpcs) for x in mine)
+        assert c["restarts"] == _restarts(mine)
+    spent = [c["refetched_readdirs"] for c in ranked]
+    assert spent == sorted(spent, reverse=True)
+    # The clients that spent READDIRs refetching come first, and all are changing ones.
+    busy = [c["client"].rpartition(":")[0] for c in ranked if c["refetched_readdirs"]]
+    assert busy and set(busy) <= changing
+    assert busy == [c["client"].rpartition(":")[0] for c in ranked[: len(busy)]]
+    text = run_cli("analyze", path, check=0).stdout
+    assert f"{len(clients)} client connections over {len(clients)} directories" in text
+    assert f"{len(clients) - len(busy)} more clients restarted no listing" in text
+    top = next(x for x in text.splitlines() if x.split()[:1] == ["1"])
+    assert ranked[0]["client"] in top and str(spent[0]) in top.split()

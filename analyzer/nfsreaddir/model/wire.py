@@ -121,8 +121,9 @@ def analyze(path, tshark=None, ports=()):
                     "what": f"{lst.missing_replies} READDIR replies missing from the capture",
                 }
             )
-    if phase:
-        # The reproducer's lister made one pass: the longest listing is its phase.
+    if phase and len({x.client for x in out}) == 1:
+        # The reproducer's lister made one pass: the longest listing is its phase. A server's
+        # capture of many clients (readdir-fleet) has one lister per client, none of them it.
         main = max(out, key=lambda x: len(x.rpcs), default=None)
         if main is not None:
             main.phase = phase
