@@ -189,6 +189,37 @@ def pytest_configure(config):
         "guest(NAME): runs in the guest that boots its kernel once for every selected test's "
         "scenario (tests/vmrun.py's SCENARIOS); the `guest` fixture hands the test its outcome",
     )
+    config.addinivalue_line(
+        "markers",
+        "opt_in(VARIABLE, TARGET): over make test's budget; runs only with VARIABLE=1, which "
+        "the make TARGET sets, and is otherwise deselected",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselect the opt-in tests whose variable is not set. Deselected, not skipped: in `make
+    test` a skip means something setup should have provided is missing, a failure to look at,
+    so the run's summary must have none that are there by design."""
+    off = [
+        item
+        for item in items
+        if any(os.environ.get(m.args[0]) != "1" for m in item.iter_markers("opt_in"))
+    ]
+    if off:
+        config.hook.pytest_deselected(items=off)
+        items[:] = [item for item in items if item not in off]
+    config.stash[OPT_IN] = sorted({m.args[1] for item in off for m in item.iter_markers("opt_in")})
+
+
+OPT_IN = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if config.stash.get(OPT_IN, []):
+        terminalreporter.write_line(
+            "opt-in tests deselected (over make test's budget): run them with "
+            + ", ".join(config.stash[OPT_IN])
+        )
 
 
 @pytest.fixture(scope="session")

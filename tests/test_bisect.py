@@ -47,10 +47,7 @@ def test_a_commit_that_does_not_build_is_skipped():
     git("checkout", "-q", "nfsrt-base")
 
 
-@pytest.mark.skipif(
-    os.environ.get("NFSRT_TEST_BISECT") != "1",
-    reason="builds and boots several kernels: run `make test-bisect`",
-)
+@pytest.mark.opt_in("NFSRT_TEST_BISECT", "make test-bisect")
 def test_bisect_names_the_cookie_resume_fix():
     patches = series_tree("bisect")
     fix = [p for p in patches if "Continue-a-listing" in p]

@@ -43,10 +43,7 @@ PAUSE = {"4.1": "0.3", "3": "2.5"}
 
 
 @pytest.mark.kernel
-@pytest.mark.skipif(
-    os.environ.get("NFSRT_TEST_KERNEL") != "1",
-    reason="builds a whole kernel: run `make test-kernel`",
-)
+@pytest.mark.opt_in("NFSRT_TEST_KERNEL", "make test-kernel")
 @pytest.mark.parametrize("nfs", ["4.1", "3"])
 def test_patched_kernel_lists_without_restarts(tmp_path, nfs):
     series_tree("test-kernel")

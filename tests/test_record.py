@@ -692,10 +692,7 @@ def test_stock_record_check_good(tmp_path, guest, kernel):
 
 
 @pytest.mark.vm
-@pytest.mark.skipif(
-    os.environ.get("NFSRT_TEST_PROMETHEUS") != "1",
-    reason="a real Prometheus in a 5.10 and a 6.1 guest: run `make test-prometheus`",
-)
+@pytest.mark.opt_in("NFSRT_TEST_PROMETHEUS", "make test-prometheus")
 @pytest.mark.parametrize("kernel", ["5.10", "6.1"])
 def test_prometheus_scrapes_watch(tmp_path, kernel):
     """record-watch --prometheus: the restart counter Prometheus scraped from `watch
@@ -726,10 +723,7 @@ SERIES_IMAGE = "/work/build/images/bzImage-series-v3"
 
 
 @pytest.mark.kernel
-@pytest.mark.skipif(
-    os.environ.get("NFSRT_TEST_KERNEL") != "1",
-    reason="needs a kernel built with the series: run `make test-kernel`",
-)
+@pytest.mark.opt_in("NFSRT_TEST_KERNEL", "make test-kernel")
 def test_series_kernel_record_check_good(tmp_path):
     """5.10 with the series: record takes its tracepoints (no kprobe needed) and check says
     good. Boots the image the kernel build leaves at SERIES_IMAGE (or NFSRT_SERIES_IMAGE)."""
