@@ -13,7 +13,7 @@ import pytest
 
 import pcapedit
 from conftest import FIXTURES, needs_setup, run_cli
-from nfsreaddir.model import analysis, wire
+from nfsreaddir.model import analysis, wire, wire_passes
 from nfsreaddir.rules import verdict
 from nfsreaddir.trace import capture, wiredecode
 
@@ -59,14 +59,30 @@ def _judge(path):
     return (v.code, v.reason)
 
 
+class _Cookies(wire_passes.Passes):
+    """Passes that keep every reply's entry cookies, in the order they come (the tables do
+    not have them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cookies = []
+
+    def reply(self, row):
+        if row["status"] == 0:
+            self.cookies.append(list(row["cookies"]))
+        super().reply(row)
+
+
 @built
 @pytest.mark.parametrize("name", [c for c in CAPTURES if c != REORDERED])
 def test_the_decoder_and_tshark_give_the_same_tables_and_verdicts(name, monkeypatch, capfd):
     path = os.path.join(FIXTURES, name)
-    a = capture.read(path, decoder="tshark")
-    b = capture.read(path, decoder="compiled")
+    a = capture.read(path, decoder="tshark", passes=_Cookies)
+    b = capture.read(path, decoder="compiled", passes=_Cookies)
     assert b.decoder == "compiled", capfd.readouterr().err  # no fallback on a fixture
     pd.testing.assert_frame_equal(a.readdirs, b.readdirs)
+    assert a.passes.cookies == b.passes.cookies  # every reply's entry cookies, in order
+    assert sum(map(len, b.passes.cookies)) == b.readdirs["entries"].sum()
     pd.testing.assert_frame_equal(a.attrs, b.attrs)
     assert len(b.readdirs) and len(b.attrs)
     assert {f: getattr(a, f) for f in FACTS} == {f: getattr(b, f) for f in FACTS}

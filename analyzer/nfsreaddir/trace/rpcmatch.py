@@ -59,6 +59,8 @@ class Capture:
     retransmitted_segments: int = 0  # TCP data seen again (compiled decoder only)
     reordered_segments: int = 0  # TCP segments ahead of a hole, held until it filled
     fallback: str | None = None  # why tshark decoded it: what the compiled decoder met
+    # What followed the READDIRs' passes as they were read (read()'s `passes`), or None.
+    passes: object = None
     warnings: list = field(default_factory=list)
 
     @property
@@ -79,9 +81,12 @@ def _cookie_array(texts):
 class CaptureReader:
     """From tshark's lines to the tables: one pass, calls kept until their reply."""
 
-    def __init__(self, path, kind, several):
+    def __init__(self, path, kind, several, passes=None):
         self.cap = Capture(path, kind, None, None)
         self.several = several  # the frames with several RPC messages, message by message
+        # Told of each READDIR call, in order, and of its reply: a reply's entry cookies go
+        # there and nowhere else (millions of them in a big capture; the tables keep none).
+        self.passes = self.cap.passes = passes() if passes else None
         self.calls = {}  # (client, xid) -> row dict (READDIR) or ("attr", fh, ...)
         self.rows = []  # READDIR rows in call order
         self.attrs = []
@@ -210,6 +215,8 @@ class CaptureReader:
         )
         self.calls[key] = row
         self.rows.append(row)
+        if self.passes is not None:
+            self.passes.call(row, len(self.rows) - 1)
 
     # -- replies ---------------------------------------------------------------------------
     def _reply(self, v, ts, client, xid, frame):
@@ -260,7 +267,10 @@ class CaptureReader:
             call["entries"] = len(cookies)
             call["last_cookie"] = cookies[-1] if cookies else None
             call["eof"] = eof
-            call["cookies"] = cookies
+            if self.passes is not None:
+                call["cookies"] = cookies
+        if self.passes is not None:
+            self.passes.reply(call)
 
     @staticmethod
     def _v3_attrs(v):
@@ -281,6 +291,8 @@ class CaptureReader:
         import pandas as pd  # only a capture's tables need it (0.5 s to import)
 
         cap = self.cap
+        if self.passes is not None:
+            self.passes.end()
         cols = [
             "ts",
             "frame",
@@ -298,7 +310,6 @@ class CaptureReader:
             "entries",
             "last_cookie",
             "eof",
-            "cookies",
             "fileid",
         ]
         # Column by column from the rows, so that no 64-bit cookie goes through a float.
@@ -323,8 +334,10 @@ class CaptureReader:
                 for c in cols
             }
         )
-        # In the capture's order: frame numbers tell apart what coarse timestamps tie.
-        df = df.sort_values("frame", kind="stable").reset_index(drop=True)
+        # In the capture's order, as both decoders give the messages (frame numbers tell apart
+        # what coarse timestamps tie): the passes know the calls by their row here.
+        if not df["frame"].is_monotonic_increasing:
+            raise RuntimeError(f"{cap.path}: the decoder gave RPC messages out of frame order")
         attrs = pd.DataFrame(
             self.attrs, columns=["ts", "frame", "client", "fh", "version", "fileid", "source"]
         )
