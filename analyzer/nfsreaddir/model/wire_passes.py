@@ -114,19 +114,31 @@ class Passes:
             f.read_on(end=True)
 
 
+_NONE = np.zeros(0, dtype=np.uint64)
+
+
+def _has(sorted_cookies, cookie):
+    """Whether the cookie (an int) is among sorted_cookies (a sorted uint64 array)."""
+    c = np.uint64(cookie)  # never through a float: cookies near 2**63 are common
+    i = int(np.searchsorted(sorted_cookies, c))
+    return i < len(sorted_cookies) and sorted_cookies[i] == c
+
+
 class _Follow:
     """One client's passes over one directory: its READDIRs, in the capture's order, cut where
-    one pass ends and the next begins, their restarts and refetched entries."""
+    one pass ends and the next begins, their restarts and refetched entries. The cookies it
+    keeps are 8 bytes each in numpy arrays: a server's capture has thousands of passes open at
+    once, each of thousands of entries (as Python sets, 0.5 MB a pass)."""
 
     def __init__(self, client, fh):
         self.client, self.fh = client, fh
         self.waiting: deque = deque()  # (row number, row) of calls not read yet, in order
         self.out: list[WireListing] = []
         self.lst: WireListing | None = None
-        self.seen: set[int] = set()  # entry cookies this pass has been given
-        self.last_reply_cookie = None
+        self.seen = _NONE  # entry cookies this pass has been given, sorted, each once
+        self.last_reply_cookie: int | None = None
         self.older: set[int] = set()  # last cookies of earlier replies of this pass
-        self.prev_cookies: list | None = None  # the entry cookies of the pass's previous reply
+        self.prev_cookies = None  # the entry cookies of the pass's previous reply, in order
         self.page = 0  # most entries the client took of a reply it did not use whole
 
     def read_on(self, end=False):
@@ -138,13 +150,16 @@ class _Follow:
 
     def _read(self, i, row):
         ts, cookie, reply_ts = row["ts"], row["cookie"], row["reply_ts"]
-        lst, seen, prev_cookies, page = self.lst, self.seen, self.prev_cookies, self.page
+        lst, prev_cookies, page = self.lst, self.prev_cookies, self.page
         # A reply with eof ends the pass only when the client asks nothing more of it:
         # 5.10 fills one page of its readdir cache from each reply and asks again from
         # the last cookie that fitted the page, a cookie of a reply of this pass, so after
         # an eof reply it reads on from inside it.
         reads_on = (
-            lst is not None and lst.ending == analysis.EOF and bool(cookie) and cookie in seen
+            lst is not None
+            and lst.ending == analysis.EOF
+            and bool(cookie)
+            and _has(self.seen, cookie)
         )
         # Such a client, taking at most `page` entries of a reply, has not finished the
         # pass while its last eof reply held more: a READDIR at cookie 0 then is a restart.
@@ -161,24 +176,23 @@ class _Follow:
                 lst.ending = analysis.CUT_OFF
         elif lst is None or (lst.ending == analysis.EOF and not reads_on) or cookie == 0:
             lst = self.lst = _new_listing(self.client, self.fh, ts, began_before=cookie != 0)
-            seen = self.seen = set()
-            self.last_reply_cookie, self.older = None, set()
+            self.seen, self.last_reply_cookie, self.older = _NONE, None, set()
             self.prev_cookies, self.page = None, 0
             self.out.append(lst)
         else:
             if reads_on:
                 lst.ending = analysis.CUT_OFF
-            if prev_cookies and cookie in prev_cookies:
-                took = prev_cookies.index(cookie) + 1
-                if took < len(prev_cookies):
-                    self.page = max(page, took)
+            if prev_cookies is not None and len(prev_cookies) and cookie is not None:
+                at = np.flatnonzero(prev_cookies == np.uint64(cookie))
+                if len(at) and at[0] + 1 < len(prev_cookies):
+                    self.page = max(page, int(at[0]) + 1)
             # A client continues from the last cookie of its previous reply; from an older
             # one, a second pass over the same directory interleaves with this one.
             last = self.last_reply_cookie
             if last is not None and cookie != last and cookie in self.older:
                 lst.ambiguous_rows.append(len(lst._rows))
         lst._rows.append(i)
-        lst.end = ts if reply_ts is None else reply_ts
+        lst.end = int(ts if reply_ts is None else reply_ts)
         if reply_ts is None:
             lst.missing_replies += 1
             return
@@ -186,19 +200,20 @@ class _Follow:
         if status != 0:
             lst.ending, lst.error = analysis.ERROR, int(status)
             return
-        cookies = row["cookies"]
-        cookies = cookies.tolist() if cookies else []  # as ints once, not at each use
-        # The cookies given before this reply, at a restart too: none again, or all, so
-        # no need to count one by one.
-        again = seen.intersection(cookies)
-        partly = 0 < len(again) < len(cookies)
-        lst.refetched_entries += sum(map(again.__contains__, cookies)) if partly else len(again)
-        seen.update(cookies)
+        got = row["cookies"]
+        cookies = np.frombuffer(got, dtype=np.uint64) if got else _NONE
+        # Entries given again: each of this reply's cookies the pass was given before
+        # (at a restart too).
+        seen = self.seen
+        if len(seen) and len(cookies):
+            at = np.minimum(np.searchsorted(seen, cookies), len(seen) - 1)
+            lst.refetched_entries += int(np.count_nonzero(seen[at] == cookies))
+        self.seen = np.union1d(seen, cookies)
         self.prev_cookies = cookies
         if self.last_reply_cookie is not None:
             self.older.add(self.last_reply_cookie)
-        if cookies:
-            self.last_reply_cookie = cookies[-1]
+        if len(cookies):
+            self.last_reply_cookie = int(cookies[-1])
         if row["eof"]:
             lst.ending = analysis.EOF
 
