@@ -26,6 +26,7 @@
 #define NFS_PROGRAM 100003
 /* segments held past a hole before the hole counts as lost */
 #define MAX_HELD 256
+#define MAX_RECORD (64u << 20) /* an RPC record longer than this is no record mark */
 
 /* ------------------------------------------------------------------ columns of a row */
 enum {
@@ -733,6 +734,11 @@ struct stream {
 	size_t nrec, caprec;
 	struct seg *held;
 	int nheld;
+	/* joined mid-stream, not synced yet: the bytes of segments too short to tell whether
+	 * they begin a record, from join_seq on */
+	uint8_t join[12];
+	uint32_t join_seq;
+	size_t njoin;
 };
 
 static struct stream *stream_get(struct run *r, uint64_t key)
@@ -791,7 +797,7 @@ static int stream_bytes(struct run *r, struct stream *s, const uint8_t *p, size_
 					     (uint32_t)s->mark[2] << 8 | s->mark[3];
 				s->last_frag = m >> 31;
 				s->frag_left = m & 0x7fffffff;
-				if (s->nrec + s->frag_left > (64u << 20)) {
+				if (s->nrec + s->frag_left > MAX_RECORD) {
 					set_unknown(r, "an RPC record over 64 MiB (not a record mark)");
 					s->dead = 1;
 					return 0;
@@ -828,6 +834,14 @@ static int stream_bytes(struct run *r, struct stream *s, const uint8_t *p, size_
 	return 0;
 }
 
+/* Whether 12 bytes can begin an RPC record: the last fragment's mark, of a length a record can
+ * have, then an XID and a message type (0 call, 1 reply). */
+static int record_start(const uint8_t *p)
+{
+	uint32_t len = (uint32_t)(p[0] & 0x7f) << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+	return (p[0] & 0x80) && len >= 8 && len <= MAX_RECORD && !p[8] && !p[9] && !p[10] && p[11] <= 1;
+}
+
 static int tcp_segment(struct run *r, uint64_t key, uint32_t seq, int syn, int fin_rst,
 		       const uint8_t *p, size_t n, int to_server)
 {
@@ -847,12 +861,36 @@ static int tcp_segment(struct run *r, uint64_t key, uint32_t seq, int syn, int f
 		s->nmark = 0, s->frag_left = 0, s->nrec = 0, s->dead = 0;
 		return 0;
 	}
-	if (!s->synced) {
-		/* joined mid-stream: begin where a segment begins with a record mark */
-		if (n < 12 || (p[0] & 0x80) == 0 || p[8] || p[9] || p[10] || p[11] > 1)
+	if (!s->synced && n) {
+		/* Joined mid-stream: begin where a segment begins a record. A record mark can come
+		 * in a segment of its own (a server sends it apart from the message): a segment too
+		 * short to tell is kept and read with the next one. */
+		uint8_t head[12];
+		size_t have = 0;
+		if (s->njoin && seq == s->join_seq + (uint32_t)s->njoin)
+			memcpy(head, s->join, have = s->njoin);
+		else
+			s->join_seq = seq;
+		size_t more = n < sizeof head - have ? n : sizeof head - have;
+		memcpy(head + have, p, more);
+		if (have + more < sizeof head) {
+			memcpy(s->join, head, s->njoin = have + more);
 			return 0;
-		s->next_seq = seq, s->synced = 1;
+		}
+		s->njoin = 0;
+		if (have && record_start(head)) {
+			s->next_seq = s->join_seq, s->synced = 1;
+			if (stream_bytes(r, s, head, have, to_server))
+				return -1;
+			s->next_seq += (uint32_t)have;
+		} else if (n >= sizeof head && record_start(p)) {
+			s->next_seq = seq, s->synced = 1;
+		} else {
+			return 0;
+		}
 	}
+	if (!s->synced)
+		return 0;
 	if (s->dead || (n == 0 && !fin_rst))
 		return 0;
 	int32_t d = (int32_t)(seq - s->next_seq);
