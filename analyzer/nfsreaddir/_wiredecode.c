@@ -842,6 +842,42 @@ static int record_start(const uint8_t *p)
 	return (p[0] & 0x80) && len >= 8 && len <= MAX_RECORD && !p[8] && !p[9] && !p[10] && p[11] <= 1;
 }
 
+/* Joined mid-stream: begin where a segment begins a record. A record mark can come in a
+ * segment of its own (a server sends it apart from the message): a segment too short to tell
+ * is kept and read with the next one. 1 once synced (the kept bytes read), 0 not yet, -1 on an
+ * error raised. */
+static int join(struct run *r, struct stream *s, uint32_t seq, const uint8_t *p, size_t n,
+		int to_server)
+{
+	uint8_t head[12];
+	size_t have = 0;
+	if (!n)
+		return 0;
+	if (s->njoin && seq == s->join_seq + (uint32_t)s->njoin)
+		memcpy(head, s->join, have = s->njoin);
+	else
+		s->join_seq = seq;
+	size_t more = n < sizeof head - have ? n : sizeof head - have;
+	memcpy(head + have, p, more);
+	if (have + more < sizeof head) {
+		memcpy(s->join, head, s->njoin = have + more);
+		return 0;
+	}
+	s->njoin = 0;
+	if (have && record_start(head)) {
+		s->next_seq = s->join_seq, s->synced = 1;
+		if (stream_bytes(r, s, head, have, to_server))
+			return -1;
+		s->next_seq += (uint32_t)have;
+		return 1;
+	}
+	if (n >= sizeof head && record_start(p)) {
+		s->next_seq = seq, s->synced = 1;
+		return 1;
+	}
+	return 0;
+}
+
 static int tcp_segment(struct run *r, uint64_t key, uint32_t seq, int syn, int fin_rst,
 		       const uint8_t *p, size_t n, int to_server)
 {
@@ -861,36 +897,11 @@ static int tcp_segment(struct run *r, uint64_t key, uint32_t seq, int syn, int f
 		s->nmark = 0, s->frag_left = 0, s->nrec = 0, s->dead = 0;
 		return 0;
 	}
-	if (!s->synced && n) {
-		/* Joined mid-stream: begin where a segment begins a record. A record mark can come
-		 * in a segment of its own (a server sends it apart from the message): a segment too
-		 * short to tell is kept and read with the next one. */
-		uint8_t head[12];
-		size_t have = 0;
-		if (s->njoin && seq == s->join_seq + (uint32_t)s->njoin)
-			memcpy(head, s->join, have = s->njoin);
-		else
-			s->join_seq = seq;
-		size_t more = n < sizeof head - have ? n : sizeof head - have;
-		memcpy(head + have, p, more);
-		if (have + more < sizeof head) {
-			memcpy(s->join, head, s->njoin = have + more);
-			return 0;
-		}
-		s->njoin = 0;
-		if (have && record_start(head)) {
-			s->next_seq = s->join_seq, s->synced = 1;
-			if (stream_bytes(r, s, head, have, to_server))
-				return -1;
-			s->next_seq += (uint32_t)have;
-		} else if (n >= sizeof head && record_start(p)) {
-			s->next_seq = seq, s->synced = 1;
-		} else {
-			return 0;
-		}
+	if (!s->synced) {
+		int rc = join(r, s, seq, p, n, to_server);
+		if (rc <= 0)
+			return rc;
 	}
-	if (!s->synced)
-		return 0;
 	if (s->dead || (n == 0 && !fin_rst))
 		return 0;
 	int32_t d = (int32_t)(seq - s->next_seq);
