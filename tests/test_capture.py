@@ -20,7 +20,7 @@ import pcapedit
 from conftest import FIXTURES, TOP, installed, run_cli
 from nfsreaddir.model import analysis, wire, wire_passes
 from nfsreaddir.rules import verdict
-from nfsreaddir.trace import capture, magic, open_trace, pcapng
+from nfsreaddir.trace import capture, magic, open_trace, pcapng, rpcmatch
 
 CAP_FIXTURES = sorted(
     d
@@ -396,7 +396,7 @@ class _Kept(wire_passes.Passes):
         self.cookies.append(None)
 
     def reply(self, row):
-        self.cookies[self.row[id(row)]] = list(row.get("cookies") or [])
+        self.cookies[self.row[id(row)]] = list(row.cookies or [])
         super().reply(row)
 
 
@@ -406,12 +406,12 @@ def _follow(cap, rd):
     cap.readdirs, cap.passes = rd.drop(columns="cookies"), wire_passes.Passes()
     for i, r in enumerate(rd.to_dict("records")):
         cookies = r.pop("cookies")
-        row = {k: None if pd.isna(v) else v for k, v in r.items()}
-        row["cookies"] = array("Q", cookies or [])
-        reply_ts, row["reply_ts"] = row["reply_ts"], None
+        row = rpcmatch.Call("readdir", **{k: None if pd.isna(v) else v for k, v in r.items()})
+        row.cookies = array("Q", cookies or [])
+        reply_ts, row.reply_ts = row.reply_ts, None
         cap.passes.call(row, i)
         if reply_ts is not None:
-            row["reply_ts"] = reply_ts
+            row.reply_ts = reply_ts
             cap.passes.reply(row)
     cap.passes.end()
 

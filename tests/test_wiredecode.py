@@ -71,8 +71,8 @@ class _Cookies(wire_passes.Passes):
         self.cookies = []
 
     def reply(self, row):
-        if row["status"] == 0:
-            self.cookies.append(list(row["cookies"]))
+        if row.status == 0:
+            self.cookies.append(list(row.cookies))
         super().reply(row)
 
 

@@ -96,8 +96,8 @@ class Passes:
         self.follow: dict[tuple, _Follow] = {}  # (client, fh) -> its passes, first come first
 
     def call(self, row, i):
-        """A READDIR call: rpcmatch's row (ts, client, fh, cookie), row i of the table."""
-        key = (row["client"], row["fh"])
+        """A READDIR call: rpcmatch's Call (ts, client, fh, cookie), row i of the table."""
+        key = (row.client, row.fh)
         f = self.follow.get(key)
         if f is None:
             f = self.follow[key] = _Follow(*key)
@@ -106,7 +106,7 @@ class Passes:
     def reply(self, row):
         """row's reply came (its reply_ts, status, eof and cookies set): its directory's passes
         read on as far as every earlier call of theirs has its reply."""
-        self.follow[row["client"], row["fh"]].read_on()
+        self.follow[row.client, row.fh].read_on()
 
     def end(self):
         """The capture is read: a call still waiting has no reply in it."""
@@ -143,13 +143,13 @@ class _Follow:
 
     def read_on(self, end=False):
         w = self.waiting
-        while w and (end or w[0][1]["reply_ts"] is not None):
+        while w and (end or w[0][1].reply_ts is not None):
             i, row = w.popleft()
             self._read(i, row)
-            row["cookies"] = None  # read: the pass keeps what it needs of them
+            row.cookies = None  # read: the pass keeps what it needs of them
 
     def _read(self, i, row):
-        ts, cookie, reply_ts = row["ts"], row["cookie"], row["reply_ts"]
+        ts, cookie, reply_ts = row.ts, row.cookie, row.reply_ts
         lst, prev_cookies, page = self.lst, self.prev_cookies, self.page
         # A reply with eof ends the pass only when the client asks nothing more of it:
         # 5.10 fills one page of its readdir cache from each reply and asks again from
@@ -196,11 +196,11 @@ class _Follow:
         if reply_ts is None:
             lst.missing_replies += 1
             return
-        status = row["status"]
+        status = row.status
         if status != 0:
             lst.ending, lst.error = analysis.ERROR, int(status)
             return
-        got = row["cookies"]
+        got = row.cookies
         cookies = np.frombuffer(got, dtype=np.uint64) if got else _NONE
         # Entries given again: each of this reply's cookies the pass was given before
         # (at a restart too).
@@ -214,7 +214,7 @@ class _Follow:
             self.older.add(self.last_reply_cookie)
         if len(cookies):
             self.last_reply_cookie = int(cookies[-1])
-        if row["eof"]:
+        if row.eof:
             lst.ending = analysis.EOF
 
 
