@@ -11,15 +11,16 @@ import os
 import signal
 import subprocess
 import time
+from array import array
 
 import pandas as pd
 import pytest
 
 import pcapedit
 from conftest import FIXTURES, TOP, installed, run_cli
-from nfsreaddir.model import analysis, wire
+from nfsreaddir.model import analysis, wire, wire_passes
 from nfsreaddir.rules import verdict
-from nfsreaddir.trace import capture, magic, open_trace, pcapng
+from nfsreaddir.trace import capture, magic, open_trace, pcapng, rpcmatch
 
 CAP_FIXTURES = sorted(
     d
@@ -381,19 +382,54 @@ def test_pcapng_interface_statistics_give_the_drop_count(tmp_path):
     assert pcapng.pcapng_drops(str(gz)) == 0
 
 
+class _Kept(wire_passes.Passes):
+    """Passes that also keep each READDIR's entry cookies, by row, for a test to make a table
+    of READDIRs from a real capture's: the tables do not have them."""
+
+    def __init__(self):
+        super().__init__()
+        self.cookies, self.row = [], {}
+
+    def call(self, row, i):
+        super().call(row, i)
+        self.row[id(row)] = i
+        self.cookies.append(None)
+
+    def reply(self, row):
+        self.cookies[self.row[id(row)]] = list(row.cookies or [])
+        super().reply(row)
+
+
+def _follow(cap, rd):
+    """cap with the READDIRs of the table rd (with each one's entry cookies), their passes
+    followed as capture.read follows a capture's: each call, then its reply."""
+    cap.readdirs, cap.passes = rd.drop(columns="cookies"), wire_passes.Passes()
+    for i, r in enumerate(rd.to_dict("records")):
+        cookies = r.pop("cookies")
+        row = rpcmatch.Call("readdir", **{k: None if pd.isna(v) else v for k, v in r.items()})
+        row.cookies = array("Q", cookies or [])
+        reply_ts, row.reply_ts = row.reply_ts, None
+        cap.passes.call(row, i)
+        if reply_ts is not None:
+            row.reply_ts = reply_ts
+            cap.passes.reply(row)
+    cap.passes.end()
+
+
 def test_two_passes_over_one_directory_cannot_be_separated():
     """Two readers of one directory on one client are one stream: a READDIR that continues from
     an older reply than the last marks the listing, and the verdict cannot decide. Made from a
     real capture's table: its READDIRs twice, the second pass shifted to interleave."""
-    cap = capture.read(_pcap(SOURCE, "idle"))
-    one = cap.readdirs
+    cap = capture.read(_pcap(SOURCE, "idle"), passes=_Kept)
+    one = cap.readdirs.assign(cookies=cap.passes.cookies)
     assert len(one) >= 3
     gap = int(one["ts"].diff().dropna().min() // 2) or 1
     two = one.assign(ts=one["ts"] + gap, reply_ts=one["reply_ts"] + gap, xid=one["xid"] + 1)
-    cap.readdirs = (
+    _follow(
+        cap,
         pd.concat([one, two], ignore_index=True)
         .sort_values("ts", kind="stable")
-        .reset_index(drop=True)
+        .reset_index(drop=True),
     )
     out = wire.listings(cap)
     assert any(lst.ambiguous_rows for lst in out)
@@ -408,13 +444,13 @@ def test_each_listing_gets_its_own_readdirs_and_an_unknown_cookie_stays_unknown(
     its own rows, in order, and a call whose cookie the capture does not give keeps it unknown
     (pd.NA, not 0) in its listing alone, which then counts only its known cookie-0 READDIRs.
     Made from a real capture's table: its READDIRs from a second client too, one cookie lost."""
-    cap = capture.read(_pcap(SOURCE, "modified"))
-    one = cap.readdirs
+    cap = capture.read(_pcap(SOURCE, "modified"), passes=_Kept)
+    one = cap.readdirs.assign(cookies=cap.passes.cookies)
     rd = pd.concat([one, one.assign(client=one["client"] + "0")], ignore_index=True)
     k = len(one) + next(i for i, c in enumerate(one["cookie"]) if c)
     cookie = rd["cookie"].copy()
     cookie.iloc[k] = pd.NA
-    cap.readdirs = rd.assign(cookie=cookie)
+    _follow(cap, rd.assign(cookie=cookie))
     out = wire.listings(cap)
     assert {lst.client for lst in out} == set(rd["client"])
     assert sorted(i for lst in out for i in lst.rpc_rows) == list(range(len(rd)))

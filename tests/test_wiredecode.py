@@ -13,7 +13,7 @@ import pytest
 
 import pcapedit
 from conftest import FIXTURES, needs_setup, run_cli
-from nfsreaddir.model import analysis, wire
+from nfsreaddir.model import analysis, wire, wire_passes
 from nfsreaddir.rules import verdict
 from nfsreaddir.trace import capture, wiredecode
 
@@ -28,6 +28,9 @@ CAPTURES = sorted(
 # A capture where tshark is known to read less than the clients did (see the test of it below):
 # the oracle's other captures are every fixture capture but this one.
 REORDERED = os.path.join("fleet-5.10", "fleet.pcap.gz")
+# A capture that joins its connections mid-stream: the decoder reads replies to calls made
+# before it began, which tshark does not dissect (see the test of it below).
+MIDSTREAM = os.path.join("fleet-5.10-midstream", "fleet.pcap.gz")
 FACTS = (
     "frames",
     "port_frames",
@@ -59,17 +62,56 @@ def _judge(path):
     return (v.code, v.reason)
 
 
+class _Cookies(wire_passes.Passes):
+    """Passes that keep every reply's entry cookies, in the order they come (the tables do
+    not have them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cookies = []
+
+    def reply(self, row):
+        if row.status == 0:
+            self.cookies.append(list(row.cookies))
+        super().reply(row)
+
+
 @built
-@pytest.mark.parametrize("name", [c for c in CAPTURES if c != REORDERED])
+@pytest.mark.parametrize("name", [c for c in CAPTURES if c not in (REORDERED, MIDSTREAM)])
 def test_the_decoder_and_tshark_give_the_same_tables_and_verdicts(name, monkeypatch, capfd):
     path = os.path.join(FIXTURES, name)
-    a = capture.read(path, decoder="tshark")
-    b = capture.read(path, decoder="compiled")
+    a = capture.read(path, decoder="tshark", passes=_Cookies)
+    b = capture.read(path, decoder="compiled", passes=_Cookies)
     assert b.decoder == "compiled", capfd.readouterr().err  # no fallback on a fixture
     pd.testing.assert_frame_equal(a.readdirs, b.readdirs)
+    assert a.passes.cookies == b.passes.cookies  # every reply's entry cookies, in order
+    assert sum(map(len, b.passes.cookies)) == b.readdirs["entries"].sum()
     pd.testing.assert_frame_equal(a.attrs, b.attrs)
     assert len(b.readdirs) and len(b.attrs)
     assert {f: getattr(a, f) for f in FACTS} == {f: getattr(b, f) for f in FACTS}
+    monkeypatch.setenv("NFSRT_DECODER", "tshark")
+    by_tshark = _judge(path)
+    monkeypatch.setenv("NFSRT_DECODER", "compiled")
+    assert _judge(path) == by_tshark
+
+
+@built
+def test_a_capture_joined_mid_stream_is_decoded_where_a_record_mark_came_alone(capfd, monkeypatch):
+    """A capture cut from a real one, its first frame a record mark alone (4 bytes, its message
+    in a later segment): the decoder reads the mark with the next segment instead of taking
+    that message's XID for a mark, and gives the tables and verdict tshark gives. It also reads
+    the replies to calls made before the cut, which tshark does not dissect: six more RPC
+    messages, and no row (a reply without its call is not followed)."""
+    path = os.path.join(FIXTURES, MIDSTREAM)
+    a = capture.read(path, decoder="tshark")
+    b = capture.read(path, decoder="compiled")
+    assert b.decoder == "compiled", capfd.readouterr().err
+    pd.testing.assert_frame_equal(a.readdirs, b.readdirs)
+    pd.testing.assert_frame_equal(a.attrs, b.attrs)
+    assert len(b.readdirs) and len(b.attrs)
+    assert (a.messages, b.messages) == (282, 288)
+    same = [f for f in FACTS if f not in ("frames", "messages")]
+    assert {f: getattr(a, f) for f in same} == {f: getattr(b, f) for f in same}
     monkeypatch.setenv("NFSRT_DECODER", "tshark")
     by_tshark = _judge(path)
     monkeypatch.setenv("NFSRT_DECODER", "compiled")

@@ -26,6 +26,7 @@
 #define NFS_PROGRAM 100003
 /* segments held past a hole before the hole counts as lost */
 #define MAX_HELD 256
+#define MAX_RECORD (64u << 20) /* an RPC record longer than this is no record mark */
 
 /* ------------------------------------------------------------------ columns of a row */
 enum {
@@ -152,6 +153,12 @@ struct run {
 	unsigned versions; /* bit 2: v2, 3: v3, 8 + minor: v4.minor */
 	uint16_t ports[64];
 	int nports;
+	/* the calls awaiting replies and the TCP streams: this run's own, so that two threads'
+	 * runs (the callback lets the GIL go) never share a table */
+	struct call *calls;
+	size_t ncalls, calls_cap;
+	struct stream *streams;
+	size_t nstreams, streams_cap;
 };
 
 static void clear_row(struct run *r)
@@ -279,9 +286,6 @@ struct call {
 	uint8_t kind;
 };
 
-static struct call *calls;
-static size_t ncalls, calls_cap;
-
 static uint64_t mix(uint64_t h, uint64_t v)
 {
 	h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -302,43 +306,43 @@ static uint64_t conv_key(const char *client, unsigned cport, const char *server,
 	return h ? h : 1;
 }
 
-static struct call *call_slot(uint64_t key, int add)
+static struct call *call_slot(struct run *r, uint64_t key, int add)
 {
-	if (add && (ncalls + 1) * 2 > calls_cap) {
-		size_t cap = calls_cap ? calls_cap * 2 : 1024;
-		struct call *n = table_grow(calls, calls_cap, cap, sizeof *n);
+	if (add && (r->ncalls + 1) * 2 > r->calls_cap) {
+		size_t cap = r->calls_cap ? r->calls_cap * 2 : 1024;
+		struct call *n = table_grow(r->calls, r->calls_cap, cap, sizeof *n);
 		if (!n)
 			return NULL;
-		calls = n, calls_cap = cap;
+		r->calls = n, r->calls_cap = cap;
 	}
-	if (!calls_cap)
+	if (!r->calls_cap)
 		return NULL;
-	size_t j = home(key, calls_cap);
-	while (calls[j].key && calls[j].key != key)
-		j = (j + 1) & (calls_cap - 1);
-	if (!calls[j].key && !add)
+	size_t j = home(key, r->calls_cap);
+	while (r->calls[j].key && r->calls[j].key != key)
+		j = (j + 1) & (r->calls_cap - 1);
+	if (!r->calls[j].key && !add)
 		return NULL;
-	if (!calls[j].key) {
-		calls[j].key = key;
-		ncalls++;
+	if (!r->calls[j].key) {
+		r->calls[j].key = key;
+		r->ncalls++;
 	}
-	return &calls[j];
+	return &r->calls[j];
 }
 
 /* Removes a slot (backward-shift deletion keeps the probe chains whole). */
-static void call_drop(struct call *c)
+static void call_drop(struct run *r, struct call *c)
 {
-	size_t i = (size_t)(c - calls), j = i;
+	size_t i = (size_t)(c - r->calls), j = i;
 	c->key = 0;
-	ncalls--;
+	r->ncalls--;
 	for (;;) {
-		j = (j + 1) & (calls_cap - 1);
-		if (!calls[j].key)
+		j = (j + 1) & (r->calls_cap - 1);
+		if (!r->calls[j].key)
 			return;
-		size_t h = home(calls[j].key, calls_cap);
+		size_t h = home(r->calls[j].key, r->calls_cap);
 		if ((j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j))) {
-			calls[i] = calls[j];
-			calls[j].key = 0;
+			r->calls[i] = r->calls[j];
+			r->calls[j].key = 0;
 			i = j;
 		}
 	}
@@ -619,11 +623,11 @@ static int call3(struct run *r, struct xdr *x, int kind)
 static int rpc_reply(struct run *r, struct xdr *x, uint32_t xid, uint64_t key)
 {
 	uint32_t len;
-	struct call *c = call_slot(key, 0);
+	struct call *c = call_slot(r, key, 0);
 	if (!c)
 		return 0;
 	int kind = c->kind;
-	call_drop(c);
+	call_drop(r, c);
 	uint32_t replystat = u32(x), accept = 0;
 	emit(r);
 	put(r, C_XID, "0x%08llx", xid);
@@ -699,7 +703,7 @@ static int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 		} else if (call3(r, &x, kind)) {
 			return 0;
 		}
-		struct call *c = call_slot(key, 1);
+		struct call *c = call_slot(r, key, 1);
 		if (!c) {
 			PyErr_NoMemory();
 			return -1;
@@ -730,54 +734,56 @@ struct stream {
 	size_t nrec, caprec;
 	struct seg *held;
 	int nheld;
+	/* joined mid-stream, not synced yet: the bytes of segments too short to tell whether
+	 * they begin a record, from join_seq on */
+	uint8_t join[12];
+	uint32_t join_seq;
+	size_t njoin;
 };
 
-static struct stream *streams;
-static size_t nstreams, streams_cap;
-
-static struct stream *stream_get(uint64_t key)
+static struct stream *stream_get(struct run *r, uint64_t key)
 {
-	if ((nstreams + 1) * 2 > streams_cap) {
-		size_t cap = streams_cap ? streams_cap * 2 : 256;
-		struct stream *n = table_grow(streams, streams_cap, cap, sizeof *n);
+	if ((r->nstreams + 1) * 2 > r->streams_cap) {
+		size_t cap = r->streams_cap ? r->streams_cap * 2 : 256;
+		struct stream *n = table_grow(r->streams, r->streams_cap, cap, sizeof *n);
 		if (!n)
 			return NULL;
-		streams = n, streams_cap = cap;
+		r->streams = n, r->streams_cap = cap;
 	}
-	size_t j = home(key, streams_cap);
-	while (streams[j].key && streams[j].key != key)
-		j = (j + 1) & (streams_cap - 1);
-	if (!streams[j].key) {
-		streams[j].key = key;
-		nstreams++;
+	size_t j = home(key, r->streams_cap);
+	while (r->streams[j].key && r->streams[j].key != key)
+		j = (j + 1) & (r->streams_cap - 1);
+	if (!r->streams[j].key) {
+		r->streams[j].key = key;
+		r->nstreams++;
 	}
-	return &streams[j];
+	return &r->streams[j];
 }
 
 /* A hole still open at the end of the capture: a segment never seen. */
-static int streams_have_holes(void)
+static int streams_have_holes(struct run *r)
 {
-	for (size_t i = 0; i < streams_cap; i++)
-		if (streams[i].key && streams[i].held)
+	for (size_t i = 0; i < r->streams_cap; i++)
+		if (r->streams[i].key && r->streams[i].held)
 			return 1;
 	return 0;
 }
 
-static void stream_free_all(void)
+static void stream_free_all(struct run *r)
 {
-	for (size_t i = 0; i < streams_cap; i++) {
-		struct seg *s = streams[i].held;
+	for (size_t i = 0; i < r->streams_cap; i++) {
+		struct seg *s = r->streams[i].held;
 		while (s) {
 			struct seg *nx = s->next;
 			free(s);
 			s = nx;
 		}
-		free(streams[i].rec);
+		free(r->streams[i].rec);
 	}
-	free(streams);
-	streams = NULL, nstreams = streams_cap = 0;
-	free(calls);
-	calls = NULL, ncalls = calls_cap = 0;
+	free(r->streams);
+	r->streams = NULL, r->nstreams = r->streams_cap = 0;
+	free(r->calls);
+	r->calls = NULL, r->ncalls = r->calls_cap = 0;
 }
 
 /* In-order stream bytes through the record marking. */
@@ -791,7 +797,7 @@ static int stream_bytes(struct run *r, struct stream *s, const uint8_t *p, size_
 					     (uint32_t)s->mark[2] << 8 | s->mark[3];
 				s->last_frag = m >> 31;
 				s->frag_left = m & 0x7fffffff;
-				if (s->nrec + s->frag_left > (64u << 20)) {
+				if (s->nrec + s->frag_left > MAX_RECORD) {
 					set_unknown(r, "an RPC record over 64 MiB (not a record mark)");
 					s->dead = 1;
 					return 0;
@@ -828,10 +834,54 @@ static int stream_bytes(struct run *r, struct stream *s, const uint8_t *p, size_
 	return 0;
 }
 
+/* Whether 12 bytes can begin an RPC record: the last fragment's mark, of a length a record can
+ * have, then an XID and a message type (0 call, 1 reply). */
+static int record_start(const uint8_t *p)
+{
+	uint32_t len = (uint32_t)(p[0] & 0x7f) << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+	return (p[0] & 0x80) && len >= 8 && len <= MAX_RECORD && !p[8] && !p[9] && !p[10] && p[11] <= 1;
+}
+
+/* Joined mid-stream: begin where a segment begins a record. A record mark can come in a
+ * segment of its own (a server sends it apart from the message): a segment too short to tell
+ * is kept and read with the next one. 1 once synced (the kept bytes read), 0 not yet, -1 on an
+ * error raised. */
+static int join(struct run *r, struct stream *s, uint32_t seq, const uint8_t *p, size_t n,
+		int to_server)
+{
+	uint8_t head[12];
+	size_t have = 0;
+	if (!n)
+		return 0;
+	if (s->njoin && seq == s->join_seq + (uint32_t)s->njoin)
+		memcpy(head, s->join, have = s->njoin);
+	else
+		s->join_seq = seq;
+	size_t more = n < sizeof head - have ? n : sizeof head - have;
+	memcpy(head + have, p, more);
+	if (have + more < sizeof head) {
+		memcpy(s->join, head, s->njoin = have + more);
+		return 0;
+	}
+	s->njoin = 0;
+	if (have && record_start(head)) {
+		s->next_seq = s->join_seq, s->synced = 1;
+		if (stream_bytes(r, s, head, have, to_server))
+			return -1;
+		s->next_seq += (uint32_t)have;
+		return 1;
+	}
+	if (n >= sizeof head && record_start(p)) {
+		s->next_seq = seq, s->synced = 1;
+		return 1;
+	}
+	return 0;
+}
+
 static int tcp_segment(struct run *r, uint64_t key, uint32_t seq, int syn, int fin_rst,
 		       const uint8_t *p, size_t n, int to_server)
 {
-	struct stream *s = stream_get(key);
+	struct stream *s = stream_get(r, key);
 	if (!s) {
 		PyErr_NoMemory();
 		return -1;
@@ -848,10 +898,9 @@ static int tcp_segment(struct run *r, uint64_t key, uint32_t seq, int syn, int f
 		return 0;
 	}
 	if (!s->synced) {
-		/* joined mid-stream: begin where a segment begins with a record mark */
-		if (n < 12 || (p[0] & 0x80) == 0 || p[8] || p[9] || p[10] || p[11] > 1)
-			return 0;
-		s->next_seq = seq, s->synced = 1;
+		int rc = join(r, s, seq, p, n, to_server);
+		if (rc <= 0)
+			return rc;
 	}
 	if (s->dead || (n == 0 && !fin_rst))
 		return 0;
@@ -1298,9 +1347,9 @@ static PyObject *decode(PyObject *self, PyObject *args)
 	free(in.buf);
 	for (int c = 0; c < N_COLS; c++)
 		free(r.t[c].p);
-	if (!rc && streams_have_holes())
+	if (!rc && streams_have_holes(&r))
 		set_unknown(&r, "a TCP segment lost (a hole never filled)");
-	stream_free_all();
+	stream_free_all(&r);
 	if (rc)
 		return NULL;
 	if (cut)

@@ -31,7 +31,7 @@ from ..trace import pcapng
 from ..units import int_or_none
 from . import analysis, fleet
 from .listing import Analysis
-from .wire_passes import by_dir, listings
+from .wire_passes import Passes, by_dir, listings
 
 
 def _versions(lst, attrs):
@@ -83,7 +83,7 @@ def _whole(what):
 def analyze(path, tshark=None, ports=()):
     """Analysis of a capture file: listings, restarts and what limits them. ports: server
     ports besides 2049 whose traffic is NFS."""
-    cap = capture_mod.read(path, tshark=tshark, ports=ports)
+    cap = capture_mod.read(path, tshark=tshark, ports=ports, passes=Passes)
     _refuse_unusable(cap, path)
     phase, facts = _phase_facts(path)
     damage, dropped = _capture_damage(cap, path, phase, facts)

@@ -3,6 +3,7 @@ directory (wire.py says what a capture can and cannot tell of them)."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,39 +79,87 @@ def by_dir(table):
 
 
 def listings(cap):
-    """The listings of a Capture, in time order."""
-    rd = cap.readdirs
-    # Plain lists and arrays, read once: a server's capture has thousands of listings, and a
-    # pandas selection for each cost more than the whole decoding.
-    cols = {c: rd[c].tolist() for c in ("ts", "cookie", "reply_ts", "status", "cookies", "eof")}
-    out = [
-        lst for (client, fh), idx in by_dir(rd).items() for lst in _passes(client, fh, idx, cols)
-    ]
-    _give_rpcs(out, rd)
+    """The listings of a Capture read with passes=Passes, in time order."""
+    out = [lst for f in cap.passes.follow.values() for lst in f.out]
+    _give_rpcs(out, cap.readdirs)
     return sorted(out, key=lambda x: (x.start, x.client))
 
 
-def _passes(client, fh, idx, cols):
-    """One client's passes over one directory: its READDIRs (rows idx of cols, in time order)
-    cut where one pass ends and the next begins, their restarts and refetched entries."""
-    out = []
-    lst = None
-    seen: set[int] = set()  # entry cookies this pass has been given
-    last_reply_cookie = None
-    older: set[int] = set()  # last cookies of earlier replies of this pass
-    prev_cookies = None  # the entry cookies of the pass's previous reply
-    page = 0  # most entries the client took of a reply it did not use whole
-    seen_before: set[int] = set()  # entry cookies given before the reply being read
-    for i in idx:
-        ts, c, reply_ts = cols["ts"][i], cols["cookie"][i], cols["reply_ts"][i]
-        status, cookies, eof = cols["status"][i], cols["cookies"][i], cols["eof"][i]
-        cookie = None if pd.isna(c) else int(c)
+class Passes:
+    """Every client's passes over every directory, followed while the capture is read:
+    rpcmatch tells it of each READDIR call in the capture's order and of each reply as it
+    comes. A reply's entry cookies are used at once and dropped: what a pass keeps is its
+    own set of cookies and its previous reply's, so memory follows the passes under way, not
+    the capture's length."""
+
+    def __init__(self):
+        self.follow: dict[tuple, _Follow] = {}  # (client, fh) -> its passes, first come first
+
+    def call(self, row, i):
+        """A READDIR call: rpcmatch's Call (ts, client, fh, cookie), row i of the table."""
+        key = (row.client, row.fh)
+        f = self.follow.get(key)
+        if f is None:
+            f = self.follow[key] = _Follow(*key)
+        f.waiting.append((i, row))
+
+    def reply(self, row):
+        """row's reply came (its reply_ts, status, eof and cookies set): its directory's passes
+        read on as far as every earlier call of theirs has its reply."""
+        self.follow[row.client, row.fh].read_on()
+
+    def end(self):
+        """The capture is read: a call still waiting has no reply in it."""
+        for f in self.follow.values():
+            f.read_on(end=True)
+
+
+_NONE = np.zeros(0, dtype=np.uint64)
+
+
+def _has(sorted_cookies, cookie):
+    """Whether the cookie (an int) is among sorted_cookies (a sorted uint64 array)."""
+    c = np.uint64(cookie)  # never through a float: cookies near 2**63 are common
+    i = int(np.searchsorted(sorted_cookies, c))
+    return i < len(sorted_cookies) and sorted_cookies[i] == c
+
+
+class _Follow:
+    """One client's passes over one directory: its READDIRs, in the capture's order, cut where
+    one pass ends and the next begins, their restarts and refetched entries. The cookies it
+    keeps are 8 bytes each in numpy arrays: a server's capture has thousands of passes open at
+    once, each of thousands of entries (as Python sets, 0.5 MB a pass)."""
+
+    def __init__(self, client, fh):
+        self.client, self.fh = client, fh
+        self.waiting: deque = deque()  # (row number, row) of calls not read yet, in order
+        self.out: list[WireListing] = []
+        self.lst: WireListing | None = None
+        self.seen = _NONE  # entry cookies this pass has been given, sorted, each once
+        self.last_reply_cookie: int | None = None
+        self.older: set[int] = set()  # last cookies of earlier replies of this pass
+        self.prev_cookies = None  # the entry cookies of the pass's previous reply, in order
+        self.page = 0  # most entries the client took of a reply it did not use whole
+
+    def read_on(self, end=False):
+        w = self.waiting
+        while w and (end or w[0][1].reply_ts is not None):
+            i, row = w.popleft()
+            self._read(i, row)
+            row.cookies = None  # read: the pass keeps what it needs of them
+
+    def _read(self, i, row):
+        ts, cookie, reply_ts = row.ts, row.cookie, row.reply_ts
+        lst, prev_cookies, page = self.lst, self.prev_cookies, self.page
         # A reply with eof ends the pass only when the client asks nothing more of it:
         # 5.10 fills one page of its readdir cache from each reply and asks again from
         # the last cookie that fitted the page, a cookie of a reply of this pass, so after
         # an eof reply it reads on from inside it.
         reads_on = (
-            lst is not None and lst.ending == analysis.EOF and bool(cookie) and cookie in seen
+            lst is not None
+            and lst.ending == analysis.EOF
+            and bool(cookie)
+            and _has(self.seen, cookie)
         )
         # Such a client, taking at most `page` entries of a reply, has not finished the
         # pass while its last eof reply held more: a READDIR at cookie 0 then is a restart.
@@ -125,49 +174,55 @@ def _passes(client, fh, idx, cols):
             lst._restart_idx.append(len(lst._rows))  # a restart
             if unfinished:
                 lst.ending = analysis.CUT_OFF
-            seen_before = set(seen)
         elif lst is None or (lst.ending == analysis.EOF and not reads_on) or cookie == 0:
-            if lst is not None:
-                out.append(lst)
-            lst = _new_listing(client, fh, ts, began_before=cookie != 0)
-            seen, last_reply_cookie, older = set(), None, set()
-            prev_cookies, page = None, 0
-            seen_before = set()
+            lst = self.lst = _new_listing(self.client, self.fh, ts, began_before=cookie != 0)
+            self.seen, self.last_reply_cookie, self.older = _NONE, None, set()
+            self.prev_cookies, self.page = None, 0
+            self.out.append(lst)
         else:
             if reads_on:
                 lst.ending = analysis.CUT_OFF
-            if prev_cookies and cookie in prev_cookies:
-                took = prev_cookies.index(cookie) + 1
-                if took < len(prev_cookies):
-                    page = max(page, took)
-            seen_before = seen
+            if prev_cookies is not None and len(prev_cookies) and cookie is not None:
+                at = np.flatnonzero(prev_cookies == np.uint64(cookie))
+                if len(at) and at[0] + 1 < len(prev_cookies):
+                    self.page = max(page, int(at[0]) + 1)
             # A client continues from the last cookie of its previous reply; from an older
             # one, a second pass over the same directory interleaves with this one.
-            if last_reply_cookie is not None and cookie != last_reply_cookie and cookie in older:
+            last = self.last_reply_cookie
+            if last is not None and cookie != last and cookie in self.older:
                 lst.ambiguous_rows.append(len(lst._rows))
         lst._rows.append(i)
-        lst.end = int(ts if pd.isna(reply_ts) else reply_ts)
-        if pd.isna(reply_ts):
+        lst.end = int(ts if reply_ts is None else reply_ts)
+        if reply_ts is None:
             lst.missing_replies += 1
-            continue
+            return
+        status = row.status
         if status != 0:
             lst.ending, lst.error = analysis.ERROR, int(status)
-            continue
-        cookies = cookies.tolist() if cookies else []  # as ints once, not at each use
-        again = seen_before.intersection(cookies)  # none, or all: no need to count one by one
-        partly = 0 < len(again) < len(cookies)
-        lst.refetched_entries += sum(map(again.__contains__, cookies)) if partly else len(again)
-        seen.update(cookies)
-        prev_cookies = cookies
-        if last_reply_cookie is not None:
-            older.add(last_reply_cookie)
-        if cookies:
-            last_reply_cookie = cookies[-1]
-        if eof:
+            return
+        got = row.cookies
+        cookies = np.frombuffer(got, dtype=np.uint64) if got else _NONE
+        # Entries given again: each of this reply's cookies the pass was given before
+        # (at a restart too).
+        seen, new = self.seen, cookies
+        if len(seen) and len(cookies):
+            at = np.minimum(np.searchsorted(seen, cookies), len(seen) - 1)
+            again = seen[at] == cookies
+            lst.refetched_entries += int(np.count_nonzero(again))
+            new = cookies[~again]
+        if len(new):
+            # Into the sorted set: the new ones sorted, each once, inserted in place (np.union1d
+            # hashed and sorted the whole set again at every reply: 8 s of the 1 M capture).
+            new = np.sort(new)
+            new = new[np.concatenate(([True], new[1:] != new[:-1]))]
+            self.seen = np.insert(seen, np.searchsorted(seen, new), new)
+        self.prev_cookies = cookies
+        if self.last_reply_cookie is not None:
+            self.older.add(self.last_reply_cookie)
+        if len(cookies):
+            self.last_reply_cookie = int(cookies[-1])
+        if row.eof:
             lst.ending = analysis.EOF
-    if lst is not None:
-        out.append(lst)
-    return out
 
 
 def _give_rpcs(out, rd):

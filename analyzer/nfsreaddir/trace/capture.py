@@ -10,8 +10,8 @@ calls by XID, and returns:
                coarse clock ties), client (address:port of the caller), fh (CRC-32 of the
                directory's filehandle, as Wireshark shows it), xid, vers, plus, cookie asked,
                verifier, dircount, maxcount, and from its reply (NaN when the reply is not in
-               the capture): reply_ts, status, entries, last_cookie, eof, and the entries'
-               cookies
+               the capture): reply_ts, status, entries, last_cookie, eof (the entries'
+               cookies go to `passes` as they come, not into the table)
     attrs      the directory's version as replies carry it: ts, frame, client, fh, version
                (NFSv4 change attribute from GETATTR compounds; NFSv3 mtime/ctime of the
                post-op attributes of GETATTR and READDIR replies), fileid where the reply
@@ -123,11 +123,13 @@ def _quiet(err):
     ).strip()
 
 
-def read(path, tshark=None, ports=(), decoder=None):
+def read(path, tshark=None, ports=(), decoder=None, passes=None):
     """Decode a capture file into a Capture (see the module's text). ports: server ports
     besides 2049 whose traffic is NFS. decoder: "compiled" (wiredecode; tshark where it does
     not know a case, said on stderr), "tshark", or None for $NFSRT_DECODER, else compiled
-    where it is built."""
+    where it is built. passes: what makes the follower of the READDIRs' passes
+    (model/wire_passes.Passes), one for each decoding: it is given each reply's entry cookies,
+    which the tables do not keep; the Capture's `passes` is it."""
     kind = capture_format(path)
     if kind is None:
         raise CaptureError(f"{path!r} is not a pcap or pcapng capture (nor a gzip'd one)")
@@ -136,7 +138,7 @@ def read(path, tshark=None, ports=(), decoder=None):
     if decoder not in ("compiled", "tshark"):
         raise CaptureError(f"decoder {decoder!r}: say compiled or tshark")
     if decoder == "compiled" and wiredecode.available():
-        cap, unknown = wiredecode.read(path, kind, ports)
+        cap, unknown = wiredecode.read(path, kind, ports, passes)
         if cap is not None:
             return cap
         sys.stderr.write(
@@ -149,7 +151,7 @@ def read(path, tshark=None, ports=(), decoder=None):
             "tshark is not installed: captures are decoded with Wireshark's "
             "dissector (apt-get install tshark, or reproducers/setup-host)"
         )
-    reader = CaptureReader(path, kind, _Messages(messages_command(path, tshark, ports)))
+    reader = CaptureReader(path, kind, _Messages(messages_command(path, tshark, ports)), passes)
     reader.cap.ports = ports
     if decoder == "compiled" and wiredecode.available():
         reader.cap.fallback = unknown

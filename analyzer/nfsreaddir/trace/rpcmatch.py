@@ -32,6 +32,28 @@ if TYPE_CHECKING:  # (pandas is imported where the tables are made)
     import pandas
 
 
+# The READDIR table's columns, in order.
+TABLE = (
+    "ts",
+    "frame",
+    "client",
+    "fh",
+    "xid",
+    "vers",
+    "plus",
+    "cookie",
+    "verifier",
+    "dircount",
+    "maxcount",
+    "reply_ts",
+    "status",
+    "entries",
+    "last_cookie",
+    "eof",
+    "fileid",
+)
+
+
 def first(v, name):
     """The first of the values tshark gives for a field, as text ("" for none)."""
     return v[COL[name]].split(",")[0]
@@ -59,6 +81,8 @@ class Capture:
     retransmitted_segments: int = 0  # TCP data seen again (compiled decoder only)
     reordered_segments: int = 0  # TCP segments ahead of a hole, held until it filled
     fallback: str | None = None  # why tshark decoded it: what the compiled decoder met
+    # What followed the READDIRs' passes as they were read (read()'s `passes`), or None.
+    passes: object = None
     warnings: list = field(default_factory=list)
 
     @property
@@ -76,15 +100,35 @@ def _cookie_array(texts):
         return array("Q", (c for c in map(int_or_none, texts) if c is not None and c >= 0))
 
 
+class Call:
+    """A call (READDIR or GETATTR) from the capture, and its reply's values once it comes.
+    Slots, not a dict: a big capture keeps 100,000s of READDIRs until its tables are made
+    (a dict of these 20 keys is 1.2 KB, this 0.2)."""
+
+    __slots__ = (*TABLE, "kind", "done", "cookies")
+
+    def __init__(self, kind, **values):
+        for k in TABLE:
+            setattr(self, k, None)
+        self.kind, self.done, self.cookies = kind, False, None
+        for k, v in values.items():
+            setattr(self, k, v)
+
+
 class CaptureReader:
     """From tshark's lines to the tables: one pass, calls kept until their reply."""
 
-    def __init__(self, path, kind, several):
+    def __init__(self, path, kind, several, passes=None):
         self.cap = Capture(path, kind, None, None)
         self.several = several  # the frames with several RPC messages, message by message
-        self.calls = {}  # (client, xid) -> row dict (READDIR) or ("attr", fh, ...)
+        # Told of each READDIR call, in order, and of its reply: a reply's entry cookies go
+        # there and nowhere else (millions of them in a big capture; the tables keep none).
+        self.passes = self.cap.passes = passes() if passes else None
+        self.calls = {}  # (client, xid) -> Call
         self.rows = []  # READDIR rows in call order
         self.attrs = []
+        # Each client's and directory's name as one string, however many rows name it.
+        self.names: dict[str, str] = {}
         self.messages = 0
 
     # -- one frame -------------------------------------------------------------------------
@@ -131,9 +175,12 @@ class CaptureReader:
         xid = int_or_none(v[COL["xid"]], 0)
         kind = v[COL["msgtyp"]][:1]
         if kind == "0":
-            self._call(v, ts, endpoint(src, sport), xid, frame)
+            self._call(v, ts, self._name(endpoint(src, sport)), xid, frame)
         elif kind == "1":
-            self._reply(v, ts, endpoint(dst, dport), xid, frame)
+            self._reply(v, ts, self._name(endpoint(dst, dport)), xid, frame)
+
+    def _name(self, text):
+        return self.names.setdefault(text, text)
 
     # -- calls -----------------------------------------------------------------------------
     def _call(self, v, ts, client, xid, frame):
@@ -142,7 +189,7 @@ class CaptureReader:
         fhs = split_values(v[COL["fh"]])
         key = (client, xid)
         if key in self.calls:
-            if self.calls[key].get("kind") == "readdir":
+            if self.calls[key].kind == "readdir":
                 self.cap.retransmitted_calls += 1
             return  # a retransmission: the first transmission is the call
         if vers == 2:
@@ -153,7 +200,7 @@ class CaptureReader:
                 plus = proc == NFS3_READDIRPLUS
                 self._open_call(
                     key,
-                    (ts, frame, client, fhs[0], xid),
+                    (ts, frame, client, self._name(fhs[0]), xid),
                     "3",
                     plus,
                     first(v, "cookie3"),
@@ -162,7 +209,7 @@ class CaptureReader:
                     first(v, "maxcount3" if plus else "count3"),
                 )
             elif proc == NFS3_GETATTR and fhs:
-                self.calls[key] = dict(kind="getattr", fh=fhs[0], vers="3")
+                self.calls[key] = Call("getattr", fh=self._name(fhs[0]), vers="3")
         elif vers == 4 and proc == NFS4_COMPOUND:
             op = int_or_none(first(v, "mainop"))
             minor = int_or_none(first(v, "minor"))
@@ -172,7 +219,7 @@ class CaptureReader:
             if op == OP4_READDIR and fhs:
                 self._open_call(
                     key,
-                    (ts, frame, client, fhs[0], xid),
+                    (ts, frame, client, self._name(fhs[0]), xid),
                     "4",
                     False,
                     first(v, "cookie4"),
@@ -183,13 +230,13 @@ class CaptureReader:
             elif op == OP4_GETATTR and len(fhs) == 1:
                 # Only a plain PUTFH+GETATTR: in a compound that moves the current filehandle
                 # (LOOKUP, OPEN) the attributes may be another object's.
-                self.calls[key] = dict(kind="getattr", fh=fhs[0], vers="4")
+                self.calls[key] = Call("getattr", fh=self._name(fhs[0]), vers="4")
 
     def _open_call(self, key, where, vers, plus, cookie, verifier, dircount, maxcount):
         """A READDIR call (its values as tshark gives them), waiting for its reply."""
         ts, frame, client, fh, xid = where
-        row = dict(
-            kind="readdir",
+        row = Call(
+            "readdir",
             ts=ts,
             frame=frame,
             client=client,
@@ -201,54 +248,51 @@ class CaptureReader:
             verifier=verifier or None,
             dircount=int_or_none(dircount),
             maxcount=int_or_none(maxcount),
-            reply_ts=None,
-            status=None,
-            entries=None,
-            last_cookie=None,
-            eof=None,
-            cookies=None,
         )
         self.calls[key] = row
         self.rows.append(row)
+        if self.passes is not None:
+            self.passes.call(row, len(self.rows) - 1)
 
     # -- replies ---------------------------------------------------------------------------
     def _reply(self, v, ts, client, xid, frame):
         call = self.calls.get((client, xid))
         if call is None:
             return  # a reply to a call not followed (or from before the capture)
-        if call.get("done"):
+        if call.done:
             return  # a duplicate reply
-        call["done"] = True
+        call.done = True
         accepted = v[COL["replystat"]][:1] == "0" and v[COL["accept"]][:1] == "0"
-        if call["vers"] == "3":
+        if call.vers == "3":
             status = int_or_none(first(v, "status3")) if accepted else -1
             ver, fileid = self._v3_attrs(v)
         else:
             status = int_or_none(first(v, "status4")) if accepted else -1
-            ver = int_or_none(first(v, "change4")) if call["kind"] == "getattr" else None
-            fileid = int_or_none(first(v, "fileid4")) if call["kind"] == "getattr" else None
+            ver = int_or_none(first(v, "change4")) if call.kind == "getattr" else None
+            fileid = int_or_none(first(v, "fileid4")) if call.kind == "getattr" else None
         if ver is not None and status == 0:
+            # A tuple, not a dict: a big capture has 100,000s of them.
             self.attrs.append(
-                dict(
-                    ts=ts,
-                    frame=frame,
-                    client=client,
-                    fh=call["fh"],
-                    version=ver,
-                    fileid=fileid,
-                    source="GETATTR" if call["kind"] == "getattr" else "READDIR",
+                (
+                    ts,
+                    frame,
+                    client,
+                    call.fh,
+                    ver,
+                    fileid,
+                    "GETATTR" if call.kind == "getattr" else "READDIR",
                 )
             )
-        if call["kind"] != "readdir":
+        if call.kind != "readdir":
             del self.calls[(client, xid)]
             return
-        call["reply_ts"], call["status"] = ts, status
+        call.reply_ts, call.status = ts, status
         if status == 0:
-            if call["vers"] == "3":
-                cookies = v[COL["epcookie3" if call["plus"] else "ecookie3"]]
+            if call.vers == "3":
+                cookies = v[COL["epcookie3" if call.plus else "ecookie3"]]
                 eof = flag(first(v, "eof3"))
                 if fileid is not None:
-                    call["fileid"] = fileid
+                    call.fileid = fileid
             else:
                 cookies = v[COL["cookie4"]]
                 eof = flag(first(v, "eof4"))
@@ -257,10 +301,13 @@ class CaptureReader:
                 cookies = array("Q", cookies)
             else:
                 cookies = _cookie_array(split_values(cookies))
-            call["entries"] = len(cookies)
-            call["last_cookie"] = cookies[-1] if cookies else None
-            call["eof"] = eof
-            call["cookies"] = cookies
+            call.entries = len(cookies)
+            call.last_cookie = cookies[-1] if cookies else None
+            call.eof = eof
+            if self.passes is not None:
+                call.cookies = cookies
+        if self.passes is not None:
+            self.passes.reply(call)
 
     @staticmethod
     def _v3_attrs(v):
@@ -281,26 +328,8 @@ class CaptureReader:
         import pandas as pd  # only a capture's tables need it (0.5 s to import)
 
         cap = self.cap
-        cols = [
-            "ts",
-            "frame",
-            "client",
-            "fh",
-            "xid",
-            "vers",
-            "plus",
-            "cookie",
-            "verifier",
-            "dircount",
-            "maxcount",
-            "reply_ts",
-            "status",
-            "entries",
-            "last_cookie",
-            "eof",
-            "cookies",
-            "fileid",
-        ]
+        if self.passes is not None:
+            self.passes.end()
         # Column by column from the rows, so that no 64-bit cookie goes through a float.
         typed = {
             "cookie": "UInt64",
@@ -317,14 +346,16 @@ class CaptureReader:
         }
         df = pd.DataFrame(
             {
-                c: pd.array([r.get(c) for r in self.rows], dtype=typed[c])
+                c: pd.array([getattr(r, c) for r in self.rows], dtype=typed[c])
                 if c in typed
-                else pd.Series([r.get(c) for r in self.rows], dtype="object")
-                for c in cols
+                else pd.Series([getattr(r, c) for r in self.rows], dtype="object")
+                for c in TABLE
             }
         )
-        # In the capture's order: frame numbers tell apart what coarse timestamps tie.
-        df = df.sort_values("frame", kind="stable").reset_index(drop=True)
+        # In the capture's order, as both decoders give the messages (frame numbers tell apart
+        # what coarse timestamps tie): the passes know the calls by their row here.
+        if not df["frame"].is_monotonic_increasing:
+            raise RuntimeError(f"{cap.path}: the decoder gave RPC messages out of frame order")
         attrs = pd.DataFrame(
             self.attrs, columns=["ts", "frame", "client", "fh", "version", "fileid", "source"]
         )
