@@ -1011,35 +1011,25 @@ static int ip_packet(struct run *r, const uint8_t *p, size_t n)
 	} else {
 		return 0;
 	}
-	if (proto == 6) {
-		if (n4 < 20)
-			return 0;
-		size_t off = (size_t)(l4[12] >> 4) * 4;
-		if (off < 20 || off > n4)
-			return 0;
-		r->sport = (unsigned)l4[0] << 8 | l4[1], r->dport = (unsigned)l4[2] << 8 | l4[3];
-		int to_server = is_port(r, r->dport);
-		if (!to_server && !is_port(r, r->sport))
-			return 0;
+	/* TCP and UDP both begin with the two ports: a segment not to or from an NFS port ends here. */
+	if ((proto != 6 && proto != 17) || n4 < (proto == 6 ? 20u : 8u))
+		return 0;
+	r->sport = (unsigned)l4[0] << 8 | l4[1], r->dport = (unsigned)l4[2] << 8 | l4[3];
+	int to_server = is_port(r, r->dport);
+	if (!to_server && !is_port(r, r->sport))
+		return 0;
+	r->udp = proto == 17;
+	if (r->udp) {
 		r->port_frames++;
-		r->udp = 0;
-		uint32_t seq = (uint32_t)l4[4] << 24 | (uint32_t)l4[5] << 16 | (uint32_t)l4[6] << 8 | l4[7];
-		h = mix(h, (uint64_t)r->sport << 16 | r->dport);
-		return tcp_segment(r, h ? h : 1, seq, l4[13] & 2, l4[13] & 5, l4 + off, n4 - off,
-				   to_server);
-	}
-	if (proto == 17) {
-		if (n4 < 8)
-			return 0;
-		r->sport = (unsigned)l4[0] << 8 | l4[1], r->dport = (unsigned)l4[2] << 8 | l4[3];
-		int to_server = is_port(r, r->dport);
-		if (!to_server && !is_port(r, r->sport))
-			return 0;
-		r->port_frames++;
-		r->udp = 1;
 		return rpc_message(r, l4 + 8, n4 - 8, to_server);
 	}
-	return 0;
+	size_t off = (size_t)(l4[12] >> 4) * 4;
+	if (off < 20 || off > n4)
+		return 0;
+	r->port_frames++;
+	uint32_t seq = (uint32_t)l4[4] << 24 | (uint32_t)l4[5] << 16 | (uint32_t)l4[6] << 8 | l4[7];
+	h = mix(h, (uint64_t)r->sport << 16 | r->dport);
+	return tcp_segment(r, h ? h : 1, seq, l4[13] & 2, l4[13] & 5, l4 + off, n4 - off, to_server);
 }
 
 static int link_packet(struct run *r, int linktype, const uint8_t *p, size_t n)
