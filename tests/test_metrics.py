@@ -104,6 +104,22 @@ def test_series_capped_with_an_other_bucket():
     assert sum(readdirs.values()) == sum(sums(whole, "nfs_readdir_readdirs_total", "comm").values())
 
 
+def test_series_overflow_counts_events_not_polls():
+    """The overflow counter counts what went to "other", once: watch's polls with no new
+    event (5 a second) while a listing of an "other" series is under way add nothing."""
+    replay, m, t = replayed("multi-6.1/multi.dat", max_series=2)
+    overflow = "nfs_readdir_watch_series_overflow_total"
+    polled = 0
+    for i in range(0, len(replay.items), 50):
+        t.feed(replay.items[i : i + 50])
+        before = sums(m, overflow, "")
+        polled += sums(m, "nfs_readdir_listings_in_progress", "comm")["other"] > 0
+        for _ in range(3):
+            t.feed([])
+        assert sums(m, overflow, "") == before
+    assert polled and sum(sums(m, overflow, "").values()) > 0
+
+
 def test_mount_table_read_once_for_devices_of_no_mount(monkeypatch):
     """The replayed traces' devices are mounts of the guest that recorded them, of none here,
     as a container's own mounts are for a watch on its host: the mount table is read when

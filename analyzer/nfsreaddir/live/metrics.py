@@ -146,7 +146,6 @@ class Metrics:
         key = (mount, "" if fileid is None else str(fileid), self.paths.get(fileid, ""), o.comm)
         if key not in self.series:
             if len(self.series) >= self.max_series:
-                self.overflow.inc()
                 return OTHER
             self.series.add(key)
             # Every counter of a new series starts at 0, so that rate() and increase() count
@@ -160,6 +159,10 @@ class Metrics:
         """Add n to counter `what` of open o's series (extra: the labels after LABELS)."""
         if n:
             key = (what, self.labels(o), extra)
+            # (Here, not in labels(): listings() takes the labels of the listings under way at
+            # each of watch's polls, which counted them again 5 times a second.)
+            if key[1] is OTHER:
+                self.overflow.inc()
             c = self._children.get(key)
             if c is None:
                 c = self._children[key] = self.by_name[what].labels(*key[1], *extra)
