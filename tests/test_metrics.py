@@ -8,6 +8,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import urllib.request
 
 import pytest
@@ -101,6 +102,61 @@ def test_series_capped_with_an_other_bucket():
     replay, whole, t = replayed("multi-6.1/multi.dat")
     t.feed(replay.items)
     assert sum(readdirs.values()) == sum(sums(whole, "nfs_readdir_readdirs_total", "comm").values())
+
+
+def test_series_overflow_counts_events_not_polls():
+    """The overflow counter counts what went to "other", once: watch's polls with no new
+    event (5 a second) while a listing of an "other" series is under way add nothing."""
+    replay, m, t = replayed("multi-6.1/multi.dat", max_series=2)
+    overflow = "nfs_readdir_watch_series_overflow_total"
+    polled = 0
+    for i in range(0, len(replay.items), 50):
+        t.feed(replay.items[i : i + 50])
+        before = sums(m, overflow, "")
+        polled += sums(m, "nfs_readdir_listings_in_progress", "comm")["other"] > 0
+        for _ in range(3):
+            t.feed([])
+        assert sums(m, overflow, "") == before
+    assert polled and sum(sums(m, overflow, "").values()) > 0
+
+
+def test_mount_table_read_once_for_devices_of_no_mount(monkeypatch):
+    """The replayed traces' devices are mounts of the guest that recorded them, of none here,
+    as a container's own mounts are for a watch on its host: the mount table is read when
+    watch starts, not again for each event counted (337 reads in this replay, before)."""
+    reads = []
+    real = metrics.mounts
+    monkeypatch.setattr(metrics, "mounts", lambda: reads.append(1) or real())
+    replay, m, t = replayed("multi-5.10/multi.dat")
+    t.feed(replay.items)
+    assert sum(sums(m, "nfs_readdir_readdirs_total", "comm").values()) > 0
+    assert len(reads) == 1 and any(k[0] for k in m.series), (len(reads), m.series)
+
+
+def test_mount_table_read_again_when_it_changes(tmp_path):
+    """A mount made after watch started (each client mount of a fleet's automounter) is named
+    by its mount point from its first event; until then the table is not read again."""
+    code = f"""
+import os, subprocess
+from nfsreaddir.live import metrics
+reads = []
+real = metrics.mounts
+metrics.mounts = lambda: reads.append(1) or real()
+m = metrics.Mounts()
+st = os.stat({str(tmp_path)!r}).st_dev
+dev = os.major(st) << 20 | os.minor(st)
+assert m.get(dev) != {str(tmp_path)!r} and m.get(dev) == m.get(dev), m.get(dev)
+subprocess.run(["mount", "-t", "tmpfs", "tmpfs", {str(tmp_path)!r}], check=True)
+st = os.stat({str(tmp_path)!r}).st_dev
+print(len(reads), m.get(os.major(st) << 20 | os.minor(st)), len(reads))
+"""
+    p = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["1", str(tmp_path), "2"], p.stdout
 
 
 def test_exposition_http_and_textfile(tmp_path):

@@ -9,8 +9,11 @@ MAX_SERIES directory x process series every new one is counted under the "other"
 client that lists millions of directories over months costs Prometheus a bounded number of series.
 """
 
+import collections
 import os
+import select
 import time
+import weakref
 
 from prometheus_client import (
     CollectorRegistry,
@@ -40,6 +43,26 @@ def mounts():
     return out
 
 
+class Mounts:
+    """The mount point of each dev (mounts()), the table read again only once it has changed:
+    /proc/self/mountinfo polls POLLPRI once after each mount or unmount (proc(5)). So a dev
+    that no mount of this namespace has (a container's own mount) costs a poll per event
+    counted, not a read of the whole table, and a dev number a new mount takes over is named
+    by its new mount point."""
+
+    def __init__(self):
+        fd = os.open("/proc/self/mountinfo", os.O_RDONLY)
+        weakref.finalize(self, os.close, fd)
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLPRI)
+        self._table = mounts()
+
+    def get(self, dev):
+        if self._poll.poll(0):
+            self._table = mounts()
+        return self._table.get(dev)
+
+
 class Metrics:
     """The counters and gauges, fed by watch's tracker (count()) and its loop (health())."""
 
@@ -47,7 +70,12 @@ class Metrics:
         self.paths = paths or {}  # fileid -> path, where watch knows it
         self.max_series = max_series
         self.series = set()
-        self._mounts = {}
+        self._mounts = Mounts()
+        # Each series' counters as the client library hands them out (.labels() validates and
+        # looks up the labels under a lock: most of what counting an event cost); the gauge's
+        # series of the last listings() (it is set again only when they change).
+        self._children = {}
+        self._in_progress = collections.Counter()
         r = self.registry = CollectorRegistry()
         # process_cpu_seconds_total, process_start_time_seconds (a restart of watch is seen by
         # it changing), process_resident_memory_bytes: watch's own cost.
@@ -114,13 +142,10 @@ class Metrics:
         """The labels of an open: its mount, fileid, path where known and process name; the
         "other" ones once there are max_series others."""
         dev, fileid = o.dev, o.fileid
-        if dev is not None and dev not in self._mounts:
-            self._mounts = mounts()
-        mount = self._mounts.get(dev, "" if dev is None else str(dev))
+        mount = "" if dev is None else self._mounts.get(dev) or str(dev)
         key = (mount, "" if fileid is None else str(fileid), self.paths.get(fileid, ""), o.comm)
         if key not in self.series:
             if len(self.series) >= self.max_series:
-                self.overflow.inc()
                 return OTHER
             self.series.add(key)
             # Every counter of a new series starts at 0, so that rate() and increase() count
@@ -133,13 +158,26 @@ class Metrics:
     def count(self, what, o, n=1, *extra):
         """Add n to counter `what` of open o's series (extra: the labels after LABELS)."""
         if n:
-            self.by_name[what].labels(*self.labels(o), *extra).inc(n)
+            key = (what, self.labels(o), extra)
+            # (Here, not in labels(): listings() takes the labels of the listings under way at
+            # each of watch's polls, which counted them again 5 times a second.)
+            if key[1] is OTHER:
+                self.overflow.inc()
+            c = self._children.get(key)
+            if c is None:
+                c = self._children[key] = self.by_name[what].labels(*key[1], *extra)
+            c.inc(n)
 
     def listings(self, live_opens):
-        """Set the gauge of listings under way to the opens being read now."""
+        """Set the gauge of listings under way to the opens being read now (watch calls this
+        at every poll, 5 times a second: the gauge is set again only when they changed)."""
+        now = collections.Counter(self.labels(o) for o in live_opens)
+        if now == self._in_progress:
+            return
+        self._in_progress = now
         self.in_progress.clear()
-        for o in live_opens:
-            self.in_progress.labels(*self.labels(o)).inc()
+        for key, n in now.items():
+            self.in_progress.labels(*key).set(n)
 
     def health(self, live):
         """Take the ring buffer's counts so far (LiveTrace.events, lost, losses)."""
