@@ -172,7 +172,7 @@ def _mutations(packets, rng, n):
 @built
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "name,n", [("6.1-v3-cap/modified.pcap.gz", 10), ("6.1-v4.1-cap/idle.pcap.gz", 6)]
+    "name,n", [("6.1-v3-cap/modified.pcap.gz", 40), ("6.1-v4.1-cap/idle.pcap.gz", 24)]
 )
 def test_damaged_captures_never_get_a_verdict_tshark_would_not_give(
     name, n, tmp_path, capfd, monkeypatch
