@@ -406,9 +406,11 @@ def _follow(cap, rd):
     cap.readdirs, cap.passes = rd.drop(columns="cookies"), wire_passes.Passes()
     for i, r in enumerate(rd.to_dict("records")):
         cookies = r.pop("cookies")
-        row = rpcmatch.Call("readdir", **{k: None if pd.isna(v) else v for k, v in r.items()})
+        r = {k: None if pd.isna(v) else v for k, v in r.items()}
+        row = rpcmatch.Call("readdir", r["fh"], r["vers"], i, r["ts"], r["client"], r["plus"])
+        row.cookie, row.status, row.eof = r["cookie"], r["status"], r["eof"]
         row.cookies = array("Q", cookies or [])
-        reply_ts, row.reply_ts = row.reply_ts, None
+        reply_ts = r["reply_ts"]
         cap.passes.call(row, i)
         if reply_ts is not None:
             row.reply_ts = reply_ts
