@@ -5,6 +5,7 @@ both as a trace.dat and as a tcpdump capture on the guest's loopback. Damaged ca
 from them here with Wireshark's own tools (editcap), so every input is a real capture.
 """
 
+import gc
 import gzip
 import json
 import os
@@ -406,9 +407,11 @@ def _follow(cap, rd):
     cap.readdirs, cap.passes = rd.drop(columns="cookies"), wire_passes.Passes()
     for i, r in enumerate(rd.to_dict("records")):
         cookies = r.pop("cookies")
-        row = rpcmatch.Call("readdir", **{k: None if pd.isna(v) else v for k, v in r.items()})
+        r = {k: None if pd.isna(v) else v for k, v in r.items()}
+        row = rpcmatch.Call("readdir", r["fh"], r["vers"], i, r["ts"], r["client"], r["plus"])
+        row.cookie, row.status, row.eof = r["cookie"], r["status"], r["eof"]
         row.cookies = array("Q", cookies or [])
-        reply_ts, row.reply_ts = row.reply_ts, None
+        reply_ts = r["reply_ts"]
         cap.passes.call(row, i)
         if reply_ts is not None:
             row.reply_ts = reply_ts
@@ -664,3 +667,22 @@ def test_what_the_wire_cannot_know_is_unknown(name, nfs):
     assert out["trace"]["nfs"] == out["run"]["nfs"] == nfs
     for lst in out["listings"]:
         assert lst["pid"] is None and lst["cache_range_trims"] is None
+
+
+class _CountsCalls(wire_passes.Passes):
+    """Passes that count, when the capture is read, the READDIR calls still kept as objects."""
+
+    def end(self):
+        self.kept = sum(isinstance(o, rpcmatch.Call) for o in gc.get_objects())
+        super().end()
+
+
+def test_a_readdir_is_kept_as_an_object_only_until_its_reply():
+    """A server's capture is kept as the tables' columns, not as one object a READDIR: once
+    the capture is read, no call with its reply is still an object (memory flat in the
+    capture's length). Both decoders."""
+    path = os.path.join(FIXTURES, "fleet-5.10", "fleet.pcap.gz")
+    for decoder in ("compiled", "tshark"):
+        cap = capture.read(path, decoder=decoder, passes=_CountsCalls)
+        assert len(cap.readdirs) > 100
+        assert cap.passes.kept == cap.missing_replies, decoder

@@ -101,18 +101,89 @@ def _cookie_array(texts):
 
 
 class Call:
-    """A call (READDIR or GETATTR) from the capture, and its reply's values once it comes.
-    Slots, not a dict: a big capture keeps 100,000s of READDIRs until its tables are made
-    (a dict of these 20 keys is 1.2 KB, this 0.2)."""
+    """A call (READDIR or GETATTR) waiting for its reply, and the reply's values once it comes
+    (the passes read them). Slots, not a dict: a server's capture has thousands waiting at
+    once. Once a READDIR's reply is read its values are in the table's columns (row `i`)
+    and the Call is dropped: the capture's READDIRs are kept as columns, not as objects."""
 
-    __slots__ = (*TABLE, "kind", "done", "cookies")
+    __slots__ = (
+        "kind",
+        "i",
+        "ts",
+        "client",
+        "fh",
+        "vers",
+        "plus",
+        "cookie",
+        "reply_ts",
+        "status",
+        "eof",
+        "cookies",
+    )
 
-    def __init__(self, kind, **values):
-        for k in TABLE:
-            setattr(self, k, None)
-        self.kind, self.done, self.cookies = kind, False, None
-        for k, v in values.items():
-            setattr(self, k, v)
+    def __init__(self, kind, fh, vers, i=None, ts=None, client=None, plus=None, cookie=None):
+        self.kind, self.fh, self.vers, self.i = kind, fh, vers, i
+        self.ts, self.client, self.plus, self.cookie = ts, client, plus, cookie
+        self.reply_ts = self.status = self.eof = self.cookies = None
+
+
+class _Ints:
+    """A column of integers or None, grown a row at a time: the values in a typed array (8
+    bytes each, where a Python int is 28-32 and a list's pointer 8 more), one byte a row
+    saying which are missing. "q" for signed 64-bit values, "Q" for cookies (no float on
+    the way: an IntegerArray is made of the array itself)."""
+
+    __slots__ = ("values", "missing")
+
+    def __init__(self, code):
+        self.values, self.missing = array(code), bytearray()
+
+    def append(self, v):
+        if v is None:
+            self.values.append(0)
+            self.missing.append(1)
+        else:
+            self.values.append(v)
+            self.missing.append(0)
+
+    def __setitem__(self, i, v):
+        if v is not None:
+            self.values[i] = v
+            self.missing[i] = 0
+
+    def pandas(self):
+        """The column as pandas' Int64 or UInt64, of the array itself: the column is done."""
+        import numpy as np
+        import pandas as pd
+
+        dtype = np.uint64 if self.values.typecode == "Q" else np.int64
+        values = np.frombuffer(self.values, dtype=dtype)
+        return pd.arrays.IntegerArray(values, np.frombuffer(self.missing, dtype=bool))
+
+
+# The READDIR table's columns of integers: "Q" cookies, the rest "q" (Int64). The others
+# (client, fh, vers, plus, verifier, eof) are Python objects each shared by many rows.
+INTS = {
+    "ts": "q",
+    "frame": "q",
+    "xid": "q",
+    "cookie": "Q",
+    "dircount": "q",
+    "maxcount": "q",
+    "reply_ts": "q",
+    "status": "q",
+    "entries": "q",
+    "last_cookie": "Q",
+    "fileid": "q",
+}
+# The attribute replies' table: ts and frame typed; the rest lists, their dtypes pandas'
+# choice as before (version: Python ints, a v3 one 128 bits; fileid: ints, None, or past int64).
+ATTRS = ("ts", "frame", "client", "fh", "version", "fileid", "source")
+ATTR_INTS = ("ts", "frame")
+
+
+def _columns(names, ints):
+    return {c: _Ints(INTS[c]) if c in ints else [] for c in names}
 
 
 class CaptureReader:
@@ -124,9 +195,14 @@ class CaptureReader:
         # Told of each READDIR call, in order, and of its reply: a reply's entry cookies go
         # there and nowhere else (millions of them in a big capture; the tables keep none).
         self.passes = self.cap.passes = passes() if passes else None
-        self.calls = {}  # (client, xid) -> Call
-        self.rows = []  # READDIR rows in call order
-        self.attrs = []
+        self.calls = {}  # (client, xid) -> Call, until its reply
+        # READDIRs replied to, as client number << 32 | xid: a call seen again is a
+        # retransmission, its reply a duplicate.
+        self.replied: set[int] = set()
+        self.client_no: dict[str, int] = {}
+        self.rows = 0  # READDIRs, in call order: the columns' length
+        self.cols = _columns(TABLE, INTS)
+        self.attrs = _columns(ATTRS, ATTR_INTS)
         # Each client's and directory's name as one string, however many rows name it.
         self.names: dict[str, str] = {}
         self.messages = 0
@@ -182,14 +258,18 @@ class CaptureReader:
     def _name(self, text):
         return self.names.setdefault(text, text)
 
+    def _replied(self, client, xid):
+        no = self.client_no.setdefault(client, len(self.client_no))
+        return no << 32 | xid if xid is not None else (no, None)  # (an XID tshark could not read)
+
     # -- calls -----------------------------------------------------------------------------
     def _call(self, v, ts, client, xid, frame):
         vers = int_or_none(first(v, "vers"))
         proc = int_or_none(first(v, "proc"))
         fhs = split_values(v[COL["fh"]])
         key = (client, xid)
-        if key in self.calls:
-            if self.calls[key].kind == "readdir":
+        if key in self.calls or self._replied(client, xid) in self.replied:
+            if key not in self.calls or self.calls[key].kind == "readdir":
                 self.cap.retransmitted_calls += 1
             return  # a retransmission: the first transmission is the call
         if vers == 2:
@@ -209,7 +289,7 @@ class CaptureReader:
                     first(v, "maxcount3" if plus else "count3"),
                 )
             elif proc == NFS3_GETATTR and fhs:
-                self.calls[key] = Call("getattr", fh=self._name(fhs[0]), vers="3")
+                self.calls[key] = Call("getattr", self._name(fhs[0]), "3")
         elif vers == 4 and proc == NFS4_COMPOUND:
             op = int_or_none(first(v, "mainop"))
             minor = int_or_none(first(v, "minor"))
@@ -230,38 +310,37 @@ class CaptureReader:
             elif op == OP4_GETATTR and len(fhs) == 1:
                 # Only a plain PUTFH+GETATTR: in a compound that moves the current filehandle
                 # (LOOKUP, OPEN) the attributes may be another object's.
-                self.calls[key] = Call("getattr", fh=self._name(fhs[0]), vers="4")
+                self.calls[key] = Call("getattr", self._name(fhs[0]), "4")
 
     def _open_call(self, key, where, vers, plus, cookie, verifier, dircount, maxcount):
         """A READDIR call (its values as tshark gives them), waiting for its reply."""
         ts, frame, client, fh, xid = where
-        row = Call(
-            "readdir",
-            ts=ts,
-            frame=frame,
-            client=client,
-            fh=fh,
-            xid=xid,
-            vers=vers,
-            plus=plus,
-            cookie=int_or_none(cookie),
-            verifier=verifier or None,
-            dircount=int_or_none(dircount),
-            maxcount=int_or_none(maxcount),
-        )
+        cookie = int_or_none(cookie)
+        row = Call("readdir", fh, vers, self.rows, ts, client, plus, cookie)
         self.calls[key] = row
-        self.rows.append(row)
+        self.rows += 1
+        c = self.cols
+        c["ts"].append(ts)
+        c["frame"].append(frame)
+        c["client"].append(client)
+        c["fh"].append(fh)
+        c["xid"].append(xid)
+        c["vers"].append(vers)
+        c["plus"].append(plus)
+        c["cookie"].append(cookie)
+        c["verifier"].append(self._name(verifier) if verifier else None)
+        c["dircount"].append(int_or_none(dircount))
+        c["maxcount"].append(int_or_none(maxcount))
+        for name in ("reply_ts", "status", "entries", "last_cookie", "eof", "fileid"):
+            c[name].append(None)  # until the reply
         if self.passes is not None:
-            self.passes.call(row, len(self.rows) - 1)
+            self.passes.call(row, row.i)
 
     # -- replies ---------------------------------------------------------------------------
     def _reply(self, v, ts, client, xid, frame):
         call = self.calls.get((client, xid))
         if call is None:
             return  # a reply to a call not followed (or from before the capture)
-        if call.done:
-            return  # a duplicate reply
-        call.done = True
         accepted = v[COL["replystat"]][:1] == "0" and v[COL["accept"]][:1] == "0"
         if call.vers == "3":
             status = int_or_none(first(v, "status3")) if accepted else -1
@@ -272,27 +351,28 @@ class CaptureReader:
             fileid = int_or_none(first(v, "fileid4")) if call.kind == "getattr" else None
         if ver is not None and status == 0:
             # A tuple, not a dict: a big capture has 100,000s of them.
-            self.attrs.append(
-                (
-                    ts,
-                    frame,
-                    client,
-                    call.fh,
-                    ver,
-                    fileid,
-                    "GETATTR" if call.kind == "getattr" else "READDIR",
-                )
-            )
+            a = self.attrs
+            a["ts"].append(ts)
+            a["frame"].append(frame)
+            a["client"].append(client)
+            a["fh"].append(call.fh)
+            a["version"].append(ver)
+            a["fileid"].append(fileid)
+            a["source"].append("GETATTR" if call.kind == "getattr" else "READDIR")
+        del self.calls[(client, xid)]  # a reply again is a duplicate
         if call.kind != "readdir":
-            del self.calls[(client, xid)]
             return
+        self.replied.add(self._replied(client, xid))
+        c, i = self.cols, call.i
         call.reply_ts, call.status = ts, status
+        c["reply_ts"][i] = ts
+        c["status"][i] = status
         if status == 0:
             if call.vers == "3":
                 cookies = v[COL["epcookie3" if call.plus else "ecookie3"]]
                 eof = flag(first(v, "eof3"))
                 if fileid is not None:
-                    call.fileid = fileid
+                    c["fileid"][i] = fileid
             else:
                 cookies = v[COL["cookie4"]]
                 eof = flag(first(v, "eof4"))
@@ -301,9 +381,10 @@ class CaptureReader:
                 cookies = array("Q", cookies)
             else:
                 cookies = _cookie_array(split_values(cookies))
-            call.entries = len(cookies)
-            call.last_cookie = cookies[-1] if cookies else None
-            call.eof = eof
+            c["entries"][i] = len(cookies)
+            if cookies:
+                c["last_cookie"][i] = cookies[-1]
+            c["eof"][i] = call.eof = eof
             if self.passes is not None:
                 call.cookies = cookies
         if self.passes is not None:
@@ -330,25 +411,12 @@ class CaptureReader:
         cap = self.cap
         if self.passes is not None:
             self.passes.end()
-        # Column by column from the rows, so that no 64-bit cookie goes through a float.
-        typed = {
-            "cookie": "UInt64",
-            "last_cookie": "UInt64",
-            "ts": "Int64",
-            "reply_ts": "Int64",
-            "frame": "Int64",
-            "dircount": "Int64",
-            "maxcount": "Int64",
-            "status": "Int64",
-            "entries": "Int64",
-            "fileid": "Int64",
-            "xid": "Int64",
-        }
+        # Each column of integers an IntegerArray of its own typed array: no 64-bit cookie
+        # goes through a float.
+        cols, self.cols = self.cols, None
         df = pd.DataFrame(
             {
-                c: pd.array([getattr(r, c) for r in self.rows], dtype=typed[c])
-                if c in typed
-                else pd.Series([getattr(r, c) for r in self.rows], dtype="object")
+                c: cols[c].pandas() if c in INTS else pd.Series(cols[c], dtype="object")
                 for c in TABLE
             }
         )
@@ -356,11 +424,10 @@ class CaptureReader:
         # what coarse timestamps tie): the passes know the calls by their row here.
         if not df["frame"].is_monotonic_increasing:
             raise RuntimeError(f"{cap.path}: the decoder gave RPC messages out of frame order")
-        attrs = pd.DataFrame(
-            self.attrs, columns=["ts", "frame", "client", "fh", "version", "fileid", "source"]
-        )
-        attrs["ts"] = pd.array(attrs["ts"].tolist(), dtype="Int64")
-        attrs["frame"] = pd.array(attrs["frame"].tolist(), dtype="Int64")
+        a, self.attrs = self.attrs, None
+        attrs = pd.DataFrame({c: a[c] for c in ATTRS if c not in ATTR_INTS}, columns=list(ATTRS))
+        for c in ATTR_INTS:
+            attrs[c] = a[c].pandas()
         cap.readdirs, cap.attrs = (
             df,
             attrs.sort_values("frame", kind="stable").reset_index(drop=True),
