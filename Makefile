@@ -83,7 +83,8 @@ test-guests:
 test-analyzer:
 	$(PYTEST) -ra --durations=0 -m 'not vm and not kernel'
 
-# Opt-in: build a whole patched 5.10 kernel, boot it and run the reproducer (long).
+# Opt-in: fs/nfs built after each patch of the series (bisectability), and a whole patched
+# 5.10 kernel built, booted and run with the reproducer (long).
 test-kernel: setup-build
 	NFSRT_TEST_KERNEL=1 $(PYTEST) -ra -m kernel tests/test_kernel_series.py tests/test_record.py
 
