@@ -1,0 +1,180 @@
+/*
+ * What the parts of the capture decoder (nfsreaddir._wiredecode, its entry file
+ * analyzer/nfsreaddir/_wiredecode.c) share: the columns of a row, the text buffers, the XDR
+ * reader, a decode run's state, the calls awaiting replies and the functions called from
+ * another part. The XDR reader and the hashes are inline here, as they were in the one file:
+ * they are called for every word and every packet.
+ */
+#ifndef NFSREADDIR_WIREDECODE_H
+#define NFSREADDIR_WIREDECODE_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <arpa/inet.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+/* Only PyInit__wiredecode leaves the module: the parts' names (put, frame, join...) are no
+ * other library's to interpose. */
+#pragma GCC visibility push(hidden)
+
+/* ------------------------------------------------------------------ columns of a row */
+enum {
+	C_FRAME, C_TS, C_CAPLEN, C_LEN, C_SRC, C_DST, C_SRC6, C_DST6, C_SPORT, C_DPORT, C_USPORT,
+	C_UDPORT, C_XID, C_MSGTYP, C_PROG, C_VERS, C_PROC, C_REPLYSTAT, C_ACCEPT, C_MAINOP, C_MINOR,
+	C_FH, C_COOKIE4, C_VERF4, C_DIRCOUNT4, C_MAXCOUNT4, C_EOF4, C_STATUS4, C_CHANGE4,
+	C_FILEID4, C_COOKIE3, C_VERF3, C_COUNT3, C_DIRCOUNT3, C_MAXCOUNT3, C_ECOOKIE3, C_EPCOOKIE3,
+	C_EOF3, C_STATUS3, C_MTIME_S, C_MTIME_NS, C_CTIME_S, C_CTIME_NS, C_FILEID3, N_COLS
+};
+extern const char *const col_names[N_COLS];
+
+/* A growing text buffer: one column's values, comma-joined. */
+struct text {
+	char *p;
+	size_t n, cap;
+};
+
+/* ------------------------------------------------------------------ XDR */
+struct xdr {
+	const uint8_t *p, *end;
+	int bad;
+};
+
+static inline uint32_t u32(struct xdr *x)
+{
+	if (x->bad || x->end - x->p < 4) {
+		x->bad = 1;
+		return 0;
+	}
+	uint32_t v = (uint32_t)x->p[0] << 24 | (uint32_t)x->p[1] << 16 | (uint32_t)x->p[2] << 8 |
+		     x->p[3];
+	x->p += 4;
+	return v;
+}
+
+static inline uint64_t u64(struct xdr *x)
+{
+	uint64_t hi = u32(x);
+	return hi << 32 | u32(x);
+}
+
+/* n bytes and their padding; NULL when the message is shorter */
+static inline const uint8_t *skip(struct xdr *x, uint32_t n)
+{
+	uint64_t padded = ((uint64_t)n + 3) & ~3ULL;
+	if (x->bad || (uint64_t)(x->end - x->p) < padded) {
+		x->bad = 1;
+		return NULL;
+	}
+	const uint8_t *at = x->p;
+	x->p += padded;
+	return at;
+}
+
+static inline const uint8_t *opaque(struct xdr *x, uint32_t *n)
+{
+	*n = u32(x);
+	return skip(x, *n);
+}
+
+/* ------------------------------------------------------------------ a decode run */
+struct run {
+	PyObject *callback;
+	PyObject *cols; /* the caller's column order: its index for each of ours */
+	Py_ssize_t ncols, where[N_COLS];
+	struct text t[N_COLS];
+	char raw[N_COLS]; /* the column holds raw_add's values (bytes), not text */
+	const char *unknown; /* why tshark must decode this capture instead */
+	int failed;	     /* a Python error is set */
+	/* the frame being read */
+	unsigned long long frame, ts_ns;
+	uint32_t caplen, len;
+	char src[48], dst[48];
+	int v6, udp;
+	unsigned sport, dport;
+	/* what the capture holds */
+	unsigned long long port_frames, rpc_frames, split_frames, messages, retransmitted, reordered;
+	int frame_had_rpc; /* RPC messages the frame completed */
+	unsigned versions; /* bit 2: v2, 3: v3, 8 + minor: v4.minor */
+	uint16_t ports[64];
+	int nports;
+	/* the calls awaiting replies and the TCP streams: this run's own, so that two threads'
+	 * runs (the callback lets the GIL go) never share a table */
+	struct call *calls;
+	size_t ncalls, calls_cap;
+	struct stream *streams;
+	size_t nstreams, streams_cap;
+};
+
+enum { K_NONE, K_READDIR3, K_READDIRPLUS3, K_GETATTR3, K_COMPOUND4 };
+
+/* A key's first slot in a table of cap slots (a power of two). Not the key's low bits: mix()
+ * ends with a multiplication, which carries a bit only upward, so the segments towards one
+ * server, whose connections differ in the client port alone, had keys with the same low bits
+ * and every lookup walked the slots of every connection (a quarter of the decoder's time at
+ * 2,381 connections, growing with them). The high half of a product depends on every bit. */
+static inline size_t home(uint64_t key, size_t cap)
+{
+	return (size_t)((key ^ key >> 32) * 0x9e3779b97f4a7c15ULL >> 32) & (cap - 1);
+}
+
+struct call {
+	uint64_t key; /* 0: free */
+	uint8_t kind;
+};
+
+static inline uint64_t mix(uint64_t h, uint64_t v)
+{
+	h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+	return h * 0xff51afd7ed558ccdULL;
+}
+
+/* the state of the file being read (files.c) */
+struct in {
+	gzFile f;
+	uint8_t *buf;
+	size_t cap;
+};
+
+/* rows.c: a row's columns and its hand-over to Python */
+int text_add(struct text *t, const char *s, size_t n);
+int put_raw(struct run *r, int c, uint64_t v);
+int put(struct run *r, int c, const char *fmt, unsigned long long v);
+int emit(struct run *r);
+int send_row(struct run *r);
+void set_unknown(struct run *r, const char *why);
+
+/* tables.c: the open-addressing tables, and the calls awaiting replies */
+void *table_grow(void *old, size_t old_cap, size_t cap, size_t size);
+uint64_t conv_key(const char *client, unsigned cport, const char *server, unsigned sport, int udp,
+		  uint32_t xid);
+struct call *call_slot(struct run *r, uint64_t key, int add);
+void call_drop(struct run *r, struct call *c);
+
+/* nfs.c: NFSv3 and NFSv4 call and reply bodies */
+int call3(struct run *r, struct xdr *x, int kind);
+void reply3(struct run *r, struct xdr *x, int kind);
+int call4(struct run *r, struct xdr *x);
+int reply4(struct run *r, struct xdr *x);
+
+/* rpc.c: one ONC RPC message */
+int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server);
+
+/* tcp.c: TCP reassembly and record marking */
+int tcp_segment(struct run *r, uint64_t key, uint32_t seq, int syn, int fin_rst, const uint8_t *p,
+		size_t n, int to_server);
+int streams_have_holes(struct run *r);
+void stream_free_all(struct run *r);
+
+/* packets.c: link, IP and port layers of one frame */
+int frame(struct run *r, int linktype, const uint8_t *p, size_t n);
+
+/* files.c: pcap and pcapng, gzip'd or not */
+int read_pcap(struct run *r, struct in *in, const uint8_t *head);
+int read_pcapng(struct run *r, struct in *in);
+
+#pragma GCC visibility pop
+
+#endif
