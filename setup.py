@@ -4,13 +4,18 @@ chunk inflation (nfsreaddir._zchunks, which needs libzstd's header) and capture 
 headers, zstd.h or zlib.h the build goes on without them, the reader and the slab analysis use
 their numpy and python-zstandard versions, and tshark decodes captures."""
 
+import glob
+
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[
         Extension(
             f"nfsreaddir.{m}",
-            [f"analyzer/nfsreaddir/{m}.c"],
+            [
+                f"analyzer/nfsreaddir/{m}.c",
+                *sorted(glob.glob(f"analyzer/nfsreaddir/csrc/{m.lstrip('_')}/*.c")),
+            ],
             extra_compile_args=["-O2"],
             libraries=libs,
             optional=True,
