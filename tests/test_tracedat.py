@@ -1071,7 +1071,7 @@ def test_compiled_walk_takes_the_page_format_of_page_py():
     are the same values."""
     from nfsreaddir.trace import page
 
-    src = (Path(page.__file__).parent.parent / "_ringbuf.c").read_text()
+    src = (Path(page.__file__).parent.parent / "csrc/ringbuf/ringbuf.h").read_text()
     defines = dict(re.findall(r"^#define ([A-Z_]+) (\(.*\)|\d+)$", src, re.M))
     names = [
         "COMMIT_MASK",

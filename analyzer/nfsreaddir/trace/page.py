@@ -1,6 +1,7 @@
 """The kernel's ring-buffer page, defined once (include/linux/ring_buffer.h,
 kernel/trace/ring_buffer.c): every reader of pages (trace.dat, trace_pipe_raw) and the compiled
-walk take the format from here (tests/test_tracedat.py checks _ringbuf.c's #defines against it).
+walk take the format from here (tests/test_tracedat.py checks the #defines of
+csrc/ringbuf/ringbuf.h against it).
 
 A page is a header (a time stamp, then the commit word: bytes of data in its low 27 bits,
 with the missed-events flags in its top bits; the offsets come from the header_page format)

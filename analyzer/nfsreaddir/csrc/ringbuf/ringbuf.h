@@ -1,0 +1,223 @@
+/*
+ * What the parts of nfsreaddir._ringbuf share (the module is described in
+ * analyzer/nfsreaddir/_ringbuf.c, its entry): the kernel's page format, the block's reader, the
+ * walk of one page's records and the string hash, as static inline functions so that every
+ * walk keeps them inlined with its own emit (as when the module was one file); the Extract
+ * object's columns; and the functions that cross files.
+ *
+ * The page format is nfsreaddir/trace/page.py's: tests/test_tracedat.py checks the #defines
+ * below against it.
+ */
+#ifndef NFSREADDIR_RINGBUF_H
+#define NFSREADDIR_RINGBUF_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>           /* (Python.h defines _GNU_SOURCE: mremap) */
+#include <unistd.h>
+
+#define COMMIT_MASK ((1u << 27) - 1)
+#define MISSED_EVENTS (1ull << 31)
+#define MISSED_STORED (1ull << 30)
+#define TS_SHIFT 27
+#define TS_MSB (0xF8ull << 56)
+#define TYPE_DATA_MAX 28
+#define TYPE_PADDING 29
+#define TYPE_TIME_EXTEND 30
+#define TYPE_TIME_STAMP 31
+
+struct layout {
+	const uint8_t *b;
+	int64_t len;
+	int big;                /* file is big-endian */
+};
+
+static inline uint64_t rd(const struct layout *l, int64_t at, int size)
+{
+	uint64_t v = 0;
+	int i;
+
+	if (at < 0 || at + size > l->len)
+		return 0;
+	if (!l->big) {
+		switch (size) {
+		case 1: return l->b[at];
+		case 2: { uint16_t x; memcpy(&x, l->b + at, 2); return x; }
+		case 4: { uint32_t x; memcpy(&x, l->b + at, 4); return x; }
+		case 8: { uint64_t x; memcpy(&x, l->b + at, 8); return x; }
+		}
+		for (i = size - 1; i >= 0; i--)
+			v = (v << 8) | l->b[at + i];
+		return v;
+	}
+	for (i = 0; i < size; i++)
+		v = (v << 8) | l->b[at + i];
+	return v;
+}
+
+/* The word after a record header; the last word of the block when that runs past it (as
+ * numpy's take(mode="clip") in the numpy walk). */
+static inline uint64_t next_word(const struct layout *l, int64_t c)
+{
+	int64_t at = c + 4;
+
+	if (at + 4 > l->len)
+		at = (l->len / 4 - 1) * 4;
+	return rd(l, at, 4);
+}
+
+/* The records of one page's data, [start, end) of the block: ``emit(ctx, data offset, data
+ * length, event id, time stamp)`` for each event record in order, the time being the page's
+ * time stamp plus the deltas before it (a time stamp record sets it).  Returns 0 at the end
+ * of the page's data, 1 where the chain is broken (a record runs past the data or is too short
+ * to hold an event id: the caller drops the page's records), -1 when emit failed.  Inlined
+ * into each walk below with its own emit. */
+typedef int (*emit_fn)(void *ctx, const struct layout *l, int64_t dpos, int64_t dl,
+		       uint32_t id, uint64_t ts);
+
+static inline int walk_page(const struct layout *l, int64_t start, int64_t end,
+			    uint64_t page_ts, int64_t min_dlen, int64_t id_off, int id_size,
+			    emit_fn emit, void *ctx)
+{
+	int big = l->big;
+	int64_t cur = start;
+	uint64_t ts = page_ts;
+
+	while (1) {
+		uint32_t w = (uint32_t)rd(l, cur, 4);
+		uint32_t tl = big ? w >> 27 : w & 31;
+		uint64_t delta = big ? (w & COMMIT_MASK) : (w >> 5);
+		int64_t nx, dpos = -1, dl = 0;
+		int broken = 0;
+
+		if (tl >= 1 && tl <= TYPE_DATA_MAX) {
+			dl = 4 * (int64_t)tl;
+			dpos = cur + 4;
+			nx = cur + 4 + dl;
+			if (min_dlen > 4 && dl < min_dlen)
+				broken = 1;
+			ts += delta;
+		} else {
+			uint64_t a0 = next_word(l, cur);
+
+			if (tl == 0) {
+				dl = ((int64_t)a0 - 4 + 3) & ~(int64_t)3;
+				dpos = cur + 8;
+				nx = cur + 8 + dl;
+				ts += delta;
+			} else if (tl == TYPE_PADDING) {
+				nx = cur + 4 + (int64_t)a0;
+				if (nx > end)
+					nx = end;
+				/* every record starts 4-byte aligned: a padding length that
+				 * leaves the alignment is damage (as in the numpy walk) */
+				if (nx < end && (nx & 3))
+					broken = 1;
+				ts += delta;
+			} else if (tl == TYPE_TIME_EXTEND) {
+				nx = cur + 8;
+				ts += (a0 << TS_SHIFT) + delta;
+			} else {
+				nx = cur + 8;
+				ts = ((a0 << TS_SHIFT) + delta) | (page_ts & TS_MSB);
+			}
+			if (nx <= cur || (tl == 0 && dl < min_dlen))
+				broken = 1;
+		}
+		if (broken || nx > end)
+			return 1;
+		if (dpos >= 0 && emit(ctx, l, dpos, dl, (uint32_t)rd(l, dpos + id_off, id_size), ts) < 0)
+			return -1;
+		if (nx >= end)
+			return 0;
+		cur = nx;
+	}
+}
+
+/* A string's hash for the dictionaries: eight bytes a step, one multiply each (a string
+ * field is hashed once per record, and a multiply per byte was a seventh of the extract's
+ * time on kmem traces), the high half folded into the low bits that pick the slot.  Whole
+ * words are loaded as such (the last one overlapping the one before), a short string byte by
+ * byte in a register: assembling a word in memory from a shorter copy stalls the load. */
+#define MIX(h, w) ((h) = ((h) ^ (w)) * 0xff51afd7ed558ccdull, (h) ^= (h) >> 32)
+
+static inline uint64_t hash_bytes(const uint8_t *p, int32_t n)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n, w = 0;
+	int32_t i;
+
+	if (n < 8) {
+		for (i = 0; i < n; i++)
+			w |= (uint64_t)p[i] << (8 * i);
+		MIX(h, w);
+		return h;
+	}
+	for (i = 0; i + 8 <= n; i += 8) {
+		memcpy(&w, p + i, 8);
+		MIX(h, w);
+	}
+	if (i < n) {
+		memcpy(&w, p + n - 8, 8);
+		MIX(h, w);
+	}
+	return h;
+}
+
+struct col {
+	int kind;               /* 0 int, 1 __data_loc string, 2 __rel_loc string */
+	int64_t off, size;
+	int sgn, isz;           /* sign-extend; bytes per output item (8, or 4 for the pid; codes:
+				 * 1, 2 or 4, the narrowest that holds the dictionary so far) */
+	int pid;                /* the pid column: -1 where the record is too short */
+	uint8_t *data;          /* n * isz bytes, a mapping of ``mapped`` bytes */
+	size_t mapped;
+	/* the strings' dictionary: open addressing over the distinct values, kept in arena */
+	struct sslot { uint64_t hash; int64_t at; int32_t len, code; } *tab;
+	int64_t tcap, used;
+	char *arena;
+	int64_t alen, acap;
+	int64_t *vat;           /* per code: offset in arena; length in vlen */
+	int32_t *vlen;
+};
+
+struct eslot {
+	int64_t n, cap;         /* rows, and rows every column has room for */
+	uint64_t *ts;
+	size_t ts_mapped;
+	int ncols;
+	struct col *cols;
+};
+
+typedef struct {
+	PyObject_HEAD
+	int nslots;
+	struct eslot *slots;
+	int16_t *map;           /* event id -> slot, -1: not wanted; ids >= maplen - 1 use the last */
+	int64_t maplen;
+} Extract;
+
+/* csrc/ringbuf/walk.c */
+int lost_marker(PyObject *lost, const struct layout *l, int64_t p, int64_t base,
+		uint64_t page_ts, uint64_t commit, int64_t size, int64_t limit,
+		int64_t data_off, int64_t long_size);
+PyObject *walk(PyObject *self, PyObject *args);
+extern const char walk_doc[];
+
+/* csrc/ringbuf/decode.c */
+PyObject *ints(PyObject *self, PyObject *args);
+extern const char ints_doc[];
+PyObject *strings(PyObject *self, PyObject *args);
+extern const char strings_doc[];
+
+/* csrc/ringbuf/columns.c */
+PyObject *extract_walk(PyObject *self, PyObject *args);
+extern const char extract_walk_doc[];
+
+/* csrc/ringbuf/extract.c */
+int remap(void **p, size_t *mapped, size_t n);
+extern PyTypeObject MemType, ExtractType;
+
+#endif

@@ -1,0 +1,285 @@
+/*
+ * The two passes of nfsreaddir._slab's tally() over the pieces (the analysis is described in
+ * analyzer/nfsreaddir/_slab.c): the first in column order, the second the runs merged in time
+ * order with a heap, each event visited once against the table of live pointers.  The table,
+ * the visit and the heap are static here so that they stay inlined into the passes' loops.
+ */
+#include "slab.h"
+
+/* ZERO_SIZE_PTR is 16: pointers at or below it are no objects (failed allocs, kfree(NULL)) */
+#define NO_OBJECT 16
+/* how many events of a run ahead the table slot is prefetched */
+#define AHEAD 16
+
+static inline int64_t key_at(const struct piece *p, Py_ssize_t i)
+{
+	switch (p->key_size) {
+	case 1: return ((const int8_t *)p->key)[i];
+	case 2: return ((const int16_t *)p->key)[i];
+	case 4: return ((const int32_t *)p->key)[i];
+	default: return ((const int64_t *)p->key)[i];
+	}
+}
+
+/* the event's cache (-1: none); keys were checked against the table before the pass */
+static inline int32_t cache_at(const struct piece *p, Py_ssize_t i)
+{
+	int64_t key;
+
+	if (!p->key_size)
+		return -1;
+	key = key_at(p, i);
+	return key < 0 ? -1 : p->table[key];
+}
+
+static inline size_t home_of(uint64_t ptr, int bits)
+{
+	/* Fibonacci hashing: object pointers differ in their middle bits */
+	return (ptr * 0x9E3779B97F4A7C15ull) >> (64 - bits);
+}
+
+/* The slot holding ptr, or the empty slot where it would go. */
+static inline size_t find(const struct table *t, uint64_t ptr)
+{
+	size_t mask = ((size_t)1 << t->bits) - 1, s = home_of(ptr, t->bits);
+
+	while (t->s[s].ptr && t->s[s].ptr != ptr)
+		s = (s + 1) & mask;
+	return s;
+}
+
+/* Empty slot s, moving later entries of the probe chain back (linear probing's deletion,
+ * which leaves no tombstones to slow later probes). */
+static void erase(struct table *t, size_t s)
+{
+	size_t mask = ((size_t)1 << t->bits) - 1, j = s, k = s;
+
+	for (;;) {
+		t->s[j].ptr = 0;
+		for (;;) {
+			size_t home;
+
+			k = (k + 1) & mask;
+			if (!t->s[k].ptr) {
+				t->used--;
+				return;
+			}
+			home = home_of(t->s[k].ptr, t->bits);
+			/* the entry at k may fill the hole at j if its home is not in (j, k] */
+			if (j <= k ? (home <= j || home > k) : (home <= j && home > k))
+				break;
+		}
+		t->s[j] = t->s[k];
+		j = k;
+	}
+}
+
+/* Double the table; 0 when out of memory. */
+static int grow(struct table *t)
+{
+	size_t i, cap = (size_t)1 << t->bits;
+	struct table n = { calloc(cap * 2, sizeof(struct slot)), t->bits + 1, t->used };
+
+	if (!n.s)
+		return 0;
+	for (i = 0; i < cap; i++)
+		if (t->s[i].ptr)
+			n.s[find(&n, t->s[i].ptr)] = t->s[i];
+	free(t->s);
+	*t = n;
+	return 1;
+}
+
+static inline void rise(struct tally *c, int32_t cache, int64_t ts)
+{
+	int64_t *live = &c->out[R_PEAK_LIVE * c->k + cache];
+	int64_t *net = &c->out[R_PEAK_NET * c->k + cache];
+
+	if (++c->live_now[cache] > *live) {     /* first reached: strictly above */
+		*live = c->live_now[cache];
+		c->out[R_PEAK_LIVE_TS * c->k + cache] = ts;
+	}
+	if (++c->net_now[cache] > *net)
+		*net = c->net_now[cache];
+}
+
+/* One event in time order; 0 when out of memory. */
+static int visit(struct tally *c, struct table *t, const struct piece *p, Py_ssize_t i,
+		 int64_t ts)
+{
+	uint64_t ptr = p->ptr[i];
+	int32_t cache = cache_at(p, i), was;
+	size_t s;
+
+	if (ptr <= NO_OBJECT)
+		return 1;
+	s = find(t, ptr);
+	if (p->alloc) {
+		if (t->s[s].ptr) {
+			/* allocated again with no free between: a free the trace did not see,
+			 * counted just before this allocation, for the first one's cache */
+			was = t->s[s].cache;
+			c->unpaired++;
+			if (was >= 0) {
+				c->out[R_UNTRACED_FREES * c->k + was]++;
+				c->live_now[was]--;
+				c->net_now[was]--;
+			}
+		} else {
+			t->s[s].ptr = ptr;
+			if (++t->used * 2 > ((size_t)1 << t->bits)) {
+				if (!grow(t))
+					return 0;
+				s = find(t, ptr);
+			}
+		}
+		t->s[s].cache = cache;
+		if (cache >= 0) {
+			c->out[R_ALLOCS * c->k + cache]++;
+			rise(c, cache, ts);
+		}
+		return 1;
+	}
+	if (t->s[s].ptr) {
+		/* the free of an object allocated in the trace counts for the allocation's cache */
+		was = t->s[s].cache;
+		erase(t, s);
+		if (cache >= 0 && cache != was)
+			c->mismatch++;
+		if (was < 0) {
+			c->unknown++;
+			return 1;
+		}
+		c->out[R_FREES_MATCHED * c->k + was]++;
+		c->live_now[was]--;
+		cache = was;
+	} else if (cache < 0) {
+		c->unknown++;
+		return 1;
+	}
+	c->out[R_FREES * c->k + cache]++;
+	c->net_now[cache]--;
+	return 1;
+}
+
+static inline int before(const struct run *runs, int a, int b)
+{
+	return runs[a].ts < runs[b].ts || (runs[a].ts == runs[b].ts && a < b);
+}
+
+static void sift_down(int *heap, int n, const struct run *runs, int i)
+{
+	for (;;) {
+		int l = 2 * i + 1, m = i, x;
+
+		if (l < n && before(runs, heap[l], heap[m]))
+			m = l;
+		if (l + 1 < n && before(runs, heap[l + 1], heap[m]))
+			m = l + 1;
+		if (m == i)
+			return;
+		x = heap[i];
+		heap[i] = heap[m];
+		heap[m] = x;
+		i = m;
+	}
+}
+
+
+/* First pass, in column order: the keys checked, what does not depend on time order (sizes,
+ * allocated bytes, failed allocations; the first and last time), and the runs: the stretches
+ * of a piece whose times do not go back. */
+enum pass_result first_pass(struct piece *pieces, Py_ssize_t np_, struct tally *c,
+				   struct run **runs_out, Py_ssize_t *nruns_out, long long *failed,
+				   int64_t *t0, int64_t *t1)
+{
+	struct run *runs = NULL;
+	Py_ssize_t i, nruns = 0, k = c->k;
+
+	for (i = 0; i < np_; i++) {
+		struct piece *p = &pieces[i];
+		Py_ssize_t j;
+
+		for (j = 0; j < p->n; j++) {
+			int64_t ts = p->ts[j];
+			int32_t cache;
+
+			if (p->key_size) {
+				int64_t key = key_at(p, j);
+
+				if (key >= p->ntable || (key >= 0 && (p->table[key] < -1 ||
+								      p->table[key] >= k))) {
+					*runs_out = runs;
+					return PASS_BAD_KEY;
+				}
+			}
+			if (ts < *t0)
+				*t0 = ts;
+			if (ts > *t1)
+				*t1 = ts;
+			if (p->alloc) {
+				cache = cache_at(p, j);
+				if (cache >= 0) {
+					c->out[R_ALLOC_BYTES * k + cache] += p->bytes[j];
+					c->out[R_OBJECT_SIZE * k + cache] = p->bytes[j];
+				}
+				*failed += p->ptr[j] <= NO_OBJECT;
+			}
+			if (j && ts >= p->ts[j - 1])
+				continue;
+			if (!(nruns & (nruns - 1))) {           /* at 0 and each power of two */
+				struct run *r = realloc(runs, (nruns ? 2 * nruns : 1) * sizeof(*r));
+
+				if (!r) {
+					*runs_out = runs;
+					return PASS_NO_MEMORY;
+				}
+				runs = r;
+			}
+			if (nruns && runs[nruns - 1].p == p)
+				runs[nruns - 1].end = j;       /* a run of this piece ends here */
+			runs[nruns++] = (struct run){ p, j, p->n, ts };
+		}
+	}
+	*runs_out = runs;
+	*nruns_out = nruns;
+	return PASS_OK;
+}
+
+/* Second pass: the runs merged by (time, run), each event visited once. */
+enum pass_result merge_pass(struct tally *c, struct table *t, struct run *runs,
+				   Py_ssize_t nruns)
+{
+	int *heap;
+	int nheap = (int)nruns;
+	Py_ssize_t i;
+
+	if (!nruns)
+		return PASS_OK;
+	heap = malloc(nruns * sizeof(*heap));
+	if (!heap)
+		return PASS_NO_MEMORY;
+	for (i = 0; i < nruns; i++)
+		heap[i] = (int)i;
+	for (i = nheap / 2 - 1; i >= 0; i--)
+		sift_down(heap, nheap, runs, (int)i);
+	while (nheap) {
+		struct run *r = &runs[heap[0]];
+
+		/* pointers are scattered over the table: ask for the slot of this run's event
+		 * AHEAD on, so that memory is not waited for when it comes */
+		if (r->at + AHEAD < r->end)
+			__builtin_prefetch(&t->s[home_of(r->p->ptr[r->at + AHEAD], t->bits)]);
+		if (!visit(c, t, r->p, r->at, r->ts)) {
+			free(heap);
+			return PASS_NO_MEMORY;
+		}
+		if (++r->at == r->end)
+			heap[0] = heap[--nheap];
+		else
+			r->ts = r->p->ts[r->at];
+		sift_down(heap, nheap, runs, 0);
+	}
+	free(heap);
+	return PASS_OK;
+}
