@@ -62,6 +62,14 @@ def _judge(path):
     return (v.code, v.reason)
 
 
+def _judged_by(decoder, paths, monkeypatch):
+    """_judge of each capture, decoded by `decoder` (NFSRT_DECODER); two at a time, as
+    tshark's runs are processes and can use both cores."""
+    monkeypatch.setenv("NFSRT_DECODER", decoder)
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(_judge, paths))
+
+
 class _Cookies(wire_passes.Passes):
     """Passes that keep every reply's entry cookies, in the order they come (the tables do
     not have them)."""
@@ -89,10 +97,8 @@ def test_the_decoder_and_tshark_give_the_same_tables_and_verdicts(name, monkeypa
     pd.testing.assert_frame_equal(a.attrs, b.attrs)
     assert len(b.readdirs) and len(b.attrs)
     assert {f: getattr(a, f) for f in FACTS} == {f: getattr(b, f) for f in FACTS}
-    monkeypatch.setenv("NFSRT_DECODER", "tshark")
-    by_tshark = _judge(path)
-    monkeypatch.setenv("NFSRT_DECODER", "compiled")
-    assert _judge(path) == by_tshark
+    by_tshark = _judged_by("tshark", [path], monkeypatch)
+    assert _judged_by("compiled", [path], monkeypatch) == by_tshark
 
 
 @built
@@ -112,10 +118,8 @@ def test_a_capture_joined_mid_stream_is_decoded_where_a_record_mark_came_alone(c
     assert (a.messages, b.messages) == (282, 288)
     same = [f for f in FACTS if f not in ("frames", "messages")]
     assert {f: getattr(a, f) for f in same} == {f: getattr(b, f) for f in same}
-    monkeypatch.setenv("NFSRT_DECODER", "tshark")
-    by_tshark = _judge(path)
-    monkeypatch.setenv("NFSRT_DECODER", "compiled")
-    assert _judge(path) == by_tshark
+    by_tshark = _judged_by("tshark", [path], monkeypatch)
+    assert _judged_by("compiled", [path], monkeypatch) == by_tshark
 
 
 @built
@@ -184,14 +188,9 @@ def test_damaged_captures_never_get_a_verdict_tshark_would_not_give(
         paths.append(str(tmp_path / f"{k}.pcap"))
         pcapedit.write(paths[-1], head, ps)
 
-    def judge(decoder):
-        monkeypatch.setenv("NFSRT_DECODER", decoder)
-        with ThreadPoolExecutor(2) as pool:  # tshark's runs are processes: both cores
-            return list(pool.map(_judge, paths))
-
-    tsharks = judge("tshark")
+    tsharks = _judged_by("tshark", paths, monkeypatch)
     capfd.readouterr()
-    compiled = judge("compiled")
+    compiled = _judged_by("compiled", paths, monkeypatch)
     fell_back = capfd.readouterr().err.count("decoding this capture with tshark")
     same = sum(t == c for t, c in zip(tsharks, compiled))
     differ = [(what, t, c) for (what, _), t, c in zip(cases, tsharks, compiled) if t != c]
