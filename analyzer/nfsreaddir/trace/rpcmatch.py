@@ -350,7 +350,8 @@ class CaptureReader:
             ver = int_or_none(first(v, "change4")) if call.kind == "getattr" else None
             fileid = int_or_none(first(v, "fileid4")) if call.kind == "getattr" else None
         if ver is not None and status == 0:
-            # A tuple, not a dict: a big capture has 100,000s of them.
+            # Into the attribute table's columns, not a row object: a big capture has
+            # 100,000s of them.
             a = self.attrs
             a["ts"].append(ts)
             a["frame"].append(frame)
