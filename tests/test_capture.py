@@ -410,6 +410,8 @@ def _follow(cap, rd):
         r = {k: None if pd.isna(v) else v for k, v in r.items()}
         row = rpcmatch.Call("readdir", r["fh"], r["vers"], i, r["ts"], r["client"], r["plus"])
         row.cookie, row.status, row.eof = r["cookie"], r["status"], r["eof"]
+        row.frame, row.xid, row.maxcount = r["frame"], r["xid"], r["maxcount"]
+        row.entries, row.fileid = r["entries"], r["fileid"]
         row.cookies = array("Q", cookies or [])
         reply_ts = r["reply_ts"]
         cap.passes.call(row, i)
@@ -443,7 +445,7 @@ def test_two_passes_over_one_directory_cannot_be_separated():
 
 
 def test_each_listing_gets_its_own_readdirs_and_an_unknown_cookie_stays_unknown():
-    """wire.listings cuts every listing's READDIRs from one frame of them all: each listing gets
+    """wire.listings gives every listing its own READDIRs as its pass ends: each listing gets
     its own rows, in order, and a call whose cookie the capture does not give keeps it unknown
     (pd.NA, not 0) in its listing alone, which then counts only its known cookie-0 READDIRs.
     Made from a real capture's table: its READDIRs from a second client too, one cookie lost."""
@@ -460,11 +462,11 @@ def test_each_listing_gets_its_own_readdirs_and_an_unknown_cookie_stays_unknown(
     for lst in out:
         assert lst.rpcs["frame"].tolist() == rd["frame"].iloc[lst.rpc_rows].tolist()
         assert lst.rpcs["comm"].eq(lst.client).all()
-        assert lst.rpcs.index.tolist() == list(range(len(lst.rpc_rows)))
+        assert lst.rpcs["ts"].index.tolist() == list(range(len(lst.rpc_rows)))
         known = cap.readdirs["cookie"].iloc[lst.rpc_rows].dropna()
         assert lst.summary()["cookie_zero_readdirs"] == int((known == 0).sum())
         if k in lst.rpc_rows:
-            assert lst.rpcs["cookie"].iloc[lst.rpc_rows.index(k)] is pd.NA
+            assert lst.rpcs["cookie"].iloc[lst.rpc_rows.tolist().index(k)] is pd.NA
         else:
             assert lst.rpcs["cookie"].dtype == "uint64"
             assert lst.rpcs["cookie"].tolist() == rd["cookie"].iloc[lst.rpc_rows].tolist()

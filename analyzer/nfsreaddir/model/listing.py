@@ -34,7 +34,7 @@ class Invalidation:
     refilled_start: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class Listing:
     pid: int | None  # None: not known (a listing seen on the wire)
     comm: str
@@ -204,6 +204,22 @@ def _most(col):
         v = v[~np.isnan(v)] if v.dtype.kind == "f" else v
         return int(v.max()) if len(v) else None
     return int(col.max()) if col.notna().any() else None
+
+
+class Tables(dict):
+    """{table: DataFrame} of an analysis. A value may be a function that makes the table, made
+    when it is first asked for: a capture's table of READDIRs has a row each, and only export
+    asks for it, so an analysis to print does not hold it."""
+
+    def __getitem__(self, name):
+        v = super().__getitem__(name)
+        if callable(v):
+            v = v()
+            self[name] = v
+        return v
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
 
 
 @dataclass

@@ -30,30 +30,8 @@ from ..trace import capture as capture_mod
 from ..trace import pcapng
 from ..units import int_or_none
 from . import analysis, fleet
-from .listing import Analysis
-from .wire_passes import Passes, by_dir, listings
-
-
-def _versions(lst, attrs):
-    """The changes of the directory's version that the listing met: (how many, the frame of
-    each reply that showed one). A change counts when a reply after the listing's first
-    READDIR call and before its last showed it: only a READDIR after the change can go back
-    to cookie 0, and a change shown at or before the first call is the state the listing
-    began from. Frame numbers order the capture (coarse clocks give ties); a listing of one
-    READDIR meets no change. attrs: the attribute replies' frames (in order) and versions,
-    per (client, filehandle)."""
-    frames = lst.rpcs["frame"].to_numpy()
-    first, last = int(frames.min()), int(frames.max())
-    a = attrs.get((lst.client, lst.fh))
-    if a is None:
-        return 0, []
-    at, vals = a
-    end = int(np.searchsorted(at, last, "left"))  # the replies before the last call
-    # From the last version seen before the listing began: a change since then counts.
-    begin = max(int(np.searchsorted(at, first, "left")) - 1, 0)
-    at, vals = at[begin:end], vals[begin:end]
-    changes = [int(at[k]) for k in range(1, len(vals)) if vals[k] != vals[k - 1]]
-    return sum(1 for f in changes if f > first), changes
+from .listing import Analysis, Tables
+from .wire_passes import ROW, Passes, listings
 
 
 def _phase_facts(path):
@@ -83,35 +61,16 @@ def _whole(what):
 def analyze(path, tshark=None, ports=()):
     """Analysis of a capture file: listings, restarts and what limits them. ports: server
     ports besides 2049 whose traffic is NFS."""
-    cap = capture_mod.read(path, tshark=tshark, ports=ports, passes=Passes)
+    # No table of the READDIRs or attribute replies: the passes keep what a listing needs as
+    # the capture is read, so memory follows the listings, not the capture's length.
+    cap = capture_mod.read(path, tshark=tshark, ports=ports, passes=Passes, tables=False)
     _refuse_unusable(cap, path)
     phase, facts = _phase_facts(path)
     damage, dropped = _capture_damage(cap, path, phase, facts)
     out = listings(cap)
-    # Each directory's attribute replies per client, split once: a server's capture has
-    # thousands of listings, and filtering the whole table for each grew with their square.
-    at, version = cap.attrs["frame"].to_numpy("int64"), cap.attrs["version"].tolist()
-    attrs = {k: (at[rows], [version[i] for i in rows]) for k, rows in by_dir(cap.attrs).items()}
-    # The directory's inode number, where an attribute reply gave it for its filehandle.
-    fileids = cap.attrs.dropna(subset=["fileid"]).groupby("fh")["fileid"].first()
     for lst in out:
-        if lst.fileid is None and lst.fh in fileids.index:
-            lst.fileid = int(fileids[lst.fh])
-        lst.version_changes, changes = _versions(lst, attrs)
-        # The restarts, and the other bound: every ambiguous cookie-0 READDIR a restart too
-        # (without it the most restarts the capture allows would read 0 beside restarts=4).
-        possible = sorted(set(lst._restart_idx) | set(lst.ambiguous_rows))
-        if possible:
-            inv_ts = np.array([], dtype=np.int64)
-            lst.restarts = analysis.restart_costs(lst.rpcs, lst._restart_idx, inv_ts)
-            lst.possible_restarts = analysis.restart_costs(lst.rpcs, possible, inv_ts)
-            # after_invalidation: on the wire, the directory's version moved since the
-            # READDIR before the restart.
-            ch = np.array(changes, dtype=np.int64)
-            frames = lst.rpcs["frame"].to_numpy()
-            for r in lst.restarts + lst.possible_restarts:
-                prev = frames[r.rpc_index - 1] if r.rpc_index else frames[r.rpc_index]
-                r.after_invalidation = bool(((ch > prev) & (ch < frames[r.rpc_index])).any())
+        if lst.fileid is None:  # the directory's inode number, where a reply gave it
+            lst.fileid = cap.passes.fileids.get(lst.fh)
         lst.damage = list(damage)
         if lst.missing_replies:
             lst.damage.append(
@@ -148,7 +107,7 @@ def analyze(path, tshark=None, ports=()):
         "version": [version],
     }
     info["notes"] = _notes(cap, dropped)
-    tables = {"rpc": _rpc_table(cap.readdirs, out), "readdirs": cap.readdirs, "attrs": cap.attrs}
+    tables = Tables(rpc=lambda: _rpc_table(out))
     # A server's capture: its clients ranked by what their restarts cost.
     triage = fleet.triage(out)
     if triage is not None:
@@ -176,7 +135,7 @@ def _refuse_unusable(cap, path):
             "RPC message; capture the NFS traffic with `tcpdump -s 0 -w FILE port 2049` on the "
             "client (name the server's port if it is not 2049)"
         )
-    if cap.truncated_frames and not len(cap.readdirs):
+    if cap.truncated_frames and not cap.readdir_calls:
         raise analysis.AnalysisError(
             f"{path}: {cap.truncated_frames} frames were cut to {cap.snaplen} bytes by the "
             "capture's snaplen, too short to decode NFS; capture again with `tcpdump -s 0`"
@@ -186,12 +145,12 @@ def _refuse_unusable(cap, path):
             f"{path}: no ONC RPC (NFS) message in this capture; capture the NFS traffic with "
             "`tcpdump -s 0 -w FILE port 2049` on the client"
         )
-    if not len(cap.readdirs) and "2" in cap.versions:
+    if not cap.readdir_calls and "2" in cap.versions:
         raise analysis.AnalysisError(
             f"{path}: NFSv2 is not supported (this capture's NFS is "
             f"v{'/'.join(sorted(cap.versions))}): only NFSv3 and NFSv4 READDIRs are analyzed"
         )
-    if not len(cap.readdirs):
+    if not cap.readdir_calls:
         raise analysis.AnalysisError(
             f"{path}: no READDIR or READDIRPLUS call in this capture ({cap.messages} RPC "
             "messages); capture while the directory is listed"
@@ -233,7 +192,7 @@ def _info(cap, path, dropped, nfs):
         "cpus": "-",
         "frames": cap.frames,
         "rpc_messages": cap.messages,
-        "readdirs": int(len(cap.readdirs)),
+        "readdirs": cap.readdir_calls,
         "missing_replies": cap.missing_replies,
         "retransmitted_calls": cap.retransmitted_calls,
         "truncated_frames": cap.truncated_frames,
@@ -252,29 +211,33 @@ def _info(cap, path, dropped, nfs):
     return info
 
 
-def _rpc_table(rd, out):
+def _rpc_table(out):
     """The capture's READDIRs in the columns of a trace's canonical rpc table (export writes
-    those): the client stands where a trace has the process name."""
-    ids = np.zeros(len(rd), dtype=np.int64)
-    unknown = np.ones(len(rd), dtype=bool)
-    for lst in out:
-        if lst.fileid is not None:
-            ids[lst.rpc_rows] = lst.fileid
-            unknown[lst.rpc_rows] = False
-    fileid = pd.Series(pd.arrays.IntegerArray(ids, unknown))
+    those), in the capture's order, each listing's rows (rpc_rows) by their number: the
+    client stands where a trace has the process name."""
+    rows = [lst.rpcs.a for lst in out]
+    a = np.concatenate(rows) if rows else np.zeros(0, dtype=ROW)
+    n = [len(r) for r in rows]
+    client = np.repeat(np.array([lst.client for lst in out], dtype=object), n)
+    fileid = np.repeat(np.array([lst.fileid or 0 for lst in out], dtype=np.int64), n)
+    unknown = np.repeat(np.array([lst.fileid is None for lst in out], dtype=bool), n)
+    order = np.argsort(a["row"], kind="stable")
+    a, client, fileid, unknown = a[order], client[order], fileid[order], unknown[order]
+    error = a["has_reply"] & (a["status"] != 0)
     return pd.DataFrame(
         {
-            "ts": rd["ts"],
+            "ts": pd.arrays.IntegerArray(a["ts"], np.zeros(len(a), dtype=bool)),
             "pid": pd.NA,
             "cpu": pd.NA,
-            "comm": rd["client"],
+            "comm": client,
             "source": "capture",
-            "fileid": fileid,
-            "cookie": rd["cookie"],
-            "dtsize": rd["maxcount"],
-            "plus": rd["plus"].astype(int),
-            "error": rd["status"].where(rd["status"] != 0),
-        }
+            "fileid": pd.arrays.IntegerArray(fileid, unknown),
+            "cookie": pd.arrays.IntegerArray(a["cookie"], ~a["has_cookie"]),
+            "dtsize": pd.arrays.IntegerArray(a["maxcount"], ~a["has_maxcount"]),
+            "plus": a["plus"].astype(int),
+            "error": pd.arrays.IntegerArray(a["status"], ~error),
+        },
+        index=a["row"],
     )
 
 
@@ -282,8 +245,8 @@ def _notes(cap, dropped):
     """What the capture says about its own completeness, for the report's header."""
     out = [
         f"{cap.frames:,} NFS frames, {cap.messages:,} RPC messages, "
-        f"{len(cap.readdirs):,} READDIR calls ({cap.missing_replies} without a reply, "
-        f"{cap.retransmitted_calls} retransmitted), {len(cap.attrs):,} directory "
+        f"{cap.readdir_calls:,} READDIR calls ({cap.missing_replies} without a reply, "
+        f"{cap.retransmitted_calls} retransmitted), {cap.attr_replies:,} directory "
         "attribute replies; no process is on the wire: listings are per client and "
         "directory"
     ]

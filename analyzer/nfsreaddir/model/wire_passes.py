@@ -4,7 +4,7 @@ directory (wire.py says what a capture can and cannot tell of them)."""
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -15,7 +15,67 @@ from .listing import Listing
 DELIMITED_BY = "wire"
 
 
-@dataclass
+# One READDIR of a listing, what the analysis and the export read of it: its row in the
+# capture's order, its call's and reply's values, and which of them the capture gave. A listing
+# keeps its READDIRs as one array of these (52 bytes a READDIR): a pandas frame each cost 4 KB
+# however few its rows, and a server's capture has thousands of listings.
+ROW = np.dtype(
+    [
+        ("row", "i8"),
+        ("ts", "i8"),
+        ("frame", "i8"),
+        ("cookie", "u8"),
+        ("maxcount", "i8"),
+        ("status", "i8"),
+        ("plus", "?"),
+        ("has_cookie", "?"),
+        ("has_maxcount", "?"),
+        ("has_reply", "?"),
+    ]
+)
+
+
+class Rows:
+    """A wire listing's READDIRs: the columns of a listing's rpcs frame that a capture gives
+    (ts, pid, comm, cookie, dtsize, error, frame), each made a Series when asked, from the
+    listing's one array of ROWs."""
+
+    __slots__ = ("a", "client")
+    COLUMNS = ("ts", "pid", "comm", "cookie", "dtsize", "error", "frame")
+
+    def __init__(self, a, client):
+        self.a, self.client = a, client
+
+    def __len__(self):
+        return len(self.a)
+
+    def __contains__(self, column):
+        return column in self.COLUMNS
+
+    def __getitem__(self, column):
+        a, n = self.a, len(self.a)
+        if column in ("ts", "frame"):
+            v = a[column].copy()
+        elif column == "cookie":
+            # 64-bit (ext4 gives hashes near 2**63): never through a float; one not known is
+            # pd.NA, not 0.
+            v = a["cookie"].copy()
+            if not a["has_cookie"].all():
+                v = np.array([c if k else pd.NA for c, k in zip(v.tolist(), a["has_cookie"])])
+        elif column == "dtsize":
+            v = np.where(a["has_maxcount"], a["maxcount"], np.nan)
+        elif column == "comm":
+            v = np.full(n, self.client, dtype=object)
+        elif column == "pid":
+            v = np.full(n, None, dtype=object)
+        elif column == "error":
+            v = np.full(n, np.nan)
+        else:
+            raise KeyError(column)
+        return pd.Series(v, name=column)
+
+
+@dataclass(slots=True)
 class WireListing(Listing):
     """A listing seen on the wire: a client and a directory filehandle, no process."""
 
@@ -23,10 +83,6 @@ class WireListing(Listing):
     fh: str = ""
     refetched_entries: int = 0
     missing_replies: int = 0
-    # While listings() builds it: its rows of the capture's READDIRs, and the indexes among
-    # them of the READDIRs that restarted.
-    _rows: list = field(default_factory=list, init=False, repr=False, compare=False)
-    _restart_idx: list = field(default_factory=list, init=False, repr=False, compare=False)
 
     def label(self):
         d = self.fileid if self.fileid is not None else "?"
@@ -35,7 +91,8 @@ class WireListing(Listing):
         )
 
     def summary(self):
-        s = super().summary()
+        # (Listing by name: a slots dataclass is a new class, which zero-argument super() misses.)
+        s = Listing.summary(self)
         s.update(
             who=f"client {self.client}",
             client=self.client,
@@ -46,14 +103,23 @@ class WireListing(Listing):
         return s
 
 
-# A listing's READDIRs until listings() gives it its own: one empty frame for all of them.
-_UNREAD = pd.DataFrame()
+# A listing's READDIRs until its pass ends: none.
+_UNREAD = Rows(np.zeros(0, dtype=ROW), "")
 
 
 def _new_listing(client, fh, ts, began_before):
     # No process and no readdir cache on the wire: what a trace would give there is unknown.
+    # The lists it may never have are one empty tuple for all (close() gives it its own where
+    # it has some): a server's capture has thousands of listings, each of ten such lists.
     return WireListing(
         rpcs=_UNREAD,
+        restart_rows=(),
+        ambiguous_rows=(),
+        refill_rows=(),
+        restarts=(),
+        possible_restarts=(),
+        invalidations=(),
+        rpc_rows=(),
         pid=None,
         comm=client,
         dev=None,
@@ -70,48 +136,61 @@ def _new_listing(client, fh, ts, began_before):
     )
 
 
-def by_dir(table):
-    """{(client, filehandle): its row numbers in the table}, in the order they first come."""
-    out: dict[tuple, list] = {}
-    for i, key in enumerate(zip(table["client"].tolist(), table["fh"].tolist())):
-        out.setdefault(key, []).append(i)
-    return out
-
-
 def listings(cap):
     """The listings of a Capture read with passes=Passes, in time order."""
     out = [lst for f in cap.passes.follow.values() for lst in f.out]
-    _give_rpcs(out, cap.readdirs)
     return sorted(out, key=lambda x: (x.start, x.client))
 
 
 class Passes:
     """Every client's passes over every directory, followed while the capture is read:
-    rpcmatch tells it of each READDIR call in the capture's order and of each reply as it
-    comes. A reply's entry cookies are used at once and dropped: what a pass keeps is its
-    own set of cookies and its previous reply's, so memory follows the passes under way, not
-    the capture's length."""
+    rpcmatch tells it of each READDIR call in the capture's order, of each reply as it comes,
+    and of each reply that gave an object's version (GETATTR, or a READDIR's post-op
+    attributes). A reply's entry cookies are used at once and dropped: what a pass keeps is
+    its own set of cookies and its previous reply's, and a listing, once its pass is over, its
+    READDIRs' values and what they came to, so memory follows the passes under way and the
+    listings found, not the capture's length."""
 
     def __init__(self):
         self.follow: dict[tuple, _Follow] = {}  # (client, fh) -> its passes, first come first
+        # The last version of each object a client asked the attributes of before it listed
+        # it (a directory's passes start from it), and each filehandle's first inode number:
+        # one entry an object, however long the capture.
+        self.versions: dict[tuple, object] = {}
+        self.fileids: dict[str, int] = {}
 
     def call(self, row, i):
-        """A READDIR call: rpcmatch's Call (ts, client, fh, cookie), row i of the table."""
+        """A READDIR call: rpcmatch's Call (ts, frame, xid, client, fh, cookie, maxcount), row
+        i of the capture's READDIRs."""
         key = (row.client, row.fh)
         f = self.follow.get(key)
         if f is None:
-            f = self.follow[key] = _Follow(*key)
+            f = self.follow[key] = _Follow(*key, self.versions.pop(key, None))
         f.waiting.append((i, row))
 
     def reply(self, row):
-        """row's reply came (its reply_ts, status, eof and cookies set): its directory's passes
-        read on as far as every earlier call of theirs has its reply."""
+        """row's reply came (its reply_ts, status, eof, entries, fileid and cookies set): its
+        directory's passes read on as far as every earlier call of theirs has its reply."""
         self.follow[row.client, row.fh].read_on()
+
+    def attr(self, client, fh, frame, version, fileid):
+        """A reply in frame `frame` gave the version (and inode number) of the object fh."""
+        if fileid is not None:
+            self.fileids.setdefault(fh, fileid)
+        f = self.follow.get((client, fh))
+        if f is None:
+            self.versions[client, fh] = version
+        else:
+            # In the capture's order among the directory's calls: a change counts for the
+            # READDIRs after it.
+            f.waiting.append((-1, (frame, version)))
+            f.read_on()
 
     def end(self):
         """The capture is read: a call still waiting has no reply in it."""
         for f in self.follow.values():
             f.read_on(end=True)
+            f.close()
 
 
 _NONE = np.zeros(0, dtype=np.uint64)
@@ -124,17 +203,45 @@ def _has(sorted_cookies, cookie):
     return i < len(sorted_cookies) and sorted_cookies[i] == c
 
 
+def _row(i, row):
+    """The ROW of READDIR i (rpcmatch's Call), as a tuple."""
+    return (
+        i,
+        row.ts,
+        row.frame if row.frame is not None else -1,
+        row.cookie or 0,
+        row.maxcount or 0,
+        row.status if row.status is not None else -1,
+        bool(row.plus),
+        row.cookie is not None,
+        row.maxcount is not None,
+        row.reply_ts is not None,
+    )
+
+
 class _Follow:
     """One client's passes over one directory: its READDIRs, in the capture's order, cut where
     one pass ends and the next begins, their restarts and refetched entries. The cookies it
     keeps are 8 bytes each in numpy arrays: a server's capture has thousands of passes open at
     once, each of thousands of entries (as Python sets, 0.5 MB a pass)."""
 
-    def __init__(self, client, fh):
+    def __init__(self, client, fh, version=None):
         self.client, self.fh = client, fh
-        self.waiting: deque = deque()  # (row number, row) of calls not read yet, in order
+        # (row number, Call) of calls not read yet, and (-1, (frame, version)) of attribute
+        # replies, in the capture's order.
+        self.waiting: deque = deque()
         self.out: list[WireListing] = []
         self.lst: WireListing | None = None
+        self.version = version  # the directory's last version seen
+        # The pass under way: its READDIRs (ROW tuples), the indexes among them of those that
+        # restarted and of those that continued from an older reply than the last, the
+        # directory's inode number where a reply gave it, and the frames of the replies that
+        # showed the directory's version move.
+        self.rows: list[tuple] = []
+        self.restart_idx: list[int] = []
+        self.ambiguous: list[int] = []
+        self.fileid: int | None = None
+        self.changes: list[int] = []
         self.seen = _NONE  # entry cookies this pass has been given, sorted, each once
         self.last_reply_cookie: int | None = None
         self.older: set[int] = set()  # last cookies of earlier replies of this pass
@@ -143,10 +250,54 @@ class _Follow:
 
     def read_on(self, end=False):
         w = self.waiting
-        while w and (end or w[0][1].reply_ts is not None):
+        while w and (end or w[0][0] < 0 or w[0][1].reply_ts is not None):
             i, row = w.popleft()
+            if i < 0:
+                self._version(*row)
+                continue
             self._read(i, row)
             row.cookies = None  # read: the pass keeps what it needs of them
+
+    def _version(self, frame, version):
+        if self.version is not None and version != self.version and self.lst is not None:
+            self.changes.append(frame)
+        self.version = version
+
+    def close(self):
+        """The pass under way is over: its listing gets its READDIRs and what they show."""
+        lst = self.lst
+        if lst is None or not self.rows:
+            return
+        a = np.array(self.rows, dtype=ROW)
+        lst.rpcs, lst.rpc_rows, lst.fileid = Rows(a, self.client), a["row"], self.fileid
+        restart_idx = self.restart_idx
+        if self.ambiguous:
+            # Two passes interleave: a cookie-0 READDIR may be the other reader's start as
+            # well as a restart, so none of them is counted as either.
+            lst.ambiguous_rows = sorted(set(self.ambiguous) | set(restart_idx))
+            restart_idx = []
+        # The changes of the directory's version the listing met: shown by a reply after its
+        # first READDIR call and before its last (only a READDIR after the change can go back
+        # to cookie 0; frame numbers order the capture, where coarse clocks give ties).
+        frames = a["frame"]
+        changes = np.array([f for f in self.changes if f < frames[-1]], dtype=np.int64)
+        lst.version_changes = len(changes)
+        # The restarts, and the other bound: every ambiguous cookie-0 READDIR a restart too
+        # (without it the most restarts the capture allows would read 0 beside restarts=4).
+        possible = sorted(set(restart_idx) | set(self.ambiguous))
+        if possible:
+            none = np.array([], dtype=np.int64)
+            lst.restarts = analysis.restart_costs(lst.rpcs, restart_idx, none)
+            lst.possible_restarts = analysis.restart_costs(lst.rpcs, possible, none)
+            # after_invalidation: on the wire, the directory's version moved since the
+            # READDIR before the restart.
+            for r in lst.restarts + lst.possible_restarts:
+                prev = frames[r.rpc_index - 1] if r.rpc_index else frames[r.rpc_index]
+                r.after_invalidation = bool(
+                    ((changes > prev) & (changes < frames[r.rpc_index])).any()
+                )
+        self.rows, self.restart_idx, self.ambiguous, self.changes = [], [], [], []
+        self.fileid = None
 
     def _read(self, i, row):
         ts, cookie, reply_ts = row.ts, row.cookie, row.reply_ts
@@ -171,10 +322,11 @@ class _Follow:
             and len(prev_cookies) > page
         )
         if cookie == 0 and lst is not None and (lst.ending != analysis.EOF or unfinished):
-            lst._restart_idx.append(len(lst._rows))  # a restart
+            self.restart_idx.append(len(self.rows))  # a restart
             if unfinished:
                 lst.ending = analysis.CUT_OFF
         elif lst is None or (lst.ending == analysis.EOF and not reads_on) or cookie == 0:
+            self.close()
             lst = self.lst = _new_listing(self.client, self.fh, ts, began_before=cookie != 0)
             self.seen, self.last_reply_cookie, self.older = _NONE, None, set()
             self.prev_cookies, self.page = None, 0
@@ -190,8 +342,10 @@ class _Follow:
             # one, a second pass over the same directory interleaves with this one.
             last = self.last_reply_cookie
             if last is not None and cookie != last and cookie in self.older:
-                lst.ambiguous_rows.append(len(lst._rows))
-        lst._rows.append(i)
+                self.ambiguous.append(len(self.rows))
+        self.rows.append(_row(i, row))
+        if self.fileid is None and row.status == 0:
+            self.fileid = row.fileid
         lst.end = int(ts if reply_ts is None else reply_ts)
         if reply_ts is None:
             lst.missing_replies += 1
@@ -223,50 +377,3 @@ class _Follow:
             self.last_reply_cookie = int(cookies[-1])
         if row.eof:
             lst.ending = analysis.EOF
-
-
-def _give_rpcs(out, rd):
-    """Each listing's READDIRs as its rpcs frame, its fileid where a READDIR knew it, and its
-    restarts set aside where two passes interleave."""
-    cookie_na = rd["cookie"].isna().to_numpy()
-    fileid_na = rd["fileid"].isna().to_numpy()
-    fileid = rd["fileid"].to_numpy("int64", na_value=0)
-    # The columns the analysis and the verdict read, of every listing's READDIRs one listing
-    # after the other in one frame, each listing's rows a slice of it: a frame of its own for
-    # each of a server's thousands of listings cost ten times more.
-    order = np.array([i for lst in out for i in lst._rows], dtype=np.int64)
-    whole = pd.DataFrame(
-        {
-            "ts": rd["ts"].to_numpy("int64")[order],
-            "pid": np.full(len(order), None, dtype=object),
-            "comm": rd["client"].to_numpy(object)[order],
-            # Cookies are 64-bit (ext4 gives hashes near 2**63): never through a float.
-            "cookie": rd["cookie"].to_numpy("uint64", na_value=0)[order],
-            "dtsize": rd["maxcount"].to_numpy("float64", na_value=np.nan)[order],
-            "entries": rd["entries"].to_numpy("float64", na_value=np.nan)[order],
-            "eof": rd["eof"].to_numpy(object)[order],
-            "xid": rd["xid"].array[order],
-            "error": np.full(len(order), np.nan),
-            "frame": rd["frame"].to_numpy("int64")[order],
-        }
-    )
-    start = 0
-    for lst in out:
-        if lst.ambiguous_rows:
-            # Two passes interleave: a cookie-0 READDIR may be the other reader's start as
-            # well as a restart, so none of them is counted as either.
-            lst.ambiguous_rows = sorted(set(lst.ambiguous_rows) | set(lst._restart_idx))
-            lst._restart_idx = []
-        rows = np.array(lst._rows, dtype=np.int64)
-        lst.rpcs = whole.iloc[start : start + len(rows)].reset_index(drop=True)
-        start += len(rows)
-        if cookie_na[rows].any():  # a call whose cookie is not known: pd.NA, not 0
-            ck = lst.rpcs["cookie"].tolist()
-            na = cookie_na[rows].tolist()
-            lst.rpcs = lst.rpcs.assign(
-                cookie=np.array([pd.NA if n else v for v, n in zip(ck, na)], dtype=object)
-            )
-        lst.rpc_rows = list(lst._rows)
-        known = np.flatnonzero(~fileid_na[rows])
-        if len(known):
-            lst.fileid = int(fileid[rows[known[0]]])

@@ -123,13 +123,15 @@ def _quiet(err):
     ).strip()
 
 
-def read(path, tshark=None, ports=(), decoder=None, passes=None):
+def read(path, tshark=None, ports=(), decoder=None, passes=None, tables=True):
     """Decode a capture file into a Capture (see the module's text). ports: server ports
     besides 2049 whose traffic is NFS. decoder: "compiled" (wiredecode; tshark where it does
     not know a case, said on stderr), "tshark", or None for $NFSRT_DECODER, else compiled
     where it is built. passes: what makes the follower of the READDIRs' passes
     (model/wire_passes.Passes), one for each decoding: it is given each reply's entry cookies,
-    which the tables do not keep; the Capture's `passes` is it."""
+    which the tables do not keep; the Capture's `passes` is it. tables: whether to keep the
+    READDIR and attribute tables (Capture.readdirs, .attrs), one row a READDIR or attribute
+    reply; without them the memory kept is the passes' alone."""
     kind = capture_format(path)
     if kind is None:
         raise CaptureError(f"{path!r} is not a pcap or pcapng capture (nor a gzip'd one)")
@@ -138,7 +140,7 @@ def read(path, tshark=None, ports=(), decoder=None, passes=None):
     if decoder not in ("compiled", "tshark"):
         raise CaptureError(f"decoder {decoder!r}: say compiled or tshark")
     if decoder == "compiled" and wiredecode.available():
-        cap, unknown = wiredecode.read(path, kind, ports, passes)
+        cap, unknown = wiredecode.read(path, kind, ports, passes, tables)
         if cap is not None:
             return cap
         sys.stderr.write(
@@ -151,7 +153,8 @@ def read(path, tshark=None, ports=(), decoder=None, passes=None):
             "tshark is not installed: captures are decoded with Wireshark's "
             "dissector (apt-get install tshark, or reproducers/setup-host)"
         )
-    reader = CaptureReader(path, kind, _Messages(messages_command(path, tshark, ports)), passes)
+    several = _Messages(messages_command(path, tshark, ports))
+    reader = CaptureReader(path, kind, several, passes, tables)
     reader.cap.ports = ports
     if decoder == "compiled" and wiredecode.available():
         reader.cap.fallback = unknown

@@ -65,8 +65,13 @@ class Capture:
 
     path: str
     kind: str
-    readdirs: pandas.DataFrame
-    attrs: pandas.DataFrame
+    # The READDIR and attribute tables, where read() was asked for them (None where not: the
+    # passes keep what the analysis reads, and the tables would grow with the capture).
+    readdirs: pandas.DataFrame | None
+    attrs: pandas.DataFrame | None
+    readdir_calls: int = 0  # READDIR and READDIRPLUS calls (the first transmission of each)
+    missing_replies: int = 0  # of them without a reply in the capture
+    attr_replies: int = 0  # replies that gave a directory's version (GETATTR or READDIR)
     frames: int = 0  # frames with an RPC message (or damaged)
     port_frames: int = 0  # frames to or from the server's ports, RPC or not
     messages: int = 0
@@ -85,10 +90,6 @@ class Capture:
     passes: object = None
     warnings: list = field(default_factory=list)
 
-    @property
-    def missing_replies(self):
-        return int(self.readdirs["reply_ts"].isna().sum()) if len(self.readdirs) else 0
-
 
 def _cookie_array(texts):
     """The cookies as 8 bytes each, not a Python int's 32 (a big capture has millions of
@@ -103,28 +104,35 @@ def _cookie_array(texts):
 class Call:
     """A call (READDIR or GETATTR) waiting for its reply, and the reply's values once it comes
     (the passes read them). Slots, not a dict: a server's capture has thousands waiting at
-    once. Once a READDIR's reply is read its values are in the table's columns (row `i`)
-    and the Call is dropped: the capture's READDIRs are kept as columns, not as objects."""
+    once. Once a READDIR's reply is read the Call is dropped: its values are in the passes'
+    listing (and the table's columns, row `i`, where read() keeps the tables)."""
 
     __slots__ = (
         "kind",
         "i",
         "ts",
+        "frame",
+        "xid",
         "client",
         "fh",
         "vers",
         "plus",
         "cookie",
+        "maxcount",
         "reply_ts",
         "status",
         "eof",
+        "entries",
+        "fileid",
         "cookies",
     )
 
     def __init__(self, kind, fh, vers, i=None, ts=None, client=None, plus=None, cookie=None):
         self.kind, self.fh, self.vers, self.i = kind, fh, vers, i
         self.ts, self.client, self.plus, self.cookie = ts, client, plus, cookie
-        self.reply_ts = self.status = self.eof = self.cookies = None
+        self.frame = self.xid = self.maxcount = None
+        self.reply_ts = self.status = self.eof = self.entries = self.fileid = None
+        self.cookies = None
 
 
 class _Ints:
@@ -189,7 +197,7 @@ def _columns(names, ints):
 class CaptureReader:
     """From tshark's lines to the tables: one pass, calls kept until their reply."""
 
-    def __init__(self, path, kind, several, passes=None):
+    def __init__(self, path, kind, several, passes=None, tables=True):
         self.cap = Capture(path, kind, None, None)
         self.several = several  # the frames with several RPC messages, message by message
         # Told of each READDIR call, in order, and of its reply: a reply's entry cookies go
@@ -201,8 +209,9 @@ class CaptureReader:
         self.replied: set[int] = set()
         self.client_no: dict[str, int] = {}
         self.rows = 0  # READDIRs, in call order: the columns' length
-        self.cols = _columns(TABLE, INTS)
-        self.attrs = _columns(ATTRS, ATTR_INTS)
+        # The tables' columns, where they are kept.
+        self.cols = _columns(TABLE, INTS) if tables else None
+        self.attrs = _columns(ATTRS, ATTR_INTS) if tables else None
         # Each client's and directory's name as one string, however many rows name it.
         self.names: dict[str, str] = {}
         self.messages = 0
@@ -317,22 +326,24 @@ class CaptureReader:
         ts, frame, client, fh, xid = where
         cookie = int_or_none(cookie)
         row = Call("readdir", fh, vers, self.rows, ts, client, plus, cookie)
+        row.frame, row.xid, row.maxcount = frame, xid, int_or_none(maxcount)
         self.calls[key] = row
         self.rows += 1
         c = self.cols
-        c["ts"].append(ts)
-        c["frame"].append(frame)
-        c["client"].append(client)
-        c["fh"].append(fh)
-        c["xid"].append(xid)
-        c["vers"].append(vers)
-        c["plus"].append(plus)
-        c["cookie"].append(cookie)
-        c["verifier"].append(self._name(verifier) if verifier else None)
-        c["dircount"].append(int_or_none(dircount))
-        c["maxcount"].append(int_or_none(maxcount))
-        for name in ("reply_ts", "status", "entries", "last_cookie", "eof", "fileid"):
-            c[name].append(None)  # until the reply
+        if c is not None:
+            c["ts"].append(ts)
+            c["frame"].append(frame)
+            c["client"].append(client)
+            c["fh"].append(fh)
+            c["xid"].append(xid)
+            c["vers"].append(vers)
+            c["plus"].append(plus)
+            c["cookie"].append(cookie)
+            c["verifier"].append(self._name(verifier) if verifier else None)
+            c["dircount"].append(int_or_none(dircount))
+            c["maxcount"].append(row.maxcount)
+            for name in ("reply_ts", "status", "entries", "last_cookie", "eof", "fileid"):
+                c[name].append(None)  # until the reply
         if self.passes is not None:
             self.passes.call(row, row.i)
 
@@ -350,30 +361,34 @@ class CaptureReader:
             ver = int_or_none(first(v, "change4")) if call.kind == "getattr" else None
             fileid = int_or_none(first(v, "fileid4")) if call.kind == "getattr" else None
         if ver is not None and status == 0:
-            # Into the attribute table's columns, not a row object: a big capture has
-            # 100,000s of them.
+            self.cap.attr_replies += 1
             a = self.attrs
-            a["ts"].append(ts)
-            a["frame"].append(frame)
-            a["client"].append(client)
-            a["fh"].append(call.fh)
-            a["version"].append(ver)
-            a["fileid"].append(fileid)
-            a["source"].append("GETATTR" if call.kind == "getattr" else "READDIR")
+            if a is not None:
+                # Into the attribute table's columns, not a row object: a big capture has
+                # 100,000s of them.
+                a["ts"].append(ts)
+                a["frame"].append(frame)
+                a["client"].append(client)
+                a["fh"].append(call.fh)
+                a["version"].append(ver)
+                a["fileid"].append(fileid)
+                a["source"].append("GETATTR" if call.kind == "getattr" else "READDIR")
+            if self.passes is not None:
+                self.passes.attr(client, call.fh, frame, ver, fileid)
         del self.calls[(client, xid)]  # a reply again is a duplicate
         if call.kind != "readdir":
             return
         self.replied.add(self._replied(client, xid))
         c, i = self.cols, call.i
         call.reply_ts, call.status = ts, status
-        c["reply_ts"][i] = ts
-        c["status"][i] = status
+        if c is not None:
+            c["reply_ts"][i] = ts
+            c["status"][i] = status
         if status == 0:
             if call.vers == "3":
                 cookies = v[COL["epcookie3" if call.plus else "ecookie3"]]
                 eof = flag(first(v, "eof3"))
-                if fileid is not None:
-                    c["fileid"][i] = fileid
+                call.fileid = fileid
             else:
                 cookies = v[COL["cookie4"]]
                 eof = flag(first(v, "eof4"))
@@ -382,10 +397,13 @@ class CaptureReader:
                 cookies = array("Q", cookies)
             else:
                 cookies = _cookie_array(split_values(cookies))
-            c["entries"][i] = len(cookies)
-            if cookies:
-                c["last_cookie"][i] = cookies[-1]
-            c["eof"][i] = call.eof = eof
+            call.entries, call.eof = len(cookies), eof
+            if c is not None:
+                c["entries"][i] = len(cookies)
+                if cookies:
+                    c["last_cookie"][i] = cookies[-1]
+                c["eof"][i] = eof
+                c["fileid"][i] = call.fileid
             if self.passes is not None:
                 call.cookies = cookies
         if self.passes is not None:
@@ -410,8 +428,12 @@ class CaptureReader:
         import pandas as pd  # only a capture's tables need it (0.5 s to import)
 
         cap = self.cap
+        cap.readdir_calls = self.rows
+        cap.missing_replies = sum(c.kind == "readdir" for c in self.calls.values())
         if self.passes is not None:
             self.passes.end()
+        if self.cols is None:
+            return cap
         # Each column of integers an IntegerArray of its own typed array: no 64-bit cookie
         # goes through a float.
         cols, self.cols = self.cols, None

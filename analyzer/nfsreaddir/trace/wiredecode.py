@@ -34,10 +34,10 @@ def versions(mask):
     return out | {f"4.{m}" for m in range(16) if mask >> (8 + m) & 1}
 
 
-def read(path, kind, ports, passes=None) -> tuple[Capture | None, str | None]:
+def read(path, kind, ports, passes=None, tables=True) -> tuple[Capture | None, str | None]:
     """(the Capture, None), or (None, what the decoder does not know) when tshark must decode
-    this capture. ports: the server ports, 2049 first; passes: as capture.read's."""
-    reader = CaptureReader(path, kind, None, passes)
+    this capture. ports: the server ports, 2049 first; passes and tables: as capture.read's."""
+    reader = CaptureReader(path, kind, None, passes, tables)
     stats = _wiredecode.decode(path, list(ports), COLUMNS, reader.message)
     if stats["unknown"]:
         return None, stats["unknown"]
