@@ -1,6 +1,7 @@
 """What a new user reads: results tables, plots, ids, help texts and the export's messages say
 what they show, and no run, label or file is lost or changed without a word (issue 32)."""
 
+import io
 import json
 import os
 import re
@@ -11,7 +12,7 @@ import pytest
 
 from conftest import FIXTURES, TOP, run_cli
 from nfsreaddir import cli, pipeline
-from nfsreaddir.present import glossary, plot
+from nfsreaddir.present import glossary, plot, render
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")  # 157 READDIRs, 5 restarts in 'modified'
 BAD_V3 = os.path.join(FIXTURES, "5.10-v3")  # the same kernel, never exercised
@@ -80,6 +81,22 @@ def test_analyze_says_what_a_listing_time_spans():
 
 
 # ---------------------------------------------------------------------------------------- ids
+def test_the_listing_table_is_written_part_by_part_as_pandas_writes_it_whole(monkeypatch):
+    """analyze writes its table of listings TABLE_ROWS rows at a time (a server's capture has
+    thousands): the text is the one pandas gives for the whole table, column widths and all.
+    Parts of one row, of the 52 listings of a fleet capture and of two traces' listings side by
+    side."""
+    monkeypatch.setattr(render, "TABLE_ROWS", 1)
+    fleet = os.path.join(FIXTURES, "fleet-5.10", "fleet.pcap.gz")
+    traces = [os.path.join(BAD, "idle.dat"), os.path.join(BAD, "modified.dat")]
+    for paths in ([fleet], traces):
+        table = render.listing_table([x.analysis for x in pipeline.load(paths)])
+        assert len(table) > 1
+        out = io.StringIO()
+        render.write_table(table, out)
+        assert out.getvalue() == table.to_string(index=False) + "\n"
+
+
 def test_one_trace_id_and_listing_number_in_analyze_export_and_results(tmp_path):
     trace = os.path.join(BAD, "modified.dat")
     (a,) = json.loads(run_cli("analyze", "--json", trace, check=0).stdout)

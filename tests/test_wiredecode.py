@@ -277,3 +277,48 @@ def test_retransmitted_and_reordered_segments_reach_the_text_and_json(tmp_path):
     trace = json.loads(run_cli("analyze", "--json", path).stdout)[0]["trace"]
     assert trace["retransmitted_segments"] == 1 and trace["reordered_segments"] == 1
     assert trace["decoder_fallback"] is None
+
+
+def _listings(cap):
+    return [
+        (
+            lst.client,
+            lst.fh,
+            lst.rpc_rows.tolist(),
+            lst.rpcs["cookie"].tolist(),
+            [vars(r) for r in lst.restarts],
+            [vars(r) for r in lst.possible_restarts],
+            list(lst.ambiguous_rows),
+            lst.version_changes,
+            lst.fileid,
+            lst.ending,
+            lst.refetched_entries,
+            lst.missing_replies,
+        )
+        for lst in wire.listings(cap)
+    ]
+
+
+@built
+@pytest.mark.parametrize("name", CAPTURES)
+def test_without_its_tables_a_capture_gives_the_same_counts_and_listings(name):
+    """analyze reads a capture without its READDIR and attribute tables (the passes keep what
+    the listings need, as the capture is read): the counts the report gives are the tables'
+    own, the listings are the same, and each listing's version changes are what the attribute
+    table says: its client's replies for the directory after the listing's first READDIR call
+    and before its last that showed a version other than the reply before."""
+    path = os.path.join(FIXTURES, name)
+    kept = capture.read(path, passes=wire_passes.Passes)
+    lean = capture.read(path, passes=wire_passes.Passes, tables=False)
+    assert lean.readdirs is None and lean.attrs is None
+    rd, attrs = kept.readdirs, kept.attrs
+    assert kept.readdir_calls == lean.readdir_calls == len(rd) > 0
+    assert kept.missing_replies == lean.missing_replies == int(rd["reply_ts"].isna().sum())
+    assert kept.attr_replies == lean.attr_replies == len(attrs)
+    assert _listings(kept) == _listings(lean)
+    for lst in wire.listings(lean):
+        frames = lst.rpcs["frame"]
+        mine = attrs[(attrs["client"] == lst.client) & (attrs["fh"] == lst.fh)]
+        at, version = mine["frame"].tolist(), mine["version"].tolist()
+        moved = [at[k] for k in range(1, len(at)) if version[k] != version[k - 1]]
+        assert lst.version_changes == sum(frames.min() < f < frames.max() for f in moved)

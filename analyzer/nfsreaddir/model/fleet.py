@@ -62,21 +62,22 @@ def _client_key(client):
         return (1, 0, 0, client)
 
 
-def _row(lst):
-    # The listing's own fields, not its summary(): the text builds that once more, and a
-    # server's capture has thousands of listings.
+def _columns(listings):
+    """The DIR_COLUMNS of each listing, a list a column: the listing's own fields, not its
+    summary() (the text builds that once more), and no dict a listing: a server's capture has
+    thousands of listings."""
     return {
-        "client": lst.client,
-        "dir_fileid": lst.fileid,
-        "fh": lst.fh,
-        "listings": 1,
-        "complete": int(bool(lst.complete)),
-        "readdirs": len(lst.rpcs),
-        "ambiguous": int(bool(lst.ambiguous_rows)),
-        "restarts": len(lst.restarts),
-        "refetched_readdirs": sum(r.refetched for r in lst.restarts),
-        "refetched_entries": lst.refetched_entries,
-        "version_changes": lst.version_changes or 0,
+        "client": [x.client for x in listings],
+        "dir_fileid": [x.fileid for x in listings],
+        "fh": [x.fh for x in listings],
+        "listings": [1] * len(listings),
+        "complete": [int(bool(x.complete)) for x in listings],
+        "readdirs": [len(x.rpcs) for x in listings],
+        "ambiguous": [int(bool(x.ambiguous_rows)) for x in listings],
+        "restarts": [len(x.restarts) for x in listings],
+        "refetched_readdirs": [sum(r.refetched for r in x.restarts) for x in listings],
+        "refetched_entries": [x.refetched_entries for x in listings],
+        "version_changes": [x.version_changes or 0 for x in listings],
     }
 
 
@@ -88,7 +89,7 @@ def triage(listings):
     when they come from fewer than two client connections."""
     if len({x.client for x in listings}) < 2:
         return None
-    per = pd.DataFrame([_row(x) for x in listings], columns=DIR_COLUMNS)
+    per = pd.DataFrame(_columns(listings), columns=DIR_COLUMNS)
     # A directory is its filehandle; its inode number where the capture gave one.
     dirs = per.groupby(["client", "fh"], sort=False).agg(
         {"dir_fileid": "first", **dict.fromkeys(SUMMED, "sum")}

@@ -160,13 +160,45 @@ def dcache_record(path, trace_id, results):
     return {"path": path, "trace_id": trace_id, "dcache": results}
 
 
+# Rows of the listing table formatted at a time: a server's capture has thousands of listings,
+# and pandas formatting them at once held ten times the text's size (13 MiB at 12,000 rows).
+TABLE_ROWS = 500
+
+
+def _widths(table):
+    """Each column's width in table.to_string(index=False): the widest of its parts' (pandas
+    right-justifies the names and values, a space between columns), read from where each
+    part's header line puts the column's name."""
+    widths = [0] * len(table.columns)
+    for k in range(0, len(table), TABLE_ROWS):
+        head = table.iloc[k : k + TABLE_ROWS].to_string(index=False).split("\n", 1)[0]
+        end = 0
+        for j, name in enumerate(map(str, table.columns)):
+            at = head.index(name, end) + len(name)
+            widths[j] = max(widths[j], at - end - (j > 0))
+            end = at
+    return dict(zip(table.columns, widths))
+
+
+def write_table(table, out):
+    """table.to_string(index=False) and a newline on out, TABLE_ROWS rows at a time."""
+    widths = _widths(table)
+    for k in range(0, len(table), TABLE_ROWS):
+        part = table.iloc[k : k + TABLE_ROWS]
+        out.write(part.to_string(index=False, header=k == 0, col_space=widths) + "\n")
+
+
 def print_analysis(analyses, out=None, details=10):
     """The text of analyze, on out (default: sys.stdout as it is when called)."""
     out = sys.stdout if out is None else out
     for a in analyses:
         _write_input(a, out)
     table = listing_table(analyses)
-    out.write("\n" + table.to_string(index=False) + "\n" if len(table) else "\nno listing\n")
+    if len(table):
+        out.write("\n")
+        write_table(table, out)
+    else:
+        out.write("\nno listing\n")
     spans = sorted({x.delimited_by for a in analyses for x in a.listings})
     if spans:  # a listing's time is not the same span for every input: say which it is
         out.write(
