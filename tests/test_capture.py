@@ -410,8 +410,7 @@ def _follow(cap, rd):
         r = {k: None if pd.isna(v) else v for k, v in r.items()}
         row = rpcmatch.Call("readdir", r["fh"], r["vers"], i, r["ts"], r["client"], r["plus"])
         row.cookie, row.status, row.eof = r["cookie"], r["status"], r["eof"]
-        row.frame, row.xid, row.maxcount = r["frame"], r["xid"], r["maxcount"]
-        row.entries, row.fileid = r["entries"], r["fileid"]
+        row.frame, row.maxcount, row.fileid = r["frame"], r["maxcount"], r["fileid"]
         row.cookies = array("Q", cookies or [])
         reply_ts = r["reply_ts"]
         cap.passes.call(row, i)

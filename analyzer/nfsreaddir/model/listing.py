@@ -1,7 +1,9 @@
 """What the readdir analysis answers, per trace: its listings, each with its READDIRs, restarts
 and invalidations (analysis.analyze and wire.analyze fill them in; the rules judge them)."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -48,15 +50,17 @@ class Listing:
     entries: int | None = None
     ending: str = UNKNOWN
     error: int | None = None  # errno of the error that stopped it
-    # Its READDIRs (empty until the reader that builds the listing sets them).
-    rpcs: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
-    restart_rows: list = field(default_factory=list)  # READDIR indexes of the restarts
-    ambiguous_rows: list = field(default_factory=list)  # cookie-0 READDIRs of unknown cause
-    refill_rows: list = field(default_factory=list)  # cookie-0 refills of the first page
-    restarts: list = field(default_factory=list)
+    # Its READDIRs (empty until the reader that builds the listing sets them): a frame, or a
+    # wire listing's wire_passes.Rows (the same columns, each a Series when asked).
+    rpcs: Any = field(repr=False, default_factory=pd.DataFrame)
+    # Sequences, not lists: a wire listing has one empty tuple for all those it never fills.
+    restart_rows: Sequence = field(default_factory=list)  # READDIR indexes of the restarts
+    ambiguous_rows: Sequence = field(default_factory=list)  # cookie-0 READDIRs, unknown cause
+    refill_rows: Sequence = field(default_factory=list)  # cookie-0 refills of the first page
+    restarts: Sequence = field(default_factory=list)
     # What the restarts would be if every ambiguous READDIR were one: the other bound.
-    possible_restarts: list = field(default_factory=list)
-    invalidations: list = field(default_factory=list)
+    possible_restarts: Sequence = field(default_factory=list)
+    invalidations: Sequence = field(default_factory=list)
     version_changes: int | None = None  # times the directory's change attribute moved
     # READDIRs that met a change of the directory and went on past every cookie asked before:
     # the kernel did not restart there (None: no cookies).
@@ -73,7 +77,8 @@ class Listing:
     # change after that can make it restart: a poller's revalidation when it opens the
     # directory drops a cache it has not read from yet.
     progressed_at: int | None = None
-    rpc_rows: list = field(default_factory=list)  # its rows of the canonical rpc table
+    # Its rows of the canonical rpc table (a wire listing's: a numpy array).
+    rpc_rows: Any = field(default_factory=list)
     damage: list = field(default_factory=list)  # damaged or lost events during it
     dentries: dict = field(default_factory=dict)
     cookies_known: bool = True

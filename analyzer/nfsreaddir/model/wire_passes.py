@@ -61,7 +61,9 @@ class Rows:
             # pd.NA, not 0.
             v = a["cookie"].copy()
             if not a["has_cookie"].all():
-                v = np.array([c if k else pd.NA for c, k in zip(v.tolist(), a["has_cookie"])])
+                v = np.array(
+                    [c if k else pd.NA for c, k in zip(v.tolist(), a["has_cookie"])], dtype=object
+                )
         elif column == "dtsize":
             v = np.where(a["has_maxcount"], a["maxcount"], np.nan)
         elif column == "comm":
@@ -160,7 +162,7 @@ class Passes:
         self.fileids: dict[str, int] = {}
 
     def call(self, row, i):
-        """A READDIR call: rpcmatch's Call (ts, frame, xid, client, fh, cookie, maxcount), row
+        """A READDIR call: rpcmatch's Call (ts, frame, client, fh, cookie, maxcount), row
         i of the capture's READDIRs."""
         key = (row.client, row.fh)
         f = self.follow.get(key)
@@ -169,7 +171,7 @@ class Passes:
         f.waiting.append((i, row))
 
     def reply(self, row):
-        """row's reply came (its reply_ts, status, eof, entries, fileid and cookies set): its
+        """row's reply came (its reply_ts, status, eof, fileid and cookies set): its
         directory's passes read on as far as every earlier call of theirs has its reply."""
         self.follow[row.client, row.fh].read_on()
 
@@ -291,7 +293,7 @@ class _Follow:
             lst.possible_restarts = analysis.restart_costs(lst.rpcs, possible, none)
             # after_invalidation: on the wire, the directory's version moved since the
             # READDIR before the restart.
-            for r in lst.restarts + lst.possible_restarts:
+            for r in (*lst.restarts, *lst.possible_restarts):
                 prev = frames[r.rpc_index - 1] if r.rpc_index else frames[r.rpc_index]
                 r.after_invalidation = bool(
                     ((changes > prev) & (changes < frames[r.rpc_index])).any()

@@ -18,7 +18,11 @@ calls by XID, and returns:
                gives it
     facts      what limits the answers: frames cut short by the snaplen, retransmitted calls,
                calls without a reply, frames that carried several RPC messages whose fields
-               could not be told apart, tshark's complaints (a file cut short)
+               could not be told apart, tshark's complaints (a file cut short); the counts of
+               READDIR calls and attribute replies
+
+The two tables grow with the capture, a row a READDIR or attribute reply: read(tables=False)
+keeps neither, for a reader (wire.analyze) whose `passes` keep what it needs as they come.
 
 `-T fields` runs a field's values together across a frame's messages, so a frame that carries
 several RPC messages (one TCP segment, several replies) is read again message by message from

@@ -71,7 +71,7 @@ class Capture:
     attrs: pandas.DataFrame | None
     readdir_calls: int = 0  # READDIR and READDIRPLUS calls (the first transmission of each)
     missing_replies: int = 0  # of them without a reply in the capture
-    attr_replies: int = 0  # replies that gave a directory's version (GETATTR or READDIR)
+    attr_replies: int = 0  # replies that gave an object's version (GETATTR, READDIR's post-op)
     frames: int = 0  # frames with an RPC message (or damaged)
     port_frames: int = 0  # frames to or from the server's ports, RPC or not
     messages: int = 0
@@ -112,7 +112,6 @@ class Call:
         "i",
         "ts",
         "frame",
-        "xid",
         "client",
         "fh",
         "vers",
@@ -122,7 +121,6 @@ class Call:
         "reply_ts",
         "status",
         "eof",
-        "entries",
         "fileid",
         "cookies",
     )
@@ -130,9 +128,8 @@ class Call:
     def __init__(self, kind, fh, vers, i=None, ts=None, client=None, plus=None, cookie=None):
         self.kind, self.fh, self.vers, self.i = kind, fh, vers, i
         self.ts, self.client, self.plus, self.cookie = ts, client, plus, cookie
-        self.frame = self.xid = self.maxcount = None
-        self.reply_ts = self.status = self.eof = self.entries = self.fileid = None
-        self.cookies = None
+        self.frame = self.maxcount = None
+        self.reply_ts = self.status = self.eof = self.fileid = self.cookies = None
 
 
 class _Ints:
@@ -326,7 +323,7 @@ class CaptureReader:
         ts, frame, client, fh, xid = where
         cookie = int_or_none(cookie)
         row = Call("readdir", fh, vers, self.rows, ts, client, plus, cookie)
-        row.frame, row.xid, row.maxcount = frame, xid, int_or_none(maxcount)
+        row.frame, row.maxcount = frame, int_or_none(maxcount)
         self.calls[key] = row
         self.rows += 1
         c = self.cols
@@ -397,7 +394,7 @@ class CaptureReader:
                 cookies = array("Q", cookies)
             else:
                 cookies = _cookie_array(split_values(cookies))
-            call.entries, call.eof = len(cookies), eof
+            call.eof = eof
             if c is not None:
                 c["entries"][i] = len(cookies)
                 if cookies:
@@ -425,8 +422,6 @@ class CaptureReader:
 
     # -- the end ---------------------------------------------------------------------------
     def finish(self):
-        import pandas as pd  # only a capture's tables need it (0.5 s to import)
-
         cap = self.cap
         cap.readdir_calls = self.rows
         cap.missing_replies = sum(c.kind == "readdir" for c in self.calls.values())
@@ -434,6 +429,8 @@ class CaptureReader:
             self.passes.end()
         if self.cols is None:
             return cap
+        import pandas as pd  # only a capture's tables need it (0.5 s to import)
+
         # Each column of integers an IntegerArray of its own typed array: no 64-bit cookie
         # goes through a float.
         cols, self.cols = self.cols, None
