@@ -687,3 +687,32 @@ def test_a_readdir_is_kept_as_an_object_only_until_its_reply():
         cap = capture.read(path, decoder=decoder, passes=_CountsCalls)
         assert len(cap.readdirs) > 100
         assert cap.passes.kept == cap.missing_replies, decoder
+
+
+def test_a_readdir_call_seen_again_after_its_reply_is_a_retransmission_for_ten_minutes():
+    """A READDIR call seen again after its reply came (the reply lost after the capture saw
+    it) is a retransmission, not a READDIR of its own, for rpcmatch.RETRANSMIT_NS after the
+    reply; the replies remembered for that are no older (memory flat in the capture's length),
+    so past it the same call is a READDIR of its own, without a reply. The RPC messages of
+    6.1-v3-cap's idle capture as the compiled decoder gives them, its READDIRPLUS call given
+    again 30 s and 11 minutes after the last message."""
+    from nfsreaddir import _wiredecode
+    from nfsreaddir.trace import tshark_fields, wiredecode
+
+    col = tshark_fields.COL
+    rows: list = []
+    _wiredecode.decode(_pcap(V3, "idle"), [2049], wiredecode.COLUMNS, rows.append)
+    readdirplus = str(tshark_fields.NFS3_READDIRPLUS)
+    call = next(r for r in rows if r[col["msgtyp"]] == "0" and r[col["proc"]] == readdirplus)
+    sec, frac = rows[-1][col["ts"]].split(".")
+    for later, retransmitted in ((30, True), (11 * 60, False)):
+        again = list(call)
+        again[col["ts"]] = f"{int(sec) + later}.{frac}"
+        again[col["frame"]] = str(int(rows[-1][col["frame"]]) + 1)
+        reader = rpcmatch.CaptureReader("idle.pcap", "pcap", None)
+        for r in [*rows, again]:
+            reader.message(list(r))
+        cap = reader.finish()
+        assert cap.retransmitted_calls == int(retransmitted), later
+        assert cap.readdir_calls == len(cap.readdirs) == 2 - retransmitted, later
+        assert cap.missing_replies == 1 - retransmitted, later

@@ -6,6 +6,7 @@ capture.read runs tshark and gives the rows; this module knows nothing of tshark
 from __future__ import annotations
 
 from array import array
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -191,6 +192,14 @@ def _columns(names, ints):
     return {c: _Ints(INTS[c]) if c in ints else [] for c in names}
 
 
+# How long after its reply a READDIR call seen again is taken for a retransmission: an NFS
+# client retransmits a call after timeo (60 s over TCP by default, growing by as much each try;
+# 1.1 s doubling to 60 s over UDP), and a hard mount tries again and again while no reply
+# comes, but a call whose reply came is retransmitted only where the reply was lost after the
+# capture saw it, within a few timeouts.
+RETRANSMIT_NS = 10 * 60 * 10**9
+
+
 class CaptureReader:
     """From tshark's lines to the tables: one pass, calls kept until their reply."""
 
@@ -201,9 +210,11 @@ class CaptureReader:
         # there and nowhere else (millions of them in a big capture; the tables keep none).
         self.passes = self.cap.passes = passes() if passes else None
         self.calls = {}  # (client, xid) -> Call, until its reply
-        # READDIRs replied to, as client number << 32 | xid: a call seen again is a
+        # READDIRs replied to in the last RETRANSMIT_NS, as client number << 32 | xid, and
+        # (reply time, key) in the order they came: a call seen again is a
         # retransmission, its reply a duplicate.
-        self.replied: set[int] = set()
+        self.replied: set = set()
+        self.replied_at: deque = deque()
         self.client_no: dict[str, int] = {}
         self.rows = 0  # READDIRs, in call order: the columns' length
         # The tables' columns, where they are kept.
@@ -264,6 +275,19 @@ class CaptureReader:
     def _name(self, text):
         return self.names.setdefault(text, text)
 
+    def _remember(self, key, ts):
+        """A READDIR was replied to: a call with its key is a retransmission for
+        RETRANSMIT_NS after (kept no longer: the set would grow with the capture)."""
+        self.replied.add(key)
+        if ts is not None:
+            self.replied_at.append((ts, key))
+
+    def _forget(self, ts):
+        """The replies before RETRANSMIT_NS ago, forgotten."""
+        at = self.replied_at
+        while ts is not None and at and at[0][0] < ts - RETRANSMIT_NS:
+            self.replied.discard(at.popleft()[1])
+
     def _replied(self, client, xid):
         no = self.client_no.setdefault(client, len(self.client_no))
         return no << 32 | xid if xid is not None else (no, None)  # (an XID tshark could not read)
@@ -274,6 +298,7 @@ class CaptureReader:
         proc = int_or_none(first(v, "proc"))
         fhs = split_values(v[COL["fh"]])
         key = (client, xid)
+        self._forget(ts)
         if key in self.calls or self._replied(client, xid) in self.replied:
             if key not in self.calls or self.calls[key].kind == "readdir":
                 self.cap.retransmitted_calls += 1
@@ -375,7 +400,7 @@ class CaptureReader:
         del self.calls[(client, xid)]  # a reply again is a duplicate
         if call.kind != "readdir":
             return
-        self.replied.add(self._replied(client, xid))
+        self._remember(self._replied(client, xid), ts)
         c, i = self.cols, call.i
         call.reply_ts, call.status = ts, status
         if c is not None:
