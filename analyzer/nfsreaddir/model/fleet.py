@@ -62,26 +62,39 @@ def _client_key(client):
         return (1, 0, 0, client)
 
 
-def _columns(listings):
-    """The DIR_COLUMNS of each listing, a list a column: the listing's own fields, not its
-    summary() (the text builds that once more), and no dict a listing: a server's capture has
-    thousands of listings."""
-    return {
-        "client": [x.client for x in listings],
-        "dir_fileid": [x.fileid for x in listings],
-        "fh": [x.fh for x in listings],
-        "listings": [1] * len(listings),
-        "complete": [int(bool(x.complete)) for x in listings],
-        "readdirs": [len(x.rpcs) for x in listings],
-        "ambiguous": [int(bool(x.ambiguous_rows)) for x in listings],
-        "restarts": [len(x.restarts) for x in listings],
-        "refetched_readdirs": [sum(r.refetched for r in x.restarts) for x in listings],
-        "refetched_entries": [x.refetched_entries for x in listings],
-        "version_changes": [x.version_changes or 0 for x in listings],
-    }
-
-
 SUMMED = [c for c in DIR_COLUMNS if c not in ("client", "dir_fileid", "fh")]
+
+
+def _per_dir(listings):
+    """DIR_COLUMNS, a list a column, one row per client and directory in the order they first
+    come: the listings' own fields summed (not their summary(), which the text builds once
+    more), the directory's inode number where one of them has it. Summed as the listings are
+    gone through: a server's capture has thousands of listings and far fewer directories."""
+    per: dict[tuple, list] = {}
+    for x in listings:
+        row = per.get((x.client, x.fh))
+        if row is None:
+            row = per[x.client, x.fh] = [x.fileid] + [0] * len(SUMMED)
+        elif row[0] is None:
+            row[0] = x.fileid
+        for k, v in enumerate(
+            (
+                1,
+                int(bool(x.complete)),
+                len(x.rpcs),
+                int(bool(x.ambiguous_rows)),
+                len(x.restarts),
+                sum(r.refetched for r in x.restarts),
+                x.refetched_entries,
+                x.version_changes or 0,
+            ),
+            1,
+        ):
+            row[k] += v
+    out: dict[str, list] = {"client": [c for c, _ in per], "fh": [fh for _, fh in per]}
+    for k, name in enumerate(["dir_fileid", *SUMMED]):
+        out[name] = [row[k] for row in per.values()]
+    return out
 
 
 def triage(listings):
@@ -89,12 +102,8 @@ def triage(listings):
     when they come from fewer than two client connections."""
     if len({x.client for x in listings}) < 2:
         return None
-    per = pd.DataFrame(_columns(listings), columns=DIR_COLUMNS)
     # A directory is its filehandle; its inode number where the capture gave one.
-    dirs = per.groupby(["client", "fh"], sort=False).agg(
-        {"dir_fileid": "first", **dict.fromkeys(SUMMED, "sum")}
-    )
-    dirs = dirs.reset_index()[DIR_COLUMNS]
+    dirs = pd.DataFrame(_per_dir(listings), columns=DIR_COLUMNS)
     clients = dirs.groupby("client", sort=False)[SUMMED].sum()
     clients["dirs"] = dirs.groupby("client", sort=False).size()
     clients = clients.reset_index()

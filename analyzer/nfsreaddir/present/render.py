@@ -50,10 +50,32 @@ def _quiet(lst):
     )
 
 
+TABLE_COLUMNS = (
+    "trace",
+    "phase",
+    "dir",
+    "process",
+    "time (s)",
+    "ended",
+    "entries",
+    "READDIRs",
+    "restarts",
+    "refetched",
+    "invalidations",
+    "dentries",
+)
+
+
 def listing_table(analyses):
     import pandas as pd
 
-    rows = []
+    # A list a column, not a dict a row: a server's capture has thousands of listings.
+    table: dict[str, list] = {c: [] for c in TABLE_COLUMNS}
+
+    def add(*row):
+        for column, value in zip(table.values(), row):
+            column.append(value)
+
     for a in analyses:
         trace = os.path.basename(a.info.get("path", ""))
         quiet = {}
@@ -67,25 +89,20 @@ def listing_table(analyses):
             s = lst.summary()
             inv = s["invalidations"]
             followed = _range(s, "invalidations_followed_by_restart")
-            rows.append(
-                {
-                    "trace": trace,
-                    "phase": s["phase"] or "-",
-                    "dir": s["dir_fileid"] if s["dir_fileid"] is not None else "?",
-                    # A capture's listing has a client, not a process.
-                    "process": s.get("who") or f"{s['comm']}[{s['pid']}]",
-                    "time (s)": f"{s['seconds']:.2f}",
-                    "ended": s["ending"]
-                    + ("" if not s["began_before_trace"] else " (began before)"),
-                    "entries": s["entries"] if s["entries"] is not None else "-",
-                    "READDIRs": s["readdirs"],
-                    "restarts": _range(s, "restarts"),
-                    "refetched": _range(s, "refetched_readdirs"),
-                    "invalidations": (
-                        f"{inv} ({followed} restarted)" if inv and followed != "?" else _q(inv)
-                    ),
-                    "dentries": _fmt_dentries(s["dentries"]),
-                }
+            add(
+                trace,
+                s["phase"] or "-",
+                s["dir_fileid"] if s["dir_fileid"] is not None else "?",
+                # A capture's listing has a client, not a process.
+                s.get("who") or f"{s['comm']}[{s['pid']}]",
+                f"{s['seconds']:.2f}",
+                s["ending"] + ("" if not s["began_before_trace"] else " (began before)"),
+                s["entries"] if s["entries"] is not None else "-",
+                s["readdirs"],
+                _range(s, "restarts"),
+                _range(s, "refetched_readdirs"),
+                f"{inv} ({followed} restarted)" if inv and followed != "?" else _q(inv),
+                _fmt_dentries(s["dentries"]),
             )
         for (pid, comm), group in quiet.items():
             if len(group) <= QUIET_ROWS:
@@ -99,23 +116,21 @@ def listing_table(analyses):
                 if known
                 else "?"
             )
-            rows.append(
-                {
-                    "trace": trace,
-                    "phase": "-",
-                    "dir": dirs,
-                    "process": f"{comm}[{pid}]",
-                    "time (s)": f"{sum(x.end - x.start for x in group) / NS:.2f}",
-                    "ended": f"eof x{len(group)}",
-                    "entries": "-",
-                    "READDIRs": sum(len(x.rpcs) for x in group),
-                    "restarts": 0,
-                    "refetched": 0,
-                    "invalidations": 0,
-                    "dentries": "-",
-                }
+            add(
+                trace,
+                "-",
+                dirs,
+                f"{comm}[{pid}]",
+                f"{sum(x.end - x.start for x in group) / NS:.2f}",
+                f"eof x{len(group)}",
+                "-",
+                sum(len(x.rpcs) for x in group),
+                0,
+                0,
+                0,
+                "-",
             )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(table) if table["trace"] else pd.DataFrame()
 
 
 def lost_text(info):
