@@ -401,9 +401,10 @@ class _Kept(wire_passes.Passes):
         super().reply(row)
 
 
-def _follow(cap, rd):
+def _follow(cap, rd, end=True):
     """cap with the READDIRs of the table rd (with each one's entry cookies), their passes
-    followed as capture.read follows a capture's: each call, then its reply."""
+    followed as capture.read follows a capture's: each call, then its reply (end: and then the
+    capture's end)."""
     cap.readdirs, cap.passes = rd.drop(columns="cookies"), wire_passes.Passes()
     for i, r in enumerate(rd.to_dict("records")):
         cookies = r.pop("cookies")
@@ -417,7 +418,8 @@ def _follow(cap, rd):
         if reply_ts is not None:
             row.reply_ts = reply_ts
             cap.passes.reply(row)
-    cap.passes.end()
+    if end:
+        cap.passes.end()
 
 
 def test_two_passes_over_one_directory_cannot_be_separated():
@@ -441,6 +443,28 @@ def test_two_passes_over_one_directory_cannot_be_separated():
         lst.version_changes = 1
     v = verdict.judge([analysis.Analysis(out, {}, None, {"rpc": ["capture"]}, True, {})])
     assert v.code == verdict.UNDECIDED, v.reason
+
+
+def test_a_readdir_without_its_reply_holds_its_directory_ten_minutes_at_most():
+    """A READDIR whose reply is not in the capture (dropped while capturing) is read as one
+    without a reply once a later READDIR of its directory gets its reply more than
+    wire_passes.WAIT_NS after it: until then the passes hold the later READDIRs, entry cookies
+    and all, and without a bound a reply lost early would hold a client's directory to the
+    capture's end. Made from a real capture's table: 6.1-v4.1-cap's modified listing, its first
+    READDIR's reply taken out, the READDIRs after it 30 s and 11 minutes later."""
+    cap = capture.read(_pcap(SOURCE, "modified"), passes=_Kept)
+    one = cap.readdirs.assign(cookies=cap.passes.cookies)
+    assert len(one) > 2
+    for later, held in ((30, True), (11 * 60, False)):
+        rd = one.copy()
+        rd.loc[0, "reply_ts"] = pd.NA
+        rd.loc[1:, ["ts", "reply_ts"]] += later * 10**9
+        _follow(cap, rd, end=False)
+        (f,) = cap.passes.follow.values()
+        assert len(f.waiting) == (len(rd) if held else 0), later
+        cap.passes.end()
+        (lst,) = wire.listings(cap)
+        assert lst.missing_replies == 1 and len(lst.rpcs) == len(rd), later
 
 
 def test_each_listing_gets_its_own_readdirs_and_an_unknown_cookie_stays_unknown():

@@ -173,7 +173,7 @@ class Passes:
     def reply(self, row):
         """row's reply came (its reply_ts, status, eof, fileid and cookies set): its
         directory's passes read on as far as every earlier call of theirs has its reply."""
-        self.follow[row.client, row.fh].read_on()
+        self.follow[row.client, row.fh].read_on(now=row.reply_ts)
 
     def attr(self, client, fh, frame, version, fileid):
         """A reply in frame `frame` gave the version (and inode number) of the object fh."""
@@ -196,6 +196,18 @@ class Passes:
 
 
 _NONE = np.zeros(0, dtype=np.uint64)
+
+# How long a READDIR call waits for its reply, while later ones of its directory get theirs,
+# before it is read as one without a reply: a reply missing from the capture (a packet the
+# kernel dropped while capturing) would otherwise hold every later READDIR of the directory,
+# its entry cookies and all, to the capture's end. A client retransmits a call within a few
+# timeouts (60 s over TCP), and the retransmission's reply is the call's.
+WAIT_NS = 10 * 60 * 10**9
+
+
+def _late(call, now):
+    """Whether the call (rpcmatch's Call) has waited longer than WAIT_NS at time now."""
+    return now is not None and call.ts is not None and now - call.ts > WAIT_NS
 
 
 def _has(sorted_cookies, cookie):
@@ -250,10 +262,16 @@ class _Follow:
         self.prev_cookies = None  # the entry cookies of the pass's previous reply, in order
         self.page = 0  # most entries the client took of a reply it did not use whole
 
-    def read_on(self, end=False):
+    def read_on(self, end=False, now=None):
+        """Read the waiting calls and attribute replies, in order, as far as each call has its
+        reply. end: the capture is read; now: the time of the reply that came, before which a
+        call waiting longer than WAIT_NS is read as one without a reply."""
         w = self.waiting
-        while w and (end or w[0][0] < 0 or w[0][1].reply_ts is not None):
-            i, row = w.popleft()
+        while w:
+            i, row = w[0]
+            if i >= 0 and not (end or row.reply_ts is not None or _late(row, now)):
+                break
+            w.popleft()
             if i < 0:
                 self._version(*row)
                 continue
