@@ -187,3 +187,33 @@ def test_make_trace_records_and_leaves_tracing_as_it_found_it(tmp_path):
     assert abs(after.pop("buffer_size_kb") - before.pop("buffer_size_kb")) <= 4, p.stderr
     assert after == before, p.stderr
     assert sorted(os.listdir(tmp_path)) == [".lock", "kmem-1x.dat", "kmem-1x.dat.json"]
+
+
+RUN = os.path.join(TOP, "analyzer", "bench", "run")
+NFS_TRACE = os.path.join(TOP, "tests", "fixtures", "5.10-v4.1", "modified.dat")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--_floor", KMEM],
+        ["--_read", "need", KMEM, ""],
+        ["--_read", "slab", KMEM, ""],
+        ["--_warm", KMEM],
+        ["--_floor", NFS_TRACE],
+        ["--_read", "need", NFS_TRACE, ""],
+    ],
+    ids=["floor", "need", "slab", "warm", "nfs-floor", "nfs-need"],
+)
+def test_the_bench_processes_read_real_traces(args):
+    """Each process `make bench` times (the floor, the reader's modes, analyze warm), run as
+    bench/run runs them on a real kmem trace and a real NFS one: each reads the trace and
+    prints its figures. They reach into the reader's parts, and a change of those broke them
+    unseen (issue 31's module moves: `make bench` stopped at its first trace)."""
+    p = subprocess.run([sys.executable, RUN, *args], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    if args[0] == "--_floor":
+        assert out["page_bytes"] > 0
+    elif args[0] == "--_read":
+        assert out["rows"] > 0 and out["columns"] > 0, out

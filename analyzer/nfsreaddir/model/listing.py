@@ -211,7 +211,7 @@ def _most(col):
     return int(col.max()) if col.notna().any() else None
 
 
-class Tables(dict):
+class LazyTables(dict):
     """{table: DataFrame} of an analysis. A value may be a function that makes the table, made
     when it is first asked for: a capture's table of READDIRs has a row each, and only export
     asks for it, so an analysis to print does not hold it."""

@@ -30,7 +30,7 @@ from ..trace import capture as capture_mod
 from ..trace import pcapng
 from ..units import int_or_none
 from . import analysis, fleet
-from .listing import Analysis, Tables
+from .listing import Analysis, LazyTables
 from .wire_passes import ROW, Passes, listings
 
 
@@ -107,7 +107,7 @@ def analyze(path, tshark=None, ports=()):
         "version": [version],
     }
     info["notes"] = _notes(cap, dropped)
-    tables = Tables(rpc=lambda: _rpc_table(out))
+    tables = LazyTables(rpc=lambda: _rpc_table(out))
     # A server's capture: its clients ranked by what their restarts cost.
     triage = fleet.triage(out)
     if triage is not None:
