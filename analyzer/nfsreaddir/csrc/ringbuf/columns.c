@@ -234,11 +234,8 @@ __attribute__((flatten)) PyObject *extract_walk(PyObject *self, PyObject *args)
 		PyErr_SetString(PyExc_RuntimeError, "Extract: not initialised");
 		goto out;
 	}
-	if (P < 64 || (commit_size != 4 && commit_size != 8) || id_size < 1 || id_size > 8 ||
-	    long_size < 1 || long_size > 8 || data_off >= P) {
-		PyErr_SetString(PyExc_ValueError, "walk: implausible layout");
+	if (!plausible_geometry(P, commit_size, data_off, long_size, id_size))
 		goto out;
-	}
 	lost = PyList_New(0);
 	if (!lost)
 		goto out;

@@ -35,6 +35,19 @@ struct layout {
 	int big;                /* file is big-endian */
 };
 
+/* Whether the page geometry a walk is given (trace/page.py's) is one a ring buffer can have:
+ * 0 with ValueError set where not, before any page is read by it. */
+static inline int plausible_geometry(Py_ssize_t P, Py_ssize_t commit_size, Py_ssize_t data_off,
+				     Py_ssize_t long_size, Py_ssize_t id_size)
+{
+	if (P < 64 || (commit_size != 4 && commit_size != 8) || id_size < 1 || id_size > 8 ||
+	    long_size < 1 || long_size > 8 || data_off >= P) {
+		PyErr_SetString(PyExc_ValueError, "walk: implausible layout");
+		return 0;
+	}
+	return 1;
+}
+
 static inline uint64_t rd(const struct layout *l, int64_t at, int size)
 {
 	uint64_t v = 0;

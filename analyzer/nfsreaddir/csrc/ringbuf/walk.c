@@ -196,8 +196,9 @@ PyObject *walk(PyObject *self, PyObject *args)
 		lc.lut = vlut.buf;
 		lc.lut_last = vlut.len - 1;
 	}
-	if (P < 64 || (commit_size != 4 && commit_size != 8) || id_size < 1 || id_size > 8 ||
-	    long_size < 1 || long_size > 8 || data_off >= P || first_page < 0) {
+	if (!plausible_geometry(P, commit_size, data_off, long_size, id_size))
+		goto out;
+	if (first_page < 0) {
 		PyErr_SetString(PyExc_ValueError, "walk: implausible layout");
 		goto out;
 	}
