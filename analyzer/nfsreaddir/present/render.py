@@ -197,6 +197,9 @@ def _widths(table):
 
 def write_table(table, out):
     """table.to_string(index=False) and a newline on out, TABLE_ROWS rows at a time."""
+    if len(table) <= TABLE_ROWS:  # one part: its widths are its own, no need to read them
+        out.write(table.to_string(index=False) + "\n")
+        return
     widths = _widths(table)
     for k in range(0, len(table), TABLE_ROWS):
         part = table.iloc[k : k + TABLE_ROWS]
