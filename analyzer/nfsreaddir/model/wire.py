@@ -223,7 +223,7 @@ def _rpc_table(out):
     unknown = np.repeat(np.array([lst.fileid is None for lst in out], dtype=bool), n)
     order = np.argsort(a["row"], kind="stable")
     a, client, fileid, unknown = a[order], client[order], fileid[order], unknown[order]
-    error = a["has_reply"] & (a["status"] != 0)
+    error = a["has_status"] & (a["status"] != 0)  # the READDIRs that failed
     return pd.DataFrame(
         {
             "ts": pd.arrays.IntegerArray(a["ts"], np.zeros(len(a), dtype=bool)),

@@ -30,7 +30,7 @@ ROW = np.dtype(
         ("plus", "?"),
         ("has_cookie", "?"),
         ("has_maxcount", "?"),
-        ("has_reply", "?"),
+        ("has_status", "?"),  # its reply came and said how it went
     ]
 )
 
@@ -225,11 +225,11 @@ def _row(i, row):
         row.frame if row.frame is not None else -1,
         row.cookie or 0,
         row.maxcount or 0,
-        row.status if row.status is not None else -1,
+        row.status if row.status is not None else 0,
         bool(row.plus),
         row.cookie is not None,
         row.maxcount is not None,
-        row.reply_ts is not None,
+        row.status is not None,
     )
 
 
