@@ -467,6 +467,22 @@ def test_a_readdir_without_its_reply_holds_its_directory_ten_minutes_at_most():
         assert lst.missing_replies == 1 and len(lst.rpcs) == len(rd), later
 
 
+def test_a_reply_that_gives_no_status_leaves_its_readdir_unknown():
+    """A reply the decoder read but whose status it did not get (a READDIR that may have
+    failed or given entries) counts as a reply missing from the capture (wire.analyze makes
+    that the listing's damage: it cannot decide), and the pass goes on past it (it stopped at
+    int(None) before). Made from a
+    real capture's table: 6.1-v4.1-cap's modified listing, one reply's status taken out."""
+    cap = capture.read(_pcap(SOURCE, "modified"), passes=_Kept)
+    rd = cap.readdirs.assign(cookies=cap.passes.cookies)
+    assert len(rd) > 2 and rd["status"].notna().all()
+    rd.loc[1, "status"] = pd.NA
+    _follow(cap, rd)
+    (lst,) = wire.listings(cap)
+    assert lst.missing_replies == 1 and len(lst.rpcs) == len(rd)
+    assert not lst.rpcs.a["has_status"][1] and lst.rpcs.a["has_status"][2:].all()
+
+
 def test_each_listing_gets_its_own_readdirs_and_an_unknown_cookie_stays_unknown():
     """wire.listings gives every listing its own READDIRs as its pass ends: each listing gets
     its own rows, in order, and a call whose cookie the capture does not give keeps it unknown

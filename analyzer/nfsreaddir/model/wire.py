@@ -77,7 +77,8 @@ def analyze(path, tshark=None, ports=()):
                 {
                     "from": lst.start,
                     "to": lst.end,
-                    "what": f"{lst.missing_replies} READDIR replies missing from the capture",
+                    "what": f"{lst.missing_replies} READDIR replies missing from the capture "
+                    "or not saying how the READDIR went",
                 }
             )
     if phase and len({x.client for x in out}) == 1:

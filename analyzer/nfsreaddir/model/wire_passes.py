@@ -84,7 +84,7 @@ class WireListing(Listing):
     client: str = ""
     fh: str = ""
     refetched_entries: int = 0
-    missing_replies: int = 0
+    missing_replies: int = 0  # READDIRs whose reply is not in the capture, or gave no status
 
     def label(self):
         d = self.fileid if self.fileid is not None else "?"
@@ -367,10 +367,12 @@ class _Follow:
         if self.fileid is None and row.status == 0:
             self.fileid = row.fileid
         lst.end = int(ts if reply_ts is None else reply_ts)
-        if reply_ts is None:
+        status = row.status
+        if reply_ts is None or status is None:
+            # No reply in the capture, or one that does not say how the READDIR went: what it
+            # gave is not known, as the listing's damage says.
             lst.missing_replies += 1
             return
-        status = row.status
         if status != 0:
             lst.ending, lst.error = analysis.ERROR, int(status)
             return
