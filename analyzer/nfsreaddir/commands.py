@@ -126,7 +126,7 @@ def cmd_export(args):
             raise AnalysisError(
                 f"{shown(path)}: nothing to export: {e} (slab figures are in `analyze --json`)"
             ) from None
-        _say_exported(export.write(a, args.output, args.format, pipeline.findings(a)))
+        _say_exported(export.write(a, args.output, args.format, pipeline.finding))
     return status.GOOD
 
 

@@ -199,11 +199,11 @@ def slab_of(path):
     return slab.summarize(open_trace(path))
 
 
-def findings(a):
-    """{id(listing): its finding} of every listing of an analysis (for the exports)."""
+def finding(lst):
+    """The verdict's finding on one listing (for the exports)."""
     from .rules import verdict
 
-    return {id(lst): verdict.judge_listing(lst) for lst in a.listings}
+    return verdict.judge_listing(lst)
 
 
 def readdir_events(trace):

@@ -243,22 +243,27 @@ class Analysis:
         """The kernel release the trace was recorded on, where it says."""
         return events.release(self.run.get("kernel") or self.info.get("uname"))
 
-    def to_dict(self):
+    def to_dict(self, each=None):
+        """The analysis as `analyze --json` gives it; each(number, listing): what to add to a
+        listing's summary."""
+        listings, restarts, rewinds, invalidations = [], [], [], []
+        for n, lst in enumerate(self.listings):
+            s = lst.summary()
+            listings.append(s if each is None else dict(s, **each(n, lst)))
+            restarts.append([vars(r) for r in lst.restarts] if lst.cookies_known else None)
+            rewinds.append(lst.rewinds)
+            invalidations.append(
+                [vars(i) for i in lst.invalidations] if lst.invalidations_known else None
+            )
         return {
             "trace": self.info,
             "run": self.run,
             "evidence": self.evidence,
             "cookies_known": self.cookies_known,
-            "listings": [lst.summary() for lst in self.listings],
-            "restarts": [
-                [vars(r) for r in lst.restarts] if lst.cookies_known else None
-                for lst in self.listings
-            ],
-            "rewinds": [lst.rewinds for lst in self.listings],
-            "invalidations": [
-                [vars(i) for i in lst.invalidations] if lst.invalidations_known else None
-                for lst in self.listings
-            ],
+            "listings": listings,
+            "restarts": restarts,
+            "rewinds": rewinds,
+            "invalidations": invalidations,
         }
 
 

@@ -89,15 +89,15 @@ def _in_listing(df, listings):
     return ids
 
 
-def frames(analysis, findings=None):
-    """{table: DataFrame} of one analysed trace (findings: listing -> verdict.Finding)."""
+def frames(analysis, finding=None):
+    """{table: DataFrame} of one analysed trace (finding(listing): its verdict.Finding)."""
     t = analysis.tables
     lsts = analysis.listings
     out = {}
     rows = []
     for i, lst in enumerate(lsts):
         s = lst.summary()
-        f = (findings or {}).get(id(lst))
+        f = finding(lst) if finding is not None else None
         rows.append(
             dict(
                 s,
@@ -232,7 +232,7 @@ def _shown(path):
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
-def write(analysis, outdir, fmt, findings=None):
+def write(analysis, outdir, fmt, finding=None):
     """Write one file per table into the dataset at outdir, named by the trace's id
     (pipeline.trace_id, in analysis.info); return the Written: which files are new, which
     replaced and which were already what this export writes."""
@@ -254,7 +254,7 @@ def write(analysis, outdir, fmt, findings=None):
         "nfs": analysis.run.get("nfs"),
     }
     tables = {
-        t: df.assign(**common) for t, df in frames(analysis, findings).items() if df is not None
+        t: df.assign(**common) for t, df in frames(analysis, finding).items() if df is not None
     }
     return _write_tables(tables, lambda t: TRACE_COLUMNS + SCHEMA[t], tid, outdir, fmt)
 

@@ -153,10 +153,12 @@ def analysis_record(analysis, verdict, **extra):
     summary (then extra), each listing numbered as export's rows number it ((trace_id,
     listing)) and with the verdict's finding on it, a server's capture's triage, and the
     verdict on all the inputs."""
-    found = {id(f.listing): {"finding": f.word, "why": f.why} for f in verdict.findings}
-    d = dict(analysis.to_dict(), **extra)
-    for i, (lst, summ) in enumerate(zip(analysis.listings, d["listings"])):
-        summ.update(found.get(id(lst), {}), listing=i)
+
+    def each(n, lst):
+        f = verdict.finding(lst)
+        return {"finding": f.word, "why": f.why, "listing": n}
+
+    d = dict(analysis.to_dict(each), **extra)
     triage = fleet.to_dict(analysis)  # a server's capture, client by client
     if triage is not None:
         d["triage"] = triage

@@ -38,7 +38,8 @@ also bad when a listing repeated or lost a name. `check`, results.json, vm-run a
 answer through judge().
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from .. import events, status
 from ..model import analysis
@@ -61,7 +62,17 @@ class Finding:
 class Verdict:
     code: int  # 0 good, 1 bad, 125 cannot decide (git bisect run's meaning)
     reason: str  # one line: which listing and which evidence decided
-    findings: list = field(default_factory=list)
+    max_restarts: int = 0  # the restarts a listing was allowed
+
+    def said(self, code, reason):
+        """This verdict with its answer."""
+        self.code, self.reason = code, reason
+        return self
+
+    def finding(self, lst):
+        """The finding this verdict came to on one listing (judged again: a verdict keeps no
+        finding of every listing, a server's capture has tens of thousands)."""
+        return judge_listing(lst, self.max_restarts)
 
     @property
     def word(self):
@@ -129,8 +140,10 @@ def survival_counts(lst):
 
 def _went_back_to_zero(lst):
     """Every ambiguous READDIR of the listing asked for cookie 0: a restart, or a new open."""
+    if not lst.ambiguous_rows:
+        return False
     cookies = lst.rpcs["cookie"]
-    return bool(lst.ambiguous_rows) and all(cookies.iloc[i] == 0 for i in lst.ambiguous_rows)
+    return all(cookies.iloc[i] == 0 for i in lst.ambiguous_rows)
 
 
 def judge_listing(lst, max_restarts=0):
@@ -209,17 +222,10 @@ def judge_listing(lst, max_restarts=0):
     )
 
 
-def _evidence(analyses):
-    srcs = sorted({e for a in analyses for e in a.evidence.get("rpc", [])})
-    what = "cookies" if any(a.cookies_known for a in analyses) else "READDIR counts"
-    delim = sorted({lst.delimited_by for a in analyses for lst in a.listings})
-    return f"{what} from {', '.join(srcs) or '-'}; listings by {', '.join(delim)}"
-
-
-def _ratio_rule(listings, max_ratio):
-    """Without cookies: the modified listing's READDIRs against the idle one's of the same run.
-    Returns (code, text) or None when the run has no such pair."""
-    by_phase = {lst.phase: lst for lst in listings if lst.phase}
+def _ratio_rule(by_phase, max_ratio):
+    """Without cookies: the modified listing's READDIRs against the idle one's of the same run
+    (by_phase: {phase: its listing}). Returns (code, text) or None when the run has no such
+    pair."""
     if not ("idle" in by_phase and "modified" in by_phase):
         return None
     idle, mod = by_phase["idle"], by_phase["modified"]
@@ -241,108 +247,145 @@ def _ratio_rule(listings, max_ratio):
     return GOOD, text + f"; it met {_change(mod)} and reached the end"
 
 
+@dataclass
+class _Kind:
+    """The findings of one word: how many, and the one that speaks for them (the first, or
+    the one with the highest key, the first of those), with the analysis it is of."""
+
+    count: int = 0
+    finding: Any = None  # a Finding, once one is added
+    analysis: Any = None
+    key: tuple = ()
+
+    def add(self, f, a, key=None):
+        self.count += 1
+        if self.finding is None or (key is not None and key > self.key):
+            self.finding, self.analysis, self.key = f, a, key or ()
+
+
+class _Tally:
+    """What judge() needs of the findings, counted listing by listing: a server's capture has
+    tens of thousands of listings, read back one at a time (model/spool), and only the few
+    that speak for the others are kept."""
+
+    def __init__(self, max_restarts):
+        self.max_restarts = max_restarts
+        self.listings = 0
+        self.delimited: set[str] = set()
+        self.by_phase: dict = {}  # phase -> its listing, the last one (a reproducer's few)
+        self.bad, self.good, self.unfinished = _Kind(), _Kind(), _Kind()
+        # Undecided listings apart by whether a proof that the kernel goes on (a good or
+        # survived listing, known only at the end) would excuse them: only returns to cookie 0
+        # that may be new opens, nothing damaged.
+        self.strict, self.excusable = _Kind(), _Kind()
+        self.first_undecided = None  # which of the two came first
+        self.proof = False
+
+    def add(self, a, lst):
+        f = judge_listing(lst, self.max_restarts)
+        self.listings += 1
+        self.delimited.add(lst.delimited_by)
+        if lst.phase:
+            self.by_phase[lst.phase] = lst
+        if f.word == "bad":
+            self.bad.add(f, a, (len(lst.restarts), len(lst.rpcs)))
+        elif f.word == "undecided":
+            kind = self.excusable if not lst.damage and _went_back_to_zero(lst) else self.strict
+            kind.add(f, a)
+            if self.first_undecided is None:
+                self.first_undecided = kind
+        elif f.word in ("good", "survived"):
+            self.proof = self.proof or survival_counts(lst)
+            key = (f.word == "good", len(lst.invalidations), lst.survived or 0, len(lst.rpcs))
+            self.good.add(f, a, key)
+        elif f.word == "unfinished":
+            self.unfinished.add(f, a)
+
+    def undecided(self):
+        """(the undecided listings that keep the answer open, the first of them or None)."""
+        if self.proof:  # a return to cookie 0 that may be a new open does not undo a proof
+            return self.strict.count, self.strict
+        first = self.first_undecided
+        return self.strict.count + self.excusable.count, first
+
+
 def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
     """One answer from one or more analysed traces (analysis.Analysis) of one run. names: per
     phase, {"duplicates": n, "missing": n or None} from a reproducer's name check."""
-    listings = [lst for a in analyses for lst in a.listings]
-    findings = [judge_listing(lst, max_restarts) for lst in listings]
-    evidence = _evidence(analyses)
-    if not listings:
-        return Verdict(UNDECIDED, "cannot decide: no listing found", findings)
-    bad = [f for f in findings if f.word == "bad"]
-    if bad:
-        worst = max(bad, key=lambda f: (len(f.listing.restarts), len(f.listing.rpcs)))
-        more = f"; {_n(len(bad) - 1, 'other listing')} too" if len(bad) > 1 else ""
-        return Verdict(
-            BAD, f"bad: {worst.listing.label()} {worst.why}{more} (evidence: {evidence})", findings
+    t = _Tally(max_restarts)
+    for a in analyses:
+        for lst in a.listings:
+            t.add(a, lst)
+    srcs = sorted({e for a in analyses for e in a.evidence.get("rpc", [])})
+    what = "cookies" if any(a.cookies_known for a in analyses) else "READDIR counts"
+    evidence = f"{what} from {', '.join(srcs) or '-'}; listings by {', '.join(sorted(t.delimited))}"
+    verdict = Verdict(UNDECIDED, "cannot decide: no listing found", max_restarts)
+    if not t.listings:
+        return verdict
+    if t.bad.count:
+        worst = t.bad.finding
+        more = f"; {_n(t.bad.count - 1, 'other listing')} too" if t.bad.count > 1 else ""
+        return verdict.said(
+            BAD, f"bad: {worst.listing.label()} {worst.why}{more} (evidence: {evidence})"
         )
     for phase, nm in (names or {}).items():
         if nm.get("duplicates") or nm.get("missing"):
-            return Verdict(
+            return verdict.said(
                 BAD,
                 f"bad: the {phase} listing returned {nm['duplicates']} duplicate "
                 f"and {nm['missing'] or 0} missing names",
-                findings,
             )
     if not any(a.cookies_known for a in analyses):
-        rule = _ratio_rule(listings, max_ratio)
+        rule = _ratio_rule(t.by_phase, max_ratio)
         if rule is not None:
             code, text = rule
-            return Verdict(code, f"{status.word(code)}: {text} (evidence: {evidence})", findings)
-    # A return to cookie 0 that may be a new open does not undo a proof that the kernel goes on.
-    proof = any(f.word in ("good", "survived") and survival_counts(f.listing) for f in findings)
-    undecided = [
-        f
-        for f in findings
-        if f.word == "undecided"
-        and not (proof and not f.listing.damage and _went_back_to_zero(f.listing))
-    ]
-    if undecided:
-        f = undecided[0]
-        more = (
-            f"; {_n(len(undecided) - 1, 'other listing')} undecided too"
-            if len(undecided) > 1
-            else ""
-        )
-        return Verdict(
+            return verdict.said(code, f"{status.word(code)}: {text} (evidence: {evidence})")
+    count, first = t.undecided()
+    if count:
+        f = first.finding
+        more = f"; {_n(count - 1, 'other listing')} undecided too" if count > 1 else ""
+        return verdict.said(
             UNDECIDED,
             f"cannot decide: {f.listing.label()}: {f.why}{more}"
-            f"{_advice(analyses, f)} (evidence: {evidence})",
-            findings,
+            f"{_advice(first.analysis, f)} (evidence: {evidence})",
         )
-    good = [f for f in findings if f.word in ("good", "survived")]
-    unfinished = [f for f in findings if f.word == "unfinished"]
-    if good:
-        best = max(
-            good,
-            key=lambda f: (
-                f.word == "good",
-                len(f.listing.invalidations),
-                f.listing.survived or 0,
-                len(f.listing.rpcs),
-            ),
-        )
-        more = f", {len(unfinished)} unfinished" if unfinished else ""
-        maybe = len([f for f in findings if f.word == "undecided"])
+    unfinished = t.unfinished.count
+    if t.good.count:
+        best = t.good.finding
+        more = f", {unfinished} unfinished" if unfinished else ""
+        maybe = t.strict.count + t.excusable.count
         more += (
             f", {maybe} that went back to cookie 0 for a cause the trace does not tell"
             if maybe
             else ""
         )
-        return Verdict(
+        return verdict.said(
             GOOD,
             f"good: {best.listing.label()} {best.why} "
-            f"({_n(len(good), 'listing')} exercised, {len(listings)} in all"
+            f"({_n(t.good.count, 'listing')} exercised, {t.listings} in all"
             f"{more}; evidence: {evidence})",
-            findings,
         )
     if unfinished:
-        f = unfinished[0]
-        more = (
-            f"; {_n(len(unfinished) - 1, 'other listing')} unfinished too"
-            if len(unfinished) > 1
-            else ""
-        )
-        return Verdict(
+        f = t.unfinished.finding
+        more = f"; {_n(unfinished - 1, 'other listing')} unfinished too" if unfinished > 1 else ""
+        return verdict.said(
             UNDECIDED,
             f"cannot decide: {f.listing.label()}: {f.why}{more}, and no "
             f"listing that met a change of its directory reached the end "
             f"or went on past it"
-            f"{_advice(analyses, f)} (evidence: {evidence})",
-            findings,
+            f"{_advice(t.unfinished.analysis, f)} (evidence: {evidence})",
         )
-    return Verdict(
+    return verdict.said(
         UNDECIDED,
         f"cannot decide: the bug was never exercised: no directory changed "
-        f"during any of the {_n(len(listings), 'listing')}, so none could "
+        f"during any of the {_n(t.listings, 'listing')}, so none could "
         f"restart (evidence: {evidence})",
-        findings,
     )
 
 
-def _advice(analyses, finding):
-    """What to record so that the next trace can decide, for the trace's own kernel."""
-    a = next(a for a in analyses if finding.listing in a.listings)
+def _advice(a, finding):
+    """What to record so that the next trace (a: the analysis of the finding's listing) can
+    decide, for the trace's own kernel."""
     lst = finding.listing
     missing = set()
     if not lst.cookies_known:
