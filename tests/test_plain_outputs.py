@@ -12,7 +12,7 @@ import pytest
 
 from conftest import FIXTURES, TOP, run_cli
 from nfsreaddir import cli, pipeline
-from nfsreaddir.present import glossary, plot, render
+from nfsreaddir.present import glossary, plot, render, table
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")  # 157 READDIRs, 5 restarts in 'modified'
 BAD_V3 = os.path.join(FIXTURES, "5.10-v3")  # the same kernel, never exercised
@@ -82,19 +82,29 @@ def test_analyze_says_what_a_listing_time_spans():
 
 # ---------------------------------------------------------------------------------------- ids
 def test_the_listing_table_is_written_part_by_part_as_pandas_writes_it_whole(monkeypatch):
-    """analyze writes its table of listings TABLE_ROWS rows at a time (a server's capture has
-    thousands): the text is the one pandas gives for the whole table, column widths and all.
-    Parts of one row, of the 52 listings of a fleet capture and of two traces' listings side by
-    side."""
-    monkeypatch.setattr(render, "TABLE_ROWS", 1)
+    """analyze writes its table of listings from a file its rows went to as the listings were
+    read (a server's capture has tens of thousands), PART_ROWS at a time: the text is the one
+    pandas gives for the whole table, column widths and all. Parts of one row, of the 52
+    listings of a fleet capture and of two traces' listings side by side; and a table whose
+    rows come out of order, with negative numbers, a column of numbers and text, names wider
+    and narrower than their values, and a tab."""
+    monkeypatch.setattr(table, "PART_ROWS", 1)
     fleet = os.path.join(FIXTURES, "fleet-5.10", "fleet.pcap.gz")
     traces = [os.path.join(BAD, "idle.dat"), os.path.join(BAD, "modified.dat")]
     for paths in ([fleet], traces):
-        table = render.listing_table([x.analysis for x in pipeline.load(paths)])
-        assert len(table) > 1
+        t = render.listing_table([x.analysis for x in pipeline.load(paths)])
+        assert t.rows > 1
         out = io.StringIO()
-        render.write_table(table, out)
-        assert out.getvalue() == table.to_string(index=False) + "\n"
+        t.write(out)
+        assert out.getvalue() == t.frame().to_string(index=False) + "\n"
+    rows = [(2, (-100, "x", 7, "a\tb")), (0, (3, 12, 123456, "")), (1, (5, "?", -1, "long text"))]
+    t = table.Table(["n", "dir", "a wide name", "s"])
+    for position, row in rows:
+        t.add(position, row)
+    out = io.StringIO()
+    t.write(out)
+    whole = pd.DataFrame([row for _, row in sorted(rows)], columns=["n", "dir", "a wide name", "s"])
+    assert out.getvalue() == whole.to_string(index=False) + "\n"
 
 
 def test_one_trace_id_and_listing_number_in_analyze_export_and_results(tmp_path):

@@ -243,19 +243,19 @@ def _listing(analysis, n, lst):
 def _timelines(analysis):
     """A timeline per listing; a process's quiet listings past FOLD_AFTER folded into one
     <details> that opens on a click."""
-    quiet = {}
-    for lst in analysis.listings:
+    # By their numbers: a capture's listings are read back from disk, a new object each time.
+    quiet: dict = {}
+    for n, lst in enumerate(analysis.listings):
         if _quiet(lst):
-            quiet.setdefault(process_of(lst), []).append(lst)
-    folded = {id(x) for g in quiet.values() if len(g) > FOLD_AFTER for x in g}
-    out = [_listing(analysis, n, x) for n, x in enumerate(analysis.listings) if id(x) not in folded]
+            quiet.setdefault(process_of(lst), []).append(n)
+    folded = {n for g in quiet.values() if len(g) > FOLD_AFTER for n in g}
+    out = [_listing(analysis, n, x) for n, x in enumerate(analysis.listings) if n not in folded]
     for who, group in quiet.items():
         if len(group) > FOLD_AFTER:
-            index = {id(x): n for n, x in enumerate(analysis.listings)}
             out.append(
                 f'<details class="folded"><summary>{len(group)} quiet listings of {_e(who)} '
                 f"(each to the end, no restart, no change of its directory)</summary>"
-                + "".join(_listing(analysis, index[id(x)], x) for x in group)
+                + "".join(_listing(analysis, n, analysis.listings[n]) for n in group)
                 + "</details>"
             )
     return "".join(out)
@@ -299,7 +299,7 @@ def readdir_section(path, analyses, verdict, slab_texts=()):
             f"{_e(a.kernel or 'kernel not known')}. Evidence: {_e(ev)}</p>"
         )
     out.append(_counts(analyses))
-    table = listing_table(analyses)
+    table = listing_table(analyses).frame()
     if len(table):
         out.append(table.to_html(index=False, classes="listings", border=0))
     out += [f'<pre class="slab">{_e(t)}</pre>' for t in slab_texts]

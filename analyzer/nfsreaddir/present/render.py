@@ -4,11 +4,13 @@ lost, the restarts and invalidations of each listing that had any: `nfs-readdir 
 
 import os
 import sys
+from dataclasses import dataclass, field
 
 from .. import events
 from ..units import NS
 from . import fleet
 from .glossary import TIME_SPANS
+from .table import Table
 
 # pandas (0.5 s to import) and the dcache judgement are imported by the functions that use
 # them: the slab section of a kmem trace is written without either.
@@ -66,71 +68,117 @@ TABLE_COLUMNS = (
 )
 
 
-def listing_table(analyses):
-    import pandas as pd
+def _row(trace, lst):
+    """A listing's row of the table."""
+    s = lst.summary()
+    inv = s["invalidations"]
+    followed = _range(s, "invalidations_followed_by_restart")
+    return (
+        trace,
+        s["phase"] or "-",
+        s["dir_fileid"] if s["dir_fileid"] is not None else "?",
+        # A capture's listing has a client, not a process.
+        s.get("who") or f"{s['comm']}[{s['pid']}]",
+        f"{s['seconds']:.2f}",
+        s["ending"] + ("" if not s["began_before_trace"] else " (began before)"),
+        s["entries"] if s["entries"] is not None else "-",
+        s["readdirs"],
+        _range(s, "restarts"),
+        _range(s, "refetched_readdirs"),
+        f"{inv} ({followed} restarted)" if inv and followed != "?" else _q(inv),
+        _fmt_dentries(s["dentries"]),
+    )
 
-    # A list a column, not a dict a row: a server's capture has thousands of listings.
-    table: dict[str, list] = {c: [] for c in TABLE_COLUMNS}
 
-    def add(*row):
-        for column, value in zip(table.values(), row):
-            column.append(value)
+class _Quiet:
+    """A process's quiet listings: their rows while they are few enough to show, and what their
+    one row says once they are more."""
 
+    def __init__(self):
+        self.count = self.ns = self.readdirs = 0
+        self.rows: list = []  # (position, row) while count <= QUIET_ROWS
+        self.known: set = set()  # their directories' inode numbers
+        self.unknown = False  # one of them sent no READDIR to name its directory
+
+    def add(self, lst, position, row):
+        self.count += 1
+        self.rows = [*self.rows, (position, row)] if self.count <= QUIET_ROWS else []
+        self.ns += lst.end - lst.start
+        self.readdirs += len(lst.rpcs)
+        if lst.fileid is None:
+            self.unknown = True
+        else:
+            self.known.add(lst.fileid)
+
+    def row(self, trace, who):
+        known = self.known
+        dirs = f"{len(known)}{'+' if self.unknown else ''} dirs" if known else "?"
+        return (
+            trace,
+            "-",
+            dirs,
+            who,
+            f"{self.ns / NS:.2f}",
+            f"eof x{self.count}",
+            "-",
+            self.readdirs,
+            0,
+            0,
+            0,
+            "-",
+        )
+
+
+@dataclass
+class _Seen:
+    """What the text says of an analysis' listings besides their rows."""
+
+    delimited: set = field(default_factory=set)  # what delimits them
+    lost: list = field(default_factory=list)  # labels of those that overlap lost events
+    events: list = field(default_factory=list)  # numbers of those with events to tell
+
+
+def _go_through(a, table, position):
+    """One pass over the listings of analysis a (a capture's are read back from disk one at a
+    time): their rows into the table from `position` on, a process's quiet listings past
+    QUIET_ROWS in one row after the others, and what else the text says of them. Returns
+    (_Seen, the position after its rows)."""
+    trace = os.path.basename(a.info.get("path", ""))
+    seen = _Seen()
+    quiet: dict[tuple, _Quiet] = {}
+    for n, lst in enumerate(a.listings):
+        seen.delimited.add(lst.delimited_by)
+        if any("lost" in d["what"] for d in lst.damage):
+            seen.lost.append(lst.label())
+        if lst.restarts or lst.invalidations or lst.ambiguous_rows:
+            seen.events.append(n)
+        if _quiet(lst):
+            quiet.setdefault((lst.pid, lst.comm), _Quiet()).add(lst, position, _row(trace, lst))
+        else:
+            table.add(position, _row(trace, lst))
+        position += 1
+    for (pid, comm), group in quiet.items():
+        if group.count <= QUIET_ROWS:
+            for at, row in group.rows:
+                table.add(at, row)
+        else:
+            table.add(position, group.row(trace, f"{comm}[{pid}]"))
+            position += 1
+    return seen, position
+
+
+def _tabled(analyses):
+    """(the listing Table of the analyses, a _Seen of each)."""
+    table, seen, position = Table(TABLE_COLUMNS), [], 0
     for a in analyses:
-        trace = os.path.basename(a.info.get("path", ""))
-        quiet = {}
-        for lst in a.listings:
-            if _quiet(lst):
-                quiet.setdefault((lst.pid, lst.comm), []).append(lst)
-        folded = {id(x) for group in quiet.values() if len(group) > QUIET_ROWS for x in group}
-        for lst in a.listings:
-            if id(lst) in folded:
-                continue
-            s = lst.summary()
-            inv = s["invalidations"]
-            followed = _range(s, "invalidations_followed_by_restart")
-            add(
-                trace,
-                s["phase"] or "-",
-                s["dir_fileid"] if s["dir_fileid"] is not None else "?",
-                # A capture's listing has a client, not a process.
-                s.get("who") or f"{s['comm']}[{s['pid']}]",
-                f"{s['seconds']:.2f}",
-                s["ending"] + ("" if not s["began_before_trace"] else " (began before)"),
-                s["entries"] if s["entries"] is not None else "-",
-                s["readdirs"],
-                _range(s, "restarts"),
-                _range(s, "refetched_readdirs"),
-                f"{inv} ({followed} restarted)" if inv and followed != "?" else _q(inv),
-                _fmt_dentries(s["dentries"]),
-            )
-        for (pid, comm), group in quiet.items():
-            if len(group) <= QUIET_ROWS:
-                continue
-            # A listing the page cache served whole sent no READDIR to name its directory.
-            known = {x.fileid for x in group if x.fileid is not None}
-            dirs = (
-                f"{len(known)} dirs"
-                if len(known) == len({x.fileid for x in group})
-                else f"{len(known)}+ dirs"
-                if known
-                else "?"
-            )
-            add(
-                trace,
-                "-",
-                dirs,
-                f"{comm}[{pid}]",
-                f"{sum(x.end - x.start for x in group) / NS:.2f}",
-                f"eof x{len(group)}",
-                "-",
-                sum(len(x.rpcs) for x in group),
-                0,
-                0,
-                0,
-                "-",
-            )
-    return pd.DataFrame(table) if table["trace"] else pd.DataFrame()
+        s, position = _go_through(a, table, position)
+        seen.append(s)
+    return table, seen
+
+
+def listing_table(analyses):
+    """The listing table of the analyses, a present.table.Table."""
+    return _tabled(analyses)[0]
 
 
 def lost_text(info):
@@ -177,66 +225,35 @@ def dcache_record(path, trace_id, results):
     return {"path": path, "trace_id": trace_id, "dcache": results}
 
 
-# Rows of the listing table formatted at a time: a server's capture has thousands of listings,
-# and pandas formatting them at once held ten times the text's size (13 MiB at 12,000 rows).
-TABLE_ROWS = 500
-
-
-def _widths(table):
-    """Each column's width in table.to_string(index=False): the widest of its parts' (pandas
-    right-justifies the names and values, a space between columns), read from where each
-    part's header line puts the column's name."""
-    widths = [0] * len(table.columns)
-    for k in range(0, len(table), TABLE_ROWS):
-        head = table.iloc[k : k + TABLE_ROWS].to_string(index=False).split("\n", 1)[0]
-        end = 0
-        for j, name in enumerate(map(str, table.columns)):
-            at = head.index(name, end) + len(name)
-            widths[j] = max(widths[j], at - end - (j > 0))
-            end = at
-    return dict(zip(table.columns, widths))
-
-
-def write_table(table, out):
-    """table.to_string(index=False) and a newline on out, TABLE_ROWS rows at a time."""
-    if len(table) <= TABLE_ROWS:  # one part: its widths are its own, no need to read them
-        out.write(table.to_string(index=False) + "\n")
-        return
-    widths = _widths(table)
-    for k in range(0, len(table), TABLE_ROWS):
-        part = table.iloc[k : k + TABLE_ROWS]
-        out.write(part.to_string(index=False, header=k == 0, col_space=widths) + "\n")
-
-
 def print_analysis(analyses, out=None, details=10):
     """The text of analyze, on out (default: sys.stdout as it is when called)."""
     out = sys.stdout if out is None else out
-    for a in analyses:
-        _write_input(a, out)
-    table = listing_table(analyses)
-    if len(table):
+    table, seen = _tabled(analyses)
+    for a, s in zip(analyses, seen):
+        _write_input(a, s, out)
+    if table.rows:
         out.write("\n")
-        write_table(table, out)
+        table.write(out)
     else:
         out.write("\nno listing\n")
-    spans = sorted({x.delimited_by for a in analyses for x in a.listings})
+    spans = sorted(set().union(*(s.delimited for s in seen)))
     if spans:  # a listing's time is not the same span for every input: say which it is
         out.write(
             "time (s): "
             + "; ".join(f"{TIME_SPANS[k]} ({k})" for k in spans if k in TIME_SPANS)
             + "\n"
         )
-    for a in analyses:
-        for lst in a.listings:
-            if lst.restarts or lst.invalidations or lst.ambiguous_rows:
-                _write_listing_events(a, lst, details, out)
+    for a, s in zip(analyses, seen):
+        for n in s.events:
+            _write_listing_events(a, a.listings[n], details, out)
     # A server's capture: its clients ranked by what their restarts cost.
     out.write(fleet.text(analyses))
 
 
-def _write_input(a, out):
+def _write_input(a, seen, out):
     """One input's lines above the table: where its READDIRs, invalidations and listings
-    come from, what it lacks and how to record it, and what was lost or damaged."""
+    come from, what it lacks and how to record it, and what was lost or damaged (seen: what
+    its listings showed, a _Seen)."""
     i = a.info
     kernel = a.kernel or "unknown kernel"
     out.write(f"{i.get('path')}: {i.get('format', '?')}, {i.get('cpus', '?')} CPUs, {kernel}\n")
@@ -249,7 +266,7 @@ def _write_input(a, out):
     out.write(
         f"  READDIRs from {', '.join(ev['rpc']) or '-'}{dirs}; invalidations from "
         f"{', '.join(a.recorded.get('invalidations') or []) or '-'}{changes}; "
-        f"listings by {', '.join(sorted({x.delimited_by for x in a.listings})) or '-'}"
+        f"listings by {', '.join(sorted(seen.delimited)) or '-'}"
         "\n"
     )
     missing = set()
@@ -270,10 +287,9 @@ def _write_input(a, out):
         out.write(f"  {note}\n")
     lost = lost_text(i)
     if lost:
-        hit = [x.label() for x in a.listings if any("lost" in d["what"] for d in x.damage)]
         out.write(
             f"  WARNING: {lost}: counts below are lower bounds (record with a larger "
-            f"-b); listings that overlap the loss: {', '.join(hit) or 'none'}\n"
+            f"-b); listings that overlap the loss: {', '.join(seen.lost) or 'none'}\n"
         )
     damaged = i.get("damaged_events") or []
     if damaged:
