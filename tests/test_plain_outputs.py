@@ -299,3 +299,40 @@ def test_readme_query_runs_as_written(tmp_path):
     assert p.returncode == 0, p.stderr
     rows = [x for x in p.stdout.splitlines() if "paced-lister" in x]
     assert len(rows) == 1 and "157" in rows[0], p.stdout
+
+
+def test_json_written_as_it_is_made_is_json_dump_byte_for_byte():
+    """analyze --json writes a capture's listings as they are read back from disk (jsonout
+    Streams): the text is json.dump's, indent and all, for the records of a fleet capture and of
+    two traces, and for arrays empty, nested, of keys not strings and of values json cannot
+    write (written as str)."""
+    from nfsreaddir.present import jsonout
+
+    def plain(obj):
+        if isinstance(obj, jsonout.Stream):
+            return [plain(x) for x in obj.items()]
+        if isinstance(obj, dict):
+            return {k: plain(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [plain(x) for x in obj]
+        return obj
+
+    fleet = os.path.join(FIXTURES, "fleet-5.10", "fleet.pcap.gz")
+    traces = [os.path.join(BAD, "idle.dat"), os.path.join(BAD, "modified.dat")]
+    made = []
+    for paths in ([fleet], traces):
+        loaded = pipeline.load(paths)
+        v = pipeline.judge(loaded, paths)
+        made.append([render.analysis_record(x.analysis, v) for x in loaded])
+    made.append(
+        {
+            "empty": jsonout.Stream(lambda: iter(())),
+            "nested": [jsonout.Stream(lambda: ({1: [], False: {}, None: x} for x in (1.5, "a")))],
+            "odd": jsonout.Stream(lambda: iter([{"set": {3}}, pd.Timestamp(0), ()])),
+            "none": {},
+        }
+    )
+    for obj in made:
+        out = io.StringIO()
+        jsonout.dump(obj, out)
+        assert out.getvalue() == json.dumps(plain(obj), indent=2, default=str)

@@ -47,6 +47,7 @@ def cmd_analyze(args):
     if not args.traces:
         raise UsageError("usage: nfs-readdir analyze TRACE... (or --explain)")
     from . import pipeline
+    from .present import jsonout
     from .present.render import (
         analysis_record,
         dcache_record,
@@ -68,7 +69,7 @@ def cmd_analyze(args):
         for p in dcache_runs:
             res = pipeline.dcache_results(p)
             out.append(dcache_record(p, pipeline.dcache_trace_id(p, res), res))
-        json.dump(out, sys.stdout, indent=2, default=str)
+        jsonout.dump(out, sys.stdout)  # (listings written as they are read back)
         sys.stdout.write("\n")
         return status.GOOD
     if analyses:

@@ -12,7 +12,6 @@ With --metrics or --textfile it is a service instead: the tracker counts into Pr
 (live/metrics.py), prints no line and keeps no event, so that it can run for months.
 """
 
-import json
 import os
 import sys
 import time
@@ -468,6 +467,7 @@ def _follow(reader, live, plan, tracker, printer, deadline, metrics, expo):
 
 
 def _summary(live, dir_fileid, as_json, out, interrupted, tracker=None):
+    from ..present import jsonout
     from ..present.render import analysis_record, print_analysis
 
     a, v = pipeline.live_summary(
@@ -483,7 +483,7 @@ def _summary(live, dir_fileid, as_json, out, interrupted, tracker=None):
         # into an id (the glossary says so; `record` makes a trace that has one).
         d.setdefault("trace", {})["trace_id"] = None
         d["restart_lines"] = lines
-        json.dump(d, out, indent=2, default=str)
+        jsonout.dump(d, out)
         out.write("\n")
     else:
         out.write("\nnfs-readdir watch: " + ("interrupted; " if interrupted else "") + "summary\n")

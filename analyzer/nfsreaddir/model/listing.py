@@ -243,27 +243,36 @@ class Analysis:
         """The kernel release the trace was recorded on, where it says."""
         return events.release(self.run.get("kernel") or self.info.get("uname"))
 
-    def to_dict(self, each=None):
-        """The analysis as `analyze --json` gives it; each(number, listing): what to add to a
-        listing's summary."""
-        listings, restarts, rewinds, invalidations = [], [], [], []
-        for n, lst in enumerate(self.listings):
-            s = lst.summary()
-            listings.append(s if each is None else dict(s, **each(n, lst)))
-            restarts.append([vars(r) for r in lst.restarts] if lst.cookies_known else None)
-            rewinds.append(lst.rewinds)
-            invalidations.append(
-                [vars(i) for i in lst.invalidations] if lst.invalidations_known else None
-            )
+    def to_dict(self, each=None, array=lambda items: list(items())):
+        """The analysis as `analyze --json` gives it. each(number, listing): what to add to a
+        listing's summary; array(items): the JSON array of what items() yields, a list, or a
+        presenter's array written as it is made (a capture's listings are read back from disk
+        one at a time, model/spool, each time items() goes through them)."""
+
+        def summaries():
+            for n, lst in enumerate(self.listings):
+                s = lst.summary()
+                yield s if each is None else dict(s, **each(n, lst))
+
         return {
             "trace": self.info,
             "run": self.run,
             "evidence": self.evidence,
             "cookies_known": self.cookies_known,
-            "listings": listings,
-            "restarts": restarts,
-            "rewinds": rewinds,
-            "invalidations": invalidations,
+            "listings": array(summaries),
+            "restarts": array(
+                lambda: (
+                    [vars(r) for r in lst.restarts] if lst.cookies_known else None
+                    for lst in self.listings
+                )
+            ),
+            "rewinds": array(lambda: (lst.rewinds for lst in self.listings)),
+            "invalidations": array(
+                lambda: (
+                    [vars(i) for i in lst.invalidations] if lst.invalidations_known else None
+                    for lst in self.listings
+                )
+            ),
         }
 
 

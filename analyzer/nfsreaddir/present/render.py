@@ -10,6 +10,7 @@ from .. import events
 from ..units import NS
 from . import fleet
 from .glossary import TIME_SPANS
+from .jsonout import Stream
 from .table import Table
 
 # pandas (0.5 s to import) and the dcache judgement are imported by the functions that use
@@ -200,13 +201,14 @@ def analysis_record(analysis, verdict, **extra):
     """The JSON record of one analysis, as `analyze --json` and `watch --json` give it: its
     summary (then extra), each listing numbered as export's rows number it ((trace_id,
     listing)) and with the verdict's finding on it, a server's capture's triage, and the
-    verdict on all the inputs."""
+    verdict on all the inputs. Its arrays of listings are jsonout.Streams: write it with
+    jsonout.dump."""
 
     def each(n, lst):
         f = verdict.finding(lst)
         return {"finding": f.word, "why": f.why, "listing": n}
 
-    d = dict(analysis.to_dict(each), **extra)
+    d = dict(analysis.to_dict(each, array=Stream), **extra)
     triage = fleet.to_dict(analysis)  # a server's capture, client by client
     if triage is not None:
         d["triage"] = triage
