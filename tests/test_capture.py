@@ -437,7 +437,7 @@ def test_two_passes_over_one_directory_cannot_be_separated():
         .sort_values("ts", kind="stable")
         .reset_index(drop=True),
     )
-    out = wire.listings(cap)
+    out = list(wire.listings(cap))  # (read back from disk: changed, they are kept here)
     assert any(lst.ambiguous_rows for lst in out)
     for lst in out:
         lst.version_changes = 1

@@ -15,7 +15,7 @@ import pcapedit
 from conftest import FIXTURES, needs_setup, run_cli
 from nfsreaddir.model import analysis, wire, wire_passes
 from nfsreaddir.rules import verdict
-from nfsreaddir.trace import capture, wiredecode
+from nfsreaddir.trace import capture, rpcmatch, wiredecode
 
 CAPTURES = sorted(
     os.path.join(d, f)
@@ -322,3 +322,83 @@ def test_without_its_tables_a_capture_gives_the_same_counts_and_listings(name):
         at, version = mine["frame"].tolist(), mine["version"].tolist()
         moved = [at[k] for k in range(1, len(at)) if version[k] != version[k - 1]]
         assert lst.version_changes == sum(frames.min() < f < frames.max() for f in moved)
+
+
+class _Spied(wire_passes.Passes):
+    """Passes that also keep in memory each listing they put on disk, as it was put."""
+
+    def __init__(self):
+        super().__init__()
+        self.kept = []
+        put = self.listings.put
+
+        def keep(lst, follow):
+            self.kept.append((follow, lst))
+            put(lst, follow)
+
+        self.listings.put = keep
+
+
+def _same(lst):
+    return (lst.summary(), lst.rpcs.a.tobytes(), lst.rpc_rows.tolist(), lst.restarts)
+
+
+@built
+def test_listings_are_read_back_from_disk_as_they_were_kept_in_time_order():
+    """A capture's listings go to disk as their passes end (model/spool) and come back one at
+    a time: each as it was put, in the order of their start, then client, then the order their
+    directories' passes began in, read back as often as asked. fleet-5.10's 52 listings of many
+    clients, and one client's passes over two directories that begin at the same time (a real
+    capture's first READDIR, twice)."""
+    cap = capture.read(os.path.join(FIXTURES, REORDERED), passes=_Spied, tables=False)
+    out = wire.listings(cap)
+    assert out.clients > 1 and len(out) == len(cap.passes.kept) > 50
+    kept = sorted(cap.passes.kept, key=lambda x: (x[1].start, x[1].client, x[0]))
+    assert [_same(lst) for lst in out] == [_same(lst) for _, lst in kept]
+    assert [_same(lst) for lst in out] == [_same(out[i]) for i in range(len(out))]
+    assert out[0] is not out[0]  # read back each time: known by number, not by id()
+    first = capture.read(os.path.join(FIXTURES, REORDERED)).readdirs.iloc[0].to_dict()
+    assert first["cookie"] == 0
+    passes = wire_passes.Passes()
+    for i, fh in enumerate(("b", "a")):  # the pass over "b" begins first: it comes first
+        row = rpcmatch.Call("readdir", fh, first["vers"], i, first["ts"], first["client"], False)
+        row.cookie, row.status, row.eof, row.frame = 0, 0, True, i
+        passes.call(row, i)
+        row.reply_ts = first["reply_ts"]
+        passes.reply(row)
+    passes.end()
+    assert [(lst.fh, lst.start, lst.client) for lst in passes.listings] == [
+        (fh, first["ts"], first["client"]) for fh in ("b", "a")
+    ]
+
+
+@built
+def test_no_stage_holds_every_listing_of_a_capture(monkeypatch):
+    """Peak memory flat in the capture's size: a capture's analysis keeps its listings on disk,
+    and the verdict, the text and the JSON each go through them one at a time, keeping a few
+    (those that speak for the others) and not all. Listings alive counted as each is read
+    back and dropped, on fleet-5.10's 52 listings."""
+    import io
+
+    from nfsreaddir.present import jsonout, render
+
+    a = wire.analyze(os.path.join(FIXTURES, REORDERED))
+    alive = {"now": 0, "most": 0, "read": 0}
+    setstate = wire_passes.WireListing.__setstate__
+
+    def made(lst, state):
+        setstate(lst, state)
+        alive["now"] += 1
+        alive["read"] += 1
+        alive["most"] = max(alive["most"], alive["now"])
+
+    def gone(lst):
+        alive["now"] -= 1
+
+    monkeypatch.setattr(wire_passes.WireListing, "__setstate__", made)
+    monkeypatch.setattr(wire_passes.WireListing, "__del__", gone, raising=False)
+    assert len(a.listings) > 50
+    v = verdict.judge([a])
+    render.print_analysis([a], out=io.StringIO())
+    jsonout.dump([render.analysis_record(a, v)], io.StringIO())
+    assert alive["read"] > 5 * len(a.listings) and alive["most"] <= 5, alive

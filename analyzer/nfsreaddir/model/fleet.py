@@ -100,10 +100,11 @@ def _per_dir(listings):
 def triage(listings):
     """The Triage of a capture's listings (wire_passes.WireListing, their restarts found), or None
     when they come from fewer than two client connections."""
-    if len({x.client for x in listings}) < 2:
+    per = _per_dir(listings)  # (one pass: a capture's listings are read back from disk)
+    if len(set(per["client"])) < 2:
         return None
     # A directory is its filehandle; its inode number where the capture gave one.
-    dirs = pd.DataFrame(_per_dir(listings), columns=DIR_COLUMNS)
+    dirs = pd.DataFrame(per, columns=DIR_COLUMNS)
     clients = dirs.groupby("client", sort=False)[SUMMED].sum()
     clients["dirs"] = dirs.groupby("client", sort=False).size()
     clients = clients.reset_index()

@@ -62,15 +62,22 @@ def analyze(path, tshark=None, ports=()):
     """Analysis of a capture file: listings, restarts and what limits them. ports: server
     ports besides 2049 whose traffic is NFS."""
     # No table of the READDIRs or attribute replies: the passes keep what a listing needs as
-    # the capture is read, so memory follows the listings, not the capture's length.
+    # the capture is read, and each listing goes to disk as its pass ends (model/spool), so
+    # memory follows the passes under way, not the capture's length.
     cap = capture_mod.read(path, tshark=tshark, ports=ports, passes=Passes, tables=False)
     _refuse_unusable(cap, path)
     phase, facts = _phase_facts(path)
     damage, dropped = _capture_damage(cap, path, phase, facts)
     out = listings(cap)
-    for lst in out:
+    # The phase's listing: the reproducer's lister made one pass, the longest listing. A server's
+    # capture of many clients (readdir-fleet) has one lister per client, none of them it.
+    main = out.largest() if phase and out.clients == 1 else None
+    fileids = cap.passes.fileids  # (the passes themselves, and their cookies, are not kept)
+
+    def finish(lst, number):
+        """What a listing read back from the spool gets once the whole capture is read."""
         if lst.fileid is None:  # the directory's inode number, where a reply gave it
-            lst.fileid = cap.passes.fileids.get(lst.fh)
+            lst.fileid = fileids.get(lst.fh)
         lst.damage = list(damage)
         if lst.missing_replies:
             lst.damage.append(
@@ -81,16 +88,15 @@ def analyze(path, tshark=None, ports=()):
                     "or not saying how the READDIR went",
                 }
             )
-    if phase and len({x.client for x in out}) == 1:
-        # The reproducer's lister made one pass: the longest listing is its phase. A server's
-        # capture of many clients (readdir-fleet) has one lister per client, none of them it.
-        main = max(out, key=lambda x: len(x.rpcs), default=None)
-        if main is not None:
-            main.phase = phase
-            main.status = int_or_none(facts.get(f"{phase}.status"))
-            main.entries = int_or_none(facts.get(f"{phase}.entries"))
-            if main.fileid is None:
-                main.fileid = int_or_none(facts.get(f"{phase}.dir_fileid"))
+        if number == main:
+            lst.phase = phase
+            lst.status = int_or_none(facts.get(f"{phase}.status"))
+            lst.entries = int_or_none(facts.get(f"{phase}.entries"))
+            if lst.fileid is None:
+                lst.fileid = int_or_none(facts.get(f"{phase}.dir_fileid"))
+        return lst
+
+    out.finish = finish
     run = {"kernel": facts.get("run.kernel")} if facts.get("run.kernel") else {}
     # The version the calls carry: the run's NFS, as a trace's run marker gives it.
     nfs = "/".join(sorted(cap.versions)) or None

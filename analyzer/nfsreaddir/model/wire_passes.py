@@ -4,13 +4,14 @@ directory (wire.py says what a capture can and cannot tell of them)."""
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pandas as pd
 
 from . import analysis
 from .listing import Listing
+from .spool import ListingSpool
 
 DELIMITED_BY = "wire"
 
@@ -46,6 +47,11 @@ class Rows:
     def __init__(self, a, client):
         self.a, self.client = a, client
 
+    def __reduce__(self):
+        # As bytes: a listing is written to disk and read back (model/spool), and numpy's own
+        # pickling of a small array costs ten times the listing's other fields.
+        return _rows_of, (self.a.tobytes(), self.client)
+
     def __len__(self):
         return len(self.a)
 
@@ -77,6 +83,11 @@ class Rows:
         return pd.Series(v, name=column)
 
 
+def _rows_of(data, client):
+    """The Rows that Rows.__reduce__ wrote."""
+    return Rows(np.frombuffer(data, dtype=ROW), client)
+
+
 @dataclass(slots=True)
 class WireListing(Listing):
     """A listing seen on the wire: a client and a directory filehandle, no process."""
@@ -85,6 +96,15 @@ class WireListing(Listing):
     fh: str = ""
     refetched_entries: int = 0
     missing_replies: int = 0  # READDIRs whose reply is not in the capture, or gave no status
+
+    def __getstate__(self):
+        # Its rpc_rows are a column of its rpcs: written once, made again when read back.
+        return [getattr(self, name) for name in _STATE]
+
+    def __setstate__(self, state):
+        for name, value in zip(_STATE, state):
+            object.__setattr__(self, name, value)
+        self.rpc_rows = self.rpcs.a["row"] if len(self.rpcs) else ()
 
     def label(self):
         d = self.fileid if self.fileid is not None else "?"
@@ -104,6 +124,8 @@ class WireListing(Listing):
         )
         return s
 
+
+_STATE = [f.name for f in fields(WireListing) if f.name != "rpc_rows"]
 
 # A listing's READDIRs until its pass ends: none.
 _UNREAD = Rows(np.zeros(0, dtype=ROW), "")
@@ -139,9 +161,8 @@ def _new_listing(client, fh, ts, began_before):
 
 
 def listings(cap):
-    """The listings of a Capture read with passes=Passes, in time order."""
-    out = [lst for f in cap.passes.follow.values() for lst in f.out]
-    return sorted(out, key=lambda x: (x.start, x.client))
+    """The listings of a Capture read with passes=Passes, in time order (a ListingSpool)."""
+    return cap.passes.listings
 
 
 class Passes:
@@ -149,12 +170,13 @@ class Passes:
     rpcmatch tells it of each READDIR call in the capture's order, of each reply as it comes,
     and of each reply that gave an object's version (GETATTR, or a READDIR's post-op
     attributes). A reply's entry cookies are used at once and dropped: what a pass keeps is
-    its own set of cookies and its previous reply's, and a listing, once its pass is over, its
-    READDIRs' values and what they came to, so memory follows the passes under way and the
-    listings found, not the capture's length."""
+    its own set of cookies and its previous reply's; a listing, once its pass is over, gets its
+    READDIRs' values and what they came to and goes to `listings`, on disk (model/spool). So
+    memory follows the passes under way, not the listings found or the capture's length."""
 
     def __init__(self):
         self.follow: dict[tuple, _Follow] = {}  # (client, fh) -> its passes, first come first
+        self.listings = ListingSpool()
         # The last version of each object a client asked the attributes of before it listed
         # it (a directory's passes start from it), and each filehandle's first inode number:
         # one entry an object, however long the capture.
@@ -167,7 +189,9 @@ class Passes:
         key = (row.client, row.fh)
         f = self.follow.get(key)
         if f is None:
-            f = self.follow[key] = _Follow(*key, self.versions.pop(key, None))
+            f = self.follow[key] = _Follow(
+                *key, self.listings, len(self.follow), self.versions.pop(key, None)
+            )
         f.waiting.append((i, row))
 
     def reply(self, row):
@@ -193,6 +217,7 @@ class Passes:
         for f in self.follow.values():
             f.read_on(end=True)
             f.close()
+        self.listings.seal()
 
 
 _NONE = np.zeros(0, dtype=np.uint64)
@@ -239,13 +264,15 @@ class _Follow:
     keeps are 8 bytes each in numpy arrays: a server's capture has thousands of passes open at
     once, each of thousands of entries (as Python sets, 0.5 MB a pass)."""
 
-    def __init__(self, client, fh, version=None):
+    def __init__(self, client, fh, spool, number, version=None):
         self.client, self.fh = client, fh
+        # Where its listings go as their passes end, and its number there (the order the
+        # directories' passes began in).
+        self.spool, self.number = spool, number
         # (row number, Call) of calls not read yet, and (-1, (frame, version)) of attribute
         # replies, in the capture's order.
         self.waiting: deque = deque()
-        self.out: list[WireListing] = []
-        self.lst: WireListing | None = None
+        self.lst: WireListing | None = None  # the listing of the pass under way
         self.version = version  # the directory's last version seen
         # The pass under way: its READDIRs (ROW tuples), the indexes among them of those that
         # restarted and of those that continued from an older reply than the last, the
@@ -284,9 +311,10 @@ class _Follow:
         self.version = version
 
     def close(self):
-        """The pass under way is over: its listing gets its READDIRs and what they show."""
-        lst = self.lst
-        if lst is None or not self.rows:
+        """The pass under way is over: its listing gets its READDIRs and what they show, and
+        goes to the spool."""
+        lst, self.lst = self.lst, None
+        if lst is None:
             return
         a = np.array(self.rows, dtype=ROW)
         lst.rpcs, lst.rpc_rows, lst.fileid = Rows(a, self.client), a["row"], self.fileid
@@ -318,6 +346,7 @@ class _Follow:
                 )
         self.rows, self.restart_idx, self.ambiguous, self.changes = [], [], [], []
         self.fileid = None
+        self.spool.put(lst, self.number)
 
     def _read(self, i, row):
         ts, cookie, reply_ts = row.ts, row.cookie, row.reply_ts
@@ -350,7 +379,6 @@ class _Follow:
             lst = self.lst = _new_listing(self.client, self.fh, ts, began_before=cookie != 0)
             self.seen, self.last_reply_cookie, self.older = _NONE, None, set()
             self.prev_cookies, self.page = None, 0
-            self.out.append(lst)
         else:
             if reads_on:
                 lst.ending = analysis.CUT_OFF
