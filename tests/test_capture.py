@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import pcapedit
-from conftest import FIXTURES, TOP, installed, run_cli
+from conftest import FIXTURES, NFS_READDIR, TOP, installed, run_cli
 from nfsreaddir.model import analysis, wire, wire_passes
 from nfsreaddir.rules import verdict
 from nfsreaddir.trace import capture, magic, open_trace, pcapng, rpcmatch
@@ -756,3 +756,30 @@ def test_a_readdir_call_seen_again_after_its_reply_is_a_retransmission_for_ten_m
         assert cap.retransmitted_calls == int(retransmitted), later
         assert cap.readdir_calls == len(cap.readdirs) == 2 - retransmitted, later
         assert cap.missing_replies == 1 - retransmitted, later
+
+
+def test_a_full_temporary_directory_is_an_error_that_names_it(tmp_path):
+    """A capture's listings are kept in a temporary file while it is analyzed (model/spool).
+    Where the temporary directory is full, analyze says so in one line, naming the directory
+    and TMPDIR, and exits 128 (an error: never an answer git bisect run would take), with no
+    traceback; a directory with room gives the analysis. A real 16 KB tmpfs, and fleet-5.10's
+    capture, whose 52 listings need twice that."""
+    full = tmp_path / "full"
+    full.mkdir()
+    fleet = os.path.join(FIXTURES, "fleet-5.10", "fleet.pcap.gz")
+
+    def analyze(tmp):
+        env = dict(os.environ, TMPDIR=str(tmp))
+        cmd = [*NFS_READDIR, "analyze", fleet]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", full], check=True)
+    try:
+        p = analyze(full)
+    finally:
+        subprocess.run(["umount", full], check=True)
+    assert p.returncode == 128 and p.stdout == "", (p.returncode, p.stderr)
+    assert p.stderr.startswith(f"nfs-readdir: {full}: No space left on device writing the ")
+    assert "TMPDIR" in p.stderr and "Traceback" not in p.stderr and p.stderr.count("\n") == 1
+    p = analyze(tmp_path)
+    assert p.returncode == 0 and p.stdout.count("client 10.77.0.") >= 52, p.stderr

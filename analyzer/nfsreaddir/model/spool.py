@@ -23,6 +23,25 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 
+def temporary_file(what):
+    """An unlinked temporary file for the `what`: nothing is left behind whatever ends the
+    process."""
+    return spooled(lambda: tempfile.TemporaryFile(prefix="nfs-readdir-"), what)
+
+
+def spooled(do, what):
+    """do()'s result, where do() makes or writes a temporary file for the `what`; an OSError
+    from it names the directory and what to do: a full /tmp is not the input's fault."""
+    try:
+        return do()
+    except OSError as e:
+        raise OSError(
+            e.errno,
+            f"{e.strerror} writing the {what} to a temporary file (TMPDIR names another directory)",
+            tempfile.gettempdir(),
+        ) from None
+
+
 class ListingSpool(Sequence):
     """The listings of one analysis, in time order once sealed: put() while they are found,
     seal() when the input is read, then len(), [i] and iteration like a list's. A listing
@@ -31,8 +50,7 @@ class ListingSpool(Sequence):
     directory's inode number)."""
 
     def __init__(self):
-        # Unlinked at once: nothing is left behind whatever ends the process.
-        self._file = tempfile.TemporaryFile(prefix="nfs-readdir-listings.")
+        self._file = temporary_file("capture's listings")
         self._at = array("q", [0])  # where each listing's bytes begin; the last: the end
         self._start = array("q")
         self._client = array("q")  # the number of its client in _clients
@@ -46,7 +64,7 @@ class ListingSpool(Sequence):
         """Keep a listing whose pass is over; follow: the number of the client's passes over
         its directory, in the order they began."""
         b = pickle.dumps(lst, protocol=pickle.HIGHEST_PROTOCOL)
-        self._file.write(b)
+        spooled(lambda: self._file.write(b), "capture's listings")
         self._at.append(self._at[-1] + len(b))
         self._start.append(lst.start)
         self._client.append(self._clients.setdefault(lst.client, len(self._clients)))
@@ -56,7 +74,7 @@ class ListingSpool(Sequence):
     def seal(self):
         """Every listing is in: order them by start, then client, then the order their
         directories' passes began in (as sorting the listings themselves would)."""
-        self._file.flush()
+        spooled(self._file.flush, "capture's listings")
         rank = np.empty(len(self._clients), dtype=np.int64)
         rank[[self._clients[c] for c in sorted(self._clients)]] = np.arange(len(self._clients))
         if not len(self):

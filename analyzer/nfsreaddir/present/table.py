@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import heapq
 import marshal
-import tempfile
 from numbers import Integral
+
+from ..model.spool import spooled, temporary_file
 
 # Rows kept in memory before they go to the file, and read back at a time.
 PART_ROWS = 500
@@ -32,7 +33,7 @@ class Table:
 
     def __init__(self, columns):
         self.columns = tuple(columns)
-        self._file = tempfile.TemporaryFile(prefix="nfs-readdir-table.")
+        self._file = temporary_file("text's table")
         self._part: list = []
         self._parts = 0
         self._late: list = []  # rows added after rows with higher positions, sorted at write
@@ -57,7 +58,7 @@ class Table:
             self._flush()
 
     def _flush(self):
-        marshal.dump(self._part, self._file)
+        spooled(lambda: marshal.dump(self._part, self._file), "text's table")
         self._parts += 1
         self._part = []
 
@@ -65,7 +66,7 @@ class Table:
         """(position, row) of every row, by position."""
 
         def stored():
-            self._file.seek(0)
+            spooled(lambda: self._file.seek(0), "text's table")
             for _ in range(self._parts):
                 yield from marshal.load(self._file)
             yield from self._part
