@@ -101,9 +101,10 @@ class _Quiet:
         self.known: set = set()  # their directories' inode numbers
         self.unknown = False  # one of them sent no READDIR to name its directory
 
-    def add(self, lst, position, row):
+    def add(self, lst, position, trace):
         self.count += 1
-        self.rows = [*self.rows, (position, row)] if self.count <= QUIET_ROWS else []
+        # (a row only while it may be shown: a tree walk has thousands of quiet listings)
+        self.rows = [*self.rows, (position, _row(trace, lst))] if self.count <= QUIET_ROWS else []
         self.ns += lst.end - lst.start
         self.readdirs += len(lst.rpcs)
         if lst.fileid is None:
@@ -154,7 +155,7 @@ def _go_through(a, table, position):
         if lst.restarts or lst.invalidations or lst.ambiguous_rows:
             seen.events.append(n)
         if _quiet(lst):
-            quiet.setdefault((lst.pid, lst.comm), _Quiet()).add(lst, position, _row(trace, lst))
+            quiet.setdefault((lst.pid, lst.comm), _Quiet()).add(lst, position, trace)
         else:
             table.add(position, _row(trace, lst))
         position += 1
