@@ -229,7 +229,7 @@ class LazyTables(dict):
 
 @dataclass
 class Analysis:
-    listings: list
+    listings: Sequence  # a list; a capture's: a spool.ListingSpool, read back from disk
     run: dict
     samples: pd.DataFrame | None  # None: no counter samples (a packet capture)
     evidence: dict  # table -> the events it came from
