@@ -228,16 +228,22 @@ lb_trace_stop() {
 # OUT (pcap: libpcap
 # writes no pcapng), returning once it captures. The analyzer reads the same answers from it as
 # from the trace (nfsreaddir/trace/capture.py). A plain pcap file does not keep the kernel's drop
-# count, so lb_capture_stop reads it from tcpdump's summary into CAPTURE_STATS.
+# count, so lb_capture_stop reads it from tcpdump's summary into CAPTURE_STATS. tcpdump's own
+# stderr (its "listening on" line and the captured/received/dropped summary) is kept beside OUT
+# as OUT-without-.pcap.tcpdump.log. The reproducer may set CAPTURE_BUFFER_KIB (tcpdump -B,
+# default 32768) and CAPTURE_SNAPLEN (tcpdump -s, default 0: whole packets): a small buffer makes
+# tcpdump drop packets as on a busy machine, a small snaplen cuts READDIR replies short.
 lb_capture_start() {
 	local out=$1 iface=${2:-lo} i
 	command -v tcpdump >/dev/null ||
 		lb_die "tcpdump not found: install it on the host (reproducers/setup-host), or --capture off"
-	CAPTURE_ERR=$WORK/tcpdump.$(basename "$out").err
+	CAPTURE_ERR=${out%.pcap}.tcpdump.log
 	CAPTURE_STATS=
 	# -Z root: Debian's tcpdump otherwise drops to its own user, who cannot write RESULTS.
-	# -B: a 32 MiB kernel buffer; under emulation a busy listing outruns tcpdump's reads.
-	tcpdump -i "$iface" -s 0 -B 32768 -Z root -w "$out" port 2049 2>"$CAPTURE_ERR" &
+	# -B: by default a 32 MiB kernel buffer; under emulation a busy listing outruns tcpdump's
+	# reads.
+	tcpdump -i "$iface" -s "${CAPTURE_SNAPLEN:-0}" -B "${CAPTURE_BUFFER_KIB:-32768}" -Z root \
+		-w "$out" port 2049 2>"$CAPTURE_ERR" &
 	CAPTURER=$!
 	lb_on_exit "lb_capture_stop"
 	for i in $(seq 300); do
