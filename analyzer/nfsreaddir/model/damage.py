@@ -26,12 +26,10 @@ def unpaired_readdirs(rpc, paired, name):
             paired[["ts", "pid"]].assign(_k=0, _err=paired["error"].fillna(0).to_numpy()),
         ],
         ignore_index=True,
-    ).sort_values(["ts", "_k"], kind="stable")
+    ).sort_values("ts", kind="stable")
     out = []
     for pid, rows in both.groupby("pid", sort=False):
-        k = rows["_k"].to_numpy()
-        err = rows["_err"].to_numpy()
-        ts = rows["ts"].to_numpy()
+        ts, k, err = _untied(rows["ts"].to_numpy(), rows["_k"].to_numpy(), rows["_err"].to_numpy())
         started = False
         for i in range(1, len(k)):
             started = started or k[i - 1] == 1
@@ -54,6 +52,30 @@ def unpaired_readdirs(rpc, paired, name):
     return out
 
 
+def _untied(ts, k, err):
+    """A task's READDIR calls (k 1) and ends (k 0, err: the end's error) in time order, each run
+    of one time stamp in the order that keeps a call and its end together. A coarse clock (the
+    `global` clock under emulation, report text's microseconds) gives several events one time
+    stamp, and two tables' rows of one instant carry no order between them: a tie is never a
+    missing event."""
+    out = []
+    pending = False  # a call's end is still to come
+    i, n = 0, len(ts)
+    while i < n:
+        j = i
+        while j < n and ts[j] == ts[i]:
+            j += 1
+        group = list(range(i, j))
+        while group:
+            want = 0 if pending else 1
+            pick = next((g for g in group if k[g] == want), group[0])
+            group.remove(pick)
+            out.append(pick)
+            pending = k[pick] == 1 or (pending and err[pick] != 0)
+        i = j
+    return ts[out], k[out], err[out]
+
+
 def position_back(calls):
     """Where a task's directory position goes back with no seek, as damage ({"from", "to",
     "pid", "what"}): getdents only moves a file's position forward (iterate_dir() starts at
@@ -74,6 +96,10 @@ def position_back(calls):
     )
     out = []
     ended: dict[tuple, tuple] = {}  # (pid, dev, fileid) -> (pos, ts) where its last getdents ended
+    # (dev, fileid) -> when it was last opened or sought: a coarse clock (the `global` clock
+    # under emulation) gives a getdents' return and the next open one time stamp, which then
+    # come in no known order; a tie is never damage.
+    reset: dict[tuple, int] = {}
     for ts, pid, call, dev, fileid, pos in zip(
         rows["ts"].tolist(),
         rows["pid"].tolist(),
@@ -85,13 +111,19 @@ def position_back(calls):
         if call in ("llseek", "opendir"):
             for k in [k for k in ended if k[1:] == (dev, fileid)]:
                 del ended[k]
+            reset[dev, fileid] = ts
             continue
-        if pos is None or pos != pos or pos is getattr(calls["pos"].dtype, "na_value", None):
+        # (the missing value first: pandas' NA has no truth value, and NaN is not itself)
+        if pos is None or pos is getattr(calls["pos"].dtype, "na_value", None) or pos != pos:
             continue
         key = (pid, dev, fileid)
         if call == "getdents_done":
             ended[key] = (int(pos), ts)
-        elif key in ended and int(pos) < ended[key][0]:
+        elif (
+            key in ended
+            and int(pos) < ended[key][0]
+            and reset.get((dev, fileid)) != ended[key][1] != ts
+        ):
             last, since = ended.pop(key)
             out.append(
                 {

@@ -257,8 +257,11 @@ class TraceDat:
                 self.info["partial_from"] = self._damaged_from(acc, stopped, damage)
             with memory.building():
                 frames = columns.pieces(want, acc) if pieces else columns.build(want, acc)
-        if not damage:
+        if not damage and self.file.other_damage:
+            # Damage outside this instance's event streams (a section after them, another
+            # instance): every event of the streams was read, none is missing.
             damage.extend(self.file.other_damage)
+            self.info["partial_from"] = 1 << 62
         self._set_lost(lost)
         if damage:
             self.info["partial"] = True
