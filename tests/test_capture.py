@@ -23,10 +23,15 @@ from nfsreaddir.model import analysis, wire, wire_passes
 from nfsreaddir.rules import verdict
 from nfsreaddir.trace import capture, magic, open_trace, pcapng, rpcmatch
 
+# The loopback runs with both phases captured and nothing dropped: a capture and its trace
+# then see the same READDIRs (the lossy and multi-reader captures are checked for agreement
+# in test_one_answer.py).
 CAP_FIXTURES = sorted(
     d
     for d in os.listdir(FIXTURES)
-    if d.endswith("-cap") and os.path.exists(os.path.join(FIXTURES, d, "COMMAND"))
+    if d.endswith("-cap")
+    and os.path.exists(os.path.join(FIXTURES, d, "COMMAND"))
+    and os.path.exists(os.path.join(FIXTURES, d, "idle.pcap.gz"))
 )
 PHASES = ("idle", "modified")
 SOURCE = "6.1-v4.1-cap"  # the capture the damaged ones are made from
@@ -175,9 +180,11 @@ def test_capture_and_trace_give_the_same_answers(name, phase):
     assert [r.refetched for r in w.restarts] == [r.refetched for r in t.restarts]
     assert w.ending == analysis.EOF and w.fileid == t.fileid
     vw, vt = verdict.judge([a_wire]), verdict.judge([a_trace])
-    assert vw.code == vt.code, (vw.reason, vt.reason)
     if (name, phase) in EXPECTED:
-        assert vt.code == EXPECTED[name, phase], vt.reason
+        assert vw.code == vt.code == EXPECTED[name, phase], (vw.reason, vt.reason)
+    # Elsewhere the capture may see less (7.3: the change the trace shows is in no GETATTR on
+    # the wire), never something else.
+    assert vw.code in (vt.code, verdict.UNDECIDED), (vw.reason, vt.reason)
 
 
 @pytest.mark.parametrize("phase", PHASES)
@@ -241,12 +248,14 @@ def test_the_wire_shows_why(name):
 
 @pytest.mark.parametrize("name", CAP_FIXTURES)
 def test_check_and_analyze_accept_captures(name):
-    """check answers for a capture with the same exit status as for the trace beside it."""
+    """check answers for a capture with the exit status of the trace beside it, or cannot
+    decide where the wire shows less than the trace (never the other answer)."""
     expected = verdict.judge(
         [analysis.analyze(open_trace(os.path.join(FIXTURES, name, "modified.dat")))]
     ).code
     cap = _pcap(name, "modified")
-    p = run_cli("check", cap, check=expected)
+    p = run_cli("check", cap, check=None)
+    assert p.returncode in (expected, verdict.UNDECIDED), p.stdout
     # A verdict on a listing names its client; "never exercised" (6.1-v3-cap) names none.
     assert "client 127.0.0.1:" in p.stdout or "never exercised" in p.stdout, p.stdout
     p = run_cli("analyze", cap, check=0)
@@ -546,8 +555,10 @@ def test_a_change_tied_with_the_first_readdir_is_not_during_it(tmp_path):
     a = wire.analyze(path)
     assert [len(lst.rpcs) for lst in a.listings] == [1, 1]
     assert all(lst.version_changes == 0 and not lst.exercised for lst in a.listings)
+    # The two captures joined leave a hole in the client's TCP stream (the traffic between
+    # the phases was not captured): damage, said as such, and no verdict either way.
     p = run_cli("check", path, check=125)
-    assert "never exercised" in p.stdout, p.stdout
+    assert "never exercised" in p.stdout or "lost frames" in p.stdout, p.stdout
 
 
 def test_nfs_from_every_privileged_client_port(tmp_path):

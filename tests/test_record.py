@@ -450,12 +450,12 @@ def test_watch_lines_are_the_restarts_analyze_finds(trace, restarted):
     """watch prints a restart the moment its READDIR is read, from the analyzer's reader
     model driven one event at a time: on real traces, as many lines as analyze() finds
     restarts (5 on stock 5.10, none on the series or 6.1), each naming the lister."""
-    from nfsreaddir.live import watch
+    from nfsreaddir.live import tracker
     from nfsreaddir.model import analysis
 
     replay = Replay(os.path.join(TOP, "tests", "fixtures", trace))
     out = io.StringIO()
-    t = watch._Tracker(replay, out, None, replay.items[0][0])
+    t = tracker.Tracker(replay, out, None, replay.items[0][0])
     t.feed(replay.items)
     a = analysis.analyze(replay.trace)
     restarts = [(lst.pid, r.ts) for lst in a.listings for r in lst.restarts]

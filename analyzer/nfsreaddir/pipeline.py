@@ -65,6 +65,7 @@ class Loaded:
     analysis: object
     slab: object = None
     trace_id: str | None = None
+    given: str | None = None  # the input it was read for (a results directory: its traces)
 
 
 def trace_id(path):
@@ -151,14 +152,18 @@ def load(paths, with_slab=False, ports=(), shown=lambda p: p, progress=None):
     ports: NFS server ports of captures besides 2049. progress(n, total, path) is told of each
     trace as it is read."""
     out = []
-    paths = expand(paths)
-    for n, path in enumerate(paths, 1):
+    given = [(g, p) for g in paths for p in expand([g])]
+    files = [p for _, p in given]
+    for n, (g, path) in enumerate(given, 1):
         if progress is not None:
-            progress(n, paths, path)
+            progress(n, files, path)
         if is_capture(path):
-            out.append(Loaded(shown(path), readdir_analysis(path, ports, shown(path))[0]))
+            a = readdir_analysis(path, ports, shown(path))[0]
+            x = Loaded(shown(path), a, trace_id=a.info.get("trace_id"))
         else:
-            out.append(_trace(path, shown(path), with_slab))
+            x = _trace(path, shown(path), with_slab)
+        x.given = g
+        out.append(x)
     return out
 
 
@@ -175,16 +180,32 @@ def checks_of(paths, max_ratio=None):
 
 
 def judge(loaded, paths, max_restarts=0, max_ratio=None):
-    """The verdict on what load() gave for the paths, as `check` gives it."""
+    """The verdict on what load() gave for the paths, as `check` gives it. Each input (a trace,
+    a capture, or a reproducer's run: its traces together) is judged on its own evidence, its
+    own kernel and events: one input's proof that the kernel goes on must not set aside
+    another's restarts. Several inputs give the worst of their answers (bad, then cannot
+    decide, then good); a file given twice is read as one input."""
     from .rules import verdict
 
-    names, ratio = checks_of(paths, max_ratio)
-    return verdict.judge(
-        [x.analysis for x in loaded if x.analysis is not None],
-        max_restarts=max_restarts,
-        max_ratio=ratio,
-        names=names,
-    )
+    groups: dict[str, list] = {}
+    seen = set()  # the trace ids read so far
+    again = []
+    for x in loaded:
+        if x.trace_id is not None and x.trace_id in seen:
+            again.append(x.path)
+            continue
+        seen.add(x.trace_id)
+        groups.setdefault(x.given if x.given is not None else x.path, []).append(x)
+    answers = []
+    for g, xs in groups.items():
+        names, ratio = checks_of([g] if g in paths else paths, max_ratio)
+        analyses = [x.analysis for x in xs if x.analysis is not None]
+        if analyses:
+            v = verdict.judge(analyses, max_restarts=max_restarts, max_ratio=ratio, names=names)
+            answers.append((g, v))
+    if not answers:
+        return verdict.judge([], max_restarts=max_restarts)
+    return verdict.worst(answers, again)
 
 
 def judge_paths(paths, max_restarts=0, max_ratio=None, ports=(), shown=lambda p: p, progress=None):

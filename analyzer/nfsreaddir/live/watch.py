@@ -3,7 +3,7 @@
 The events and kprobes are record's (recordplan.plan), enabled in a tracefs instance of the watch's
 own (its buffer, with the CLOCK_MONOTONIC clock, so that how late a line comes can be measured),
 read page by page from per_cpu/cpuN/trace_pipe_raw. The events read so far are a trace like any
-other (LiveTrace). Each event is fed to the analyzer's reader model (opens.Opens, see _Tracker),
+other (LiveTrace). Each event is fed to the analyzer's reader model (live/tracker.py),
 which prints each restart and invalidation as it is found; where no open or getdents event
 delimits listings, analysis.analyze runs over everything read so far instead. At the end,
 analyze() over all the events and its verdict (verdict.judge) are the summary and the exit
@@ -17,11 +17,11 @@ import sys
 import time
 
 from .. import events, pipeline, status
-from ..model import causal, opens, tables
 from ..units import NS
 from . import recordplan, tracing
 from .metrics import Exposition, Metrics
 from .ringbuffer import LiveTrace, Reader
+from .tracker import Tracker, now_ns, restart_at, say, who
 
 BUFFER_KB = 4096  # per CPU; read every POLL_SECONDS, a listing's events fit many times
 POLL_SECONDS = 0.2
@@ -53,239 +53,6 @@ def watched(live, plan):
     return evs, filters
 
 
-def _now_ns():
-    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-
-
-def _who(comm, pid, fileid):
-    return f"{comm}[{pid}] dir {fileid if fileid is not None else '?'}"
-
-
-def _say(out, start, ts, what, who, text, now=None):
-    """One line of the watch: when the event happened (from the start), what, whose listing,
-    and how late the line comes."""
-    now = _now_ns() if now is None else now
-    out.write(
-        f"[{(ts - start) / NS:+9.3f}s] {what:<12} {who}: {text} "
-        f"(seen {(now - ts) / NS:.2f}s after)\n"
-    )
-
-
-def _restart_at(below):
-    return "below the reader's position" if below else "at cookie 0"
-
-
-# The READDIRs per open whose times are kept: a restart is settled by the event after its
-# READDIR (a cookie-0 one), or by the READDIR after it (one below the reader's position).
-RECENT_READDIRS = 4
-
-
-class _Tracker:
-    """Restarts and invalidations printed the moment their event is read. The analyzer's
-    reader model (opens.Opens, what analyze() runs over a whole trace: a READDIR at cookie 0,
-    or for a whole page below its position, while the reader is past the start is a restart)
-    is fed one event at a time, with the events load() would read (tables.stream_sources),
-    so a line costs microseconds; analyzing every event so far on each one took seconds under
-    emulation, and the lines came 10-16 s late. Used where listings are delimited by opens
-    (the open kprobes or the series' events); the summary at the end is analyze()'s over all
-    the events either way."""
-
-    def __init__(self, live, out, dir_fileid, start_ns, metrics=None, quiet=False):
-        self.live, self.out, self.dir, self.start = live, out, dir_fileid, start_ns
-        # metrics: a live.metrics.Metrics to count into; quiet: no lines (a service's journal
-        # would grow by a line per restart of every client's listings).
-        self.metrics, self.quiet = metrics, quiet
-        self.map = tables.stream_sources(live)
-        calls = [f for t, _, f in self.map.values() if t == "calls"]
-        self.usable = bool(calls) and any(t == "rpc" for t, _, _ in self.map.values())
-        # The kernel the events come from (LiveTrace: the running one), as analyze() takes it
-        # from the trace: whether a READDIR below the reader's position is a restart.
-        self.model = opens.Opens(
-            any("file" in f for f in calls),
-            events.searches_from_first_page(live.info.get("uname")),
-        )
-        self.rows = 0
-        self.restarts = self.invalidations = 0  # lines printed
-        self._invals = {}  # id(open) -> invalidations seen
-        # Per open (by id): a READDIR is a restart or not by what follows it (opens._Open: a
-        # cookie-0 one by the next event, one below the reader's position by the next
-        # READDIR), so the times of its latest READDIRs wait here, by row; the restarts
-        # printed so far; and the
-        # restart being caught up on: (the cookie to pass, the invalidations seen then, the
-        # restart's row and time: what the metrics count as re-fetched). A
-        # READDIR that goes back again before that cookie, with no new invalidation, is part
-        # of the same restart (analysis counts it once too).
-        self._times = {}
-        self._printed = {}
-        self._catchup = {}
-        # Counts of an open whose directory is not known yet, by id: a READDIR's kprobe fires
-        # at the call, and the event that names its directory comes with the reply, so the
-        # first READDIR of a listing would be counted under an empty directory (and, with
-        # --dir, another directory's under this one's).
-        self._pending = {}
-        # Which getdents64 returns went into NFS (only they end a listing at eof), as
-        # analyze() marks them (causal.merged).
-        self.returns = causal.Returns()
-
-    def _shown(self, o):
-        return self.dir is None or o.fileid in (None, self.dir)
-
-    def _line(self, ts, what, o, text):
-        if self.quiet:
-            return
-        _say(self.out, self.start, ts, what, _who(o.comm, o.pid, o.fileid), text)
-
-    def feed(self, new):
-        """Take the events drain() returned; print a line for each restart and invalidation."""
-        wrote = False
-        model = self.model
-        for ts, _cpu, eid, pid, fields in new:
-            m = self.map.get(self.live.by_id[eid].full_name)
-            if m is None:
-                continue
-            table, src, fmap = m
-            if src.where and fields.get(src.where[0]) not in src.where[1]:
-                continue
-            row = {canon: fields.get(raw) for canon, raw in fmap.items()}
-            row.update(src.constants)
-            if table == "rpc":
-                self.returns.seen(pid)
-                o = model.of_readdir(pid, self.live.comm(pid), ts)
-                cookie = row.get("cookie")
-                before = o.asked
-                o.readdir(self.rows, ts, cookie)
-                times = self._times.setdefault(id(o), {})
-                times[self.rows] = ts
-                if len(times) > RECENT_READDIRS:
-                    del times[min(times)]
-                self.rows += 1
-                if row.get("fileid") is not None and o.fileid is None:
-                    o.dev, o.fileid = row.get("dev"), row["fileid"]
-                self._count("readdirs", o)
-                c = self._catchup.get(id(o))
-                if c is not None and cookie is not None and cookie > c[0]:
-                    del self._catchup[id(o)]
-                    if c[2] in o.rows:
-                        self._count("refetched_readdirs", o, len(o.rows) - 1 - o.rows.index(c[2]))
-                        self._count("refetch_seconds", o, (ts - c[3]) / NS)
-                wrote |= self._restarts(o, before)
-            elif table == "calls":
-                fresh = row.get("call") == "opendir"
-                r = dict(row, pid=pid, ts=ts, comm=self.live.comm(pid, fresh))
-                in_fs = self.returns.seen(pid, r.get("call"))
-                if in_fs is not None:
-                    r["in_fs"] = in_fs
-                model.call(r)
-                o = model.reading(pid)
-                if o is not None:
-                    self._flush(o)
-                    wrote |= self._restarts(o, o.asked)
-            elif table == "rpc_directory":
-                o = model.reading(pid)
-                if o is not None and o.fileid is None:
-                    o.dev, o.fileid = row.get("dev"), row.get("fileid")
-                    self._flush(o)
-            elif table == "invalidations":
-                fileid = row.get("fileid")
-                # The opens of that directory, else the one the invalidating process reads.
-                mine = [o for o in model.live.values() if o.fileid == fileid] or [
-                    o for o in (model.reading(pid),) if o is not None
-                ]
-                for o in mine:
-                    if not self._shown(o):
-                        continue
-                    n = self._invals[id(o)] = self._invals.get(id(o), 0) + 1
-                    self.invalidations += 1
-                    self._count("invalidations", o)
-                    self._line(
-                        ts,
-                        "invalidation",
-                        o,
-                        f"{src.event} ({row.get('reason')}) by "
-                        f"{self.live.comm(pid)}[{pid}]; so far {n}, "
-                        f"{(ts - o.start) / NS:.3f}s into the listing",
-                    )
-                    wrote = True
-        self._finished()
-        if wrote and not self.quiet:
-            self.out.flush()
-
-    def _count(self, what, o, n=1, *extra):
-        """Count into the metrics once the open's directory is known (_pending)."""
-        if self.metrics is None or not n:
-            return
-        if o.fileid is None:
-            self._pending.setdefault(id(o), []).append((what, n, extra))
-            return
-        self._flush(o)
-        if self._shown(o):
-            self.metrics.count(what, o, n, *extra)
-
-    def _flush(self, o, ended=False):
-        """Count what waited for the open's directory, once it is known or the open ended
-        without naming it (a listing the cache served whole: analyze() has it with no
-        directory too)."""
-        if o.fileid is None and not ended:
-            return
-        for what, n, extra in self._pending.pop(id(o), ()):
-            if self._shown(o):
-                self.metrics.count(what, o, n, *extra)
-
-    def _finished(self):
-        """Count the listings that ended and forget them: what is kept per open is only that
-        of the opens being read, so a watch that runs for months keeps no more than a
-        minute's. An open that read nothing (no getdents, no READDIR) is no listing, as in
-        analyze()."""
-        for o in self.model.done:
-            key = id(o)
-            if self.metrics is not None:
-                self._flush(o, ended=True)
-                if (o.rows or o.getdents) and self._shown(o):
-                    self.metrics.count("listings_finished", o, 1, o.ending or "unknown")
-            for d in (self._invals, self._times, self._printed, self._catchup, self._pending):
-                d.pop(key, None)
-        self.model.done.clear()
-        if self.metrics is not None:
-            # A listing is under way in its directory once the kernel has named it.
-            self.metrics.listings(
-                o for o in self.model.live.values() if o.fileid is not None and self._shown(o)
-            )
-
-    def _restarts(self, o, asked):
-        """Print the restarts the open's last event settled; asked: the highest cookie it
-        had asked before that event."""
-        key = id(o)
-        done = self._printed.get(key, (0, 0, 0))
-        new = o.restart_rows[done[0] :]
-        shown = done[1]
-        wrote = False
-        self._count("ambiguous_restarts", o, len(o.ambiguous_rows) - done[2])
-        for r in new:
-            when = self._times.get(key, {}).get(r, o.end)
-            invals = self._invals.get(key, 0)
-            c = self._catchup.get(key)
-            if c is not None and c[1] == invals:
-                continue
-            self._catchup[key] = (max(asked, o.targets.get(r, 0)), invals, r, when)
-            self._count("restarts", o)
-            if not self._shown(o):
-                continue
-            self.restarts += 1
-            shown += 1
-            at = _restart_at(r in o.targets)
-            self._line(
-                when,
-                "restart",
-                o,
-                f"READDIR #{o.rows.index(r) + 1} {at}; so far {shown} "
-                f"restart{'s' * (shown != 1)}, {len(o.rows)} READDIRs in "
-                f"{(when - o.start) / NS:.3f}s",
-            )
-            wrote = True
-        self._printed[key] = (len(o.restart_rows), shown, len(o.ambiguous_rows))
-        return wrote
-
-
 class _Printer:
     """One line per restart and per invalidation the analysis finds, each once."""
 
@@ -297,9 +64,9 @@ class _Printer:
         return [lst for lst in a.listings if self.dir is None or lst.fileid in (None, self.dir)]
 
     def show(self, a):
-        now = _now_ns()
+        now = now_ns()
         for lst in self.listings(a):
-            who = _who(lst.comm, lst.pid, lst.fileid)
+            whose = who(lst.comm, lst.pid, lst.fileid)
             items = sorted(
                 [(r.ts, 1, r) for r in lst.restarts] + [(i.ts, 0, i) for i in lst.invalidations],
                 key=lambda x: x[:2],
@@ -313,12 +80,12 @@ class _Printer:
                     done = [r for r in lst.restarts if r.ts <= ts]
                     n_rpc = int((lst.rpcs["ts"] <= ts).sum())
                     text = (
-                        f"READDIR #{x.rpc_index + 1} {_restart_at(x.cookie)}; so far "
+                        f"READDIR #{x.rpc_index + 1} {restart_at(x.cookie)}; so far "
                         f"{len(done)} restart{'s' * (len(done) != 1)}, {n_rpc} READDIRs, "
                         f"{sum(r.refetched for r in done)} re-read in "
                         f"{sum(r.cost_ns for r in done) / NS:.3f}s"
                     )
-                    _say(self.out, self.start, ts, "restart", who, text, now)
+                    say(self.out, self.start, ts, "restart", whose, text, now)
                 else:
                     n = sum(1 for i in lst.invalidations if i.ts <= ts)
                     chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
@@ -327,12 +94,12 @@ class _Printer:
                         if x.followed_by_ambiguous
                         else ""
                     )
-                    _say(
+                    say(
                         self.out,
                         self.start,
                         ts,
                         "invalidation",
-                        who,
+                        whose,
                         f"{chain}; so far {n}, {(ts - lst.start) / NS:.3f}s into the listing{then}",
                         now,
                     )
@@ -380,12 +147,12 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout, listen=Non
         reader = Reader(session.root, tfs)
         live.info["cpus"] = len(reader.fds)
         session.enable(plan.events, BUFFER_KB, clock, filters)
-        start = _now_ns()
+        start = now_ns()
         # With --json, stdout is the summary alone; what runs and the lines go to stderr.
         say = sys.stderr if as_json else out
         _announce(say, plan, directory, dir_fileid, refused, filters)
         say.flush()
-        tracker = _Tracker(live, say, dir_fileid, start, metrics, quiet=service)
+        tracker = Tracker(live, say, dir_fileid, start, metrics, quiet=service)
         if service and not tracker.usable:
             raise tracing.Refused(
                 "--metrics and --textfile count listings as the events delimit them, and this "
@@ -408,6 +175,8 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout, listen=Non
                 reader.drain(live)
             finally:
                 reader.close()
+        if tracker is not None and tracker.usable:
+            tracker.stop()
         failed = session.close()
         for f in failed:
             print(f"nfs-readdir watch: cleanup failed: {f}", file=sys.stderr)
@@ -448,7 +217,7 @@ def _follow(reader, live, plan, tracker, printer, deadline, metrics, expo):
     (metrics, expo) are written after each read."""
     inval = {s.event for g in events.INVALIDATION_SOURCES for s in g}
     rpc = {s.event for g in events.RPC_SOURCES for s in g} | {k.event for k in plan.kprobes}
-    while deadline is None or _now_ns() < deadline:
+    while deadline is None or now_ns() < deadline:
         new = reader.drain(live)
         if printer is None:
             tracker.feed(new)

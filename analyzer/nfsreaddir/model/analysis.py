@@ -18,9 +18,9 @@ from .listing import (  # noqa: F401 (what an analysis is made of: part of this 
     Analysis,
     Invalidation,
     Listing,
-    Restart,
 )
-from .opens import (  # noqa: F401 (how a listing ended: part of this module's answers)
+from .opens import by_opens, by_phases, by_readdirs, by_syscalls
+from .reader import (  # noqa: F401 (how a listing ended: part of this module's answers)
     CLOSED,
     CUT_OFF,
     ENDINGS,
@@ -28,10 +28,10 @@ from .opens import (  # noqa: F401 (how a listing ended: part of this module's a
     ERROR,
     KILLED,
     UNKNOWN,
-    by_opens,
-    by_phases,
-    by_readdirs,
-    by_syscalls,
+    near_loss,
+    one_per_catchup,
+    restart_costs,
+    went_on,
 )
 
 CHAIN_WINDOW_NS = 5 * NS  # how far back an invalidation's causes are looked for
@@ -41,50 +41,43 @@ class AnalysisError(Exception):
     """The trace cannot answer the question; the message says what to record instead."""
 
 
-def restart_costs(rpcs, restart_idx, invalidation_ts, targets=None):
-    """What each restart cost: READDIRs and time until the listing asks for a cookie above every
-    cookie asked before the restart, and above the reader's position where that is known
-    (targets: per restart, 0 where it is not). Cookies are compared by value: ext4 (hash
-    order), xfs and tmpfs (offsets) hand out cookies that grow along a listing, while the page
-    boundaries of a re-read move whenever the directory changed, so the same cookies are not
-    asked for again."""
-    cookies = rpcs["cookie"].to_numpy()
-    ts = rpcs["ts"].to_numpy()
-    out = []
-    for i, target in zip(restart_idx, targets or [0] * len(restart_idx)):
-        reached = max(int(max(cookies[:i])) if i else 0, target)
-        j = i
-        while j < len(cookies) and cookies[j] <= reached:
-            j += 1
-        end_ts = ts[j] if j < len(cookies) else ts[-1]
-        inv_before = invalidation_ts[invalidation_ts <= ts[i]]
-        prev = ts[i - 1] if i else ts[i]
-        out.append(
-            Restart(
-                int(ts[i]),
-                int(i),
-                int(cookies[i]),
-                int(j - i),
-                int(end_ts - ts[i]),
-                bool(len(inv_before) and inv_before[-1] >= prev),
-            )
-        )
-    return out
+def _bare(name):
+    """An event's name without its system ("nfs:nfs_readdir" and report text's "nfs_readdir")."""
+    return name.replace("/", ":").rsplit(":", 1)[-1]
 
 
-def _one_per_catchup(restarts, invalidation_ts):
-    """Each restart once: a READDIR that goes back while the listing is still catching up
-    after a restart (before it asked above where it had been) is part of that restart, unless
-    a new invalidation came between them."""
-    out: list[Restart] = []
-    for r in restarts:
-        if out:
-            p = out[-1]
-            again = ((invalidation_ts > p.ts) & (invalidation_ts <= r.ts)).any()
-            if r.rpc_index < p.rpc_index + p.refetched and not again:
-                continue
-        out.append(r)
-    return out
+def evidence_damage(damage, events):
+    """The damage among a listing's that can touch the evidence of a restart: the READDIRs and
+    the reader's calls (events: their names), events lost or damaged whatever they were, not a
+    damaged event of another kind (a revalidation's flags cut short changes no cookie)."""
+    named = {_bare(e) for e in events}
+    return [d for d in damage if not d.get("event") or _bare(d["event"]) in named]
+
+
+def restarts(lst, restart_idx, targets, change_ts, evidence):
+    """Set the listing's restarts and their other bound from the reader model's restart rows
+    (indexes into its READDIRs, with the reader's position each had to get back to, 0 where
+    not known) and its ambiguous rows. A restart whose evidence touches a stretch where events
+    were lost or damaged (lst.damage) could as well be a new listing whose end or start was
+    lost: it joins the ambiguous ones, so loss and damage make the count a range, never a
+    restart."""
+    cookies = lst.rpcs["cookie"]
+    cookies = np.asarray([0 if c is None or c != c else int(c) for c in cookies], dtype=np.uint64)
+    ts = np.asarray(lst.rpcs["ts"], dtype=np.int64)
+    lost = near_loss(ts, restart_idx, evidence_damage(lst.damage, evidence))
+    if lost:
+        lst.ambiguous_rows = sorted(set(lst.ambiguous_rows) | lost)
+        kept = [(i, t) for i, t in zip(restart_idx, targets) if i not in lost]
+        restart_idx, targets = [i for i, _ in kept], [t for _, t in kept]
+    lst.restarts = one_per_catchup(
+        restart_costs(cookies, ts, restart_idx, change_ts, targets), change_ts
+    )
+    # The other bound: every ambiguous READDIR a restart, at cookie 0 (its target not known).
+    target = dict(zip(restart_idx, targets))
+    both = sorted(set(restart_idx) | set(lst.ambiguous_rows))
+    lst.possible_restarts = one_per_catchup(
+        restart_costs(cookies, ts, both, change_ts, [target.get(i, 0) for i in both]), change_ts
+    )
 
 
 def _next_readdir(ts, when):
@@ -95,22 +88,26 @@ def _next_readdir(ts, when):
 
 
 def _survived(lst, change_ts, versions):
-    """READDIRs that met a change of the directory mid-way and asked for a cookie above every
-    cookie the listing had asked before: it went on, neither back to cookie 0 nor to a page it
-    had. The READDIR that met a change is the first one after it, or, where the kernel keys its
-    cache by the change attribute (versions: 5.18+), one whose own change attribute differs
-    from the READDIR's before (before 5.18 only an invalidation drops the cache: a change
-    without one tests nothing). A change at the very instant of the READDIR before may have
-    come before that one instead, so then both must have gone on. None where the READDIRs'
-    cookies are not all known."""
+    """READDIRs that met a change of the directory mid-way and asked for a cookie that is not 0
+    and that the listing had not asked before (reader.went_on): it went on, neither back to
+    cookie 0 nor to a page it had. The READDIR that met a change is the first one after it,
+    or, where the kernel keys its cache by the change attribute (versions: 5.18+), one whose
+    own change attribute differs from the READDIR's before (before 5.18 only an invalidation
+    drops the cache: a change without one tests nothing). A change at the very instant of the
+    READDIR before may have come before that one instead, so then both must have gone on.
+    None where the READDIRs' cookies are not all known."""
     rpcs = lst.rpcs
     if not lst.cookies_known or rpcs["cookie"].isna().any():
         return None
     cookies = rpcs["cookie"].to_numpy("uint64")
     ts = rpcs["ts"].to_numpy("int64")
-    above = np.zeros(len(rpcs), dtype=bool)
-    if len(rpcs) > 1:
-        above[1:] = cookies[1:] > np.maximum.accumulate(cookies)[:-1]
+    above = went_on(cookies)
+    above[:1] = False  # the first READDIR has nothing before it to go on from
+    # A READDIR that went back (a restart below the reader's position asks for a cookie the
+    # listing never asked, as the page boundaries moved), or still catches up after one, did
+    # not go on.
+    for r in lst.possible_restarts:
+        above[r.rpc_index : r.rpc_index + max(r.refetched, 1)] = False
     met = np.zeros(len(rpcs), dtype=bool)
     t = np.asarray(change_ts, dtype=np.int64)
     k = np.searchsorted(ts, t, side="right")
@@ -273,6 +270,7 @@ def damage_windows(info):
                 "from": d.get("from", d.get("ts")),
                 "to": d.get("to", d.get("ts")),
                 "pid": d.get("pid"),
+                "event": d.get("event"),
                 "what": d["what"],
             }
         )
@@ -314,6 +312,10 @@ def analyze(trace):
     listings = [_listing(o, read, kinds, cookies_known, ends_visible) for o in opens]
     _label_phases(listings, marks.phases)
     damage = damage_windows(trace.info)
+    # The events a restart is read from: damage to others cannot make one (evidence_damage).
+    evidence_events = [
+        e for name in ("rpc", "calls", "rpc_directory") for e in sources.get(name) or ()
+    ]
     out = []
     for lst, found, phase in listings:
         if phase is not None:
@@ -323,8 +325,8 @@ def analyze(trace):
             # The lister's exit status says how it ended where the trace's events do not.
             if lst.ending in (UNKNOWN, CUT_OFF, CLOSED) or lst.delimited_by == "phases":
                 lst.ending = _phase_ending(phase.status)
-        _changes(lst, found, tables, read.cookie_is_position)
         lst.damage = _damage_in(lst, damage)
+        _changes(lst, found, tables, read.cookie_is_position, evidence_events)
         lst.dentries = _dentries(marks.counters, lst.start, lst.end)
         out.append(lst)
     out.sort(key=lambda x: (x.start, x.pid))
@@ -407,7 +409,7 @@ def _listing(o, read, kinds, cookies_known, ends_visible):
     return lst, (restart_idx, targets), o.phase
 
 
-def _changes(lst, found, tables, cookie_is_position):
+def _changes(lst, found, tables, cookie_is_position, evidence_events):
     """What the directory's changes did to one listing: its restarts (found: the reader
     model's restart rows and targets) and their other bound, its invalidations and whether a
     restart followed each, the cache trims, version changes and READDIRs that survived one."""
@@ -415,13 +417,7 @@ def _changes(lst, found, tables, cookie_is_position):
     my_invals = _select(invals, lst)
     inv_ts = my_invals["ts"].to_numpy()
     if lst.cookies_known:
-        lst.restarts = _one_per_catchup(restart_costs(lst.rpcs, found[0], inv_ts, found[1]), inv_ts)
-        # The other bound: every ambiguous READDIR a restart, at cookie 0 (their target is
-        # not known).
-        both = sorted(zip(found[0] + lst.ambiguous_rows, found[1] + [0] * len(lst.ambiguous_rows)))
-        lst.possible_restarts = _one_per_catchup(
-            restart_costs(lst.rpcs, [i for i, _ in both], inv_ts, [t for _, t in both]), inv_ts
-        )
+        restarts(lst, found[0], found[1], inv_ts, evidence_events)
     restart_ts = np.array([r.ts for r in lst.restarts], dtype=np.int64)
     rpc_ts = lst.rpcs["ts"].to_numpy("int64")
     ambiguous = set(lst.ambiguous_rows)

@@ -10,17 +10,7 @@ import pandas as pd
 
 from .. import events
 from ..units import NS
-from .opens import EOF, UNKNOWN
-
-
-@dataclass
-class Restart:
-    ts: int
-    rpc_index: int  # index of the READDIR that restarted within the listing
-    cookie: int  # what it asked for: 0, or a cookie below the reader's position
-    refetched: int  # READDIRs until the listing reached a cookie not read before
-    cost_ns: int  # time from the restart until then
-    after_invalidation: bool
+from .reader import EOF, UNKNOWN, Restart  # noqa: F401 (a listing is made of Restarts)
 
 
 @dataclass

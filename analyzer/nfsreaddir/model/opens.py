@@ -39,24 +39,7 @@ trace does not name its kernel.
 from .. import events
 from ..units import int_or_none
 from .causal import merged
-
-# How a listing ended.
-EOF, ERROR, KILLED, CLOSED, CUT_OFF, UNKNOWN = (
-    "eof",
-    "error",
-    "killed",
-    "closed",
-    "cut_off",
-    "unknown",
-)
-ENDINGS = {
-    EOF: "reached the end of the directory",
-    ERROR: "stopped by an error",
-    KILLED: "killed by a signal",
-    CLOSED: "closed before the end of the directory",
-    CUT_OFF: "cut off by the end of the trace",
-    UNKNOWN: "not known to have reached the end (the trace has no end-of-listing event)",
-}
+from .reader import CLOSED, EOF, ERROR, KILLED
 
 
 class _Open:

@@ -79,6 +79,13 @@ def analyze(path, tshark=None, ports=()):
         if lst.fileid is None:  # the directory's inode number, where a reply gave it
             lst.fileid = fileids.get(lst.fh)
         lst.damage = list(damage)
+        if damage and lst.restarts:
+            # Frames lost where the capture cannot say (dropped, cut by the snaplen, a hole in
+            # a TCP stream): the eof reply that ended a pass, or the READDIRs that did, may be
+            # among them, and a "restart" the first READDIR of a new pass. Each is possible,
+            # none certain.
+            lst.ambiguous_rows = sorted({*lst.ambiguous_rows, *(r.rpc_index for r in lst.restarts)})
+            lst.restarts = ()
         if lst.missing_replies:
             lst.damage.append(
                 {
@@ -179,6 +186,8 @@ def _capture_damage(cap, path, phase, facts):
         damage.append(_whole(f"{dropped} packets dropped by the kernel while capturing"))
     for w in cap.warnings:
         damage.append(_whole(w))
+    if cap.fallback and "lost" in cap.fallback:
+        damage.append(_whole(f"the capture lost frames: {cap.fallback}"))
     if cap.unsplit_frames:
         damage.append(
             _whole(

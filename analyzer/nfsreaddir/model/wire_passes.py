@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
-from . import analysis
+from . import reader
 from .listing import Listing
 from .spool import ListingSpool
 
@@ -152,7 +152,7 @@ def _new_listing(client, fh, ts, began_before):
         end=int(ts),
         delimited_by=DELIMITED_BY,
         began_before_trace=began_before,
-        ending=analysis.CUT_OFF,
+        ending=reader.CUT_OFF,
         invalidations_known=False,
         cache_range_trims=None,
         client=client,
@@ -199,8 +199,9 @@ class Passes:
         directory's passes read on as far as every earlier call of theirs has its reply."""
         self.follow[row.client, row.fh].read_on(now=row.reply_ts)
 
-    def attr(self, client, fh, frame, version, fileid):
-        """A reply in frame `frame` gave the version (and inode number) of the object fh."""
+    def attr(self, client, fh, frame, version, fileid, asked=True):
+        """A reply in frame `frame` gave the version (and inode number) of the object fh;
+        asked: the reply to a GETATTR of it, not post-op attributes beside another call."""
         if fileid is not None:
             self.fileids.setdefault(fh, fileid)
         f = self.follow.get((client, fh))
@@ -209,7 +210,7 @@ class Passes:
         else:
             # In the capture's order among the directory's calls: a change counts for the
             # READDIRs after it.
-            f.waiting.append((-1, (frame, version)))
+            f.waiting.append((-1, (frame, version, asked)))
             f.read_on()
 
     def end(self):
@@ -269,7 +270,7 @@ class _Follow:
         # Where its listings go as their passes end, and its number there (the order the
         # directories' passes began in).
         self.spool, self.number = spool, number
-        # (row number, Call) of calls not read yet, and (-1, (frame, version)) of attribute
+        # (row number, Call) of calls not read yet, and (-1, (frame, version, asked)) of attribute
         # replies, in the capture's order.
         self.waiting: deque = deque()
         self.lst: WireListing | None = None  # the listing of the pass under way
@@ -281,6 +282,9 @@ class _Follow:
         self.rows: list[tuple] = []
         self.restart_idx: list[int] = []
         self.ambiguous: list[int] = []
+        # Restarts whose READDIR before had no reply in the capture (see close()).
+        self.after_loss: set[int] = set()
+        self.replied = True  # the pass's last READDIR so far had its reply, with a status
         self.fileid: int | None = None
         self.changes: list[int] = []
         self.seen = _NONE  # entry cookies this pass has been given, sorted, each once
@@ -305,9 +309,15 @@ class _Follow:
             self._read(i, row)
             row.cookies = None  # read: the pass keeps what it needs of them
 
-    def _version(self, frame, version):
+    def _version(self, frame, version, asked):
+        # A change counts where the client acted on it: a GETATTR of the directory that found
+        # a new version, which makes every kernel drop the directory's cached pages. NFSv3
+        # post-op attributes beside a READDIR can show the directory's mtime move while the
+        # client never drops its cache (stock 5.10: no invalidation in the trace of the same
+        # run); such a change exercises nothing.
         if self.version is not None and version != self.version and self.lst is not None:
-            self.changes.append(frame)
+            if asked:
+                self.changes.append(frame)
         self.version = version
 
     def close(self):
@@ -324,6 +334,11 @@ class _Follow:
             # well as a restart, so none of them is counted as either.
             lst.ambiguous_rows = sorted(set(self.ambiguous) | set(restart_idx))
             restart_idx = []
+        elif self.after_loss:
+            # The READDIR before it has no reply in the capture: that reply may have said
+            # eof, and this READDIR begun a new pass.
+            lst.ambiguous_rows = sorted(self.after_loss)
+            restart_idx = [i for i in restart_idx if i not in self.after_loss]
         # The changes of the directory's version the listing met: shown by a reply after its
         # first READDIR call and before its last (only a READDIR after the change can go back
         # to cookie 0; frame numbers order the capture, where coarse clocks give ties).
@@ -332,11 +347,11 @@ class _Follow:
         lst.version_changes = len(changes)
         # The restarts, and the other bound: every ambiguous cookie-0 READDIR a restart too
         # (without it the most restarts the capture allows would read 0 beside restarts=4).
-        possible = sorted(set(restart_idx) | set(self.ambiguous))
+        possible = sorted(set(restart_idx) | set(lst.ambiguous_rows))
         if possible:
             none = np.array([], dtype=np.int64)
-            lst.restarts = analysis.restart_costs(lst.rpcs, restart_idx, none)
-            lst.possible_restarts = analysis.restart_costs(lst.rpcs, possible, none)
+            lst.restarts = reader.restart_costs(a["cookie"], a["ts"], restart_idx, none)
+            lst.possible_restarts = reader.restart_costs(a["cookie"], a["ts"], possible, none)
             # after_invalidation: on the wire, the directory's version moved since the
             # READDIR before the restart.
             for r in (*lst.restarts, *lst.possible_restarts):
@@ -345,6 +360,7 @@ class _Follow:
                     ((changes > prev) & (changes < frames[r.rpc_index])).any()
                 )
         self.rows, self.restart_idx, self.ambiguous, self.changes = [], [], [], []
+        self.after_loss = set()
         self.fileid = None
         self.spool.put(lst, self.number)
 
@@ -357,7 +373,7 @@ class _Follow:
         # an eof reply it reads on from inside it.
         reads_on = (
             lst is not None
-            and lst.ending == analysis.EOF
+            and lst.ending == reader.EOF
             and bool(cookie)
             and _has(self.seen, cookie)
         )
@@ -365,23 +381,25 @@ class _Follow:
         # pass while its last eof reply held more: a READDIR at cookie 0 then is a restart.
         unfinished = (
             lst is not None
-            and lst.ending == analysis.EOF
+            and lst.ending == reader.EOF
             and page > 0
             and prev_cookies is not None
             and len(prev_cookies) > page
         )
-        if cookie == 0 and lst is not None and (lst.ending != analysis.EOF or unfinished):
+        if cookie == 0 and lst is not None and (lst.ending != reader.EOF or unfinished):
             self.restart_idx.append(len(self.rows))  # a restart
+            if not self.replied:
+                self.after_loss.add(len(self.rows))
             if unfinished:
-                lst.ending = analysis.CUT_OFF
-        elif lst is None or (lst.ending == analysis.EOF and not reads_on) or cookie == 0:
+                lst.ending = reader.CUT_OFF
+        elif lst is None or (lst.ending == reader.EOF and not reads_on) or cookie == 0:
             self.close()
             lst = self.lst = _new_listing(self.client, self.fh, ts, began_before=cookie != 0)
             self.seen, self.last_reply_cookie, self.older = _NONE, None, set()
             self.prev_cookies, self.page = None, 0
         else:
             if reads_on:
-                lst.ending = analysis.CUT_OFF
+                lst.ending = reader.CUT_OFF
             if prev_cookies is not None and len(prev_cookies) and cookie is not None:
                 at = np.flatnonzero(prev_cookies == np.uint64(cookie))
                 if len(at) and at[0] + 1 < len(prev_cookies):
@@ -396,13 +414,14 @@ class _Follow:
             self.fileid = row.fileid
         lst.end = int(ts if reply_ts is None else reply_ts)
         status = row.status
-        if reply_ts is None or status is None:
+        self.replied = reply_ts is not None and status is not None
+        if not self.replied:
             # No reply in the capture, or one that does not say how the READDIR went: what it
             # gave is not known, as the listing's damage says.
             lst.missing_replies += 1
             return
         if status != 0:
-            lst.ending, lst.error = analysis.ERROR, int(status)
+            lst.ending, lst.error = reader.ERROR, int(status)
             return
         got = row.cookies
         cookies = np.frombuffer(got, dtype=np.uint64) if got else _NONE
@@ -426,4 +445,4 @@ class _Follow:
         if len(cookies):
             self.last_reply_cookie = int(cookies[-1])
         if row.eof:
-            lst.ending = analysis.EOF
+            lst.ending = reader.EOF

@@ -103,7 +103,10 @@ def _change(lst):
     return " and ".join(parts) or "no change of its directory"
 
 
-def _times(n):
+def _times(n, most=None):
+    """'once', '5 times', or the range the evidence allows: '25-26 times'."""
+    if most is not None and most > n:
+        return f"{n}-{most} times"
     return "once" if n == 1 else f"{n} times"
 
 
@@ -120,10 +123,11 @@ def _where(restarts):
     )
 
 
-def _restarted(lst, restarts, invalidations):
-    """'restarted 5 times at cookie 0 after 5 invalidations (157 READDIRs)'."""
+def _restarted(lst, restarts, invalidations, most=None):
+    """'restarted 5 times at cookie 0 after 5 invalidations (157 READDIRs)'; most: the most
+    restarts the evidence allows, where more than len(restarts) (a range, as the table says)."""
     return (
-        f"restarted {_times(len(restarts))} {_where(restarts)}"
+        f"restarted {_times(len(restarts), most)} {_where(restarts)}"
         + (f" after {_n(invalidations, 'invalidation')}" if invalidations else "")
         + f" ({len(lst.rpcs)} READDIRs)"
     )
@@ -150,17 +154,24 @@ def judge_listing(lst, max_restarts=0):
     """The finding for one listing (see the module's text)."""
     if lst.cookies_known and len(lst.restarts) > max_restarts:
         inv = sum(bool(i.followed_by_restart) for i in lst.invalidations)
-        why = _restarted(lst, lst.restarts, inv)
+        why = _restarted(lst, lst.restarts, inv, len(lst.possible_restarts))
         if lst.ending != analysis.EOF:
             why += f", and did not reach the end of the directory ({analysis.ENDINGS[lst.ending]})"
         return Finding(lst, "bad", why)
     if lst.damage:
+        lo, hi = lst.restart_range or (0, 0)
         return Finding(
             lst,
             "undecided",
             "events were damaged or lost during it ("
             + "; ".join(sorted({d["what"] for d in lst.damage}))[:300]
-            + ")",
+            + ")"
+            + (
+                f": its returns to the start next to them could be new listings, so it "
+                f"restarted between {lo} and {hi} times"
+                if hi
+                else ""
+            ),
         )
     if not lst.cookies_known:
         return Finding(
@@ -381,6 +392,26 @@ def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
         f"during any of the {_n(t.listings, 'listing')}, so none could "
         f"restart (evidence: {evidence})",
     )
+
+
+# Which answer of several inputs stands for them all: the worst.
+_WORST = {BAD: 0, UNDECIDED: 1, GOOD: 2}
+
+
+def worst(answers, again=()):
+    """One Verdict from the verdicts of several inputs ((input, Verdict), each judged on its
+    own evidence): the worst of them, which names its input; again: inputs given twice, read
+    once."""
+    g, v = min(answers, key=lambda a: _WORST.get(a[1].code, 1))
+    if len(answers) > 1:
+        others = sorted({w.word for h, w in answers if h != g})
+        v.reason += (
+            f" [the worst of {len(answers)} inputs, each judged on its own: {g}; the others "
+            f"{', '.join(others)}]"
+        )
+    if again:
+        v.reason += f" [given more than once, read once: {', '.join(sorted(set(again)))}]"
+    return v
 
 
 def _advice(a, finding):

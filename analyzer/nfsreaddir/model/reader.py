@@ -1,0 +1,203 @@
+"""A reader's pass over a directory, and what it costs when it goes back: the rules every input
+shares. A trace's opens (opens.py), a capture's passes (wire_passes.py) and `watch` each say
+which READDIRs went back; here, and only here, is decided how a listing ended, what one
+restart cost and where it ended, when two returns are one restart, and when the evidence of a
+restart lies in what was lost, so that the restart is possible and not certain.
+
+Cookies are opaque: a file system hands them out in an order of its own (ext4 and xfs: hashes),
+so "the listing went on" means it asked for a cookie that is not 0 and that it had not asked
+for before, never a cookie above the others. Only where the reader's own position is known (a
+cookie, at each getdents) is a value compared with it, as the kernel compares it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# How a listing ended.
+EOF, ERROR, KILLED, CLOSED, CUT_OFF, UNKNOWN = (
+    "eof",
+    "error",
+    "killed",
+    "closed",
+    "cut_off",
+    "unknown",
+)
+ENDINGS = {
+    EOF: "reached the end of the directory",
+    ERROR: "stopped by an error",
+    KILLED: "killed by a signal",
+    CLOSED: "closed before the end of the directory",
+    CUT_OFF: "cut off by the end of the trace",
+    UNKNOWN: "not known to have reached the end (the trace has no end-of-listing event)",
+}
+
+
+@dataclass
+class Restart:
+    ts: int
+    rpc_index: int  # index of the READDIR that restarted within the listing
+    cookie: int  # what it asked for: 0, or a cookie below the reader's position
+    refetched: int  # READDIRs until the listing reached a cookie not read before
+    cost_ns: int  # time from the restart until then
+    after_invalidation: bool
+
+
+def restart_costs(cookies, ts, restart_idx, change_ts, targets=None):
+    """What each restart cost (cookies, ts: the listing's READDIRs in order; cookies unsigned,
+    every one known): READDIRs and time until the listing is past what it had read, where the
+    reader's position is known (targets: per restart, 0 where it is not) past that too. Where
+    the listing's cookies grew until its first restart (ext4's hashes, xfs and tmpfs offsets
+    grow along one pass), past means above every cookie asked before: the re-read after a
+    change asks for other cookies than the first pass did, as the page boundaries moved. Where
+    they did not grow, a cookie is only a name: past means a cookie not 0 and not asked before.
+    A READDIR is costed to one restart at most: a catch-up ends where the next restart begins,
+    so the restarts' costs never add up to more READDIRs or time than the listing had.
+    change_ts: when the listing's directory changed (invalidations), for after_invalidation."""
+    cookies = np.asarray(cookies, dtype=np.uint64)
+    ts = np.asarray(ts, dtype=np.int64)
+    change_ts = np.asarray(change_ts, dtype=np.int64)
+    targets = list(targets) if targets is not None else [0] * len(restart_idx)
+    order = sorted(range(len(restart_idx)), key=lambda k: restart_idx[k])
+    first = int(restart_idx[order[0]]) if order else 0
+    head = cookies[:first][cookies[:first] != 0]
+    ordered = bool(np.all(head[1:] >= head[:-1]))
+    out: list[Restart | None] = [None] * len(restart_idx)
+    for n, k in enumerate(order):
+        i, target = int(restart_idx[k]), int(targets[k])
+        stop = int(restart_idx[order[n + 1]]) if n + 1 < len(order) else len(cookies)
+        before = cookies[:i].tolist()
+        reached = max(max(before, default=0), target)
+        asked = set(before)
+        j = i
+        while j < stop:
+            c = int(cookies[j])
+            if (c > reached) if ordered else (c != 0 and c not in asked and c > target):
+                break
+            j += 1
+        end_ts = ts[j] if j < len(ts) else ts[-1]
+        changed = change_ts[change_ts <= ts[i]]
+        prev = ts[i - 1] if i else ts[i]
+        out[k] = Restart(
+            int(ts[i]),
+            i,
+            int(cookies[i]),
+            j - i,
+            int(end_ts - ts[i]),
+            bool(len(changed) and changed[-1] >= prev),
+        )
+    return out
+
+
+def went_on(cookies):
+    """Per READDIR (cookies: a listing's, in order, unsigned), whether it went on: it asked for
+    a cookie that is not 0 and that no READDIR before it in the listing had asked for."""
+    out = np.zeros(len(cookies), dtype=bool)
+    asked: set[int] = set()
+    for k, c in enumerate(np.asarray(cookies, dtype=np.uint64).tolist()):
+        out[k] = c != 0 and c not in asked
+        asked.add(c)
+    return out
+
+
+def one_per_catchup(restarts, change_ts):
+    """Each restart once: a READDIR that goes back while the listing is still catching up after
+    a restart (before it asked for a cookie it had not asked before) is part of that restart,
+    unless a new change of the directory came between them."""
+    change_ts = np.asarray(change_ts, dtype=np.int64)
+    out: list[Restart] = []
+    for r in restarts:
+        if out:
+            p = out[-1]
+            again = ((change_ts > p.ts) & (change_ts <= r.ts)).any()
+            if r.rpc_index <= p.rpc_index + p.refetched and not again:
+                # The catch-up it interrupted now reaches to where this one ends.
+                p.refetched = r.rpc_index + r.refetched - p.rpc_index
+                p.cost_ns = r.ts + r.cost_ns - p.ts
+                continue
+        out.append(r)
+    return out
+
+
+def near_loss(ts, idx, windows):
+    """The READDIRs among idx (indexes into ts, the listing's READDIR times) whose evidence of a
+    restart touches a stretch where events or frames were lost or damaged (windows: dicts with
+    "from" and "to" in ns): the READDIR itself, and what lies between it and the READDIRs
+    beside it, where a lost end of one pass or start of another would have made it a new
+    listing, not a restart."""
+    if not windows or not len(idx):
+        return set()
+    out = set()
+    n = len(ts)
+    for i in idx:
+        lo = int(ts[i - 1]) if i > 0 else int(ts[i])
+        hi = int(ts[i + 1]) if i + 1 < n else int(ts[i])
+        if any(w["from"] <= hi and w["to"] >= lo for w in windows):
+            out.add(int(i))
+    return out
+
+
+class Catchup:
+    """restart_costs and one_per_catchup as a stream, for a reader that sees each READDIR as it
+    comes (`watch`), with the same rules: a catch-up ends at the first READDIR past what the
+    listing had read before the restart (above every cookie asked before it where the cookies
+    grew until the first restart, else a cookie not 0 and not asked before it; past the
+    reader's position where known), or where the next restart begins; a restart with no change
+    of the directory since the one being caught up on is part of it. A restart is settled a
+    READDIR or two after its own (opens._Open), so what was asked before each of the latest
+    READDIRs is kept, `recent` of them."""
+
+    def __init__(self, recent=64):
+        self.recent = recent
+        self.first: dict[int, int] = {}  # cookie -> the row of the READDIR that first asked it
+        self.highest = 0  # the highest cookie asked so far
+        self.grew = True  # the cookies asked so far (but 0) never went down
+        self.last = 0  # the last cookie (but 0) asked
+        self.before: dict[int, tuple] = {}  # row -> (highest, grew) before that READDIR
+        self.ordered = None  # whether cookies grew until the first restart, decided there
+        # The restart being caught up on: (its row, ts, the changes seen then, what a
+        # READDIR must pass: the cookie where ordered, else the row before which it was
+        # asked; and the reader's position, 0 where not known).
+        self.pending = None
+
+    def restart(self, row, ts, changes, target=0):
+        """A restart was settled at READDIR `row` (the rows are increasing). Returns (whether
+        it is a restart of its own, the (row, ts) of the restart whose catch-up it cut short
+        or None). Not its own: part of the restart being caught up on (no change between)."""
+        highest, grew = self.before.get(row, (self.highest, self.grew))
+        if self.ordered is None:
+            self.ordered = grew
+        mark = max(highest, target) if self.ordered else row
+        p = self.pending
+        if p is not None and p[2] == changes:
+            self.pending = (p[0], p[1], changes, mark, target)
+            return False, None
+        self.pending = (row, ts, changes, mark, target)
+        return True, (p[0], p[1]) if p is not None else None
+
+    def readdir(self, row, cookie):
+        """READDIR `row` asked for cookie (None: not known), fed after restart() for the same
+        READDIR (one that settles a restart can also end its catch-up). Returns (row, ts) of
+        the restart whose catch-up it ends, or None."""
+        if cookie is None:
+            return None
+        c = int(cookie)
+        self.before[row] = (self.highest, self.grew)
+        if len(self.before) > self.recent:
+            del self.before[min(self.before)]
+        first = self.first.setdefault(c, row)
+        if c:
+            self.grew = self.grew and c >= self.last
+            self.last = c
+            self.highest = max(self.highest, c)
+        p = self.pending
+        if p is None:
+            return None
+        _, _, _, mark, target = p
+        past = c > mark if self.ordered else (c != 0 and first >= mark and c > target)
+        if past:
+            self.pending = None
+            return p[0], p[1]
+        return None
