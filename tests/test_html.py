@@ -29,12 +29,18 @@ PAGES = {
     "bad-5.10": [BAD],
     "good-6.1": [GOOD],
     "multi-5.10": [os.path.join(FIXTURES, "multi-5.10")],
+    "multi-6.1": [os.path.join(FIXTURES, "multi-6.1")],
+    "fleet-5.10": [os.path.join(FIXTURES, "fleet-5.10")],
     "capture-5.10": [os.path.join(FIXTURES, "5.10-v4.1-cap", "modified.pcap.gz")],
+    "capture-6.1": [os.path.join(FIXTURES, "6.1-v4.1-cap", "modified.pcap.gz")],
     "dcache-negative-5.10": [os.path.join(FIXTURES, "dcache-negative-5.10")],
     "before-after": [BAD, GOOD],
 }
 LARGEST = os.path.join(FIXTURES, "7.3-v4.1")  # the largest readdir fixture
 MAX_BYTES, MAX_SECONDS = 5 << 20, 3.0
+FIRST_SCREEN = 1000  # px: what a reader sees before scrolling
+# The verdict in the page's words, by exit status (no git bisect word).
+WORDS = {0: "no restart", 1: "restarted", 125: "cannot tell"}
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +160,7 @@ def expected(inputs):
         "readdirs": str(sum(s["readdirs"] for s in lsts)),
         "restarts": total("restarts"),
         "invalidations": total("invalidations"),
-        "verdict": js[0]["verdict"]["word"],
+        "verdict": WORDS[js[0]["verdict"]["code"]],
     }
 
 
@@ -183,10 +189,12 @@ def test_page_shows_what_analyze_says(browser, tmp_path, name, monkeypatch):
             'tr[data-listing="paced-lister dir 12 (modified)"][data-metric="restarts"]',
         )
         cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
-        assert cells[2:] == ["5", "0", "0.0"], cells
-    # What a reader sees first: the verdict, above every timeline.
-    first = browser.find_element(By.CSS_SELECTOR, ".verdict")
-    assert first.location["y"] < 400
+        assert cells[2:] == ["5", "0", "0"], cells
+    check_first_screen(browser, inputs)
+    check_no_text_on_data(browser)
+    for section, path in zip(sections, inputs):
+        if "dcache" not in section.get_attribute("class"):
+            check_overview_marks(browser, section, expected(path)["restarts"])
     os.makedirs(SHOTS, exist_ok=True)
     shot = os.path.join(SHOTS, f"{name}.png")
     browser.save_screenshot(shot)
@@ -196,6 +204,102 @@ def test_page_shows_what_analyze_says(browser, tmp_path, name, monkeypatch):
     stored = os.path.join(STORED, f"{name}.png")
     assert os.path.exists(stored), f"{stored}: missing; NFSRT_UPDATE_SCREENSHOTS=1 makes it"
     assert png_size(stored) == png_size(shot) is not None, (png_size(stored), png_size(shot))
+
+
+def bottom(element):
+    return element.location["y"] + element.size["height"]
+
+
+def check_first_screen(browser, inputs):
+    """The first FIRST_SCREEN px hold each readdir input's answer in one sentence, and the
+    table of its worst listings; a single input's overview starts there too."""
+    from selenium.webdriver.common.by import By
+
+    answers = browser.find_elements(By.CSS_SELECTOR, ".answer")
+    assert answers and bottom(answers[0]) < FIRST_SCREEN
+    if len(inputs) > 1:
+        return
+    section = browser.find_element(By.CSS_SELECTOR, "section.input")
+    if "dcache" in section.get_attribute("class"):
+        return
+    sentence = section.find_element(By.CSS_SELECTOR, ".answer .sentence").text
+    assert sentence.endswith(".") and "skip" not in sentence and "bisect" not in sentence
+    worst = section.find_element(By.CSS_SELECTOR, ".worst")
+    assert bottom(worst) < FIRST_SCREEN, bottom(worst)
+    overview = section.find_element(By.CSS_SELECTOR, "svg.overview")
+    assert overview.location["y"] < FIRST_SCREEN
+
+
+# Every text of the charts shown against every mark of their data: [(text, mark)] that meet.
+OVERLAPS = """
+var out=[],marks='circle.readdir,rect.bar,rect.refetch,rect.getdents,line.invalidation,'+
+  'line.restart,path.change';
+document.querySelectorAll('svg.zoom').forEach(function(svg){
+  if(!svg.getClientRects().length)return;
+  var texts=[].map.call(svg.querySelectorAll('text'),function(t){
+    return [t.textContent,t.getBoundingClientRect()];});
+  svg.querySelectorAll(marks).forEach(function(m){var r=m.getBoundingClientRect();
+    texts.forEach(function(t){var b=t[1];
+      if(r.left<b.right&&b.left<r.right&&r.top<b.bottom&&b.top<r.bottom)
+        out.push([t[0],m.getAttribute('class')]);});});});
+return out;
+"""
+
+
+def check_no_text_on_data(browser):
+    """No text of a chart lies on its data, with every folded chart opened."""
+    browser.execute_script("document.querySelectorAll('details').forEach(d=>d.open=true)")
+    assert browser.execute_script(OVERLAPS) == []
+    browser.execute_script("document.querySelectorAll('details').forEach(d=>d.open=false)")
+
+
+def check_overview_marks(browser, section, restarts):
+    """The overviews mark every restart, each inside its plot area and inside the bar of its
+    listing's lane."""
+    marks = browser.execute_script(
+        """var out=[];arguments[0].querySelectorAll('svg.overview').forEach(function(s){
+          var x0=+s.dataset.x0,x1=x0+(+s.dataset.pw);
+          s.querySelectorAll('line.restart').forEach(function(l){var x=+l.getAttribute('x1'),
+            y=+l.getAttribute('y1'),inBar=[].some.call(s.querySelectorAll('rect.bar'),
+            function(b){var bx=+b.getAttribute('x'),by=+b.getAttribute('y');
+              return bx<=x+1&&x-1<=bx+(+b.getAttribute('width'))&&y<=by&&by<=y+16;});
+            out.push(x0<=x&&x<=x1&&inBar);});});return out;""",
+        section,
+    )
+    if restarts != "cannot tell":
+        assert len(marks) == int(restarts), (len(marks), restarts)
+    assert all(marks), marks
+
+
+def test_a_drag_zooms_what_the_overview_draws(browser, tmp_path):
+    """Dragging across the overview draws it again for the time dragged across: the bars
+    wider, the ticks other times; a double click draws the whole again."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    out = tmp_path / "multi.html"
+    run_cli("report", PAGES["multi-5.10"][0], "-o", out, check=0)
+    open_page(browser, str(out))
+    svg = browser.find_element(By.CSS_SELECTOR, "svg.overview")
+
+    def drawn():
+        return browser.execute_script(
+            "var s=arguments[0];return [[].map.call(s.querySelectorAll('rect.bar'),"
+            "function(r){return +r.getAttribute('width');}),"
+            "[].map.call(s.querySelectorAll('g.xticks text'),function(t){return t.textContent;})]",
+            svg,
+        )
+
+    widths, ticks = drawn()
+    scrolled = browser.execute_script("return window.scrollY")
+    ActionChains(browser).move_to_element_with_offset(svg, -200, 0).click_and_hold().move_by_offset(
+        150, 0
+    ).release().perform()
+    zoomed, zticks = drawn()
+    assert sum(zoomed) > 2 * sum(widths) and zticks != ticks, (zticks, ticks)
+    assert browser.execute_script("return window.scrollY") == scrolled
+    ActionChains(browser).double_click(svg).perform()
+    assert drawn() == [widths, ticks]
 
 
 def test_a_run_leaves_the_stored_screenshots_as_they_were():
@@ -211,6 +315,9 @@ def test_a_folded_poller_opens_on_a_click(browser, tmp_path):
     out = tmp_path / "multi.html"
     run_cli("report", PAGES["multi-5.10"][0], "-o", out, check=0)
     open_page(browser, str(out))
+    more = browser.find_element(By.CSS_SELECTOR, "details.more")
+    assert not more.get_attribute("open")
+    more.find_element(By.TAG_NAME, "summary").click()
     folded = browser.find_elements(By.CSS_SELECTOR, "details.folded")
     assert folded and not folded[0].get_attribute("open")
     inner = folded[0].find_element(By.CSS_SELECTOR, ".listing-block")
