@@ -374,3 +374,12 @@ def test_a_trace_of_kmem_events_alone_gets_its_slab_figures(tmp_path):
     # The figures as analyze words them (its first line names the biggest grower).
     first = slab.split(": ", 1)[1].splitlines()[0]
     assert 'class="slab"' in page and first.split()[0] in page and 'class="verdict' not in page
+
+
+def test_three_inputs_are_three_and_the_page_says_none_are_paired(tmp_path):
+    out = tmp_path / "three.html"
+    inputs = [BAD, GOOD, os.path.join(FIXTURES, "6.12-v4.1")]
+    run_cli("report", *inputs, "-o", out, check=0)
+    page = out.read_text()
+    assert page.count('<section class="input"') == 3 and 'class="pairs"' not in page
+    assert "3 inputs: each is shown on its own" in page

@@ -229,6 +229,12 @@ def verdicts_section(verdicts):
             f"{_e(answer.cleaned(reason) if reason else word)}</p>"
             for path, word, code, reason in verdicts
         )
+        + (
+            f"<p>{len(verdicts)} inputs: each is shown on its own; a before/after pairs the "
+            "listings of two (give `report` or `compare` two inputs).</p>"
+            if len(verdicts) > 2
+            else ""
+        )
         + "</section>"
     )
 
