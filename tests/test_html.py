@@ -383,3 +383,41 @@ def test_three_inputs_are_three_and_the_page_says_none_are_paired(tmp_path):
     page = out.read_text()
     assert page.count('<section class="input"') == 3 and 'class="pairs"' not in page
     assert "3 inputs: each is shown on its own" in page
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        [os.path.join(FIXTURES, "multi-5.10")],
+        [os.path.join(FIXTURES, "multi-6.1")],
+        [os.path.join(FIXTURES, "fleet-5.10", "fleet.dat")],
+        [os.path.join(FIXTURES, "fleet-5.10", "fleet.pcap.gz")],
+    ],
+    ids=["multi-5.10", "multi-6.1", "fleet-trace", "fleet-capture"],
+)
+def test_quiet_listings_fold_on_every_input(tmp_path, inputs):
+    """A reader's listings with nothing to tell (by their findings: untested, unfinished) fold
+    into one <details>, on traces and captures alike, and the page's details are folded."""
+    out = tmp_path / "page.html"
+    run_cli("report", *inputs, "-o", out, check=0)
+    page = out.read_text()
+    assert page.count('<details class="folded">') >= 1
+    assert "<details open" not in page and 'class="listing-block"' in page.split("<details", 1)[1]
+
+
+@pytest.mark.parametrize("cap", ["5.10-v4.1-cap", "6.1-v4.1-cap"])
+def test_every_change_a_capture_s_answer_counts_is_drawn_or_said(tmp_path, cap):
+    """The changes of the directory the answer cites: each a mark on the overview where the
+    model places it (before a restart), and the rest said under it, never silently missing."""
+    import re
+
+    path = os.path.join(FIXTURES, cap, "modified.pcap.gz")
+    out = tmp_path / "cap.html"
+    run_cli("report", path, "-o", out, check=0)
+    page = out.read_text()
+    overview = page.split('<svg class="overview', 1)[1].split("</svg>", 1)[0]
+    drawn = overview.count('class="change"')
+    said = re.search(r"(\d+) changes? of the directory the answer counts are not drawn", page)
+    (js,) = json.loads(run_cli("analyze", "--json", path, check=0).stdout)
+    counted = sum(s["version_changes"] or 0 for s in js["listings"])
+    assert counted and drawn + (int(said.group(1)) if said else 0) == counted, (drawn, counted)

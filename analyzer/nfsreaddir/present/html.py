@@ -164,6 +164,13 @@ def readdir_section(path, analyses, verdict, slab_texts=()):
             + "</figcaption>"
             + svg
         )
+        unplaced = sum(max((x.version_changes or 0) - len(x.changes), 0) for x in ss)
+        if unplaced:  # counted by the model, which keeps no time for them (a capture's)
+            out.append(
+                f"<p class=legend>{unplaced} change{'s' if unplaced > 1 else ''} of the "
+                "directory the answer counts are not drawn: the trace's model keeps how many, "
+                "not when.</p>"
+            )
         if left_out:
             out.append(
                 f"<p class=legend>{left_out} more readers, with nothing to tell, not drawn "
