@@ -36,102 +36,7 @@ def events(analysis):
     for n, lst in enumerate(lsts):
         who = process_of(lst)
         pid = tracks.setdefault(who, lst.pid if lst.pid is not None else 1_000_000 + len(tracks))
-        rd = readdirs(lst)
-        # A READDIR's slice ends at the next one, within its listing's.
-        starts = [min(max(r.ts, lst.start), lst.end) for r in rd]
-        ends = starts[1:] + [lst.end]
-        readdir_tid, getdents_tid = _tracks(n)
-        base = {"pid": pid, "tid": readdir_tid}
-        dir_ = lst.fileid if lst.fileid is not None else "?"
-        for tid, what in ((readdir_tid, "READDIRs"), (getdents_tid, "getdents")):
-            meta.append(
-                {
-                    "ph": "M",
-                    "pid": pid,
-                    "tid": tid,
-                    "name": "thread_name",
-                    "args": {"name": f"listing {n} of dir {dir_}: {what}"},
-                }
-            )
-        timed.append(
-            dict(
-                base,
-                ph="X",
-                cat="listing",
-                name=f"listing of dir {dir_}" + (f" ({lst.phase})" if lst.phase else ""),
-                ts=_us(lst.start, origin),
-                dur=_us(lst.end, origin) - _us(lst.start, origin),
-                args={"listing": n, "readdirs": len(rd), "ending": lst.ending},
-            )
-        )
-        for r, start, end in zip(rd, starts, ends):
-            cause = " restart" if r.restart else " back to 0 (cause unknown)" if r.ambiguous else ""
-            timed.append(
-                dict(
-                    base,
-                    ph="X",
-                    cat="readdir",
-                    name=f"READDIR #{r.n}{cause}",
-                    ts=_us(start, origin),
-                    dur=_us(end, origin) - _us(start, origin),
-                    args={
-                        "listing": n,
-                        "readdir": r.n,
-                        "cookie": None if r.cookie is None else str(r.cookie),
-                        "dir": dir_,
-                    },
-                )
-            )
-        for start, end in getdents(analysis, lst):
-            timed.append(
-                {
-                    "pid": pid,
-                    "tid": getdents_tid,
-                    "ph": "X" if end is not None else "i",
-                    "cat": "getdents",
-                    "name": "getdents64" + ("" if end is not None else " (no return seen)"),
-                    "ts": _us(start, origin),
-                    **(
-                        {"dur": _us(end, origin) - _us(start, origin)}
-                        if end is not None
-                        else {"s": "t"}
-                    ),
-                    "args": {"listing": n},
-                }
-            )
-        for i in lst.invalidations:
-            timed.append(
-                dict(
-                    base,
-                    ph="i",
-                    s="t",
-                    cat="invalidation",
-                    name="invalidation",
-                    ts=_us(i.ts, origin),
-                    args={
-                        "listing": n,
-                        "chain": " -> ".join(i.chain),
-                        "restarted": i.followed_by_restart,
-                    },
-                )
-            )
-        for r in lst.restarts:
-            timed.append(
-                dict(
-                    base,
-                    ph="i",
-                    s="t",
-                    cat="restart",
-                    name="restart at cookie 0" if r.cookie == 0 else "restart below the reader",
-                    ts=_us(r.ts, origin),
-                    args={
-                        "listing": n,
-                        "readdir": r.rpc_index + 1,
-                        "refetched_readdirs": r.refetched,
-                        "cost_ms": round(r.cost_ns / 1e6, 3),
-                    },
-                )
-            )
+        _listing(analysis, n, lst, pid, origin, meta, timed)
     meta = [
         {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": who}}
         for who, pid in tracks.items()
@@ -139,6 +44,106 @@ def events(analysis):
     # Slices that start together: the longer (the listing) first, so that it encloses.
     timed.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
     return meta + timed, origin
+
+
+def _listing(analysis, n, lst, pid, origin, meta, timed):
+    """Listing n's tracks: their names into meta, their slices and instants into timed."""
+    rd = readdirs(lst)
+    # A READDIR's slice ends at the next one, within its listing's.
+    starts = [min(max(r.ts, lst.start), lst.end) for r in rd]
+    ends = starts[1:] + [lst.end]
+    readdir_tid, getdents_tid = _tracks(n)
+    base = {"pid": pid, "tid": readdir_tid}
+    dir_ = lst.fileid if lst.fileid is not None else "?"
+    for tid, what in ((readdir_tid, "READDIRs"), (getdents_tid, "getdents")):
+        meta.append(
+            {
+                "ph": "M",
+                "pid": pid,
+                "tid": tid,
+                "name": "thread_name",
+                "args": {"name": f"listing {n} of dir {dir_}: {what}"},
+            }
+        )
+    timed.append(
+        dict(
+            base,
+            ph="X",
+            cat="listing",
+            name=f"listing of dir {dir_}" + (f" ({lst.phase})" if lst.phase else ""),
+            ts=_us(lst.start, origin),
+            dur=_us(lst.end, origin) - _us(lst.start, origin),
+            args={"listing": n, "readdirs": len(rd), "ending": lst.ending},
+        )
+    )
+    for r, start, end in zip(rd, starts, ends):
+        cause = " restart" if r.restart else " back to 0 (cause unknown)" if r.ambiguous else ""
+        timed.append(
+            dict(
+                base,
+                ph="X",
+                cat="readdir",
+                name=f"READDIR #{r.n}{cause}",
+                ts=_us(start, origin),
+                dur=_us(end, origin) - _us(start, origin),
+                args={
+                    "listing": n,
+                    "readdir": r.n,
+                    "cookie": None if r.cookie is None else str(r.cookie),
+                    "dir": dir_,
+                },
+            )
+        )
+    for start, end in getdents(analysis, lst):
+        timed.append(
+            {
+                "pid": pid,
+                "tid": getdents_tid,
+                "ph": "X" if end is not None else "i",
+                "cat": "getdents",
+                "name": "getdents64" + ("" if end is not None else " (no return seen)"),
+                "ts": _us(start, origin),
+                **(
+                    {"dur": _us(end, origin) - _us(start, origin)}
+                    if end is not None
+                    else {"s": "t"}
+                ),
+                "args": {"listing": n},
+            }
+        )
+    for i in lst.invalidations:
+        timed.append(
+            dict(
+                base,
+                ph="i",
+                s="t",
+                cat="invalidation",
+                name="invalidation",
+                ts=_us(i.ts, origin),
+                args={
+                    "listing": n,
+                    "chain": " -> ".join(i.chain),
+                    "restarted": i.followed_by_restart,
+                },
+            )
+        )
+    for r in lst.restarts:
+        timed.append(
+            dict(
+                base,
+                ph="i",
+                s="t",
+                cat="restart",
+                name="restart at cookie 0" if r.cookie == 0 else "restart below the reader",
+                ts=_us(r.ts, origin),
+                args={
+                    "listing": n,
+                    "readdir": r.rpc_index + 1,
+                    "refetched_readdirs": r.refetched,
+                    "cost_ms": round(r.cost_ns / 1e6, 3),
+                },
+            )
+        )
 
 
 def document(analysis):

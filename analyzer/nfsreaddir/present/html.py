@@ -133,10 +133,9 @@ def _charts(analysis, k, seen):
     for who, group in quiet.items():
         out.append(
             f'<details class="folded"><summary>{len(group)} quiet listing'
-            f"{'s' if len(group) > 1 else ''} of {_e(who)} (no restart; nothing changed under "
-            "them, or they stopped before the end)</summary>"
-            + "".join(_chart_block(analysis, k, s) for s in group)
-            + "</details>"
+            f"{'s' if len(group) > 1 else ''} of {_e(who)} (no restart; their directory did "
+            "not change once they were past the first page, or they stopped before the end)"
+            "</summary>" + "".join(_chart_block(analysis, k, s) for s in group) + "</details>"
         )
     return "".join(out)
 
