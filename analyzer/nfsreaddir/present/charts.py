@@ -233,9 +233,8 @@ def overview(seen, cid):
             for ts in s.invalidations:
                 out.append(
                     f'<line class="invalidation" data-t="{ts - t0}" x1="{x(ts):.1f}" y1="{yl}" '
-                    f'x2="{x(ts):.1f}" y2="{yl + LANE}" stroke="#06c" stroke-dasharray="3 2">'
-                    + _title(f"invalidation, {s.label}")
-                    + "</line>"
+                    f'x2="{x(ts):.1f}" y2="{yl + LANE}" stroke="#06c" stroke-width="2" '
+                    'stroke-dasharray="3 2">' + _title(f"invalidation, {s.label}") + "</line>"
                 )
             for ts in s.restart_ts:
                 out.append(
