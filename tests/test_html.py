@@ -300,6 +300,11 @@ def test_a_drag_zooms_what_the_overview_draws(browser, tmp_path):
     assert browser.execute_script("return window.scrollY") == scrolled
     ActionChains(browser).double_click(svg).perform()
     assert drawn() == [widths, ticks]
+    # The wheel is the page's: no chart takes it from the scrolling.
+    wheel = "var e=new WheelEvent('wheel',{deltaY:100,cancelable:true,bubbles:true});"
+    assert browser.execute_script(
+        wheel + "arguments[0].dispatchEvent(e);return !e.defaultPrevented", svg
+    )
 
 
 def test_a_run_leaves_the_stored_screenshots_as_they_were():
