@@ -31,6 +31,8 @@ PAGES = {
     "multi-5.10": [os.path.join(FIXTURES, "multi-5.10")],
     "multi-6.1": [os.path.join(FIXTURES, "multi-6.1")],
     "fleet-5.10": [os.path.join(FIXTURES, "fleet-5.10")],
+    "record-5.10-multi": [os.path.join(FIXTURES, "record-5.10-multi")],
+    "undecided-5.10-v3": [os.path.join(FIXTURES, "5.10-v3")],
     "capture-5.10": [os.path.join(FIXTURES, "5.10-v4.1-cap", "modified.pcap.gz")],
     "capture-6.1": [os.path.join(FIXTURES, "6.1-v4.1-cap", "modified.pcap.gz")],
     "dcache-negative-5.10": [os.path.join(FIXTURES, "dcache-negative-5.10")],
