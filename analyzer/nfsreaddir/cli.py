@@ -13,9 +13,7 @@ import contextlib
 import errno
 import math
 import os
-import select
 import socket
-import stat
 import sys
 import textwrap
 
@@ -32,6 +30,7 @@ from .commandio import (
     UsageError,
     open_inputs,
     os_error_text,
+    reader_left,
     said,
     shown,
 )
@@ -434,7 +433,7 @@ def _run(args, stack):
         open_inputs(args, stack)
         code = args.func(args)
         sys.stdout.flush()
-        _reader_left(sys.stdout)
+        reader_left(sys.stdout)
         return code
     except OutputLost as e:
         return _output_lost(e, args)
@@ -456,22 +455,6 @@ def _run(args, stack):
             file=sys.stderr,
         )
     return status.ERROR
-
-
-def _reader_left(out):
-    """OutputLost when standard output is a pipe whose reader has gone (`| head -c10`): an
-    output that fit in the pipe whole was written without error, but no one read it all, and
-    the command must not say it is done (status.OUTPUT_CLOSED, as when a write fails)."""
-    try:
-        fd = out.fileno()
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            return
-    except (AttributeError, OSError, ValueError):  # no descriptor (a test's StringIO), or closed
-        return
-    poll = select.poll()
-    poll.register(fd, select.POLLERR)
-    if poll.poll(0):
-        raise OutputLost(OSError(errno.EPIPE, os.strerror(errno.EPIPE)))
 
 
 def _output_lost(e, args):
