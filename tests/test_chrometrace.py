@@ -97,3 +97,53 @@ def test_a_dcache_run_is_refused_with_what_to_use(tmp_path):
     )
     assert p.returncode == 128 and "csv or parquet" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and os.listdir(tmp_path) == []
+
+
+# Float noise of microseconds with three decimals, far below the nanosecond they keep.
+NOISE = 1e-6
+
+
+def partial_overlaps(evs):
+    """Pairs of "X" slices on one track (pid, tid) that overlap without one holding the
+    other, as no viewer can draw them."""
+    tracks: dict = {}
+    for e in evs:
+        if e["ph"] == "X":
+            tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"], e))
+    bad = []
+    for slices in tracks.values():
+        slices.sort(key=lambda s: (s[0], -s[1]))
+        open_ = []  # the slices that hold the current one, innermost last
+        for a, b, e in slices:
+            while open_ and open_[-1][1] <= a + NOISE:
+                open_.pop()
+            if open_ and b > open_[-1][1] + NOISE:
+                bad.append((open_[-1][2]["name"], e["name"]))
+            open_.append((a, b, e))
+    return bad
+
+
+def test_no_two_slices_on_a_track_overlap_partially(tmp_path):
+    """A track per listing: a capture's client, whose passes overlap, and a trace's
+    processes (find lists a tree, a poller several times) draw as nested slices."""
+    for trace in (MULTI, os.path.join(FIXTURES, "fleet-5.10", "fleet.pcap.gz")):
+        evs, _ = exported(tmp_path / os.path.basename(trace), trace)
+        assert [e for e in evs if e["ph"] == "X"]
+        assert partial_overlaps(evs) == [], trace
+        # Every listing on a track of its own, its READDIRs with it.
+        lsts = [e for e in evs if e.get("cat") == "listing"]
+        assert len({(e["pid"], e["tid"]) for e in lsts}) == len(lsts) > 1
+        track = {e["args"]["listing"]: (e["pid"], e["tid"]) for e in lsts}
+        for e in evs:
+            if e.get("cat") in ("readdir", "restart", "invalidation"):
+                assert (e["pid"], e["tid"]) == track[e["args"]["listing"]], e
+        named = [e for e in evs if e["ph"] == "M" and e["name"] == "thread_name"]
+        assert len({(e["pid"], e["tid"]) for e in named}) == len(named)
+
+
+def test_the_overlap_check_sees_a_partial_overlap():
+    def x(ts, dur):
+        return {"ph": "X", "pid": 1, "tid": 1, "ts": ts, "dur": dur, "name": f"{ts}"}
+
+    assert partial_overlaps([x(0, 10), x(2, 3), x(5, 5)]) == []
+    assert partial_overlaps([x(0, 10), x(5, 10)]) == [("0", "5")]

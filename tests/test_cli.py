@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import FIXTURES, report_text, run_cli
+from conftest import FIXTURES, TOP, report_text, run_cli
 from nfsreaddir.status import ERROR as EXIT_ERROR
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
@@ -304,3 +304,40 @@ def test_slab_analysis_does_not_import_pandas(args):
     )
     assert p.stdout.splitlines()[-1] == "0 ['numpy']", (p.stdout[-2000:], p.stderr)
     assert "dentry" in p.stdout
+
+
+def test_metrics_on_every_address_serve_ipv4_and_ipv6():
+    """--metrics :PORT listens where both an IPv4 and an IPv6 client reach it (the
+    address given to prometheus_client, which watch serves its metrics with)."""
+    import socket
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from nfsreaddir.cli import _listen
+
+    addr, port = _listen(":9617")
+    assert (addr, port) == ("::", 9617) or not socket.has_ipv6
+    with socket.socket(socket.AF_INET6) as s:  # a free port for both families
+        s.bind(("::", 0))
+        port = s.getsockname()[1]
+    server, thread = start_http_server(port, addr, registry=CollectorRegistry())
+    try:
+        for host in ("127.0.0.1", "[::1]"):
+            with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
+                assert r.status == 200, host
+    finally:
+        server.shutdown()
+        thread.join()
+
+
+def test_watch_help_says_how_to_run_it_as_a_service():
+    text = run_cli("watch", "--help", check=0).stdout
+    for words in ("root", "contrib/nfs-readdir-watch.service", "9617", "IPv4 and IPv6"):
+        assert words in text, words
+    with open(os.path.join(TOP, "contrib", "nfs-readdir-watch.service")) as f:
+        unit = f.read()
+    (start,) = [x for x in unit.splitlines() if x.startswith("ExecStart=")]
+    # The unit runs the command that help's install step links to the checkout's .venv.
+    binary = start.split("=", 1)[1].split()[0]
+    assert f'ln -s "$PWD/.venv/bin/nfs-readdir" {binary}' in text, (binary, text)

@@ -50,3 +50,35 @@ def test_text_rows_say_which_process_and_directory():
     text = run_cli("compare", MULTI_510, MULTI_61, check=0).stdout
     assert "ls dir 12 " in text and "multi-reader dir 12 #2" in text
     assert "listing 3" not in text
+
+
+def test_one_reproducer_on_two_kernels_pairs_every_listing():
+    out = json.loads(
+        run_cli(
+            "compare",
+            "--json",
+            os.path.join(FIXTURES, "5.10-v4.1"),
+            os.path.join(FIXTURES, "6.1-v4.1"),
+            check=0,
+        ).stdout
+    )
+    assert out["listings"] and all(r["before"] and r["after"] for r in out["listings"])
+
+
+def test_directories_with_other_inode_numbers_pair_by_size_and_order(compared):
+    """find walks the same tree in both VMs, whose 36 subdirectories have other inode numbers:
+    they pair in the order first listed; what one side has alone is named so."""
+    rows = json.loads(compared)["listings"]
+    finds = [r for r in rows if r["process"] == "find" and r["dir"] not in (None, 14)]
+    assert len(finds) == 36 and all(r["before"] and r["after"] for r in finds), len(finds)
+    assert all(r["dir_after"] != r["dir"] for r in finds)
+    alone = [r for r in rows if not (r["before"] and r["after"])]
+    assert alone and all(r["listing"].endswith(("only in A", "only in B")) for r in alone)
+
+
+def test_ratios_keep_the_digits_they_need():
+    from nfsreaddir.present.compare import ratio, ratio_text
+
+    assert ratio(8314, 16) == 0.00192 and ratio_text(ratio(8314, 16)) == "0.00192"
+    assert ratio_text(ratio(5, 0)) == "0" and ratio_text(ratio(4, 4)) == "1"
+    assert ratio(0, 3) is None and ratio_text(None) == "-"

@@ -29,12 +29,20 @@ PAGES = {
     "bad-5.10": [BAD],
     "good-6.1": [GOOD],
     "multi-5.10": [os.path.join(FIXTURES, "multi-5.10")],
+    "multi-6.1": [os.path.join(FIXTURES, "multi-6.1")],
+    "fleet-5.10": [os.path.join(FIXTURES, "fleet-5.10")],
+    "record-5.10-multi": [os.path.join(FIXTURES, "record-5.10-multi")],
+    "undecided-5.10-v3": [os.path.join(FIXTURES, "5.10-v3")],
     "capture-5.10": [os.path.join(FIXTURES, "5.10-v4.1-cap", "modified.pcap.gz")],
+    "capture-6.1": [os.path.join(FIXTURES, "6.1-v4.1-cap", "modified.pcap.gz")],
     "dcache-negative-5.10": [os.path.join(FIXTURES, "dcache-negative-5.10")],
     "before-after": [BAD, GOOD],
 }
 LARGEST = os.path.join(FIXTURES, "7.3-v4.1")  # the largest readdir fixture
 MAX_BYTES, MAX_SECONDS = 5 << 20, 3.0
+FIRST_SCREEN = 1000  # px: what a reader sees before scrolling
+# The verdict in the page's words, by exit status (no git bisect word).
+WORDS = {0: "no restart", 1: "restarted", 125: "cannot tell"}
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +162,7 @@ def expected(inputs):
         "readdirs": str(sum(s["readdirs"] for s in lsts)),
         "restarts": total("restarts"),
         "invalidations": total("invalidations"),
-        "verdict": js[0]["verdict"]["word"],
+        "verdict": WORDS[js[0]["verdict"]["code"]],
     }
 
 
@@ -183,10 +191,12 @@ def test_page_shows_what_analyze_says(browser, tmp_path, name, monkeypatch):
             'tr[data-listing="paced-lister dir 12 (modified)"][data-metric="restarts"]',
         )
         cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
-        assert cells[2:] == ["5", "0", "0.0"], cells
-    # What a reader sees first: the verdict, above every timeline.
-    first = browser.find_element(By.CSS_SELECTOR, ".verdict")
-    assert first.location["y"] < 400
+        assert cells[2:] == ["5", "0", "0"], cells
+    check_first_screen(browser, inputs)
+    check_no_text_on_data(browser)
+    for section, path in zip(sections, inputs):
+        if "dcache" not in section.get_attribute("class"):
+            check_overview_marks(browser, section, expected(path)["restarts"])
     os.makedirs(SHOTS, exist_ok=True)
     shot = os.path.join(SHOTS, f"{name}.png")
     browser.save_screenshot(shot)
@@ -196,6 +206,107 @@ def test_page_shows_what_analyze_says(browser, tmp_path, name, monkeypatch):
     stored = os.path.join(STORED, f"{name}.png")
     assert os.path.exists(stored), f"{stored}: missing; NFSRT_UPDATE_SCREENSHOTS=1 makes it"
     assert png_size(stored) == png_size(shot) is not None, (png_size(stored), png_size(shot))
+
+
+def bottom(element):
+    return element.location["y"] + element.size["height"]
+
+
+def check_first_screen(browser, inputs):
+    """The first FIRST_SCREEN px hold each readdir input's answer in one sentence, and the
+    table of its worst listings; a single input's overview starts there too."""
+    from selenium.webdriver.common.by import By
+
+    answers = browser.find_elements(By.CSS_SELECTOR, ".answer")
+    assert answers and bottom(answers[0]) < FIRST_SCREEN
+    if len(inputs) > 1:
+        return
+    section = browser.find_element(By.CSS_SELECTOR, "section.input")
+    if "dcache" in section.get_attribute("class"):
+        return
+    sentence = section.find_element(By.CSS_SELECTOR, ".answer .sentence").text
+    assert sentence.endswith(".") and "skip" not in sentence and "bisect" not in sentence
+    worst = section.find_element(By.CSS_SELECTOR, ".worst")
+    assert bottom(worst) < FIRST_SCREEN, bottom(worst)
+    overview = section.find_element(By.CSS_SELECTOR, "svg.overview")
+    assert overview.location["y"] < FIRST_SCREEN
+
+
+# Every text of the charts shown against every mark of their data: [(text, mark)] that meet.
+OVERLAPS = """
+var out=[],marks='circle.readdir,rect.bar,rect.refetch,rect.getdents,line.invalidation,'+
+  'line.restart,path.change';
+document.querySelectorAll('svg.zoom').forEach(function(svg){
+  if(!svg.getClientRects().length)return;
+  var texts=[].map.call(svg.querySelectorAll('text'),function(t){
+    return [t.textContent,t.getBoundingClientRect()];});
+  svg.querySelectorAll(marks).forEach(function(m){var r=m.getBoundingClientRect();
+    texts.forEach(function(t){var b=t[1];
+      if(r.left<b.right&&b.left<r.right&&r.top<b.bottom&&b.top<r.bottom)
+        out.push([t[0],m.getAttribute('class')]);});});});
+return out;
+"""
+
+
+def check_no_text_on_data(browser):
+    """No text of a chart lies on its data, with every folded chart opened."""
+    browser.execute_script("document.querySelectorAll('details').forEach(d=>d.open=true)")
+    assert browser.execute_script(OVERLAPS) == []
+    browser.execute_script("document.querySelectorAll('details').forEach(d=>d.open=false)")
+
+
+def check_overview_marks(browser, section, restarts):
+    """The overviews mark every restart, each inside its plot area and inside the bar of its
+    listing's lane."""
+    marks = browser.execute_script(
+        """var out=[];arguments[0].querySelectorAll('svg.overview').forEach(function(s){
+          var x0=+s.dataset.x0,x1=x0+(+s.dataset.pw);
+          s.querySelectorAll('line.restart').forEach(function(l){var x=+l.getAttribute('x1'),
+            y=+l.getAttribute('y1'),inBar=[].some.call(s.querySelectorAll('rect.bar'),
+            function(b){var bx=+b.getAttribute('x'),by=+b.getAttribute('y');
+              return bx<=x+1&&x-1<=bx+(+b.getAttribute('width'))&&y<=by&&by<=y+16;});
+            out.push(x0<=x&&x<=x1&&inBar);});});return out;""",
+        section,
+    )
+    if restarts != "cannot tell":
+        assert len(marks) == int(restarts), (len(marks), restarts)
+    assert all(marks), marks
+
+
+def test_a_drag_zooms_what_the_overview_draws(browser, tmp_path):
+    """Dragging across the overview draws it again for the time dragged across: the bars
+    wider, the ticks other times; a double click draws the whole again."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    out = tmp_path / "multi.html"
+    run_cli("report", PAGES["multi-5.10"][0], "-o", out, check=0)
+    open_page(browser, str(out))
+    svg = browser.find_element(By.CSS_SELECTOR, "svg.overview")
+
+    def drawn():
+        return browser.execute_script(
+            "var s=arguments[0];return [[].map.call(s.querySelectorAll('rect.bar'),"
+            "function(r){return +r.getAttribute('width');}),"
+            "[].map.call(s.querySelectorAll('g.xticks text'),function(t){return t.textContent;})]",
+            svg,
+        )
+
+    widths, ticks = drawn()
+    scrolled = browser.execute_script("return window.scrollY")
+    ActionChains(browser).move_to_element_with_offset(svg, -200, 0).click_and_hold().move_by_offset(
+        150, 0
+    ).release().perform()
+    zoomed, zticks = drawn()
+    assert sum(zoomed) > 2 * sum(widths) and zticks != ticks, (zticks, ticks)
+    assert browser.execute_script("return window.scrollY") == scrolled
+    ActionChains(browser).double_click(svg).perform()
+    assert drawn() == [widths, ticks]
+    # The wheel is the page's: no chart takes it from the scrolling.
+    wheel = "var e=new WheelEvent('wheel',{deltaY:100,cancelable:true,bubbles:true});"
+    assert browser.execute_script(
+        wheel + "arguments[0].dispatchEvent(e);return !e.defaultPrevented", svg
+    )
 
 
 def test_a_run_leaves_the_stored_screenshots_as_they_were():
@@ -211,6 +322,9 @@ def test_a_folded_poller_opens_on_a_click(browser, tmp_path):
     out = tmp_path / "multi.html"
     run_cli("report", PAGES["multi-5.10"][0], "-o", out, check=0)
     open_page(browser, str(out))
+    more = browser.find_element(By.CSS_SELECTOR, "details.more")
+    assert not more.get_attribute("open")
+    more.find_element(By.TAG_NAME, "summary").click()
     folded = browser.find_elements(By.CSS_SELECTOR, "details.folded")
     assert folded and not folded[0].get_attribute("open")
     inner = folded[0].find_element(By.CSS_SELECTOR, ".listing-block")
@@ -267,3 +381,50 @@ def test_a_trace_of_kmem_events_alone_gets_its_slab_figures(tmp_path):
     # The figures as analyze words them (its first line names the biggest grower).
     first = slab.split(": ", 1)[1].splitlines()[0]
     assert 'class="slab"' in page and first.split()[0] in page and 'class="verdict' not in page
+
+
+def test_three_inputs_are_three_and_the_page_says_none_are_paired(tmp_path):
+    out = tmp_path / "three.html"
+    inputs = [BAD, GOOD, os.path.join(FIXTURES, "6.12-v4.1")]
+    run_cli("report", *inputs, "-o", out, check=0)
+    page = out.read_text()
+    assert page.count('<section class="input"') == 3 and 'class="pairs"' not in page
+    assert "3 inputs: each is shown on its own" in page
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        [os.path.join(FIXTURES, "multi-5.10")],
+        [os.path.join(FIXTURES, "multi-6.1")],
+        [os.path.join(FIXTURES, "fleet-5.10", "fleet.dat")],
+        [os.path.join(FIXTURES, "fleet-5.10", "fleet.pcap.gz")],
+    ],
+    ids=["multi-5.10", "multi-6.1", "fleet-trace", "fleet-capture"],
+)
+def test_quiet_listings_fold_on_every_input(tmp_path, inputs):
+    """A reader's listings with nothing to tell (by their findings: untested, unfinished) fold
+    into one <details>, on traces and captures alike, and the page's details are folded."""
+    out = tmp_path / "page.html"
+    run_cli("report", *inputs, "-o", out, check=0)
+    page = out.read_text()
+    assert page.count('<details class="folded">') >= 1
+    assert "<details open" not in page and 'class="listing-block"' in page.split("<details", 1)[1]
+
+
+@pytest.mark.parametrize("cap", ["5.10-v4.1-cap", "6.1-v4.1-cap"])
+def test_every_change_a_capture_s_answer_counts_is_drawn_or_said(tmp_path, cap):
+    """The changes of the directory the answer cites: each a mark on the overview where the
+    model places it (before a restart), and the rest said under it, never silently missing."""
+    import re
+
+    path = os.path.join(FIXTURES, cap, "modified.pcap.gz")
+    out = tmp_path / "cap.html"
+    run_cli("report", path, "-o", out, check=0)
+    page = out.read_text()
+    overview = page.split('<svg class="overview', 1)[1].split("</svg>", 1)[0]
+    drawn = overview.count('class="change"')
+    said = re.search(r"(\d+) changes? of the directory the answer counts are not drawn", page)
+    (js,) = json.loads(run_cli("analyze", "--json", path, check=0).stdout)
+    counted = sum(s["version_changes"] or 0 for s in js["listings"])
+    assert counted and drawn + (int(said.group(1)) if said else 0) == counted, (drawn, counted)

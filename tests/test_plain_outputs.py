@@ -272,35 +272,6 @@ def test_plot_to_standard_output_and_over_a_file_says_so(tmp_path):
     assert again == f"{out}: replaced the file that was there\n"
 
 
-# -------------------------------------------------------------------------------------- README
-def readme_block(after, lang="sh"):
-    """The first ```LANG block of the README after the line holding `after`."""
-    text = open(os.path.join(TOP, "README.md")).read()
-    rest = text[text.index(after) :]
-    return rest.split(f"```{lang}\n", 1)[1].split("```", 1)[0]
-
-
-def test_readme_query_runs_as_written(tmp_path):
-    """The README's export and query, run as written (the venv's commands first on PATH) on a
-    folder of traces: a row per listing with its READDIRs."""
-    os.makedirs(tmp_path / "traces")
-    os.symlink(os.path.join(BAD, "modified.dat"), tmp_path / "traces" / "modified.dat")
-    # per-listing.sql: the README's query, saved as the reader is told to
-    sql = readme_block("Export a fleet's traces into", "sql")
-    (tmp_path / "per-listing.sql").write_text(sql)
-    env = dict(os.environ, PATH=os.path.join(TOP, ".venv", "bin") + os.pathsep + os.environ["PATH"])
-    p = subprocess.run(
-        ["sh", "-e", "-c", readme_block("Export a fleet's traces into")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert p.returncode == 0, p.stderr
-    rows = [x for x in p.stdout.splitlines() if "paced-lister" in x]
-    assert len(rows) == 1 and "157" in rows[0], p.stdout
-
-
 def test_json_written_as_it_is_made_is_json_dump_byte_for_byte():
     """analyze --json writes a capture's listings as they are read back from disk (jsonout
     Streams): the text is json.dump's, indent and all, for the records of a fleet capture and of

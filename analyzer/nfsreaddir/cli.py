@@ -13,6 +13,7 @@ import contextlib
 import errno
 import math
 import os
+import socket
 import sys
 import textwrap
 
@@ -29,6 +30,7 @@ from .commandio import (
     UsageError,
     open_inputs,
     os_error_text,
+    reader_left,
     said,
     shown,
 )
@@ -55,12 +57,23 @@ def _port(v):
     return _number(int, v, lambda x: 0 < x < 65536, "a TCP/UDP port (1-65535)")
 
 
+def _every_address():
+    """The address that listens on every address: IPv6's, which Linux also serves IPv4 on
+    (net.ipv6.bindv6only 0, its default), where the host has IPv6; else IPv4's."""
+    try:
+        socket.socket(socket.AF_INET6, socket.SOCK_STREAM).close()
+    except OSError:
+        return "0.0.0.0"
+    return "::"
+
+
 def _listen(v):
-    """ADDR:PORT for watch --metrics (ADDR empty: every address) as (addr, port)."""
+    """ADDR:PORT for watch --metrics (ADDR empty: every address, IPv4 and IPv6) as
+    (addr, port)."""
     addr, sep, port = v.rpartition(":")
     if not sep:
         raise argparse.ArgumentTypeError(f"{v!r} is not ADDR:PORT (e.g. 127.0.0.1:9617, :9617)")
-    return addr.strip("[]") or "0.0.0.0", _port(port)
+    return addr.strip("[]") or _every_address(), _port(port)
 
 
 def _port_option(parser):
@@ -309,11 +322,22 @@ def _add_record(sub):
     s.set_defaults(func=commands.cmd_record)
 
 
+WATCH_SERVICE = """\
+As a service (root: watch adds kprobes and a tracefs instance):
+  ln -s "$PWD/.venv/bin/nfs-readdir" /usr/local/bin/nfs-readdir   # from the checkout
+  cp contrib/nfs-readdir-watch.service /etc/systemd/system/
+  systemctl daemon-reload && systemctl enable --now nfs-readdir-watch
+It serves Prometheus metrics on port 9617 (--metrics :9617), on every IPv4 and IPv6 address;
+--metrics 127.0.0.1:9617 or [::1]:9617 listens on one. Scrape it with contrib/prometheus.yml,
+alert with contrib/nfs-readdir-alerts.yml; systemctl stop puts tracefs back as it was."""
+
+
 def _add_watch(sub):
     s = sub.add_parser(
         "watch",
         help="print invalidations and restarts as they happen; the "
         "summary and exit status of check at Ctrl-C or the end",
+        epilog=WATCH_SERVICE,
     )
     s.add_argument("--duration", type=_seconds, metavar="S", help="stop after S seconds")
     s.add_argument("--dir", metavar="PATH", help="only listings of this directory")
@@ -322,7 +346,8 @@ def _add_watch(sub):
         "--metrics",
         type=_listen,
         metavar="ADDR:PORT",
-        help="run as a service: Prometheus metrics on http://ADDR:PORT/metrics instead of lines",
+        help="run as a service: Prometheus metrics on http://ADDR:PORT/metrics instead of lines "
+        "(ADDR empty: every IPv4 and IPv6 address)",
     )
     s.add_argument(
         "--textfile",
@@ -408,6 +433,7 @@ def _run(args, stack):
         open_inputs(args, stack)
         code = args.func(args)
         sys.stdout.flush()
+        reader_left(sys.stdout)
         return code
     except OutputLost as e:
         return _output_lost(e, args)

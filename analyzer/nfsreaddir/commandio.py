@@ -5,6 +5,7 @@ and the progress line on a terminal."""
 
 import errno
 import os
+import select
 import shutil
 import stat
 import sys
@@ -49,6 +50,22 @@ class GuardedOutput:
 
     def __getattr__(self, name):
         return getattr(self.stream, name)
+
+
+def reader_left(out):
+    """OutputLost when standard output is a pipe whose reader has gone (`| head -c10`): an
+    output that fit in the pipe whole was written without error, but no one read it all, and
+    the command must not say it is done (status.OUTPUT_CLOSED, as when a write fails)."""
+    try:
+        fd = out.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+    except (AttributeError, OSError, ValueError):  # no descriptor (a test's StringIO), or closed
+        return
+    poll = select.poll()
+    poll.register(fd, select.POLLERR)
+    if poll.poll(0):
+        raise OutputLost(OSError(errno.EPIPE, os.strerror(errno.EPIPE)))
 
 
 # The commands' arguments that name inputs (traces, captures, results directories).

@@ -1,5 +1,6 @@
 """`nfs-readdir compare`: two analyses side by side, listing by listing, paired by process name
-and directory (pairing.py, which the HTML report's before/after shares).
+and directory (pairing.py, which the HTML report's before/after shares); a listing on one side
+only is named so.
 
 A value the trace cannot know (restarts without cookies) is "cannot tell" in the text and null
 in JSON, never 0, and so is a ratio with an unknown or zero side.
@@ -41,9 +42,19 @@ def _number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+# Significant digits of a ratio: 16/8314 is 0.00192, not 0.0; 5/5 is 1.
+DIGITS = 3
+
+
 def ratio(va, vb):
-    """after/before of two numbers; None where either is unknown, or before is 0."""
-    return round(vb / va, 2) if _number(va) and _number(vb) and va else None
+    """after/before of two numbers to DIGITS significant digits; None where either is
+    unknown, or before is 0."""
+    return float(f"{vb / va:.{DIGITS}g}") if _number(va) and _number(vb) and va else None
+
+
+def ratio_text(r):
+    """A ratio as the table shows it: its significant digits, no trailing .0; - for none."""
+    return "-" if r is None else f"{r:.{DIGITS}g}"
 
 
 def rows(before, after):
@@ -59,6 +70,7 @@ def rows(before, after):
             {
                 "process": p.process,
                 "dir": p.dir,
+                "dir_after": p.dir_after,
                 "phase": p.phase,
                 "nth": p.nth,
                 "listing": p.name,
@@ -93,14 +105,13 @@ def table(before, after, paths=("A", "B")):
             va = r["before"][m] if r["before"] else None
             vb = r["after"][m] if r["after"] else None
             if m == "ending" or (_number(va) and _number(vb)):
-                shown = r["ratio"].get(m)
-                ratio_text = "-" if shown is None else shown  # x/0 has no ratio
+                shown = ratio_text(r["ratio"].get(m))  # x/0 has no ratio: -
             else:
-                ratio_text = UNKNOWN
+                shown = UNKNOWN
             out[(r["listing"], m)] = {
                 la: UNKNOWN if r["before"] and va is None else va,
                 lb: UNKNOWN if r["after"] and vb is None else vb,
-                "ratio (2nd/1st)": ratio_text,
+                "ratio (2nd/1st)": shown,
             }
     df = pd.DataFrame.from_dict(out, orient="index")
     df.index.names = ["listing", "metric"]
