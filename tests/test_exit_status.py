@@ -224,3 +224,16 @@ def test_bisect_run_stops_when_the_analyzer_fails(tmp_path, results, code, word)
     assert git_bisect_reads(p.returncode) == word
     with open(tree / ".git" / "nfsrt-bisect" / "steps.tsv") as f:
         assert f.read().splitlines()[-1].split("\t")[5] == word
+
+
+@pytest.mark.parametrize("what", ["empty", "text", "cut header"])
+def test_check_and_analyze_give_one_status_for_a_file_that_is_not_a_trace(tmp_path, what):
+    """An empty file, a text file and a trace.dat cut inside its header are no trace: 128 from
+    check as from analyze, as the table says (before: check gave 125, a skip to a bisect)."""
+    p = tmp_path / "t.dat"
+    with open(os.path.join(BAD, "modified.dat"), "rb") as f:
+        p.write_bytes({"empty": b"", "text": b"hello\n", "cut header": f.read(300)}[what])
+    for command in ("check", "analyze"):
+        r = run_cli(command, p)
+        assert r.returncode == status.ERROR, (command, r.returncode, r.stdout, r.stderr)
+        assert str(p) in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -10,7 +10,6 @@ import sys
 
 from . import events, runs, status
 from .commandio import PROGRESS_BYTES, OutputLost, UsageError, progress, said, shown
-from .trace import TraceError
 
 # The analyses, renderers and capture reader import pandas (about 0.5 s): each command imports
 # what it uses, so `--help`, `results --verdict` and the like do not pay for it.
@@ -95,10 +94,10 @@ def cmd_check(args):
             progress=_reading,
         )
         progress(None)
-    except (TraceError, AnalysisError) as e:
-        # Read, but what is in it cannot decide (not a trace, no READDIR, a capture cut by its
-        # snaplen): no answer either way. An input that cannot be read at all is no verdict
-        # and goes up as an error (status.ERROR).
+    except AnalysisError as e:
+        # Read, but what is in it cannot decide (no READDIR, a capture cut by its snaplen): no
+        # answer either way. An input that is not a trace, or cannot be read at all, is no
+        # verdict and goes up as an error (status.ERROR), as analyze gives it.
         args.answer = status.UNDECIDED
         print(f"cannot decide: {said(e)}")
         return status.UNDECIDED
@@ -245,7 +244,8 @@ def cmd_report(args):
         sections.insert(0, html.verdicts_section(verdicts))
     title = f"nfs-readdir report: {', '.join(map(shown, args.traces))}"
     replaced = html.write(args.output, html.page(sections, title))
-    print(args.output + (" (replaced the file that was there)" if replaced else ""))
+    if args.output != "-":  # (the page itself went to standard output)
+        print(args.output + (" (replaced the file that was there)" if replaced else ""))
     return status.GOOD
 
 
