@@ -576,10 +576,12 @@ def test_nfs_from_every_privileged_client_port(tmp_path):
     assert all(lst.ending == analysis.EOF and len(lst.rpcs) == 1 for lst in a.listings)
 
 
-def test_a_server_on_another_port_is_read_where_named(tmp_path):
+def test_a_server_on_another_port_is_found_by_its_calls(tmp_path):
     """The server on port 20049 and the client on 705 (a port tshark gives to another
-    protocol): nothing is NFS until the server's port is named. 6.1-v3-cap's idle capture with
-    both ports rewritten."""
+    protocol, so that its own RPC heuristic finds nothing): the NFS calls' ONC RPC header says
+    where the server listens, and the capture is read as if --port 20049 had been given
+    (before: "no NFS traffic" until the port was named). 6.1-v3-cap's idle capture with both
+    ports rewritten."""
     head, idle = pcapedit.read(_pcap(V3, "idle"))
     path = _write(
         tmp_path,
@@ -587,15 +589,18 @@ def test_a_server_on_another_port_is_read_where_named(tmp_path):
         head,
         pcapedit.set_port(pcapedit.set_port(idle, 2049, 20049), V3_CLIENT_PORT, 705),
     )
-    with pytest.raises(analysis.AnalysisError, match="no NFS traffic"):
-        wire.analyze(path)
+    assert capture.rpc_server_ports(path) == [20049]
+    found = wire.analyze(path)
+    assert [lst.client for lst in found.listings] == ["127.0.0.1:705"]
+    assert found.info["ports"] == [2049, 20049]
+    assert any("found on server port 20049" in n for n in found.info["notes"])
     a = wire.analyze(path, ports=[20049])
     assert [lst.client for lst in a.listings] == ["127.0.0.1:705"]
     assert a.info["ports"] == [2049, 20049]
     with pytest.raises(capture.CaptureError, match="not a TCP/UDP port"):
         capture.read(path, ports=["nfs"])
-    # The same from the command line: --port, on every command that reads captures.
-    assert "no NFS traffic" in run_cli("check", path).stdout
+    # The same from the command line, found or named with --port.
+    assert "never exercised" in run_cli("check", path, check=125).stdout
     c = run_cli("check", "--port", "20049", path)
     assert c.returncode == 125 and "never exercised" in c.stdout, c.stdout + c.stderr
     js = json.loads(run_cli("analyze", "--json", "--port", "20049", path, check=0).stdout)

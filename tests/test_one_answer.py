@@ -226,3 +226,32 @@ def test_report_text_cut_anywhere_is_read(tmp_path, trace_cmd):
         codes[p.returncode] = codes.get(p.returncode, 0) + 1
     print("report text cut at 20 points, exit statuses:", codes)
     assert set(codes) <= {GOOD, BAD, UNDECIDED}, codes
+
+
+def test_joined_inputs_are_refused_not_half_read(tmp_path, trace_cmd):
+    """Two trace.dat files joined (`cat a.dat b.dat`), and the report texts of two traces
+    joined: refused, naming where the second begins (before: the first read alone, exit 0 on
+    a bad second trace; the second text's 5,640 READDIRs dropped in silence)."""
+    good = os.path.join(FIXTURES, "6.1-v4.1", "modified.dat")
+    bad = os.path.join(FIXTURES, "5.10-v4.1", "modified.dat")
+    joined = tmp_path / "joined.dat"
+    with open(good, "rb") as a, open(bad, "rb") as b:
+        first = a.read()
+        joined.write_bytes(first + b.read())
+    p = run_cli("check", joined, check=128)
+    assert f"a second trace begins at byte {len(first)}" in p.stderr, p.stderr
+    texts = [report_text(trace_cmd, d, tmp_path / f"{k}.txt") for k, d in enumerate((good, bad))]
+    both = tmp_path / "both.txt"
+    both.write_text("".join(t.read_text() for t in texts))
+    p = run_cli("check", both, check=128)
+    assert "a second trace's header" in p.stderr, p.stderr
+
+
+def test_nfs_on_another_port_is_found_by_its_calls(tmp_path):
+    """The bad 5.10 capture with the server moved to port 3049: its calls' ONC RPC header
+    finds it, with the same answer as on 2049 (before: "no NFS traffic" unless --port)."""
+    head, packets = pcapedit.read(os.path.join(FIXTURES, "5.10-v4.1-cap", "modified.pcap.gz"))
+    path = tmp_path / "moved.pcap"
+    pcapedit.write(str(path), head, pcapedit.set_port(packets, 2049, 3049))
+    code, reason = _capture(str(path))
+    assert code == BAD and "restarted 4 times" in reason, reason

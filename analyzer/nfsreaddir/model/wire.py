@@ -65,6 +65,13 @@ def analyze(path, tshark=None, ports=()):
     # the capture is read, and each listing goes to disk as its pass ends (model/spool), so
     # memory follows the passes under way, not the capture's length.
     cap = capture_mod.read(path, tshark=tshark, ports=ports, passes=Passes, tables=False)
+    found = []
+    if not cap.messages and not cap.port_frames:
+        # No NFS where the ports say: a server on another port. Its calls say where.
+        found = [p for p in capture_mod.rpc_server_ports(path, tshark) if p not in cap.ports]
+        if found:
+            ports = [*ports, *found]
+            cap = capture_mod.read(path, tshark=tshark, ports=ports, passes=Passes, tables=False)
     _refuse_unusable(cap, path)
     phase, facts = _phase_facts(path)
     damage, dropped = _capture_damage(cap, path, phase, facts)
@@ -120,7 +127,10 @@ def analyze(path, tshark=None, ports=()):
         "invalidations": [],
         "version": [version],
     }
-    info["notes"] = _notes(cap, dropped)
+    info["notes"] = _notes(cap, dropped) + [
+        f"NFS found on server port {p} by its calls' ONC RPC header (--port {p} names it)"
+        for p in found
+    ]
     tables = LazyTables(rpc=lambda: _rpc_table(out))
     # A server's capture: its clients ranked by what their restarts cost.
     triage = fleet.triage(out)

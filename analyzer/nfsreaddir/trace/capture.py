@@ -121,6 +121,55 @@ def messages_command(path, tshark="tshark", ports=(NFS_PORT,)):
     ]
 
 
+# How many frames rpc_server_ports looks at: an NFS client sends calls from its first
+# frames on, and a capture with none in that many has no NFS a listing could be read from.
+PORT_SCAN_FRAMES = 200_000
+NFS_PROGRAM = 100003
+
+
+def _is_nfs_call(payload):
+    """Whether a TCP segment (bytes) begins with an ONC RPC call of NFS (RFC 5531 over a
+    record-marked stream): a record mark with its last-fragment bit, an XID, message type 0
+    (call), RPC version 2, program 100003, version 2 to 4. Wireshark's heuristic dissector
+    looks for the same header; it gives up on a stream whose client port another protocol
+    owns, and this does not."""
+    if len(payload) < 24:
+        return False
+    mark, _, kind, rpcvers, prog, vers = (
+        int.from_bytes(payload[k : k + 4], "big") for k in range(0, 24, 4)
+    )
+    return (
+        bool(mark & 0x8000_0000)
+        and (kind, rpcvers, prog) == (0, 2, NFS_PROGRAM)
+        and (2 <= vers <= 4)
+    )
+
+
+def rpc_server_ports(path, tshark=None):
+    """The TCP ports NFS calls in the capture go to, found by the calls' own header
+    (_is_nfs_call), whatever the ports: for a capture of a server that does not listen on
+    2049. Empty where there is none (or no tshark)."""
+    tshark = tshark or shutil.which("tshark")
+    if not tshark:
+        return []
+    p = subprocess.run(
+        [tshark, "-r", path, "-n", "-c", str(PORT_SCAN_FRAMES), "-Y", "tcp.len >= 24"]
+        + ["-T", "fields", "-e", "tcp.dstport", "-e", "tcp.payload"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    found = set()
+    for line in p.stdout.splitlines():
+        port, _, payload = line.partition("\t")
+        try:
+            if _is_nfs_call(bytes.fromhex(payload.replace(":", "")[:48])):
+                found.add(int(port))
+        except ValueError:  # a field tshark could not give
+            continue
+    return sorted(found)
+
+
 def _quiet(err):
     return "\n".join(
         x for x in err.splitlines() if "Running as user" not in x and "could be dangerous" not in x

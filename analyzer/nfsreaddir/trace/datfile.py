@@ -19,6 +19,7 @@ import sys
 from .base import TraceError, new_info
 from .format import parse_cpu_stats
 from .formats import Formats
+from .magic import TRACE_DAT_MAGIC
 from .metadata import read_cmdlines, read_event_formats, read_ftrace_formats, read_header_info
 from .options import (
     OPT_BUFFER,
@@ -98,6 +99,7 @@ class DatFile:
                 f"{path}: no trace data for instance {name!r} (instances with data: {have})"
             )
         self.buf = self.buffers[name]
+        self._refuse_a_second_trace(path)
         # data of other instances past the end of the file: the file is truncated
         self.other_damage = []
         if self.version >= 7 and self.cut_options is None:
@@ -120,6 +122,30 @@ class DatFile:
         self.info["instances"] = list(self.buffers)
         if self.info["cpus"] is None:
             self.info["cpus"] = len(self.buf.cpus)
+
+    # How far past the end of its ring-buffer data a second trace's header is looked for (the
+    # options trace-cmd writes after the data of a v7 file take a few kB).
+    SECOND_TRACE_WITHIN = 16 << 20
+
+    def _refuse_a_second_trace(self, path):
+        """Two trace.dat files joined (`cat a.dat b.dat`) read as the first alone, the second
+        dropped in silence: refused, naming where the second begins."""
+        end = max(
+            (
+                off + size + (4 if b.compressed else 0)
+                for b in self.buffers.values()
+                for _, off, size in b.cpus
+            ),
+            default=0,
+        )
+        at = self.mm.find(TRACE_DAT_MAGIC, end, end + self.SECOND_TRACE_WITHIN) if end else -1
+        if at >= 0:
+            self.close()
+            raise TraceError(
+                f"{path}: a second trace begins at byte {at} (trace.dat files joined?); give "
+                f"each trace on its own: head -c {at} FILE > first.dat; "
+                f"tail -c +{at + 1} FILE > second.dat"
+            )
 
     def layout(self):
         """The layout of the pages of the buffer read (:class:`.page.PageLayout`)."""

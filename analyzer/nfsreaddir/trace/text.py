@@ -77,6 +77,10 @@ _SYSTEMS = [
 _FTRACE = {"print", "bprint", "bputs", "function", "funcgraph_entry", "funcgraph_exit"}
 
 
+# The line `trace-cmd report` begins a trace's text with: after events, a second trace.
+_SECOND_HEADER_RE = re.compile(r"^\s*cpus=\d+\s*$")
+
+
 def _system_of(name):
     if name in _FTRACE:
         return "ftrace"
@@ -216,14 +220,23 @@ class ReportText:
     def _event_matches(self):
         """(instance, match) of every event line (see the dropped-events rule in read)."""
         pending = None
-        for line in self._lines():
+        seen = False
+        for n, line in enumerate(self._lines(), 1):
             s = line.rstrip("\n")
             m = _EVENT_RE.match(s)
             if not m:
                 lm = _LOST_RE.match(s)
                 if lm:
                     pending = lm.group("inst") or ""
+                elif seen and _SECOND_HEADER_RE.match(s):
+                    # Read on, the second trace's events would join the first's in silence.
+                    raise TraceError(
+                        f"{self.path}: line {n}: a second trace's header ({s.strip()!r}) after "
+                        "events: the report text of two traces joined? Give each trace's text "
+                        "on its own"
+                    )
                 continue
+            seen = True
             inst = m.group("inst")
             if pending is not None:
                 inst = inst or pending
