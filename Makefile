@@ -11,7 +11,7 @@ DEMO_ARGS ?= --files 50000 --nfs 4.1 --fs ext4 --timeout 150
 QUICK_TESTS ?= tests/test_golden.py tests/test_imports.py tests/test_habits.py
 CHECKS := check-ruff check-format check-shell check-types check-tests
 # mypy's incremental cache, kept across clones (a cold run takes a minute on 2 busy cores).
-MYPY_CACHE ?= $(or $(NFSRT_CACHE),$(HOME)/.cache/nfs-readdir-trace)/mypy
+MYPY_CACHE ?= $(shell reproducers/cache-dir mypy)
 
 .PHONY: setup setup-build demo check $(CHECKS) test-fast test test-guests test-analyzer test-analyzer-logged test-kernel test-prometheus test-bisect bench \
 	fixtures clean
