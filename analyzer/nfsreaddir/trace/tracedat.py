@@ -19,7 +19,7 @@ from .columns import ColumnBuilder
 from .datfile import DatFile
 from .decode import Decoder
 from .raw import Damage
-from .records import odd_records
+from .records import OddRecords
 from .ringbuf import PageWalker
 from .scan import Scan
 from .streams import RELEASE_ABOVE, Streams, drop_inflate_block
@@ -117,7 +117,7 @@ class TraceDat:
         P = self.layout.page_size
         sizes = {}
         not_event = self.layout.not_event if self.layout.id_size <= 4 else None
-        per_cpu = {}
+        per_cpu = {}  # cpu -> OddRecords: a window of its records, not all of them
         for cpu, first_page, (pos, ts, dlen, ids) in self._records(None):
             ids = ids.astype(np.int64)
             keep = ids != not_event
@@ -127,19 +127,19 @@ class TraceDat:
                 if sizes[eid] is not None:
                     short = keep & (ids == eid) & (dlen < sizes[eid])
                     ids[short] = -1 - ids[short]  # too short: marked
-            acc = per_cpu.setdefault(cpu, ([], [], []))
-            acc[0].append(ts[keep])
-            acc[1].append(ids[keep])
-            acc[2].append(first_page + pos[keep] // P)
-        for cpu, (ts_all, ids_all, page_all) in per_cpu.items():
-            ts = self.file.convert_ts(np.concatenate(ts_all).astype(np.uint64)).astype(np.int64)
-            found.extend(
-                odd_records(cpu, ts, np.concatenate(ids_all), np.concatenate(page_all), sizes)
-            )
+            if cpu not in per_cpu:
+                per_cpu[cpu] = OddRecords(cpu, sizes, self._ns)
+            per_cpu[cpu].add(ts[keep], ids[keep], first_page + pos[keep] // P)
+        for check in per_cpu.values():
+            found.extend(check.finish())
         drop_inflate_block()
         if found:
             self.info["damaged_events"] = list(self.info.get("damaged_events") or []) + found
         return found
+
+    def _ns(self, ts):
+        """Raw time stamps as int64 ns (check_records' findings)."""
+        return self.file.convert_ts(ts.astype(np.uint64)).astype(np.int64)
 
     def _fixed_size(self, eid):
         """Bytes of an event's fixed fields (its record is at least that long), None when the
