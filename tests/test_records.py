@@ -1,15 +1,21 @@
-"""check_records in windows: the damage findings of a CPU's records looked at a window at a
-time (so that its memory is the window's, not the trace's) are those of all of them at once,
-on the records of a real trace with damage put in where windows begin and end."""
+"""check_records without the memory or the walk of its own that it cost: the damage findings of
+a CPU's records looked at a window at a time (so that its memory is the window's, not the
+trace's) are those of all of them at once, on the records of a real trace with damage put in
+where windows begin and end; and where a read's screen of every record shows nothing odd, no
+walk is made, and what it finds is what the walk finds, on real traces with a bit flipped."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import installed
+from nfsreaddir.model import tables
 from nfsreaddir.trace import open_trace
 from nfsreaddir.trace.records import OddRecords
 
@@ -69,3 +75,47 @@ def test_findings_in_windows_are_those_of_the_whole(seed):
             assert findings(cpu, parts, sizes, t._ns, rows=rows) == whole, rows
         seen += len(whole)
     assert seen
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """The fixture as trace-cmd writes it uncompressed: a flipped bit of its data is a flipped
+    bit of a record, not a chunk that no longer inflates."""
+    out = tmp_path_factory.mktemp("plain") / "plain.dat"
+    subprocess.run(
+        [installed("trace-cmd"), "convert", "--compression", "none", "-i", FIXTURE, "-o", out],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out
+
+
+def test_a_read_screens_for_check_records_as_its_walk_finds(plain):
+    """check_records after a read skips its own walk where the read's screen of every record
+    shows nothing odd: on copies of a real trace with a bit of the ring-buffer data flipped,
+    it finds what the walk alone finds, also where the flip is in a record nothing reads."""
+    data = plain.read_bytes()
+    t = open_trace(plain)
+    spans = [(off, off + size) for _, off, size in t.file.buf.cpus if size]
+    request = {ev: sorted(c) for ev, c in tables.wanted(t).items()}
+    rng = random.Random(45)
+    found = screened = 0
+    for _ in range(300):
+        lo, hi = rng.choice(spans)
+        bit = rng.randrange(lo * 8, hi * 8)
+        flipped = bytearray(data)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        fd = os.memfd_create("trace")
+        try:
+            os.write(fd, flipped)
+            path = f"/proc/self/fd/{fd}"
+            walked = open_trace(path).check_records()
+            after_read = open_trace(path)
+            after_read.read_columns(request, on_damage="partial")
+            screened += after_read._screens is not None
+            assert after_read.check_records() == walked, bit
+        finally:
+            os.close(fd)
+        found += bool(walked)
+    assert found and screened > found, (found, screened)

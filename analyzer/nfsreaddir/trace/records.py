@@ -12,6 +12,25 @@ import numpy as np
 WINDOW_ROWS = 1 << 16
 
 
+def nothing_odd(screens, fixed_size, maplen, in_order):
+    """Whether the screens of a read (``Extract.screen()`` of each part, (cpu, screen) in CPU
+    and file order) show that every record is of an id with a format and at least its fixed
+    size (``fixed_size(id)``, None: no format), and every CPU's time stamps run forwards and
+    convert in order (``in_order(lo, hi)``): then check_records would find nothing."""
+    span = {}
+    for cpu, (n, back, first, last, shortest) in screens:
+        if not n:
+            continue
+        if back or (cpu in span and first < span[cpu][1]):
+            return False
+        span[cpu] = (span.get(cpu, (first,))[0], last)
+        for eid, dlen in shortest:
+            size = fixed_size(eid) if eid < maplen - 1 else None
+            if size is None or dlen < size:
+                return False
+    return all(in_order(lo, hi) for lo, hi in span.values())
+
+
 class OddRecords:
     """The damage findings of one CPU's records, given part by part in file order (``add``,
     then ``finish``), looked at in windows of about ``rows`` records: the findings are those

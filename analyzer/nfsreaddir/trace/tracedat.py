@@ -19,7 +19,7 @@ from .columns import ColumnBuilder
 from .datfile import DatFile
 from .decode import Decoder
 from .raw import Damage
-from .records import OddRecords
+from .records import OddRecords, nothing_odd
 from .ringbuf import PageWalker
 from .scan import Scan
 from .streams import RELEASE_ABOVE, Streams, drop_inflate_block
@@ -35,6 +35,11 @@ class TraceDat:
         self.layout = f.layout()
         self.walker = PageWalker(self.layout)
         self.streams = Streams(f.mm, f.size, f.endian, f.compression, f.buf)
+        # The last read's screens of every record (scan.Scan.screens), when it read all the
+        # data with the compiled extract: check_records walks the data again only when they
+        # show something odd (a second walk was half of reading a trace's few needed events).
+        self._screens = None
+        self._sizes = {}  # event id -> its fixed fields' size (None: no format)
 
     def close(self):
         self.file.close()
@@ -113,9 +118,13 @@ class TraceDat:
         ring buffer writes one CPU's events in time order). A flipped bit in the data shows
         as one of these; the events it hides or moves lie within the stretch reported. Damage
         that stops a stream (a broken page) is the reader's ``partial``, not repeated here."""
+        if self._screens is not None and nothing_odd(
+            self._screens, self._size_of, self.layout.lut_size(), self.file.ts_in_order
+        ):
+            return []
         found = []
         P = self.layout.page_size
-        sizes = {}
+        sizes = self._sizes
         not_event = self.layout.not_event if self.layout.id_size <= 4 else None
         per_cpu = {}  # cpu -> OddRecords: a window of its records, not all of them
         # Each id's fixed size by table lookup, one pass over a part's records (a unique()
@@ -153,6 +162,11 @@ class TraceDat:
     def _ns(self, ts):
         """Raw time stamps as int64 ns (check_records' findings)."""
         return self.file.convert_ts(ts.astype(np.uint64)).astype(np.int64)
+
+    def _size_of(self, eid):
+        if eid not in self._sizes:
+            self._sizes[eid] = self._fixed_size(eid)
+        return self._sizes[eid]
 
     def _fixed_size(self, eid):
         """Bytes of an event's fixed fields (its record is at least that long), None when the
@@ -272,6 +286,7 @@ class TraceDat:
                 frames = columns.pieces(want, acc) if pieces else columns.build(want, acc)
         if not damage:
             damage.extend(self.file.other_damage)
+        self._screens = scan.screens if not damage else None
         self._set_lost(lost)
         if damage:
             self.info["partial"] = True
