@@ -158,7 +158,11 @@ def report_text(trace_cmd, dat, out, raw=False, only=()):
     return out
 
 
-CACHE = os.environ.get("NFSRT_CACHE") or os.path.expanduser("~/.cache/nfs-readdir-trace")
+# The project's one cache, where vm-run, check-series and build-kernel keep theirs
+# (reproducers/cache-dir: NFSRT_CACHE, else XDG_CACHE_HOME's nfs-readdir-trace).
+CACHE = subprocess.run(
+    [os.path.join(TOP, "reproducers", "cache-dir")], check=True, capture_output=True, text=True
+).stdout.rstrip("\n")
 # The tree check-series keeps: one extraction of the kernel source serves every kernel test.
 KERNEL_TREE = os.environ.get("NFSRT_CHECK_TREE") or os.path.join(CACHE, "trees", "linux-5.10-check")
 SERIES = os.path.join(TOP, "kernel-patches", "v5.10")

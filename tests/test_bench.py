@@ -217,3 +217,18 @@ def test_the_bench_processes_read_real_traces(args):
         assert out["page_bytes"] > 0
     elif args[0] == "--_read":
         assert out["rows"] > 0 and out["columns"] > 0, out
+
+
+NEEDED = os.path.join(TOP, "analyzer", "bench", "needed-run")
+
+
+def test_the_needed_bench_keeps_a_few_of_a_real_traces_events():
+    """needed-run's measured process reads a real NFS trace as the readdir analysis does: it
+    keeps the rows of the events asked for, fewer than the trace holds, and walks them all."""
+    p = subprocess.run(
+        [sys.executable, NEEDED, "--_need", NFS_TRACE], capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stderr
+    kept = json.loads(p.stdout.strip().splitlines()[-1])["rows"]
+    total = sum(open_trace(NFS_TRACE).event_counts().values())
+    assert 0 < kept < total, (kept, total)

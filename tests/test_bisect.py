@@ -30,20 +30,27 @@ def git(*args, **kw):
 @pytest.mark.slow
 def test_a_commit_that_does_not_build_is_skipped():
     series_tree("broken-build")
-    main_c = os.path.join(TREE, "init", "main.c")
-    with open(main_c, "a") as f:
+    # The break is in the first thing a build compiles (fixdep, the host tool every object's
+    # dependencies go through, made by `make defconfig` already), so that the step fails in
+    # seconds also on a tree never built: in init/main.c it took 32 minutes, a kernel's worth
+    # of objects compiled before it.
+    fixdep_c = os.path.join(TREE, "scripts", "basic", "fixdep.c")
+    with open(fixdep_c, "a") as f:
         f.write("\n#error this commit does not build\n")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "break the build")
     head = git("rev-parse", "--short=12", "HEAD")
     log_dir = os.path.join(TREE, ".git", "nfsrt-bisect-test")
     subprocess.run(["rm", "-rf", log_dir], check=True)
     p = subprocess.run(
-        [BISECT_RUN, "--log-dir", log_dir], cwd=TREE, capture_output=True, text=True, timeout=3600
+        [BISECT_RUN, "--log-dir", log_dir], cwd=TREE, capture_output=True, text=True, timeout=600
     )
     assert p.returncode == 125, p.stdout + p.stderr
     with open(os.path.join(log_dir, "steps.tsv")) as f:
         step = f.read().splitlines()[-1].split("\t")
     assert step[1] == head and step[5] == "skip" and "does not build" in step[6], step
+    # skipped for the break made above, not for anything else that stopped the build
+    with open(os.path.join(log_dir, f"01-{head}", "step.log")) as f:
+        assert "fixdep.c" in f.read(), "the build did not stop at the broken fixdep.c"
     git("checkout", "-q", "nfsrt-base")
 
 

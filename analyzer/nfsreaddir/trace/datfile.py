@@ -162,6 +162,10 @@ class DatFile:
         the offset the file's options give."""
         return self._time.convert(ts)
 
+    def ts_in_order(self, lo, hi):
+        """Whether the raw time stamps from lo to hi convert in their order."""
+        return self._time.in_order(lo, hi)
+
     def lost_total(self, lost_events, scanned):
         """Events lost by the ring buffer, when the trace says: the lost counters of the
         stored CPU stats (every CPU with data must have them), else, once the data was

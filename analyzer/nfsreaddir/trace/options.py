@@ -52,6 +52,18 @@ class TimeConversion:
             out = out + np.int64(self.offset)
         return out
 
+    def in_order(self, lo, hi):
+        """Whether every raw time stamp from ``lo`` to ``hi`` converts in its order: none of
+        convert()'s uint64 and int64 steps wraps between them (a damaged stamp can be below
+        the TSC offset, or large enough to wrap)."""
+        top = hi
+        if self.tsc2nsec is not None and self.tsc2nsec[0]:
+            mult, shift, offset = self.tsc2nsec
+            if lo < offset or mult >= 1 << 32 or (hi - offset) * mult >= 1 << 64:
+                return False
+            top = ((hi - offset) * mult) >> shift
+        return top + abs(self.offset) < 1 << 62
+
 
 def read_option(oid, data, endian, info, time, cpustat_texts):
     """Take in what option ``oid`` (its payload ``data``, in byte order ``endian``) says: the

@@ -33,9 +33,11 @@ def _idle_share(sizes, nthreads):
 
 def _extractable(plan):
     """Whether :class:`_ringbuf.Extract` decodes every field of this plan: integers, and
-    __data_loc / __rel_loc strings (others: fixed char arrays, arrays, the numpy way)."""
+    __data_loc / __rel_loc / tail (``char buf[]``, ftrace:print's) strings (others: fixed
+    char arrays, arrays, the numpy way)."""
     return all(
-        (f.loc is None and f.kind == "int") or (f.loc in ("data", "rel") and f.kind == "str")
+        (f.loc is None and f.kind == "int")
+        or (f.loc in ("data", "rel", "tail") and f.kind == "str")
         for f in plan["fields"]
     )
 
@@ -52,7 +54,8 @@ def _columns(plan, want_pid):
             out.append((0, f.offset, f.size, f.signed, False, 8))
         else:
             # (codes start a byte wide; the extract widens them as the dictionary grows)
-            out.append((1 if f.loc == "data" else 2, f.offset, 4, False, False, 1))
+            kind = {"data": 1, "rel": 2, "tail": 3}[f.loc]
+            out.append((kind, f.offset, 4, False, False, 1))
     return out
 
 
@@ -63,6 +66,9 @@ class Scan:
     def __init__(self, streams, walker, decoder, want):
         self.streams, self.walker, self.decoder, self.want = streams, walker, decoder, want
         self.layout = walker.layout
+        # (cpu, Extract.screen()) of each part read, in CPU order then file order, where the
+        # compiled extract read every part; else None
+        self.screens = None
 
     def run(self, acc, lost, damage, stopped):
         """Decode the wanted events of every CPU's data into ``acc`` (pieces per block,
@@ -101,7 +107,9 @@ class Scan:
                 results = list(pool.map(read, units))
         else:
             results = [read(u) for u in units]
-        for (cpu, *_), (part, lst, dmg, exc) in zip(units, results):
+        if extract:
+            self.screens = [(cpu, res[4]) for (cpu, *_), res in zip(units, results)]
+        for (cpu, *_), (part, lst, dmg, exc, *_) in zip(units, results):
             if cpu in stopped:
                 continue
             for eid, cols in part.items():
@@ -181,7 +189,8 @@ class Scan:
         """:meth:`scan_cpu` in one compiled pass per block (``_ringbuf.Extract``), of
         the CPU's data or the ``stretch`` of it from :meth:`.streams.Streams.stretches`: each
         wanted record's time stamp and fields go straight into columns that grow as they
-        fill, one piece per column and stretch, handed over without a copy."""
+        fill, one piece per column and stretch, handed over without a copy; and, fifth, the
+        screen of every record walked (``Extract.screen()``)."""
         lay = self.layout
         P = lay.page_size
         eids = list(self.want)
@@ -211,7 +220,7 @@ class Scan:
             damage.append(str(d))
         except MemoryError as e:
             exc = e
-        return self._extracted(ext, eids, plans, cpu), lost, damage, exc
+        return self._extracted(ext, eids, plans, cpu), lost, damage, exc, ext.screen()
 
     def _extracted(self, ext, eids, plans, cpu):
         """The pieces of each event the extract ``ext`` wrote, without a copy."""

@@ -162,7 +162,10 @@ static int put(struct eslot *s, const struct layout *l, int64_t dpos, int64_t dl
 			const uint8_t *sp, *nul;
 			int32_t code;
 
-			if (dl >= c->off + 4) {
+			if (c->kind == 3) {     /* char buf[]: the rest of the record */
+				start = c->off < dl ? c->off : dl;
+				len = dl - start;
+			} else if (dl >= c->off + 4) {
 				uint32_t w = (uint32_t)rd(l, dpos + c->off, 4);
 
 				start = w & 0xFFFF;
@@ -199,13 +202,22 @@ static int put(struct eslot *s, const struct layout *l, int64_t dpos, int64_t dl
 	return 1;
 }
 
-/* Extract.walk()'s records: the wanted ones (by the id's slot) into their columns. */
+/* Extract.walk()'s records: each one screened, the wanted ones (by the id's slot) into their
+ * columns. */
 static inline int extract_record(void *ctx, const struct layout *l, int64_t dpos, int64_t dl,
 				 uint32_t id, uint64_t ts)
 {
 	Extract *x = ctx;
-	int16_t sl = x->map[id < x->maplen - 1 ? id : x->maplen - 1];
+	int64_t k = id < x->maplen - 1 ? id : x->maplen - 1;
+	int16_t sl = x->map[k];
 
+	if (dl < x->minlen[k])
+		x->minlen[k] = (int32_t)dl;
+	if (x->nrec++ == 0)
+		x->first_ts = ts;
+	else if (ts < x->last_ts)
+		x->back++;
+	x->last_ts = ts;
 	return sl < 0 || put(&x->slots[sl], l, dpos, dl, ts) ? 0 : -1;
 }
 

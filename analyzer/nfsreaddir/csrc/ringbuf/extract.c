@@ -96,6 +96,7 @@ static void extract_dealloc(PyObject *self)
 	}
 	free(x->slots);
 	free(x->map);
+	free(x->minlen);
 	Py_TYPE(self)->tp_free(self);
 }
 
@@ -122,10 +123,17 @@ static int extract_init(PyObject *self, PyObject *args, PyObject *kw)
 		goto out;
 	}
 	x->map = malloc(vmap.len);
+	x->minlen = malloc(x->maplen * sizeof(*x->minlen));
 	seq = PySequence_Fast(plan, "Extract: the plan is a sequence");
-	if (!x->map || !seq)
+	if (!x->map || !x->minlen) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	if (!seq)
 		goto out;
 	memcpy(x->map, vmap.buf, vmap.len);
+	for (i = 0; i < x->maplen; i++)
+		x->minlen[i] = INT32_MAX;
 	x->nslots = (int)PySequence_Fast_GET_SIZE(seq);
 	x->slots = calloc(x->nslots ? x->nslots : 1, sizeof(*x->slots));
 	if (!x->slots) {
@@ -157,7 +165,7 @@ static int extract_init(PyObject *self, PyObject *args, PyObject *kw)
 			}
 			c->off = off;
 			c->size = size;
-			if (c->kind < 0 || c->kind > 2 || off < 0 || size < 1 || size > 8 ||
+			if (c->kind < 0 || c->kind > 3 || off < 0 || size < 1 || size > 8 ||
 			    (c->kind == 0 && c->isz != 8 && c->isz != 4) ||
 			    (c->kind != 0 && c->isz != 1)) {
 				Py_DECREF(cols);
@@ -272,7 +280,46 @@ static PyObject *extract_values(PyObject *self, PyObject *args)
 	return out;
 }
 
+PyDoc_STRVAR(extract_screen_doc,
+"screen() -> (records, backwards, first_ts, last_ts, [(id, shortest), ...])\n"
+"\n"
+"What every record walked so far says of damage, wanted or not: how many, how many have a\n"
+"time stamp below the one before, the first and last raw time stamps, and per event id met\n"
+"the shortest record's data length (the id maplen - 1 stands for it and every larger id).\n"
+"TraceDat.check_records() needs no walk of its own where this shows nothing odd.");
+
+static PyObject *extract_screen(PyObject *self, PyObject *noargs)
+{
+	Extract *x = (Extract *)self;
+	PyObject *ids;
+	int64_t k;
+
+	if (!x->minlen) {
+		PyErr_SetString(PyExc_RuntimeError, "Extract: not initialised");
+		return NULL;
+	}
+	ids = PyList_New(0);
+	if (!ids)
+		return NULL;
+	for (k = 0; k < x->maplen; k++) {
+		PyObject *t;
+
+		if (x->minlen[k] == INT32_MAX)
+			continue;
+		t = Py_BuildValue("(Li)", (long long)k, x->minlen[k]);
+		if (!t || PyList_Append(ids, t) < 0) {
+			Py_XDECREF(t);
+			Py_DECREF(ids);
+			return NULL;
+		}
+		Py_DECREF(t);
+	}
+	return Py_BuildValue("(LLKKN)", (long long)x->nrec, (long long)x->back,
+			     (unsigned long long)x->first_ts, (unsigned long long)x->last_ts, ids);
+}
+
 static PyMethodDef extract_methods[] = {
+	{"screen", extract_screen, METH_NOARGS, extract_screen_doc},
 	{"walk", extract_walk, METH_VARARGS, extract_walk_doc},
 	{"rows", extract_rows, METH_VARARGS, "rows(slot) -> the number of records appended"},
 	{"take", extract_take, METH_VARARGS, extract_take_doc},
@@ -287,7 +334,8 @@ PyTypeObject ExtractType = {
 	.tp_dealloc = extract_dealloc,
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_doc = "Extract(map, plan): map, int16 per event id (-1: not wanted) its slot; plan,\n"
-		  "per slot the columns (kind 0 int / 1 __data_loc / 2 __rel_loc string, offset,\n"
+		  "per slot the columns (kind 0 int / 1 __data_loc / 2 __rel_loc / 3 tail (char\n"
+		  "buf[]: to the record's end) string, offset,\n"
 		  "size, signed, pid, output item size).  Not thread safe: one per thread.",
 	.tp_methods = extract_methods,
 	.tp_init = extract_init,

@@ -180,7 +180,7 @@ static inline uint64_t hash_bytes(const uint8_t *p, int32_t n)
 }
 
 struct col {
-	int kind;               /* 0 int, 1 __data_loc string, 2 __rel_loc string */
+	int kind;               /* 0 int, 1 __data_loc, 2 __rel_loc, 3 tail (char buf[]) string */
 	int64_t off, size;
 	int sgn, isz;           /* sign-extend; bytes per output item (8, or 4 for the pid; codes:
 				 * 1, 2 or 4, the narrowest that holds the dictionary so far) */
@@ -210,6 +210,12 @@ typedef struct {
 	struct eslot *slots;
 	int16_t *map;           /* event id -> slot, -1: not wanted; ids >= maplen - 1 use the last */
 	int64_t maplen;
+	/* The screen of every record walked, wanted or not (screen()): the shortest record of
+	 * each id (as the map, the last entry for the larger ids), the records, those whose time
+	 * stamp is below the one before, and the first and last time stamps. */
+	int32_t *minlen;
+	int64_t nrec, back;
+	uint64_t first_ts, last_ts;
 } Extract;
 
 /* csrc/ringbuf/walk.c */
