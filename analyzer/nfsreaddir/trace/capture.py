@@ -192,6 +192,7 @@ def read(path, tshark=None, ports=(), decoder=None, passes=None, tables=True):
     decoder = decoder or os.environ.get("NFSRT_DECODER") or "compiled"
     if decoder not in ("compiled", "tshark"):
         raise CaptureError(f"decoder {decoder!r}: say compiled or tshark")
+    unknown = None
     if decoder == "compiled" and wiredecode.available():
         cap, unknown = wiredecode.read(path, kind, ports, passes, tables)
         if cap is not None:
@@ -200,6 +201,10 @@ def read(path, tshark=None, ports=(), decoder=None, passes=None, tables=True):
             f"nfs-readdir: {path}: the compiled decoder met {unknown}, a case it does not "
             "decode; decoding this capture with tshark\n"
         )
+    elif wiredecode.available():
+        # What the compiled decoder meets in it (a hole in a TCP stream) is the capture's,
+        # whichever decoder reads it: tshark's fields do not say it.
+        unknown = wiredecode.read(path, kind, ports, None, False)[1]
     tshark = tshark or shutil.which("tshark")
     if not tshark:
         raise CaptureError(
@@ -209,8 +214,7 @@ def read(path, tshark=None, ports=(), decoder=None, passes=None, tables=True):
     several = _Messages(messages_command(path, tshark, ports))
     reader = CaptureReader(path, kind, several, passes, tables)
     reader.cap.ports = ports
-    if decoder == "compiled" and wiredecode.available():
-        reader.cap.fallback = unknown
+    reader.cap.fallback = unknown
     # stderr into a file: a pipe nobody reads while stdout streams could fill and stall tshark.
     errfile = tempfile.TemporaryFile("w+", errors="replace")
     proc = subprocess.Popen(

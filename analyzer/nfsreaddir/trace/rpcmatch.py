@@ -86,7 +86,7 @@ class Capture:
     decoder: str = "tshark"  # or "compiled" (wiredecode)
     retransmitted_segments: int = 0  # TCP data seen again (compiled decoder only)
     reordered_segments: int = 0  # TCP segments ahead of a hole, held until it filled
-    fallback: str | None = None  # why tshark decoded it: what the compiled decoder met
+    fallback: str | None = None  # what the compiled decoder met that it does not decode
     # What followed the READDIRs' passes as they were read (read()'s `passes`), or None.
     passes: object = None
     warnings: list = field(default_factory=list)
