@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import FIXTURES, TOP, report_text, run_cli
+from conftest import FIXTURES, NFS_READDIR, TOP, report_text, run_cli
 from nfsreaddir.status import ERROR as EXIT_ERROR
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
@@ -341,3 +341,17 @@ def test_watch_help_says_how_to_run_it_as_a_service():
     # The unit runs the command that help's install step links to the checkout's .venv.
     binary = start.split("=", 1)[1].split()[0]
     assert f'ln -s "$PWD/.venv/bin/nfs-readdir" {binary}' in text, (binary, text)
+
+
+def test_record_to_standard_output_is_refused(tmp_path):
+    """`record -o -`: a trace.dat cannot go down a pipe (trace-cmd seeks in it); refused as a
+    usage error before anything is traced, and no file named '-' is left (before: one was)."""
+    p = subprocess.run(
+        NFS_READDIR + ["record", "-o", "-", "--duration", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 128 and "name one (-o FILE)" in p.stderr, (p.returncode, p.stderr)
+    assert not (tmp_path / "-").exists()

@@ -308,6 +308,9 @@ def cmd_record(args):
 
     if bool(args.command) == (args.duration is not None):
         raise UsageError("record needs either -- COMMAND or --duration SECONDS (one of them)")
+    if args.output == "-":
+        # trace-cmd writes a trace.dat by seeking in it: a pipe cannot hold one.
+        raise UsageError("record -o - : record writes a trace.dat file; name one (-o FILE)")
     return record.run(args.output, args.command, args.duration, args.dcache, args.slab)
 
 

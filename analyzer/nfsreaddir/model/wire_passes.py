@@ -4,6 +4,7 @@ directory (wire.py says what a capture can and cannot tell of them)."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -96,6 +97,8 @@ class WireListing(Listing):
     fh: str = ""
     refetched_entries: int = 0
     missing_replies: int = 0  # READDIRs whose reply is not in the capture, or gave no status
+    # When each of its version_changes was seen (the GETATTR reply's time), for the page.
+    change_ts: Sequence = ()
 
     def __getstate__(self):
         # Its rpc_rows are a column of its rpcs: written once, made again when read back.
@@ -199,9 +202,9 @@ class Passes:
         directory's passes read on as far as every earlier call of theirs has its reply."""
         self.follow[row.client, row.fh].read_on(now=row.reply_ts)
 
-    def attr(self, client, fh, frame, version, fileid, asked=True):
-        """A reply in frame `frame` gave the version (and inode number) of the object fh;
-        asked: the reply to a GETATTR of it, not post-op attributes beside another call."""
+    def attr(self, client, fh, frame, version, fileid, asked=True, ts=None):
+        """A reply in frame `frame` (at ts) gave the version (and inode number) of the object
+        fh; asked: the reply to a GETATTR of it, not post-op attributes beside another call."""
         if fileid is not None:
             self.fileids.setdefault(fh, fileid)
         f = self.follow.get((client, fh))
@@ -210,7 +213,7 @@ class Passes:
         else:
             # In the capture's order among the directory's calls: a change counts for the
             # READDIRs after it.
-            f.waiting.append((-1, (frame, version, asked)))
+            f.waiting.append((-1, (frame, version, asked, ts)))
             f.read_on()
 
     def end(self):
@@ -270,8 +273,8 @@ class _Follow:
         # Where its listings go as their passes end, and its number there (the order the
         # directories' passes began in).
         self.spool, self.number = spool, number
-        # (row number, Call) of calls not read yet, and (-1, (frame, version, asked)) of attribute
-        # replies, in the capture's order.
+        # (row number, Call) of calls not read yet, and (-1, (frame, version, asked, ts)) of
+        # attribute replies, in the capture's order.
         self.waiting: deque = deque()
         self.lst: WireListing | None = None  # the listing of the pass under way
         self.version = version  # the directory's last version seen
@@ -309,7 +312,7 @@ class _Follow:
             self._read(i, row)
             row.cookies = None  # read: the pass keeps what it needs of them
 
-    def _version(self, frame, version, asked):
+    def _version(self, frame, version, asked, ts):
         # A change counts where the client acted on it: a GETATTR of the directory that found
         # a new version, which makes every kernel drop the directory's cached pages. NFSv3
         # post-op attributes beside a READDIR can show the directory's mtime move while the
@@ -317,7 +320,7 @@ class _Follow:
         # run); such a change exercises nothing.
         if self.version is not None and version != self.version and self.lst is not None:
             if asked:
-                self.changes.append(frame)
+                self.changes.append((frame, ts))
         self.version = version
 
     def close(self):
@@ -343,8 +346,10 @@ class _Follow:
         # first READDIR call and before its last (only a READDIR after the change can go back
         # to cookie 0; frame numbers order the capture, where coarse clocks give ties).
         frames = a["frame"]
-        changes = np.array([f for f in self.changes if f < frames[-1]], dtype=np.int64)
+        met = [(f, t) for f, t in self.changes if f < frames[-1]]
+        changes = np.array([f for f, _ in met], dtype=np.int64)
         lst.version_changes = len(changes)
+        lst.change_ts = [t for _, t in met if t is not None]
         # The restarts, and the other bound: every ambiguous cookie-0 READDIR a restart too
         # (without it the most restarts the capture allows would read 0 beside restarts=4).
         possible = sorted(set(restart_idx) | set(lst.ambiguous_rows))

@@ -60,14 +60,17 @@ def _change_marks(at, top, offset, x):
 
 def changes(lst, rd):
     """(ts, words) of each change of the listing's directory the trace places: where its
-    READDIRs' change attribute moved, or (a capture, whose model keeps their count alone) the
-    change that came before a restart."""
+    READDIRs' change attribute moved, or (a capture) where a GETATTR reply showed it; the
+    change that came before a restart where neither is known."""
     out = []
     if "version" in lst.rpcs:
         v = lst.rpcs["version"].tolist()
         for k in range(1, len(v)):
             if v[k] == v[k] and v[k - 1] == v[k - 1] and v[k] != v[k - 1]:  # neither NaN
                 out.append((rd[k].ts, f"the directory changed before READDIR #{k + 1}"))
+    elif getattr(lst, "change_ts", ()):
+        for t in lst.change_ts:
+            out.append((int(t), "a GETATTR reply showed the directory's new version"))
     else:
         for r in lst.restarts:
             if r.after_invalidation:

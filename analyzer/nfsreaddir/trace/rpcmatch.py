@@ -396,7 +396,7 @@ class CaptureReader:
                 a["fileid"].append(fileid)
                 a["source"].append("GETATTR" if call.kind == "getattr" else "READDIR")
             if self.passes is not None:
-                self.passes.attr(client, call.fh, frame, ver, fileid, call.kind == "getattr")
+                self.passes.attr(client, call.fh, frame, ver, fileid, call.kind == "getattr", ts=ts)
         del self.calls[(client, xid)]  # a reply again is a duplicate
         if call.kind != "readdir":
             return
