@@ -351,3 +351,28 @@ lb_finish() {
 	*) exit 125 ;;
 	esac
 }
+
+# lb_mount_as VERS WHERE [OPTS]: lb_mount with OPTS exactly as given (none: vers= alone, the
+# client's defaults), for reproducers that compare mount options against a default mount.
+lb_mount_as() {
+	local vers=$1 where=$2 opts=${3-} src
+	case $vers in
+	3) src=127.0.0.1:$EXPORT ;;
+	4 | 4.0 | 4.1 | 4.2) src=127.0.0.1:/ ;;
+	*) lb_die "unknown NFS version '$vers' (3, 4.0, 4.1, 4.2)" ;;
+	esac
+	mkdir -p "$where"
+	mount -t nfs -o "vers=$vers${opts:+,$opts}" "$src" "$where" ||
+		lb_die "mount $src on $where (vers=$vers${opts:+,$opts}) failed"
+	lb_on_exit "lb_umount '$where'"
+}
+
+# lb_mount_opcounts MOUNTPOINT: "OP=N ..." of every NFS operation count in that mount's
+# mountstats (per-op statistics: calls sent), for a before/after difference.
+lb_mount_opcounts() {
+	awk -v mnt="$1" '
+		$1 == "device" { here = ($5 == mnt); ops = 0 }
+		here && /per-op statistics/ { ops = 1; next }
+		here && ops && $1 ~ /^[A-Z_0-9]+:$/ { sub(":", "", $1); printf "%s=%d ", $1, $2 }
+	' /proc/self/mountstats
+}

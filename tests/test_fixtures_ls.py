@@ -1,0 +1,65 @@
+"""The issue-46 fixtures (reproducers/readdir-ls: `ls -l` of an idle directory, a trace and a
+capture of one run): their TRUTH files parse, agree with the run's facts and names, and the
+operation counts in them are what tshark counts in the captures (reproducers/wire-ops)."""
+
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES, TOP, fixture_dirs
+
+LS_FIXTURES = fixture_dirs("readdir-ls")
+WIRE_OPS = os.path.join(TOP, "reproducers", "wire-ops")
+
+
+def _kv(path):
+    out = {}
+    with open(path) as f:
+        for ln in f:
+            ln = ln.strip()
+            if ln and not ln.startswith("#"):
+                k, sep, v = ln.partition("=")
+                assert sep, f"{path}: not KEY=VALUE: {ln!r}"
+                out[k] = v
+    return out
+
+
+def test_there_are_ls_fixtures():
+    assert LS_FIXTURES
+
+
+@pytest.mark.parametrize("name", LS_FIXTURES)
+def test_truth_agrees_with_the_run(name):
+    d = os.path.join(FIXTURES, name)
+    truth, facts = _kv(os.path.join(d, "TRUTH")), _kv(os.path.join(d, "facts"))
+    with open(os.path.join(d, "names-idle.txt")) as f:
+        names = f.read().split()
+    assert int(truth["names"]) == int(facts["idle.entries"]) == len(names)
+    assert float(truth["ls_seconds"]) == float(facts["idle.seconds"]) > 0
+    assert truth["capture_dropped"] == facts["idle.capture_dropped"] == "0"
+    for k, v in facts.items():
+        if k.startswith("idle.mountstats_"):
+            assert truth["mountstats." + k[len("idle.mountstats_") :]] == v
+    assert any(k.startswith("wire.call.") for k in truth)
+    # The capture is a whole gzip'd pcap.
+    with gzip.open(os.path.join(d, "idle.pcap.gz"), "rb") as f:
+        assert f.read(4) in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1")
+
+
+@pytest.mark.skipif(not shutil.which("tshark"), reason="tshark is not installed")
+@pytest.mark.parametrize("name", LS_FIXTURES)
+def test_wire_counts_are_tsharks(name):
+    d = os.path.join(FIXTURES, name)
+    truth = _kv(os.path.join(d, "TRUTH"))
+    out = subprocess.run(
+        [sys.executable, WIRE_OPS, os.path.join(d, "idle.pcap.gz")],
+        check=True,
+        text=True,
+        stdout=subprocess.PIPE,
+    ).stdout
+    counted = dict(ln.split("=", 1) for ln in out.split())
+    assert {k[len("wire.") :]: v for k, v in truth.items() if k.startswith("wire.")} == counted
