@@ -289,7 +289,7 @@ class _Follow:
         self.after_loss: set[int] = set()
         self.replied = True  # the pass's last READDIR so far had its reply, with a status
         self.fileid: int | None = None
-        self.changes: list[int] = []
+        self.changes: list[tuple] = []
         self.seen = _NONE  # entry cookies this pass has been given, sorted, each once
         self.last_reply_cookie: int | None = None
         self.older: set[int] = set()  # last cookies of earlier replies of this pass
