@@ -280,8 +280,8 @@ class _Follow:
         self.version = version  # the directory's last version seen
         # The pass under way: its READDIRs (ROW tuples), the indexes among them of those that
         # restarted and of those that continued from an older reply than the last, the
-        # directory's inode number where a reply gave it, and the frames of the replies that
-        # showed the directory's version move.
+        # directory's inode number where a reply gave it, and (frame, time) of the GETATTR
+        # replies that showed the directory's version move.
         self.rows: list[tuple] = []
         self.restart_idx: list[int] = []
         self.ambiguous: list[int] = []
