@@ -404,7 +404,7 @@ def worst(answers, again=()):
     once."""
     g, v = min(answers, key=lambda a: _WORST.get(a[1].code, 1))
     if len(answers) > 1:
-        others = sorted({w.word for h, w in answers if h != g})
+        others = sorted({status.word(w.code) for h, w in answers if h != g})
         v.reason += (
             f" [the worst of {len(answers)} inputs, each judged on its own: {g}; the others "
             f"{', '.join(others)}]"
