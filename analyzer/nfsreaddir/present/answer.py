@@ -40,8 +40,10 @@ class Seen:
     why: str
     readdirs: int
     restarts: tuple | None  # (at least, at most); None: no cookies, cannot be seen
-    refetched: int
-    lost_ns: int  # time its restarts cost getting back
+    # What its restarts cost getting back, READDIRs and ns: (at least, at most), as the
+    # restarts are a range where the trace cannot tell a restart from a new listing.
+    refetched: tuple
+    lost_ns: tuple
     invalidation_count: int | None  # None: not recorded
     version_changes: int | None
     invalidations: list = field(default_factory=list)  # ts
@@ -57,7 +59,17 @@ class Seen:
         """What ranks listings worst first: restarts, time lost, READDIRs re-fetched; then a
         listing the trace cannot decide before one it can."""
         hi = self.restarts[1] if self.restarts else 0
-        return (hi, self.lost_ns, self.refetched, self.word == "undecided", not self.quiet)
+        return (hi, self.lost_ns[1], self.refetched[1], self.word == "undecided", not self.quiet)
+
+    @property
+    def refetched_text(self):
+        lo, hi = self.refetched
+        return str(lo) if lo == hi else f"{lo}-{hi}"
+
+    @property
+    def lost_text(self):
+        lo, hi = (x / 1e9 for x in self.lost_ns)
+        return f"{lo:.2f}" if lo == hi else f"{lo:.2f}-{hi:.2f}"
 
     @property
     def restarts_text(self):
@@ -87,8 +99,14 @@ def seen(analysis, verdict):
                 why=f.why,
                 readdirs=len(rd),
                 restarts=(lo, hi) if lst.cookies_known else None,
-                refetched=sum(r.refetched for r in lst.restarts),
-                lost_ns=sum(r.cost_ns for r in lst.restarts),
+                refetched=(
+                    sum(r.refetched for r in lst.restarts),
+                    sum(r.refetched for r in (lst.possible_restarts if hi > lo else lst.restarts)),
+                ),
+                lost_ns=(
+                    sum(r.cost_ns for r in lst.restarts),
+                    sum(r.cost_ns for r in (lst.possible_restarts if hi > lo else lst.restarts)),
+                ),
                 invalidation_count=len(lst.invalidations) if lst.invalidations_known else None,
                 version_changes=lst.version_changes,
                 invalidations=[i.ts for i in lst.invalidations],
@@ -123,12 +141,15 @@ def _after(s):
 
 def _refetch(s):
     """What the restarts cost, in words."""
-    if not s.refetched:
+    lo, hi = s.refetched
+    if not hi:
         return ""
-    lost = f" ({s.lost_ns / 1e9:.2f} s of its {(s.end - s.start) / 1e9:.2f} s)"
-    if 2 * s.refetched > s.readdirs:
+    lost = f" ({s.lost_text} s of its {(s.end - s.start) / 1e9:.2f} s)"
+    if 2 * lo > s.readdirs:
         return f"; most of its READDIRs re-read what it had already read{lost}"
-    return f"; {s.refetched} of its {s.readdirs} READDIRs re-read what it had already read{lost}"
+    return (
+        f"; {s.refetched_text} of its {s.readdirs} READDIRs re-read what it had already read{lost}"
+    )
 
 
 def cleaned(reason):

@@ -105,7 +105,7 @@ def _worst(rows):
         f'<tr data-listing="{k}-{s.n}"><td class="l"><a href="#{_anchor(k, s.n)}">{_e(s.label)}'
         f'</a></td><td class="l" title="{_e(s.why)}">{_e(s.word)}</td>'
         f"<td>{_e(s.restarts_text)}</td>"
-        f"<td>{s.lost_ns / 1e9:.2f}</td><td>{s.refetched}</td><td>{s.readdirs}</td>"
+        f"<td>{s.lost_text}</td><td>{s.refetched_text}</td><td>{s.readdirs}</td>"
         f"<td>{(s.end - s.start) / 1e9:.2f}</td></tr>"
         for k, s in rows
     )
