@@ -36,6 +36,16 @@ def restart_at(below):
 RECENT_READDIRS = 4
 
 
+def _mine(o, inv):
+    """Whether an invalidation (ts, pid, dev, fileid, event, reason) is one of open o's, as
+    analyze() selects a listing's (analysis._select): one of its directory, or, where either
+    names no directory, one by its own process."""
+    _, pid, dev, fileid, _, _ = inv
+    if fileid is None or o.fileid is None:
+        return pid == o.pid
+    return fileid == o.fileid and (o.dev is None or dev is None or dev == o.dev)
+
+
 class Tracker:
     """Restarts and invalidations printed the moment their event is read. The analyzer's
     reader model (opens.Opens, what analyze() runs over a whole trace: a READDIR at cookie 0,
@@ -77,6 +87,9 @@ class Tracker:
         # first READDIR of a listing would be counted under an empty directory (and, with
         # --dir, another directory's under this one's).
         self._pending = {}
+        # Invalidations met by an open whose directory was not named yet, by id: counted as
+        # its own, or not, once it is (as analyze() selects a listing's invalidations).
+        self._unnamed = {}
         # Which getdents64 returns went into NFS (only they end a listing at eof), as
         # analyze() marks them (causal.merged).
         self.returns = causal.Returns()
@@ -137,29 +150,42 @@ class Tracker:
                     o.dev, o.fileid = row.get("dev"), row.get("fileid")
                     self._flush(o)
             elif table == "invalidations":
-                fileid = row.get("fileid")
-                # The opens of that directory, else the one the invalidating process reads.
-                mine = [o for o in model.live.values() if o.fileid == fileid] or [
-                    o for o in (model.reading(pid),) if o is not None
-                ]
-                for o in mine:
-                    if not self._shown(o):
-                        continue
-                    n = self._invals[id(o)] = self._invals.get(id(o), 0) + 1
-                    self.invalidations += 1
-                    self._count("invalidations", o)
-                    self._line(
-                        ts,
-                        "invalidation",
-                        o,
-                        f"{src.event} ({row.get('reason')}) by "
-                        f"{self.live.comm(pid)}[{pid}]; so far {n}, "
-                        f"{(ts - o.start) / NS:.3f}s into the listing",
-                    )
-                    wrote = True
+                inv = (ts, pid, row.get("dev"), row.get("fileid"), src.event, row.get("reason"))
+                for o in model.live.values():
+                    if o.fileid is None:
+                        # Whose it is is known once the open's directory is named (analyze()
+                        # judges it by the directory the listing turns out to have).
+                        self._unnamed.setdefault(id(o), []).append(inv)
+                    elif _mine(o, inv):
+                        wrote |= self._invalidation(o, inv)
         self._finished()
         if wrote and not self.quiet:
             self.out.flush()
+
+    def _invalidation(self, o, inv):
+        """Count and print an invalidation (inv: ts, pid, dev, fileid, event, reason) of the
+        open's directory."""
+        if not self._shown(o):
+            return False
+        ts, pid, _, _, event, reason = inv
+        n = self._invals[id(o)] = self._invals.get(id(o), 0) + 1
+        self.invalidations += 1
+        self._count("invalidations", o)
+        self._line(
+            ts,
+            "invalidation",
+            o,
+            f"{event} ({reason}) by {self.live.comm(pid)}[{pid}]; so far {n}, "
+            f"{(ts - o.start) / NS:.3f}s into the listing",
+        )
+        return True
+
+    def _named(self, o):
+        """The invalidations an open met before its directory was named, now that it is (or
+        it ended unnamed)."""
+        for inv in self._unnamed.pop(id(o), ()):
+            if _mine(o, inv):
+                self._invalidation(o, inv)
 
     def _count(self, what, o, n=1, *extra):
         """Count into the metrics once the open's directory is known (_pending)."""
@@ -178,6 +204,7 @@ class Tracker:
         directory too)."""
         if o.fileid is None and not ended:
             return
+        self._named(o)
         for what, n, extra in self._pending.pop(id(o), ()):
             if self._shown(o):
                 self.metrics.count(what, o, n, *extra)
@@ -189,12 +216,20 @@ class Tracker:
         analyze()."""
         for o in self.model.done:
             key = id(o)
+            self._named(o)
             self._caught_up(o)
             if self.metrics is not None:
                 self._flush(o, ended=True)
                 if (o.rows or o.getdents) and self._shown(o):
                     self.metrics.count("listings_finished", o, 1, o.ending or "unknown")
-            for d in (self._invals, self._times, self._printed, self._catchup, self._pending):
+            for d in (
+                self._invals,
+                self._times,
+                self._printed,
+                self._catchup,
+                self._pending,
+                self._unnamed,
+            ):
                 d.pop(key, None)
         self.model.done.clear()
         if self.metrics is not None:

@@ -16,6 +16,7 @@ from . import markers as markers_mod
 from . import tables as tables_mod
 from .listing import (  # noqa: F401 (what an analysis is made of: part of this module's answers)
     Analysis,
+    AnalysisError,
     Invalidation,
     Listing,
 )
@@ -28,17 +29,12 @@ from .reader import (  # noqa: F401 (how a listing ended: part of this module's 
     ERROR,
     KILLED,
     UNKNOWN,
+    count_restarts,
     near_loss,
-    one_per_catchup,
-    restart_costs,
     went_on,
 )
 
 CHAIN_WINDOW_NS = 5 * NS  # how far back an invalidation's causes are looked for
-
-
-class AnalysisError(Exception):
-    """The trace cannot answer the question; the message says what to record instead."""
 
 
 def _bare(name):
@@ -55,29 +51,15 @@ def evidence_damage(damage, events):
 
 
 def restarts(lst, restart_idx, targets, change_ts, evidence):
-    """Set the listing's restarts and their other bound from the reader model's restart rows
-    (indexes into its READDIRs, with the reader's position each had to get back to, 0 where
-    not known) and its ambiguous rows. A restart whose evidence touches a stretch where events
-    were lost or damaged (lst.damage) could as well be a new listing whose end or start was
-    lost: it joins the ambiguous ones, so loss and damage make the count a range, never a
-    restart."""
+    """Count the listing's restarts (reader.count_restarts) from the reader model's restart
+    rows (indexes into its READDIRs, with the reader's position each had to get back to, 0
+    where not known) and its ambiguous rows; a restart whose evidence touches a stretch where
+    events were lost or damaged (lst.damage, evidence_damage) is ambiguous."""
     cookies = lst.rpcs["cookie"]
     cookies = np.asarray([0 if c is None or c != c else int(c) for c in cookies], dtype=np.uint64)
     ts = np.asarray(lst.rpcs["ts"], dtype=np.int64)
     lost = near_loss(ts, restart_idx, evidence_damage(lst.damage, evidence))
-    if lost:
-        lst.ambiguous_rows = sorted(set(lst.ambiguous_rows) | lost)
-        kept = [(i, t) for i, t in zip(restart_idx, targets) if i not in lost]
-        restart_idx, targets = [i for i, _ in kept], [t for _, t in kept]
-    lst.restarts = one_per_catchup(
-        restart_costs(cookies, ts, restart_idx, change_ts, targets), change_ts
-    )
-    # The other bound: every ambiguous READDIR a restart, at cookie 0 (its target not known).
-    target = dict(zip(restart_idx, targets))
-    both = sorted(set(restart_idx) | set(lst.ambiguous_rows))
-    lst.possible_restarts = one_per_catchup(
-        restart_costs(cookies, ts, both, change_ts, [target.get(i, 0) for i in both]), change_ts
-    )
+    count_restarts(lst, cookies, ts, restart_idx, change_ts, targets, lost)
 
 
 def _next_readdir(ts, when):

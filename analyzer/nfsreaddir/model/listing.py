@@ -13,6 +13,10 @@ from ..units import NS
 from .reader import EOF, UNKNOWN, Restart  # noqa: F401 (a listing is made of Restarts)
 
 
+class AnalysisError(Exception):
+    """The input cannot answer the question; the message says what to record instead."""
+
+
 @dataclass
 class Invalidation:
     ts: int

@@ -38,67 +38,35 @@ trace does not name its kernel.
 
 from .. import events
 from ..units import int_or_none
+from . import reader
 from .causal import merged
 from .reader import CLOSED, EOF, ERROR, KILLED
 
 
-class _Open:
-    """One open being read: its READDIRs and whether the reader is at the start."""
+class _Open(reader.Pass):
+    """One open being read: a reader's pass (reader.Pass decides which of its READDIRs went
+    back) and what delimits it: its process, its times, its getdents, rewinds and ending."""
 
     def __init__(self, pid, comm, start, delimited_by, key=None, below_restarts=False):
+        super().__init__(below_restarts)
         self.pid, self.comm, self.start, self.end = pid, comm, start, start
-        # A READDIR below the reader's position: True a restart, None ambiguous, False nothing
-        # (events.searches_from_first_page).
-        self.below_restarts, self.key, self.delimited_by = below_restarts, key, delimited_by
+        self.key, self.delimited_by = key, delimited_by
         self.rows = []  # rpc table row numbers
-        self.restart_rows, self.ambiguous_rows = [], []
-        self.targets = {}  # restart row -> the reader's position it had to get back to
-        self.at_start = True
-        self.progressed = False  # the reader has been past the start
-        self.progressed_at = None  # when it first was (what it had read could then be lost)
+        self.progressed_at = None  # when the reader was first past the start
         self.getdents, self.rewinds, self.ending, self.error = 0, [], None, None
         self.dev = self.fileid = None
         self.began_before_trace = False
         self.phase = None  # the reproducer's phase, where one delimits the listing
-        self.pos = None  # the reader's position (a cookie) at this getdents
-        self.last_pos = 0  # ... at the previous one, since the start or a rewind
-        self.ordered = True  # positions grew: cookies can be compared by value
-        self.searched = False  # this getdents already restarted
-        self.below = None  # its last READDIR below the position, if it was below
-        self.asked = 0  # the highest cookie asked since the start or a rewind
-        # A cookie-0 READDIR after the start, until what follows settles it: (row, the reader's
-        # position then, whether a restart would be visible as one, not as a rewind).
-        self.zero = None
-        self.refills = []  # cookie-0 READDIRs that refilled the page holding the position
 
     def position(self, ts, pos):
         """The reader enters the file system at position pos (None: not known)."""
         self.getdents += 1
         self.end = max(self.end, ts)
-        if self.zero is not None:
-            # The getdents that asked for cookie 0 returned without another READDIR: the
-            # refilled page held the position if the reader goes on from there.
-            p = None if pos is None else pos & 0xFFFF_FFFF_FFFF_FFFF
-            self._settle(None if p is None or p == 0 else p >= self.zero[1])
-        self.searched = False
-        self.below = None
-        self.pos = None
-        if pos is None:
-            return
-        if pos == 0:
-            if self.progressed:
-                self.rewind(ts)
-            self.at_start = True
-        else:
-            # The kprobe reads loff_t, signed; cookies are unsigned 64-bit.
-            self.pos = pos & 0xFFFF_FFFF_FFFF_FFFF
-            if self.pos < self.last_pos:
-                self.ordered = False
-            self.last_pos = self.pos
-            if not self.progressed and not self.rows and self.getdents == 1:
-                self.began_before_trace = True
-            self.at_start = False
-            self.progressed = True
+        first = not self.progressed and not self.rows and self.getdents == 1
+        if self.entered(pos):
+            self._rewound(ts)
+        if pos:
+            self.began_before_trace |= first
             self.past_start(ts)
 
     def past_start(self, ts):
@@ -107,69 +75,20 @@ class _Open:
 
     def rewind(self, ts):
         """The reader went back to the start: what it reads next is a new pass."""
+        self._rewound(ts)
+        self.went_back()
+
+    def _rewound(self, ts):
         if self.progressed or self.rows:
             self.rewinds.append(ts)
-        self._settle(None)
-        self.at_start = True
         self.ending = None
-        self.pos, self.last_pos = None, 0
-        self.asked = 0
 
     def readdir(self, row, ts, cookie, rewinds_visible=True):
         """A READDIR of this open; cookie None: not known."""
         self.rows.append(row)
         self.end = max(self.end, ts)
-        if cookie is None:
-            return
-        if self.zero is not None:
-            self._settle(cookie > self.zero[1])
-        if cookie == 0:
-            if self.at_start:
-                self.at_start = False
-            elif self.pos is None and self.asked:
-                # Where the reader is is not known, only that it had needed more than the
-                # first page: going back to cookie 0 can only be a restart (or a new pass).
-                (self.restart_rows if rewinds_visible else self.ambiguous_rows).append(row)
-                self.searched = True
-            else:
-                self.zero = (row, self.pos or 0, rewinds_visible)
-                self.searched = True
-        else:
-            self.at_start = False
-            self.asked = max(self.asked, cookie)
-            if self.pos is not None and not self.searched and self.below_restarts is not False:
-                # A READDIR below where the reader is fills the page that holds its position,
-                # unless the next one still starts at or below it: then that page lay wholly
-                # behind the reader, a search from the start that the cache served up to there
-                # (see the module's text).
-                if self.below is not None and cookie <= self.pos:
-                    sure = self.ordered and self.below_restarts
-                    (self.restart_rows if sure else self.ambiguous_rows).append(self.below)
-                    self.targets[self.below] = self.pos
-                    self.searched = True
-                self.below = row if cookie < self.pos else None
+        if self.asked_for(row, cookie, rewinds_visible):
             self.past_start(ts)
-        self.progressed = True
-
-    def _settle(self, refill):
-        """What the pending cookie-0 READDIR was: refill True, the page that holds the
-        position filled again; False, a restart (ambiguous where a rewind or a new open would
-        look the same); None, the trace does not tell."""
-        if self.zero is None:
-            return
-        row, reached, visible = self.zero
-        self.zero = None
-        if refill:
-            self.refills.append(row)
-        elif refill is False and visible:
-            self.restart_rows.append(row)
-        else:
-            self.ambiguous_rows.append(row)
-
-    def settle(self):
-        """The open's READDIRs are all in: a cookie-0 READDIR that nothing followed cannot be
-        told from a restart."""
-        self._settle(None)
 
 
 class Opens:
@@ -340,8 +259,7 @@ def by_syscalls(rpc, calls, cookies_known):
                 done.append(live.pop(key))
                 del current[pid]
             elif int_or_none(r["ret"]):
-                o.at_start = False
-                o.progressed = True
+                o.read_entries()
         elif call == "sys_lseek":
             o = live.get((pid, int_or_none(r["fd"])))
             if o is not None and int_or_none(r["pos"]) == 0 and int_or_none(r["whence"]) == 0:

@@ -35,6 +35,169 @@ ENDINGS = {
 }
 
 
+_U64 = 0xFFFF_FFFF_FFFF_FFFF
+
+
+class Pass:
+    """A reader's pass over a directory, fed event by event, and the one place that decides
+    which of its READDIRs went back: the trace's opens (opens._Open is one), the capture's
+    passes (wire_passes._Follow feeds one a pass) and `watch` (through opens) all feed it.
+
+    Fed: asked_for (a READDIR's cookie), entered (the reader's position at a getdents, where
+    the trace gives one), went_back (a rewind), read_entries (a getdents that returned
+    entries), lost (the evidence just before the next READDIR is not in the input),
+    interleaved (a READDIR of another pass over the same directory came in between) and
+    settle (nothing more comes). It settles each READDIR after the start as one of:
+
+        restart      back to cookie 0 while the reader was past the start, or for a whole page
+                     below the reader's position (below_restarts, see opens.py);
+        refill       cookie 0 again while the reader was still inside the first page: what
+                     follows (a cookie above the position, or a getdents at or past it) shows
+                     the kernel filled that page again and went on;
+        ambiguous    a restart that a rewind, a new open or lost evidence would look the same
+                     as, or one that nothing follows: counted as neither (a range);
+
+    and keeps the reader's position known (targets: restart -> where the reader was)."""
+
+    def __init__(self, below_restarts=False):
+        # A READDIR below the reader's position: True a restart, None ambiguous, False nothing
+        # (events.searches_from_first_page).
+        self.below_restarts = below_restarts
+        self.restart_rows: list = []
+        self.ambiguous_rows: list = []
+        self.refills: list = []  # cookie-0 READDIRs that refilled the page holding the position
+        self.targets: dict = {}  # restart row -> the reader's position it had to get back to
+        self.at_start = True
+        self.progressed = False  # the reader has been past the start
+        self.pos = None  # the reader's position (a cookie) at this getdents
+        self.last_pos = 0  # ... at the previous one, since the start or a rewind
+        self.ordered = True  # positions grew: cookies can be compared by value
+        self.searched = False  # this getdents already restarted
+        self.below = None  # its last READDIR below the position, if it was below
+        self.asked = 0  # the highest cookie asked since the start or a rewind
+        # A cookie-0 READDIR after the start, until what follows settles it: (row, the reader's
+        # position then, whether a restart would be visible as one, not as a rewind).
+        self.zero = None
+        self.unsure = False  # the evidence before the next READDIR was lost
+        self.mixed = False  # another pass's READDIRs came in between: no restart is sure
+
+    def entered(self, pos):
+        """The reader enters the file system at position pos (None: not known). Returns
+        whether that went back to the start of a pass under way (a rewind)."""
+        if self.zero is not None:
+            # The getdents that asked for cookie 0 returned without another READDIR: the
+            # refilled page held the position if the reader goes on from there.
+            p = None if pos is None else pos & _U64
+            self._settle(None if p is None or p == 0 else p >= self.zero[1])
+        self.searched = False
+        self.below = None
+        self.pos = None
+        if pos is None:
+            return False
+        rewound = False
+        if pos == 0:
+            if self.progressed:
+                self.went_back()
+                rewound = True
+            self.at_start = True
+            return rewound
+        # The kprobe reads loff_t, signed; cookies are unsigned 64-bit.
+        self.pos = pos & _U64
+        if self.pos < self.last_pos:
+            self.ordered = False
+        self.last_pos = self.pos
+        self.at_start = False
+        self.progressed = True
+        return False
+
+    def went_back(self):
+        """The reader went back to the start: what it reads next is a new pass."""
+        self._settle(None)
+        self.at_start = True
+        self.pos, self.last_pos = None, 0
+        self.asked = 0
+
+    def read_entries(self):
+        """A getdents returned entries: the reader is past the start."""
+        self.at_start = False
+        self.progressed = True
+
+    def lost(self):
+        """What came just before the next READDIR is not in the input (a READDIR's reply
+        missing from a capture): had it ended the pass, a cookie-0 READDIR next would begin a
+        new one, so such a READDIR is ambiguous, not a restart."""
+        self.unsure = True
+
+    def interleaved(self, row):
+        """READDIR `row` continued another pass over the same directory: two readers'
+        READDIRs are one stream, and any cookie-0 READDIR may be the other's start."""
+        self.ambiguous_rows.append(row)
+        self.mixed = True
+
+    def asked_for(self, row, cookie, visible=True):
+        """A READDIR (row: the caller's name for it) asked for cookie (None: not known).
+        visible: a rewind by the reader would show in the input (else a restart and a rewind
+        look the same). Returns whether it went past the start (a cookie that is not 0)."""
+        visible = visible and not self.unsure
+        self.unsure = False
+        if cookie is None:
+            return False
+        if self.zero is not None:
+            self._settle(cookie > self.zero[1])
+        went = False
+        if cookie == 0:
+            if self.at_start:
+                self.at_start = False
+            elif self.pos is None and self.asked:
+                # Where the reader is is not known, only that it had needed more than the
+                # first page: going back to cookie 0 can only be a restart (or a new pass).
+                (self.restart_rows if visible else self.ambiguous_rows).append(row)
+                self.searched = True
+            else:
+                self.zero = (row, self.pos or 0, visible)
+                self.searched = True
+        else:
+            self.at_start = False
+            self.asked = max(self.asked, cookie)
+            if self.pos is not None and not self.searched and self.below_restarts is not False:
+                # A READDIR below where the reader is fills the page that holds its position,
+                # unless the next one still starts at or below it: then that page lay wholly
+                # behind the reader, a search from the start that the cache served up to there
+                # (see opens.py).
+                if self.below is not None and cookie <= self.pos:
+                    sure = self.ordered and self.below_restarts
+                    (self.restart_rows if sure else self.ambiguous_rows).append(self.below)
+                    self.targets[self.below] = self.pos
+                    self.searched = True
+                self.below = row if cookie < self.pos else None
+            went = True
+        self.progressed = True
+        return went
+
+    def _settle(self, refill):
+        """What the pending cookie-0 READDIR was: refill True, the page that holds the
+        position filled again; False, a restart (ambiguous where a rewind or a new open would
+        look the same); None, the input does not tell."""
+        if self.zero is None:
+            return
+        row, _, visible = self.zero
+        self.zero = None
+        if refill:
+            self.refills.append(row)
+        elif refill is False and visible:
+            self.restart_rows.append(row)
+        else:
+            self.ambiguous_rows.append(row)
+
+    def settle(self):
+        """The pass's READDIRs are all in: a cookie-0 READDIR that nothing followed cannot be
+        told from a restart; where two passes interleaved, no restart is sure."""
+        self._settle(None)
+        if self.mixed and self.restart_rows:
+            self.ambiguous_rows = sorted({*self.ambiguous_rows, *self.restart_rows})
+            self.restart_rows = []
+
+
 @dataclass
 class Restart:
     ts: int
@@ -89,6 +252,32 @@ def restart_costs(cookies, ts, restart_idx, change_ts, targets=None):
             bool(len(changed) and changed[-1] >= prev),
         )
     return out
+
+
+def count_restarts(lst, cookies, ts, restart_idx, change_ts, targets=None, lost=()):
+    """The one count of a listing's restarts, for every input: from the reader model's
+    restarts (restart_idx: indexes into the listing's READDIRs, cookies and ts theirs in
+    order; targets: the reader's position each had to get back to, 0 where not known) and its
+    ambiguous READDIRs (lst.ambiguous_rows). A restart among `lost` (its evidence lies in or
+    next to what was lost or damaged, near_loss) could as well be a new listing whose end or
+    start was lost: it joins the ambiguous ones, so loss and damage make the count a range,
+    never a restart. Sets lst.restart_rows (the model's restarts, so the count can be made
+    again once more loss is known), lst.restarts, lst.possible_restarts (the other bound:
+    every ambiguous READDIR a restart, at cookie 0) and lst.ambiguous_rows."""
+    targets = list(targets) if targets is not None else [0] * len(restart_idx)
+    target = dict(zip(restart_idx, targets))
+    lst.restart_rows = list(restart_idx)
+    lost = set(lost) & set(restart_idx)
+    if lost:
+        lst.ambiguous_rows = sorted(set(lst.ambiguous_rows) | lost)
+    kept = [i for i in restart_idx if i not in lost]
+    lst.restarts = one_per_catchup(
+        restart_costs(cookies, ts, kept, change_ts, [target[i] for i in kept]), change_ts
+    )
+    both = sorted(set(restart_idx) | set(lst.ambiguous_rows))
+    lst.possible_restarts = one_per_catchup(
+        restart_costs(cookies, ts, both, change_ts, [target.get(i, 0) for i in both]), change_ts
+    )
 
 
 def went_on(cookies):

@@ -29,8 +29,8 @@ import pandas as pd
 from ..trace import capture as capture_mod
 from ..trace import pcapng
 from ..units import int_or_none
-from . import analysis, fleet
-from .listing import Analysis, LazyTables
+from . import fleet, reader, wire_passes
+from .listing import Analysis, AnalysisError, LazyTables
 from .wire_passes import ROW, Passes, listings
 
 
@@ -86,13 +86,13 @@ def analyze(path, tshark=None, ports=()):
         if lst.fileid is None:  # the directory's inode number, where a reply gave it
             lst.fileid = fileids.get(lst.fh)
         lst.damage = list(damage)
-        if damage and lst.restarts:
-            # Frames lost where the capture cannot say (dropped, cut by the snaplen, a hole in
-            # a TCP stream): the eof reply that ended a pass, or the READDIRs that did, may be
-            # among them, and a "restart" the first READDIR of a new pass. Each is possible,
-            # none certain.
-            lst.ambiguous_rows = sorted({*lst.ambiguous_rows, *(r.rpc_index for r in lst.restarts)})
-            lst.restarts = ()
+        if damage and lst.restart_rows:
+            # Frames lost (dropped, cut by the snaplen, a hole in a TCP stream): the eof reply
+            # that ended a pass, or the READDIRs that did, may be among them, and a "restart"
+            # the first READDIR of a new pass. Where the capture cannot say where, each is
+            # possible, none certain.
+            ts = lst.rpcs.a["ts"]
+            wire_passes.count(lst, lost=reader.near_loss(ts, lst.restart_rows, damage))
         if lst.missing_replies:
             lst.damage.append(
                 {
@@ -154,28 +154,28 @@ def _refuse_unusable(cap, path):
     no READDIR to analyze."""
     on = ", ".join(map(str, cap.ports))
     if not cap.messages and not cap.port_frames:
-        raise analysis.AnalysisError(
+        raise AnalysisError(
             f"{path}: no NFS traffic in this capture: no frame to or from port {on} and no ONC "
             "RPC message; capture the NFS traffic with `tcpdump -s 0 -w FILE port 2049` on the "
             "client (name the server's port if it is not 2049)"
         )
     if cap.truncated_frames and not cap.readdir_calls:
-        raise analysis.AnalysisError(
+        raise AnalysisError(
             f"{path}: {cap.truncated_frames} frames were cut to {cap.snaplen} bytes by the "
             "capture's snaplen, too short to decode NFS; capture again with `tcpdump -s 0`"
         )
     if not cap.messages:
-        raise analysis.AnalysisError(
+        raise AnalysisError(
             f"{path}: no ONC RPC (NFS) message in this capture; capture the NFS traffic with "
             "`tcpdump -s 0 -w FILE port 2049` on the client"
         )
     if not cap.readdir_calls and "2" in cap.versions:
-        raise analysis.AnalysisError(
+        raise AnalysisError(
             f"{path}: NFSv2 is not supported (this capture's NFS is "
             f"v{'/'.join(sorted(cap.versions))}): only NFSv3 and NFSv4 READDIRs are analyzed"
         )
     if not cap.readdir_calls:
-        raise analysis.AnalysisError(
+        raise AnalysisError(
             f"{path}: no READDIR or READDIRPLUS call in this capture ({cap.messages} RPC "
             "messages); capture while the directory is listed"
         )

@@ -97,8 +97,10 @@ class WireListing(Listing):
     fh: str = ""
     refetched_entries: int = 0
     missing_replies: int = 0  # READDIRs whose reply is not in the capture, or gave no status
-    # When each of its version_changes was seen (the GETATTR reply's time), for the page.
+    # When each of its version_changes was seen (the GETATTR reply's time), for the page,
+    # and the reply's frame, which orders it among the READDIRs.
     change_ts: Sequence = ()
+    change_frames: Sequence = ()
 
     def __getstate__(self):
         # Its rpc_rows are a column of its rpcs: written once, made again when read back.
@@ -166,6 +168,29 @@ def _new_listing(client, fh, ts, began_before):
 def listings(cap):
     """The listings of a Capture read with passes=Passes, in time order (a ListingSpool)."""
     return cap.passes.listings
+
+
+def count(lst, lost=()):
+    """Count the wire listing's restarts (reader.count_restarts, from the reader model's
+    restart rows and its ambiguous ones; lost: restarts whose evidence is in what the capture
+    lost). A change of the directory counts for the READDIRs after its reply in the capture's
+    order (frame numbers: coarse clocks give ties)."""
+    if not lst.restart_rows and not lst.ambiguous_rows:
+        return
+    a = lst.rpcs.a
+    frames, ts = a["frame"], a["ts"]
+    changes = np.asarray(lst.change_frames, dtype=np.int64)
+    # When the catch-up rule asks whether the directory changed between two restarts: at the
+    # first READDIR after the change.
+    after = np.searchsorted(frames, changes, side="right")
+    reader.count_restarts(
+        lst, a["cookie"], ts, lst.restart_rows, ts[after[after < len(ts)]], lost=lost
+    )
+    # after_invalidation: on the wire, the directory's version moved since the READDIR
+    # before the restart.
+    for r in (*lst.restarts, *lst.possible_restarts):
+        prev = frames[r.rpc_index - 1] if r.rpc_index else frames[r.rpc_index]
+        r.after_invalidation = bool(((changes > prev) & (changes < frames[r.rpc_index])).any())
 
 
 class Passes:
@@ -278,16 +303,12 @@ class _Follow:
         self.waiting: deque = deque()
         self.lst: WireListing | None = None  # the listing of the pass under way
         self.version = version  # the directory's last version seen
-        # The pass under way: its READDIRs (ROW tuples), the indexes among them of those that
-        # restarted and of those that continued from an older reply than the last, the
-        # directory's inode number where a reply gave it, and (frame, time) of the GETATTR
-        # replies that showed the directory's version move.
+        # The pass under way: its READDIRs (ROW tuples), the reader model's pass (fed each
+        # READDIR's cookie, by its index among them), the directory's inode number where a
+        # reply gave it, and (frame, time) of the GETATTR replies that showed the directory's
+        # version move.
         self.rows: list[tuple] = []
-        self.restart_idx: list[int] = []
-        self.ambiguous: list[int] = []
-        # Restarts whose READDIR before had no reply in the capture (see close()).
-        self.after_loss: set[int] = set()
-        self.replied = True  # the pass's last READDIR so far had its reply, with a status
+        self.reader = reader.Pass()
         self.fileid: int | None = None
         self.changes: list[tuple] = []
         self.seen = _NONE  # entry cookies this pass has been given, sorted, each once
@@ -331,17 +352,9 @@ class _Follow:
             return
         a = np.array(self.rows, dtype=ROW)
         lst.rpcs, lst.rpc_rows, lst.fileid = Rows(a, self.client), a["row"], self.fileid
-        restart_idx = self.restart_idx
-        if self.ambiguous:
-            # Two passes interleave: a cookie-0 READDIR may be the other reader's start as
-            # well as a restart, so none of them is counted as either.
-            lst.ambiguous_rows = sorted(set(self.ambiguous) | set(restart_idx))
-            restart_idx = []
-        elif self.after_loss:
-            # The READDIR before it has no reply in the capture: that reply may have said
-            # eof, and this READDIR begun a new pass.
-            lst.ambiguous_rows = sorted(self.after_loss)
-            restart_idx = [i for i in restart_idx if i not in self.after_loss]
+        p = self.reader
+        p.settle()
+        lst.ambiguous_rows, lst.refill_rows = sorted(p.ambiguous_rows), list(p.refills)
         # The changes of the directory's version the listing met: shown by a reply after its
         # first READDIR call and before its last (only a READDIR after the change can go back
         # to cookie 0; frame numbers order the capture, where coarse clocks give ties).
@@ -350,22 +363,10 @@ class _Follow:
         changes = np.array([f for f, _ in met], dtype=np.int64)
         lst.version_changes = len(changes)
         lst.change_ts = [t for _, t in met if t is not None]
-        # The restarts, and the other bound: every ambiguous cookie-0 READDIR a restart too
-        # (without it the most restarts the capture allows would read 0 beside restarts=4).
-        possible = sorted(set(restart_idx) | set(lst.ambiguous_rows))
-        if possible:
-            none = np.array([], dtype=np.int64)
-            lst.restarts = reader.restart_costs(a["cookie"], a["ts"], restart_idx, none)
-            lst.possible_restarts = reader.restart_costs(a["cookie"], a["ts"], possible, none)
-            # after_invalidation: on the wire, the directory's version moved since the
-            # READDIR before the restart.
-            for r in (*lst.restarts, *lst.possible_restarts):
-                prev = frames[r.rpc_index - 1] if r.rpc_index else frames[r.rpc_index]
-                r.after_invalidation = bool(
-                    ((changes > prev) & (changes < frames[r.rpc_index])).any()
-                )
-        self.rows, self.restart_idx, self.ambiguous, self.changes = [], [], [], []
-        self.after_loss = set()
+        lst.change_frames = changes
+        lst.restart_rows = p.restart_rows
+        count(lst)
+        self.rows, self.changes, self.reader = [], [], reader.Pass()
         self.fileid = None
         self.spool.put(lst, self.number)
 
@@ -392,9 +393,7 @@ class _Follow:
             and len(prev_cookies) > page
         )
         if cookie == 0 and lst is not None and (lst.ending != reader.EOF or unfinished):
-            self.restart_idx.append(len(self.rows))  # a restart
-            if not self.replied:
-                self.after_loss.add(len(self.rows))
+            # The pass goes on (the reader model says what its cookie-0 READDIR was).
             if unfinished:
                 lst.ending = reader.CUT_OFF
         elif lst is None or (lst.ending == reader.EOF and not reads_on) or cookie == 0:
@@ -413,17 +412,19 @@ class _Follow:
             # one, a second pass over the same directory interleaves with this one.
             last = self.last_reply_cookie
             if last is not None and cookie != last and cookie in self.older:
-                self.ambiguous.append(len(self.rows))
+                self.reader.interleaved(len(self.rows))
+        # Reader position unknown on the wire: the pass's cookies alone say where it went.
+        self.reader.asked_for(len(self.rows), cookie)
         self.rows.append(_row(i, row))
         if self.fileid is None and row.status == 0:
             self.fileid = row.fileid
         lst.end = int(ts if reply_ts is None else reply_ts)
         status = row.status
-        self.replied = reply_ts is not None and status is not None
-        if not self.replied:
+        if reply_ts is None or status is None:
             # No reply in the capture, or one that does not say how the READDIR went: what it
-            # gave is not known, as the listing's damage says.
+            # gave is not known, as the listing's damage says; it may have ended the pass.
             lst.missing_replies += 1
+            self.reader.lost()
             return
         if status != 0:
             lst.ending, lst.error = reader.ERROR, int(status)
