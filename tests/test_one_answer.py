@@ -90,6 +90,47 @@ def test_a_lossy_capture_of_a_fixed_kernel_is_not_bad():
     assert any(len(lst.possible_restarts) for lst in a.listings)
 
 
+def test_loss_far_from_a_restart_keeps_it_definite(tmp_path):
+    """5.10-v4.1-cap's modified listing restarts 4 times (stock 5.10; its trace says so too).
+    A frame dropped from it (as tcpdump drops one) leaves a hole in its TCP stream that
+    trace/tcpholes places in time: dropped far from every restart (not between the READDIRs
+    beside it), the restarts stay definite and the answer bad, the loss said as damage; dropped
+    between a restart and the READDIR before it, that restart becomes a range."""
+    path = os.path.join(FIXTURES, "5.10-v4.1-cap", "modified.pcap.gz")
+    whole = max(wire.analyze(path).listings, key=lambda lst: len(lst.rpcs))
+    ts = whole.rpcs["ts"].to_numpy("int64")
+    around = [(int(ts[r.rpc_index - 1]), int(ts[r.rpc_index + 1])) for r in whole.restarts]
+    assert len(around) == 4
+    head, packets = pcapedit.read(path)
+
+    # The server's segments with bytes; dropping one (not the last: a later one shows the
+    # hole) loses bytes sent between the one before it and the one after it.
+    data = [i for i, p in enumerate(packets) if p.payload() and p.ports()[0] == 2049]
+
+    def t(i):
+        return packets[i].sec * 10**9 + packets[i].frac * 1000
+
+    def near(k):
+        since, until = t(data[k - 1]), t(data[k + 1])
+        return any(since <= hi and until >= lo for lo, hi in around)
+
+    inner = range(1, len(data) - 1)
+    far = [data[k] for k in inner if not near(k)][:: max(1, len(data) // 6)][:3]
+    close = [data[k] for k in inner if near(k)][:1]
+    assert far and close
+    for i in far + close:
+        copy = str(tmp_path / f"drop{i}.pcap")
+        pcapedit.write(copy, head, packets[:i] + packets[i + 1 :])
+        a = wire.analyze(copy)
+        lst = max(a.listings, key=lambda x: len(x.rpcs))
+        code = _judged(a)[0]
+        if i in far:
+            assert (code, len(lst.restarts)) == (BAD, 4), (i, _judged(a))
+        else:
+            assert code in (BAD, UNDECIDED) and len(lst.restarts) < 4, (i, _judged(a))
+            assert len(lst.possible_restarts) >= 4
+
+
 def _copies(packets, seed):
     """Seeded lossy copies of a capture's packets: frames dropped at random (1-50%), and
     frames cut to a snaplen, as `tcpdump -s` or `editcap -s` cut them."""

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import struct
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
@@ -15,7 +16,7 @@ import pcapedit
 from conftest import FIXTURES, needs_setup, run_cli
 from nfsreaddir.model import analysis, wire, wire_passes
 from nfsreaddir.rules import verdict
-from nfsreaddir.trace import capture, rpcmatch, wiredecode
+from nfsreaddir.trace import capture, rpcmatch, tcpholes, wiredecode
 
 CAPTURES = sorted(
     os.path.join(d, f)
@@ -122,16 +123,33 @@ def test_the_decoder_and_tshark_give_the_same_tables_and_verdicts(name, monkeypa
 
 @built
 @pytest.mark.parametrize("name", LOSSY)
-def test_a_capture_with_holes_is_decoded_by_tshark_and_its_loss_is_damage(name, capfd):
+def test_a_capture_with_holes_is_decoded_by_tshark_and_its_loss_is_placed(name, capfd):
     """tcpdump dropped packets while taking these (its log says how many): the compiled
-    decoder meets the holes, says so and leaves the capture to tshark, and every listing of it
-    carries the loss as damage, so that none is judged as if the capture were whole."""
+    decoder meets the holes, says so and leaves the capture to tshark. The holes are placed on
+    their connection and in time (trace/tcpholes: as many as tshark finds segments "not
+    captured" before others, the capture's first aside), and every listing of that connection
+    that overlaps one carries the loss as damage, none else."""
     path = os.path.join(FIXTURES, name)
     cap = capture.read(path, decoder="compiled")
     assert cap.decoder == "tshark" and "lost" in (cap.fallback or ""), cap.fallback
     assert "TCP segment lost" in capfd.readouterr().err
+    holes = tcpholes.walk(path, {2049}).holes
+    flagged = subprocess.run(
+        ["tshark", "-r", path, "-n", "-Y", "tcp.analysis.lost_segment"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.count("\n")
+    assert flagged - 1 <= len(holes) <= flagged and holes, (len(holes), flagged)
     a = wire.analyze(path)
-    assert a.listings and all(lst.damage for lst in a.listings)
+    for lst in a.listings:
+        near = any(
+            c == lst.client and since <= lst.end and until >= lst.start
+            for c, since, until, _ in holes
+        )
+        assert bool(lst.damage) == near, lst.label()
+    damaged = [bool(lst.damage) for lst in a.listings]
+    assert any(damaged) and (len(damaged) == 1 or not all(damaged)), damaged
 
 
 @built

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace import capture as capture_mod
-from ..trace import pcapng
+from ..trace import pcapng, tcpholes
 from ..units import int_or_none
 from . import fleet, reader, wire_passes
 from .listing import Analysis, AnalysisError, LazyTables
@@ -74,7 +74,10 @@ def analyze(path, tshark=None, ports=()):
             cap = capture_mod.read(path, tshark=tshark, ports=ports, passes=Passes, tables=False)
     _refuse_unusable(cap, path)
     phase, facts = _phase_facts(path)
-    damage, dropped = _capture_damage(cap, path, phase, facts)
+    damage, placed, dropped = _capture_damage(cap, path, phase, facts)
+    by_client: dict[str, list] = {}
+    for d in placed:
+        by_client.setdefault(d["client"], []).append(d)
     out = listings(cap)
     # The phase's listing: the reproducer's lister made one pass, the longest listing. A server's
     # capture of many clients (readdir-fleet) has one lister per client, none of them it.
@@ -85,14 +88,14 @@ def analyze(path, tshark=None, ports=()):
         """What a listing read back from the spool gets once the whole capture is read."""
         if lst.fileid is None:  # the directory's inode number, where a reply gave it
             lst.fileid = fileids.get(lst.fh)
-        lst.damage = list(damage)
-        if damage and lst.restart_rows:
-            # Frames lost (dropped, cut by the snaplen, a hole in a TCP stream): the eof reply
-            # that ended a pass, or the READDIRs that did, may be among them, and a "restart"
-            # the first READDIR of a new pass. Where the capture cannot say where, each is
-            # possible, none certain.
+        mine = by_client.get(lst.client, ())
+        lst.damage = damage + [d for d in mine if d["from"] <= lst.end and d["to"] >= lst.start]
+        if lst.damage and lst.restart_rows:
+            # Frames lost (dropped, cut by the snaplen): the eof reply that ended a pass, or
+            # the READDIRs that did, may be among them, and a "restart" the first READDIR of
+            # a new pass. Those next to a loss are possible, none certain.
             ts = lst.rpcs.a["ts"]
-            wire_passes.count(lst, lost=reader.near_loss(ts, lst.restart_rows, damage))
+            wire_passes.count(lst, lost=reader.near_loss(ts, lst.restart_rows, lst.damage))
         if lst.missing_replies:
             lst.damage.append(
                 {
@@ -182,22 +185,32 @@ def _refuse_unusable(cap, path):
 
 
 def _capture_damage(cap, path, phase, facts):
-    """(damage over the whole capture, packets the kernel dropped while capturing or None)."""
+    """(damage over the whole capture, damage placed on one client's connection and in time,
+    packets the kernel dropped while capturing or None)."""
     damage = []
-    if cap.truncated_frames:
-        damage.append(
-            _whole(f"{cap.truncated_frames} frames cut to {cap.snaplen} bytes by the snaplen")
-        )
     # A plain pcap does not keep the drop count: the reproducer's facts have tcpdump's.
     dropped = int_or_none(facts.get(f"{phase}.capture_dropped")) if phase else None
     if dropped is None and "pcapng" in cap.kind:
         dropped = pcapng.pcapng_drops(path)
-    if dropped:
-        damage.append(_whole(f"{dropped} packets dropped by the kernel while capturing"))
+    placed = []
+    if dropped or cap.truncated_frames or cap.fallback or cap.decoder != "compiled":
+        # Bytes of a TCP stream that were not captured show where they were lost
+        # (trace/tcpholes): only the READDIRs next to them are in doubt.
+        found = tcpholes.walk(path, set(cap.ports))
+        for client, since, until, cut in found.holes:
+            what = (
+                f"{cap.truncated_frames} frames cut to {cap.snaplen} bytes by the snaplen"
+                if cut
+                else f"{dropped} packets dropped by the kernel while capturing"
+                if dropped
+                else "TCP segments missing from the capture"
+            )
+            placed.append({"from": since, "to": until, "client": client, "what": what})
+        if found.udp and (dropped or cap.truncated_frames):
+            # NFS over UDP numbers nothing: its losses cannot be placed.
+            damage.append(_whole(f"{dropped or cap.truncated_frames} frames lost, over UDP"))
     for w in cap.warnings:
         damage.append(_whole(w))
-    if cap.fallback and "lost" in cap.fallback:
-        damage.append(_whole(f"the capture lost frames: {cap.fallback}"))
     if cap.unsplit_frames:
         damage.append(
             _whole(
@@ -205,7 +218,7 @@ def _capture_damage(cap, path, phase, facts):
                 "told apart"
             )
         )
-    return damage, dropped
+    return damage, placed, dropped
 
 
 def _info(cap, path, dropped, nfs):
