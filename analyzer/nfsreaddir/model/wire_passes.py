@@ -363,7 +363,7 @@ class _Follow:
         changes = np.array([f for f, _ in met], dtype=np.int64)
         lst.version_changes = len(changes)
         lst.change_ts = [t for _, t in met if t is not None]
-        lst.change_frames = changes
+        lst.change_frames = [f for f, _ in met]
         lst.restart_rows = p.restart_rows
         count(lst)
         self.rows, self.changes, self.reader = [], [], reader.Pass()
