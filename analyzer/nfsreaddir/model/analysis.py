@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .. import events
+from ..trace.base import bare_name
 from ..units import NS, int_or_none
 from . import markers as markers_mod
 from . import tables as tables_mod
@@ -37,17 +38,12 @@ from .reader import (  # noqa: F401 (how a listing ended: part of this module's 
 CHAIN_WINDOW_NS = 5 * NS  # how far back an invalidation's causes are looked for
 
 
-def _bare(name):
-    """An event's name without its system ("nfs:nfs_readdir" and report text's "nfs_readdir")."""
-    return name.replace("/", ":").rsplit(":", 1)[-1]
-
-
 def evidence_damage(damage, events):
     """The damage among a listing's that can touch the evidence of a restart: the READDIRs and
     the reader's calls (events: their names), events lost or damaged whatever they were, not a
     damaged event of another kind (a revalidation's flags cut short changes no cookie)."""
-    named = {_bare(e) for e in events}
-    return [d for d in damage if not d.get("event") or _bare(d["event"]) in named]
+    named = {bare_name(e) for e in events}
+    return [d for d in damage if not d.get("event") or bare_name(d["event"]) in named]
 
 
 def restarts(lst, restart_idx, targets, change_ts, evidence):

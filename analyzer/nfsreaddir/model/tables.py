@@ -38,6 +38,7 @@ from ..events import (
     SYSCALL_SOURCES,
     Source,
 )
+from ..trace.base import bare_name
 from .damage import impossible_values, position_back, unpaired_readdirs
 from .requires import requires_events
 
@@ -88,7 +89,7 @@ def _names(trace, src):
     if not src.event.startswith("*:"):
         return [src.event]
     bare = src.event[2:]
-    return sorted(n for n in trace.event_names() if n.replace("/", ":").rsplit(":", 1)[-1] == bare)
+    return sorted(n for n in trace.event_names() if bare_name(n) == bare)
 
 
 def _raw_fields(trace, src, name):

@@ -21,6 +21,12 @@ def field_column(name):
     return f"field_{name}" if name in BASE_COLUMNS else name
 
 
+def bare_name(name):
+    """An event's name without its system: "nfs:nfs_readdir", "nfs/nfs_readdir" and report
+    text's "nfs_readdir" are one event."""
+    return name.replace("/", ":").rsplit(":", 1)[-1]
+
+
 def new_info(fmt, path, instance, **more):
     """A reader's ``info`` before it has read anything: what every reader says of a trace
     (``more``: what only this format says, in its place after the kernel's name)."""

@@ -38,7 +38,15 @@ import re
 
 import pandas as pd
 
-from .base import BASE_COLUMNS, TraceError, columns_of, field_column, new_info, one_piece
+from .base import (
+    BASE_COLUMNS,
+    TraceError,
+    bare_name,
+    columns_of,
+    field_column,
+    new_info,
+    one_piece,
+)
 from .format import EventFormat, Field
 from .payload import normalised
 from .textcolumns import event_frame, typed_column
@@ -205,7 +213,7 @@ class ReportText:
     def event_format(self, name):
         """The fields seen for event ``name`` (a stand-in for the binary format:
         ``.fields``, ``.user_fields()``, ``.full_name``), or None if not seen."""
-        bare = name.replace("/", ":").rsplit(":", 1)[-1]
+        bare = bare_name(name)
         _, fields = self._index()
         if bare not in fields:
             return None
@@ -319,9 +327,7 @@ def _requests(events):
     for key, fields in events.items():
         if isinstance(fields, str):
             fields = [fields]
-        bykey.setdefault(key.replace("/", ":").rsplit(":", 1)[-1], []).append(
-            (key, None if fields is None else list(fields))
-        )
+        bykey.setdefault(bare_name(key), []).append((key, None if fields is None else list(fields)))
     return bykey
 
 
