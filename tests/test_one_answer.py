@@ -18,7 +18,7 @@ import pcapedit
 from conftest import FIXTURES, report_text, run_cli
 from nfsreaddir.model import analysis, wire
 from nfsreaddir.rules import verdict
-from nfsreaddir.trace import open_trace
+from nfsreaddir.trace import TraceError, open_trace
 
 GOOD, BAD, UNDECIDED = verdict.GOOD, verdict.BAD, verdict.UNDECIDED
 
@@ -176,6 +176,61 @@ def test_lossy_copies_of_captures_never_flip_the_answer(tmp_path):
     print("lossy copies, (answer of the capture, of the copy): count:", counts)
     assert not flips, flips
     assert sum(counts.values()) == len(SWEPT) * 2 * 6
+
+
+# Traces of several kernels whose answer the readers' truth gives (their COMMAND files).
+TRACES = [
+    ("5.10-v4.1/modified.dat", BAD),
+    ("multi-5.10/multi.dat", BAD),
+    ("record-5.10-catchup/t.dat", BAD),
+    ("6.1-v4.1/modified.dat", GOOD),
+    ("5.10-series-v4.1/modified.dat", GOOD),
+    ("multi-6.1/multi.dat", GOOD),
+    ("record-6.12-refill/t.dat", GOOD),
+    ("7.3-v4.1/modified.dat", GOOD),
+]
+
+
+def _damaged(data, spans, seed):
+    """Copies of a trace.dat's bytes: cut at each tenth of the file, and 8 seeded bit flips
+    in its CPUs' stored data (spans), one a copy."""
+    for k in range(1, 10):
+        yield f"cut at {k}/10", data[: len(data) * k // 10]
+    rnd = random.Random(seed)
+    bits = [b for a, z in spans for b in range(a * 8, z * 8)]
+    for bit in rnd.sample(bits, 8):
+        flipped = bytearray(data)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        yield f"bit {bit} flipped", bytes(flipped)
+
+
+@pytest.mark.slow
+def test_cut_and_flipped_traces_never_flip_the_answer(tmp_path):
+    """Every trace of TRACES cut at each tenth and with seeded bit flips in its events: none
+    turns good into bad or bad into good; only into cannot decide (a range) or a refusal. The
+    counts are printed."""
+    counts: dict[tuple, int] = {}
+    flips = []
+    for name, want in TRACES:
+        path = os.path.join(FIXTURES, name)
+        assert _trace(path)[0] == want, name
+        t = open_trace(path)
+        spans = [(off, off + size) for _, off, size in t.file.buf.cpus if size]
+        with open(path, "rb") as f:
+            data = f.read()
+        for what, copy in _damaged(data, spans, seed=len(name)):
+            p = tmp_path / "copy.dat"
+            p.write_bytes(copy)
+            try:
+                code = _trace(str(p))[0]
+            except (TraceError, analysis.AnalysisError):  # refused, or nothing left to read
+                code = None
+            counts[want, code] = counts.get((want, code), 0) + 1
+            if {want, code} == {GOOD, BAD}:
+                flips.append((name, what, code))
+    print("cut and flipped traces, (answer of the trace, of the copy): count:", counts)
+    assert not flips, flips
+    assert sum(counts.values()) == len(TRACES) * 17
 
 
 def _restart_figures(a):
