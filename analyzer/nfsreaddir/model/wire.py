@@ -2,8 +2,13 @@
 
 A capture sees READDIR calls and replies, not processes and not open directories, so a listing
 here is one client's (address:port) pass over one directory (filehandle): from a READDIR at
-cookie 0 to a reply with eof. A restart is a READDIR at cookie 0 while such a pass is under way
-and has not reached eof: the client went back to the start of the directory. Evidence that the
+cookie 0 to a reply with eof. The reader model (reader.Pass) says which of its READDIRs went
+back: one at cookie 0 while such a pass is under way and has not reached eof is a restart (the
+client went back to the start of the directory). After an eof reply the client holds the whole
+directory, but its reader may still be reading the last pages from the cache: where the
+directory's version moved since the pass began, a READDIR at cookie 0 may be that reader's
+restart as well as a new listing, and is counted as either (a range); where it did not move,
+nothing dropped the cache, and it begins a new listing. Evidence that the
 directory changed under the listing is its version moving between READDIRs (the NFSv4 change
 attribute in GETATTR replies; NFSv3 mtime/ctime in post-op attributes).
 
@@ -11,8 +16,11 @@ What a capture cannot tell, and says:
 - two readers of one directory on one client are one stream of READDIRs. A client continues a
   pass from the last cookie of its previous reply; a READDIR that continues from an older reply
   means two passes interleave, and the listing is marked so (ambiguous rows: cannot decide);
-- a dropped packet or a frame cut by the snaplen hides READDIRs: missing replies, frames cut
-  short and the drop count tcpdump reported (a reproducer's facts) are damage.
+- a dropped packet or a frame cut by the snaplen hides READDIRs: the bytes a TCP stream lost
+  are placed on their connection and in time (trace/tcpholes), and are damage of the listings
+  they overlap; missing replies are damage too;
+- a change of the directory the client made itself (a file created from the same client) is
+  seen only in the next attribute reply.
 
 The listings are listing.Listing objects, so the one verdict module judges them as it judges
 a trace's.

@@ -311,6 +311,7 @@ class _Follow:
         self.reader = reader.Pass()
         self.fileid: int | None = None
         self.changes: list[tuple] = []
+        self.moved = False  # the directory's version moved since the pass began
         self.seen = _NONE  # entry cookies this pass has been given, sorted, each once
         self.last_reply_cookie: int | None = None
         self.older: set[int] = set()  # last cookies of earlier replies of this pass
@@ -342,6 +343,8 @@ class _Follow:
         if self.version is not None and version != self.version and self.lst is not None:
             if asked:
                 self.changes.append((frame, ts))
+            # Any change, acted on or not, may have dropped the cache under the pass's reader.
+            self.moved = True
         self.version = version
 
     def close(self):
@@ -359,7 +362,12 @@ class _Follow:
         # first READDIR call and before its last (only a READDIR after the change can go back
         # to cookie 0; frame numbers order the capture, where coarse clocks give ties).
         frames = a["frame"]
-        met = [(f, t) for f, t in self.changes if f < frames[-1]]
+        # Only once the reader was past the first page (it needed a page from a cookie that is
+        # not 0, or the pass began before the capture): a change while it is still inside the
+        # first page makes every kernel fill that page again and go on, which tests nothing.
+        past = np.flatnonzero(a["cookie"] != 0)
+        since = frames[past[0]] if len(past) else frames[-1]
+        met = [(f, t) for f, t in self.changes if since < f < frames[-1]]
         changes = np.array([f for f, _ in met], dtype=np.int64)
         lst.version_changes = len(changes)
         lst.change_ts = [t for _, t in met if t is not None]
@@ -367,7 +375,7 @@ class _Follow:
         lst.restart_rows = p.restart_rows
         count(lst)
         self.rows, self.changes, self.reader = [], [], reader.Pass()
-        self.fileid = None
+        self.fileid, self.moved = None, False
         self.spool.put(lst, self.number)
 
     def _read(self, i, row):
@@ -392,10 +400,22 @@ class _Follow:
             and prev_cookies is not None
             and len(prev_cookies) > page
         )
+        # After an eof reply the client has all of the directory, but its reader may still be
+        # reading the last pages from the cache: where the directory changed since the pass
+        # began, a READDIR at cookie 0 may be that reader's restart as well as a new listing.
+        maybe_restart = (
+            cookie == 0
+            and lst is not None
+            and lst.ending == reader.EOF
+            and not unfinished
+            and self.moved
+        )
         if cookie == 0 and lst is not None and (lst.ending != reader.EOF or unfinished):
             # The pass goes on (the reader model says what its cookie-0 READDIR was).
             if unfinished:
                 lst.ending = reader.CUT_OFF
+        elif maybe_restart:
+            lst.ending = reader.CUT_OFF
         elif lst is None or (lst.ending == reader.EOF and not reads_on) or cookie == 0:
             self.close()
             lst = self.lst = _new_listing(self.client, self.fh, ts, began_before=cookie != 0)
@@ -414,7 +434,7 @@ class _Follow:
             if last is not None and cookie != last and cookie in self.older:
                 self.reader.interleaved(len(self.rows))
         # Reader position unknown on the wire: the pass's cookies alone say where it went.
-        self.reader.asked_for(len(self.rows), cookie)
+        self.reader.asked_for(len(self.rows), cookie, visible=not maybe_restart)
         self.rows.append(_row(i, row))
         if self.fileid is None and row.status == 0:
             self.fileid = row.fileid
