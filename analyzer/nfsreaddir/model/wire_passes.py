@@ -414,7 +414,7 @@ class _Follow:
             # The pass goes on (the reader model says what its cookie-0 READDIR was).
             if unfinished:
                 lst.ending = reader.CUT_OFF
-        elif maybe_restart:
+        elif maybe_restart and lst is not None:
             lst.ending = reader.CUT_OFF
         elif lst is None or (lst.ending == reader.EOF and not reads_on) or cookie == 0:
             self.close()
