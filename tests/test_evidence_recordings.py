@@ -8,6 +8,8 @@ rewritten copy (test_one_answer.py makes those).
     report-6.12-ext4-nfs  stock 6.12 on ext4, `trace-cmd report` text of the nfs, nfs4 and
                           sunrpc events only: a listing that met an invalidation and went on
                           with hash-order cookies
+    record-6.12-poller    stock 6.12, `nfs-readdir record` (open kprobes): a poller opening its
+                          directory 40 times beside an `ls`
 
 The truth is the readers' (truth.jsonl, written by reproducers/multi-reader), what ls printed
 (names.txt), what the writer added (written) and the reader mount's READDIR count from
@@ -208,3 +210,74 @@ def test_a_listing_that_went_on_with_hash_order_cookies_is_good():
     (lst,) = [lst for lst in a["listings"] if lst["pid"] == ls["pid"]]
     assert lst["invalidations"] >= 1 and lst["exercised"], lst
     assert lst["restarts_max"] == 0 and lst["damaged_events"] == 0, lst
+
+
+# ------------------------------------------------------------------ 3. a fresh opendir
+
+POLLER = "record-6.12-poller"
+
+
+def test_the_poller_trace_has_fresh_opens_at_position_0(trace_cmd):
+    """What COMMAND says the trace holds: the poller's 40 opens and closes, and 40 getdents at
+    position 0, each the first after an open, the one before it having ended at the end of the
+    directory, with no seek between."""
+    (poller,) = {r["pid"] for r in _truth(POLLER) if r["kind"] == "poller"}
+    out = subprocess.run(
+        [trace_cmd, "report", os.path.join(_dir(POLLER), "t.dat")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    calls = [
+        (m[4], line)
+        for m, line in ((_EVENT.match(line), line) for line in out.splitlines())
+        if m and int(m[1]) == poller and m[4] in ("nfs_opendir", "nfs_closedir", "nfs_readdir")
+    ]
+    # One listing per open: opendir, getdents (nfs_readdir) as many times as the truth's
+    # getdents64 calls, closedir; the first at position 0, the last at the end (INT64_MAX).
+    polls = [r for r in _truth(POLLER) if r["kind"] == "poller"]
+    want = [
+        ev
+        for r in polls
+        for ev in ["nfs_opendir"] + ["nfs_readdir"] * r["getdents"] + ["nfs_closedir"]
+    ]
+    assert [ev for ev, _ in calls] == want and len(polls) == 40
+    pos = [int(line.rsplit("pos=", 1)[1]) for ev, line in calls if ev == "nfs_readdir"]
+    firsts, k = [], 0
+    for r in polls:
+        firsts.append(pos[k])
+        k += r["getdents"]
+        assert pos[k - 1] == 2**63 - 1, pos[k - r["getdents"] : k]
+    assert firsts == [0] * 40
+
+
+def test_fresh_opens_are_new_listings_not_damage():
+    """40 opens of one directory by one poller beside an `ls`: no damaged event anywhere (before:
+    39 "starts at position 0 with no seek between" on the series' 5.10), 40 listings of the
+    poller as its truth has, none restarting, and the check the truth implies: 6.12 never
+    restarts and ls reached its end (exit 0), so good, exit 0."""
+    truth = _truth(POLLER)
+    polls = [r for r in truth if r["kind"] == "poller"]
+    (ls,) = [r for r in truth if r["kind"] == "slow-ls"]
+    assert len(polls) == 40 and all(r["eof"] and not r["rewinds"] for r in polls)
+    assert ls["exit"] == 0 and not ls["timed_out"]
+    names = _names(POLLER)
+    assert len(names) == len(set(names)) == ls["lines"]
+    path = os.path.join(_dir(POLLER), "t.dat")
+    a = _analyzed(path)
+    assert a["trace"]["damage"] == [], a["trace"]["damage"][:3]
+    damaged = [
+        (lst["pid"], lst["damaged_events"]) for lst in a["listings"] if lst["damaged_events"]
+    ]
+    assert not damaged, damaged
+    mine = [lst for lst in a["listings"] if lst["pid"] == polls[0]["pid"]]
+    assert len(mine) == len(polls)
+    assert all(lst["delimited_by"] == "opens" and lst["ending"] == "eof" for lst in mine), mine
+    assert not [lst for lst in a["listings"] if lst["restarts_max"]]
+    (lsl,) = [lst for lst in a["listings"] if lst["pid"] == ls["pid"]]
+    assert lsl["finding"] == "good" and lsl["complete"], lsl
+    before, after = _mountstats(POLLER)
+    assert sum(lst["readdirs"] for lst in a["listings"]) == after - before
+    p = run_cli("check", path)
+    assert p.returncode == GOOD, (p.returncode, p.stdout)
