@@ -361,6 +361,17 @@ def test_joined_inputs_are_refused_not_half_read(tmp_path, trace_cmd):
     assert "a second trace's header" in p.stderr, p.stderr
 
 
+def test_a_directory_of_report_text_or_captures_is_read(tmp_path):
+    """A results directory stands for its trace.dat files; one without any, for its report
+    texts and captures (not for its other text files): report-6.12-ext4-nfs holds t.txt beside
+    record.txt, fleet-5.10-midstream a capture alone. An empty one is refused, naming why."""
+    p = run_cli("check", os.path.join(FIXTURES, "report-6.12-ext4-nfs"), check=0)
+    assert p.stdout.startswith("good:"), p.stdout
+    run_cli("check", os.path.join(FIXTURES, "fleet-5.10-midstream"), check=125)
+    p = run_cli("check", str(tmp_path), check=128)
+    assert "no trace in it" in p.stderr, p.stderr
+
+
 def test_nfs_on_another_port_is_found_by_its_calls(tmp_path):
     """The bad 5.10 capture with the server moved to port 3049: its calls' ONC RPC header
     finds it, with the same answer as on 2049 (before: "no NFS traffic" unless --port)."""

@@ -24,7 +24,7 @@ from . import runs
 from .model import slab, tables
 from .model.requires import requested
 from .rules.limits import MAX_RATIO
-from .trace import OnePass, is_capture, open_trace
+from .trace import OnePass, is_capture, is_report_text, open_trace
 
 
 class InputError(Exception):
@@ -32,13 +32,24 @@ class InputError(Exception):
 
 
 def expand(paths):
-    """Trace files named by the paths; a results directory stands for its traces."""
+    """Trace files named by the paths; a results directory stands for its traces (trace.dat
+    files), or where it has none, for its captures and report texts (*.txt)."""
     out = []
     for p in paths:
         if os.path.isdir(p):
             found = sorted(glob.glob(os.path.join(p, "*.dat")))
             if not found:
-                raise InputError(f"{p} is a directory with no *.dat trace in it")
+                found = [
+                    f
+                    for f in sorted(glob.glob(os.path.join(p, "*")))
+                    if os.path.isfile(f)
+                    and (is_capture(f) or f.endswith(".txt") and is_report_text(f))
+                ]
+            if not found:
+                raise InputError(
+                    f"{p} is a directory with no trace in it (no *.dat, capture or *.txt "
+                    "report text): name the trace or capture itself"
+                )
             out.extend(found)
         elif not os.path.exists(p):
             raise InputError(f"{p}: no such file")

@@ -51,7 +51,15 @@ import sys
 import tempfile
 import time
 
-__all__ = ["open_trace", "TraceError", "BASE_COLUMNS", "field_column", "OnePass", "is_capture"]
+__all__ = [
+    "open_trace",
+    "TraceError",
+    "BASE_COLUMNS",
+    "field_column",
+    "OnePass",
+    "is_capture",
+    "is_report_text",
+]
 
 from .base import BASE_COLUMNS, TraceError, columns_of, field_column, one_piece
 from .magic import TRACE_DAT_MAGIC, is_capture
@@ -120,6 +128,18 @@ def open_trace(path, instance=None):
     t = _open(path, instance, shown)
     t.info["path"] = shown
     return t
+
+
+def is_report_text(path):
+    """Whether the file at path begins like `trace-cmd report` text."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    from .text import looks_like_report  # (pandas: only where a text is looked at)
+
+    return bool(head) and looks_like_report(head)
 
 
 def _open(path, instance, shown):
