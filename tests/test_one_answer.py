@@ -372,6 +372,35 @@ def test_a_directory_of_report_text_or_captures_is_read(tmp_path):
     assert "no trace in it" in p.stderr, p.stderr
 
 
+def test_a_directory_named_by_a_later_source_keeps_its_readdirs(tmp_path, trace_cmd):
+    """On the series' 5.10 nfs4:nfs4_readdir gives an NFSv4 READDIR and the cache fill events
+    give it again, NFSv3's too; the READDIRs of a trace come from its first source. A trace of
+    an NFSv4 and an NFSv3 mount has directories that only the fill events name: made here from
+    multi-5.10-series's report text by deleting the nfs4:nfs4_readdir lines of one directory
+    (the big one, fileid 12), as NFSv3 would leave it. Its listings keep their READDIRs and
+    come out as they do from the whole text, and so does the answer; before, they had none."""
+    text = report_text(
+        trace_cmd, os.path.join(FIXTURES, "multi-5.10-series", "multi.dat"), tmp_path / "all.txt"
+    )
+    with open(text) as f:
+        lines = f.readlines()
+    cut = [ln for ln in lines if not ("nfs4_readdir:" in ln and "fileid=00:38:12 " in ln)]
+    assert len(lines) > len(cut)
+    (tmp_path / "v3.txt").write_text("".join(cut))
+
+    def big(path):
+        a = analysis.analyze(open_trace(str(path)))
+        return [
+            (lst.pid, len(lst.rpcs), [int(c) for c in lst.rpcs["cookie"]], len(lst.restarts))
+            for lst in a.listings
+            if lst.fileid == 12
+        ], _trace(str(path))[0]
+
+    want = big(text)
+    assert sum(n for _, n, _, _ in want[0]) > 100, want
+    assert big(tmp_path / "v3.txt") == want
+
+
 def test_nfs_on_another_port_is_found_by_its_calls(tmp_path):
     """The bad 5.10 capture with the server moved to port 3049: its calls' ONC RPC header
     finds it, with the same answer as on 2049 (before: "no NFS traffic" unless --port)."""

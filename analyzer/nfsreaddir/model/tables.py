@@ -218,6 +218,40 @@ def _concat(parts, exact=False):
     return pd.concat(parts, ignore_index=True).sort_values("ts", kind="stable")
 
 
+def _other_directories(trace, rpc, later, frames):
+    """The READDIRs from the first source a trace has, and those of the directories it does
+    not name from later sources that name directories: on the series' 5.10 nfs4:nfs4_readdir
+    gives the NFSv4 READDIRs and the cache fill events give the same ones and NFSv3's too, so
+    a trace of both mounts keeps each directory's READDIRs once, from its first source.
+    Returns (table, the later events used)."""
+    if "fileid" not in rpc or not rpc["fileid"].notna().any():
+        return rpc, []
+
+    def named(df):
+        """Each row's (dev, fileid), None where it names no directory."""
+        return [
+            None if d != d or i != i or d is None or i is None else (int(d), int(i))
+            for d, i in zip(df["dev"].tolist(), df["fileid"].tolist())
+        ]
+
+    have = set(named(rpc))
+    parts, names = [rpc], []
+    for uses in later:
+        for u in uses:
+            if "fileid" not in dict(u.fields):
+                continue
+            f = _frame(trace, u, frames)
+            if f is None or not len(f):
+                continue
+            mine = [k is not None and k not in have for k in named(f)]
+            if any(mine):
+                parts.append(f[np.asarray(mine)])
+                names.append(u.name)
+        if names:
+            break
+    return (_concat(parts) if names else rpc), names
+
+
 def _pair_directory(rpc, paired):
     """Give kprobe READDIRs the directory and error of the nfs4:nfs4_readdir event the same task
     logs after the RPC (before its next READDIR)."""
@@ -318,11 +352,16 @@ def load(trace):
     ):
         recorded[name] = [u.name for g in groups for u in frames_of(g)]
         tables[name], used[name] = None, []
-        for group in groups:
+        for k, group in enumerate(groups):
             gu = frames_of(group)
             df = _concat([_frame(trace, u, frames) for u in gu], exact=name == "calls")
             if df is not None or (gu and name == "calls"):
                 tables[name], used[name] = df, [u.name for u in gu]
+                if name == "rpc":
+                    tables[name], more = _other_directories(
+                        trace, df, [frames_of(g) for g in groups[k + 1 :]], frames
+                    )
+                    used[name] += more
                 break
     if used["rpc"] and any(u.src.event.startswith("*:") for u in uses if u.name in used["rpc"]):
         paired = frames_of([PAIRED_DIRECTORY])
