@@ -83,6 +83,18 @@ def test_a_whole_capture_counts_the_restarts_of_its_trace(dat, cap):
         assert lo_w <= lo_t and hi_t <= hi_w, (lo_t, hi_t, lo_w, hi_w)
 
 
+def test_a_capture_listing_that_went_on_past_a_change_proves_it():
+    """A pass that met a GETATTR's change once its reader had left the first page, reached eof
+    and never went back (not even at cookie 0 right after the eof) went on past the change,
+    as a trace's listing that survived an invalidation does: the proof that sets aside another
+    listing's returns to cookie 0 that may be new opens (rules/verdict). Stock 6.1 and the
+    series: 3 and 5 changes; stock 5.10 (restarts): none."""
+    for name, want in (("6.1-v4.1-cap", 3), ("5.10-series-v4.1-cap", 5), ("5.10-v4.1-cap", 0)):
+        (lst,) = wire.analyze(os.path.join(FIXTURES, name, "modified.pcap.gz")).listings
+        assert (lst.survived, verdict.survival_counts(lst)) == (want, want > 0), name
+        assert lst.version_changes >= want
+
+
 def test_nfsv3_changes_the_client_never_acted_on_exercise_nothing():
     """5.10-v3-cap: stock 5.10, NFSv3; the modified listing's READDIRPLUS replies carry the
     directory's new mtime (post-op attributes), but the trace of the run has no invalidation:

@@ -374,6 +374,12 @@ class _Follow:
         lst.change_frames = [f for f, _ in met]
         lst.restart_rows = p.restart_rows
         count(lst)
+        # A pass that met a change once its reader had left the first page, reached eof and
+        # never went back (not even at cookie 0 right after the eof, which would have joined
+        # it, see _read) went on past the change: a kernel that restarts would have gone back
+        # at the reader's next getdents.
+        clean = lst.ending == reader.EOF and not p.restart_rows and not lst.ambiguous_rows
+        lst.survived = lst.version_changes if clean else 0
         self.rows, self.changes, self.reader = [], [], reader.Pass()
         self.fileid, self.moved = None, False
         self.spool.put(lst, self.number)
