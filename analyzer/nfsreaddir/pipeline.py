@@ -115,12 +115,34 @@ def readdir_analysis(path, ports=(), shown=None):
 
         a = wire.analyze(path, ports=ports)
         t = None
+        round_trips(a, path)
     else:
         from .model.analysis import analyze
 
         t = open_trace(path)
-        a = analyze(t)
+        a = round_trips(analyze(t))
     return _named(a, shown or path, tid()), t
+
+
+def round_trips(a, capture=None):
+    """The analysis with the RPCs of each listing accounted (model/roundtrips): a trace's
+    from the requests it read, a capture's (the path) from its calls, decoded once more: the
+    wire analysis keeps only its READDIRs."""
+    from .model import roundtrips
+
+    calls = None
+    if capture is not None:
+        from .trace import capture as capture_mod
+
+        ports = [p for p in a.info.get("ports") or () if p != capture_mod.NFS_PORT]
+        # The decoder the analysis used (where the compiled one gave up, tshark: said once).
+        compiled = "compiled decoder" in str(a.info.get("format"))
+        cap = capture_mod.read(
+            capture, ports=ports, decoder="compiled" if compiled else "tshark", tables=False
+        )
+        calls = cap.calls.table() if cap.calls is not None else None
+    a.round_trips = roundtrips.account(a, calls)
+    return a
 
 
 def _trace(path, shown, with_slab):
@@ -139,7 +161,7 @@ def _trace(path, shown, with_slab):
         from .model.analysis import AnalysisError, analyze
 
         try:
-            a = _named(analyze(t), shown, tid())
+            a = _named(round_trips(analyze(t)), shown, tid())
         except AnalysisError as e:
             if summary is None:
                 raise AnalysisError(f"{shown}: {e}") from None
