@@ -209,3 +209,20 @@ def test_trace_server_time_from_rpc_statslatency_ns():
     lat = pd.DataFrame({"ts": [15, 35], "task_id": [1, 1], "client_id": [5, 5], "rtt": [7, 9]})
     got = roundtrips.latency_ns(req, lat)
     assert got[0] == 7000 and got[2] == 9000 and pd.isna(got[1])
+
+
+@pytest.mark.parametrize("name", LS_FIXTURES)
+def test_a_trace_without_the_listers_count_names_the_files_it_stat(name):
+    """A trace recorded outside the reproducers has no lister's count: its names are the
+    files the process stat'd (nfs:nfs_getattr_enter), each once, and the findings stand."""
+    a = analysis(name, "idle.dat")
+    n, _ = the_listing(a)
+    lst = a.listings[n]
+    entries, lst.entries = lst.entries, None
+    try:
+        rt = roundtrips.account(a)[n]
+    finally:
+        lst.entries = entries
+    assert rt.names == entries and "stat'd" in rt.names_from
+    kinds = {f.kind for f in slowness.findings(rt) if f.kind.startswith("per_name")}
+    assert kinds == CAUSES[name]

@@ -126,12 +126,15 @@ def readdir_analysis(path, ports=(), shown=None):
 
 def round_trips(a, capture=None):
     """The analysis with the RPCs of each listing accounted (model/roundtrips): a trace's
-    from the requests it read, a capture's (the path) from its calls, decoded once more: the
-    wire analysis keeps only its READDIRs."""
+    from the requests it read, a capture's (the path) from its calls: those the wire analysis
+    kept (its "capture_calls" table, rpcops.CallLog.table), else the capture decoded once
+    more (model/wire.py keeps only its READDIRs today)."""
     from .model import roundtrips
 
     calls = None
-    if capture is not None:
+    if capture is not None and "capture_calls" in a.tables:
+        calls = a.tables["capture_calls"]  # kept by the wire analysis: no second decoding
+    elif capture is not None:
         from .trace import capture as capture_mod
 
         ports = [p for p in a.info.get("ports") or () if p != capture_mod.NFS_PORT]

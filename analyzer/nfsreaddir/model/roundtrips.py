@@ -14,8 +14,9 @@ where known reply_ts, the call's server time, and entries, a READDIR reply's):
   is call to reply.
 
 Names (for the counts per name) are the entries the listing's READDIR replies carried where the
-input has them (a capture; NFSv3 counts . and ..), else the lister's own count (a reproducer's
-phase); where neither, none, and no count per name is given.
+input has them (a capture: each entry once; NFSv3 counts . and ..), else the lister's own count
+(a reproducer's phase), else the files its process stat'd (a trace's nfs:nfs_getattr_enter);
+where none of them, no count per name is given.
 
 The calls the same process or client made outside the window are counted too (`outside`): the
 lister's calls for the directory itself (its stat and ACL before the opendir) are there, and
@@ -149,9 +150,24 @@ def _dtsize(lst):
     return int(v.max()) if len(v) else None
 
 
-def from_trace(lst, requests, latencies=None):
-    """The RoundTrips of a trace's listing from the tables' requests (and latencies), or None
-    where the trace has no sunrpc:rpc_request or the listing no process."""
+def _stat_names(lst, revalidations, start, end):
+    """The files the listing's process stat'd in the window (distinct fileids of its
+    nfs:nfs_getattr_enter, the directory aside), or None: the names of a trace without the
+    lister's count, where each name was stat'd (ls -l); 0 names is no evidence."""
+    if revalidations is None or not len(revalidations):
+        return None
+    r = revalidations
+    ts = r["ts"].to_numpy()
+    m = (r["pid"].to_numpy() == lst.pid) & (r["step"].to_numpy() == "getattr")
+    m &= (ts >= start) & (ts <= end)
+    ids = {int(f) for f in r["fileid"][m].dropna()} - {lst.fileid}
+    return len(ids) or None
+
+
+def from_trace(lst, requests, latencies=None, revalidations=None):
+    """The RoundTrips of a trace's listing from the tables' requests (and latencies, and the
+    revalidations for its names), or None where the trace has no sunrpc:rpc_request or the
+    listing no process."""
     if requests is None or lst.pid is None:
         return None
     start, end = _first_readdir(lst), int(lst.end)
@@ -163,11 +179,11 @@ def from_trace(lst, requests, latencies=None):
     op = mine["op"].to_numpy(dtype=object)
     server = latency_ns(mine, latencies)
     seconds = (end - start) / NS
-    names, names_from = (
-        (lst.entries, "the lister's own count, from the reproducer's phase")
-        if lst.entries is not None
-        else (None, None)
-    )
+    names = lst.entries
+    names_from: str | None = "the lister's own count, from the reproducer's phase"
+    if names is None:
+        names = _stat_names(lst, revalidations, start, end)
+        names_from = "the files its process stat'd (nfs:nfs_getattr_enter)" if names else None
     return RoundTrips(
         who=f"{lst.comm}[{lst.pid}]",
         start=start,
@@ -221,15 +237,15 @@ def from_capture(lst, calls, next_start=None):
     inside = ts >= start
     if next_start is not None:
         inside &= ts < next_start
-    reply = mine["reply_ts"].to_numpy(dtype=float, na_value=np.nan)
-    server = reply - ts
-    last = np.nanmax(np.where(inside, np.fmax(reply, ts), np.nan)) if inside.any() else start
-    end = int(last)
+    # Integer ns (an epoch in ns through a float is rounded by up to 256 ns); a duration is
+    # small enough for a float.
+    reply = mine["reply_ts"].to_numpy(dtype=np.int64, na_value=-1)
+    server = np.where(reply >= 0, reply - ts, np.nan).astype(float)
+    end = int(np.maximum(reply, ts)[inside].max()) if inside.any() else start
     program = mine["program"].to_numpy(dtype=object)
     op = mine["op"].to_numpy(dtype=object)
-    own: Any = (
-        np.isin(mine["frame"].to_numpy(), np.asarray(lst.rpcs["frame"])) if len(lst.rpcs) else []
-    )
+    frames = mine["frame"].to_numpy(dtype=np.int64, na_value=-1)
+    own: Any = np.isin(frames, np.asarray(lst.rpcs["frame"])) if len(lst.rpcs) else []
     entries = mine["entries"].to_numpy(dtype=float, na_value=np.nan)[own] if len(own) else []
     counted = [e for e in entries if not np.isnan(e)]
     readdir_entries = int(sum(counted)) if counted else None
@@ -268,9 +284,10 @@ def account(analysis, calls=None):
     capture's from calls (rpcops.CallLog.table()). Listings without evidence are left out."""
     out = {}
     if calls is None:
-        requests, latencies = analysis.tables.get("requests"), analysis.tables.get("latencies")
+        t = analysis.tables
+        requests, latencies = t.get("requests"), t.get("latencies")
         for n, lst in enumerate(analysis.listings):
-            rt = from_trace(lst, requests, latencies)
+            rt = from_trace(lst, requests, latencies, t.get("revalidations"))
             if rt is not None:
                 out[n] = rt
         return out

@@ -94,11 +94,12 @@ def text(analyses, details=10, out=None):
 
 
 def check_lines(analyses):
-    """The line check adds per slow listing (none where no listing has a finding)."""
+    """The line check adds per listing whose time went to round trips per name, the most
+    calls first (none where no listing has such a finding)."""
     out = []
     for a in analyses:
         for n, rt in sorted((getattr(a, "round_trips", None) or {}).items()):
             s = slowness.line(a.listings[n], rt, slowness.findings(rt))
             if s:
-                out.append(f"{os.path.basename(a.info.get('path') or '?')}: {s}")
-    return out
+                out.append((-rt.calls, f"{os.path.basename(a.info.get('path') or '?')}: {s}"))
+    return [s for _, s in sorted(out, key=lambda x: x[0])]

@@ -222,7 +222,7 @@ def line(lst, rt, found):
         fix.append("the attributes expired before use")
     if readdir:
         fix.append("READDIRs took most of it")
-    return f"slow for round trips, not restarts: {rt.who}: {calls}{names}{spent}" + (
+    return f"time went to round trips per name, not restarts: {rt.who}: {calls}{names}{spent}" + (
         f" ({'; '.join(fix)})" if fix else ""
     )
 

@@ -72,16 +72,19 @@ def _entries(v, op, plus):
 
 
 class CallLog:
-    """The calls as columns (typed arrays: a big capture has millions of calls): ts, frame,
-    client (its number in `clients`), op (its number in `ops`, (program, operation) pairs),
-    reply_ts (-1: no reply in the capture), entries (a READDIR reply's, -1 otherwise)."""
+    """The calls as columns in typed arrays (a big capture has millions of calls: 22 bytes
+    each): ts, reply_ts (-1: no reply in the capture), client (its number in `clients`), op
+    (its number in `names`, (program, operation) pairs); a READDIR's frame and its reply's
+    entries, kept for READDIRs alone, by row."""
 
     def __init__(self):
-        self.ts, self.frame, self.reply_ts = array("q"), array("q"), array("q")
-        self.client, self.op, self.entries = array("l"), array("l"), array("q")
+        self.ts, self.reply_ts = array("q"), array("q")
+        self.client, self.op = array("i"), array("h")
         self.clients: dict[str, int] = {}
         self.ops: dict[tuple, int] = {}
         self.names: list[tuple] = []  # the ops' keys by number
+        self.frames: dict[int, int] = {}  # READDIR row -> its call's frame
+        self.entries: dict[int, int] = {}  # READDIR row -> its reply's entries
         self.pending: dict[tuple, int] = {}  # (client, xid) -> row, until the reply
         self.retransmitted = 0
 
@@ -100,16 +103,17 @@ class CallLog:
             proc = int_or_none(v[COL["proc"]].split(",")[0])
             mainop = int_or_none(v[COL["mainop"]].split(",")[0])
             name = op_name(prog, vers, proc, mainop)
-            self.pending[key] = len(self.ts)
-            self.ts.append(ts)
-            self.frame.append(frame if frame is not None else -1)
-            self.client.append(self.clients.setdefault(client, len(self.clients)))
             if name not in self.ops:
                 self.ops[name] = len(self.names)
                 self.names.append(name)
-            self.op.append(self.ops[name])
+            row = len(self.ts)
+            self.pending[key] = row
+            self.ts.append(ts)
             self.reply_ts.append(-1)
-            self.entries.append(-1)
+            self.client.append(self.clients.setdefault(client, len(self.clients)))
+            self.op.append(self.ops[name])
+            if name[1] in READDIR_OPS and frame is not None:
+                self.frames[row] = frame
         elif kind == "1":
             i = self.pending.pop((client, xid), None)
             if i is None:
@@ -122,28 +126,34 @@ class CallLog:
                 self.entries[i] = _entries(v, op, plus)
 
     def table(self):
-        """The calls as a DataFrame: ts, frame, client, program, op, reply_ts (NA without a
-        reply), entries (NA but for READDIR replies)."""
+        """The calls as a DataFrame: ts, frame (NA but for READDIRs), client, program, op,
+        reply_ts (NA without a reply), entries (NA but for READDIR replies)."""
         import numpy as np
         import pandas as pd
 
-        def col(a):
-            return np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, np.int64)
+        n = len(self.ts)
+
+        def col(a, dtype):
+            return np.frombuffer(a, dtype=dtype).astype(np.int64) if n else np.zeros(0, np.int64)
+
+        def sparse(d):
+            v = np.full(n, -1, dtype=np.int64)
+            if d:
+                v[np.fromiter(d.keys(), np.int64)] = np.fromiter(d.values(), np.int64)
+            return pd.arrays.IntegerArray(v, v < 0)
 
         clients = np.array(list(self.clients), dtype=object)
         names = self.names
-        op = np.frombuffer(self.op, dtype=np.int_) if len(self.op) else np.zeros(0, np.int_)
-        reply, entries = col(self.reply_ts), col(self.entries)
+        op = col(self.op, np.int16)
+        reply = col(self.reply_ts, np.int64)
         return pd.DataFrame(
             {
-                "ts": col(self.ts),
-                "frame": col(self.frame),
-                "client": clients[np.frombuffer(self.client, dtype=np.int_)]
-                if len(self.client)
-                else np.zeros(0, dtype=object),
+                "ts": col(self.ts, np.int64),
+                "frame": sparse(self.frames),
+                "client": clients[col(self.client, np.int32)] if n else np.zeros(0, object),
                 "program": np.array([names[i][0] for i in op], dtype=object),
                 "op": np.array([names[i][1] for i in op], dtype=object),
                 "reply_ts": pd.arrays.IntegerArray(reply, reply < 0),
-                "entries": pd.arrays.IntegerArray(entries, entries < 0),
+                "entries": sparse(self.entries),
             }
         )
