@@ -3,7 +3,9 @@
  * Ethernet / Linux cooked / raw IP -> IPv4 or IPv6 -> TCP reassembled per direction (or UDP
  * datagrams) on the server's ports -> ONC RPC record marking -> the NFS calls and replies the
  * wire analysis reads: NFSv3 READDIR, READDIRPLUS and GETATTR, and NFSv4 COMPOUNDs whose main
- * operation (as Wireshark ranks a compound's operations) is READDIR or GETATTR.
+ * operation (as Wireshark ranks a compound's operations) is READDIR or GETATTR, read whole; every
+ * other NFS and NFSACL (100227) call and its reply with their RPC header alone (program,
+ * version, procedure, an NFSv4 compound's main operation), which a listing's round trips count.
  *
  * Each such message is handed to a Python callback as one row of tshark's -T fields text
  * (the columns are named by the caller, tshark_fields.FIELDS), so that the one matcher of

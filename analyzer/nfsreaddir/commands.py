@@ -83,16 +83,11 @@ def cmd_analyze(args):
 def cmd_check(args):
     from . import pipeline
     from .model.analysis import AnalysisError
+    from .present import roundtrips
 
     try:
-        v = pipeline.judge_paths(
-            args.traces,
-            args.max_restarts,
-            args.max_ratio,
-            args.port,
-            shown=shown,
-            progress=_reading,
-        )
+        loaded = pipeline.load(args.traces, ports=args.port, shown=shown, progress=_reading)
+        v = pipeline.judge(loaded, args.traces, args.max_restarts, args.max_ratio)
         progress(None)
     except AnalysisError as e:
         # Read, but what is in it cannot decide (no READDIR, a capture cut by its snaplen): no
@@ -103,6 +98,13 @@ def cmd_check(args):
         return status.UNDECIDED
     args.answer = v.code  # the answer stands even if the line cannot be written
     print(v.reason)
+    # Where no restart explains a slow listing, one line on where its time went (the exit
+    # status stays the restart answer's, for git bisect run); where the answer is a restart,
+    # that is what the user needs to hear.
+    slow = roundtrips.check_lines([x.analysis for x in loaded if x.analysis is not None])
+    if slow and v.code != status.BAD:
+        more = f" (and {len(slow) - 1} more listings: see analyze)" if len(slow) > 1 else ""
+        print(slow[0] + more)
     return v.code
 
 

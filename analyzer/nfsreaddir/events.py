@@ -296,6 +296,28 @@ SYSCALL_SOURCES = [
 
 MARKER_SOURCE = Source("ftrace:print", {"text": "buf"})
 
+# Every RPC the client sends, on any kernel: what a listing's time went to besides its READDIRs
+# (model/roundtrips counts them per listing, by program and procedure: nfs v3 GETATTR, nfsacl
+# v3 GETACL, nfs v4 READDIR...). The task and client ids pair a call with its latency event.
+REQUEST_SOURCE = Source(
+    "sunrpc:rpc_request",
+    {
+        "task_id": "task_id",
+        "client_id": "client_id",
+        "program": "progname",
+        "version": "version",
+        "op": "procname",
+    },
+    kernels="any",
+)
+# Each call's reply (4.18+): the round trip to the server (rtt) and the whole call (execute),
+# in microseconds; without it a trace counts calls but gives no server time.
+LATENCY_SOURCE = Source(
+    "sunrpc:rpc_stats_latency",
+    {"task_id": "task_id", "client_id": "client_id", "rtt": "rtt", "execute": "execute"},
+    kernels="4.18+",
+)
+
 # NFS_INO_INVALID_DATA in nfs_inode cache_validity (include/linux/nfs_fs.h, 5.10 to 6.12).
 NFS_INO_INVALID_DATA = 1 << 1
 

@@ -126,12 +126,24 @@ def readdir_analysis(path, ports=(), shown=None):
 
         a = wire.analyze(path, ports=ports)
         t = None
+        round_trips(a)
     else:
         from .model.analysis import analyze
 
         t = open_trace(path)
-        a = analyze(t)
+        a = round_trips(analyze(t))
     return _named(a, shown or path, tid()), t
+
+
+def round_trips(a):
+    """The analysis with the RPCs of each listing accounted (model/roundtrips): a trace's
+    from the requests it read, a capture's from the calls the wire analysis kept (its
+    "capture_calls" table, rpcops.CallLog.table)."""
+    from .model import roundtrips
+
+    calls = a.tables.get("capture_calls") if a.tables else None
+    a.round_trips = roundtrips.account(a, calls)
+    return a
 
 
 def _trace(path, shown, with_slab):
@@ -150,7 +162,7 @@ def _trace(path, shown, with_slab):
         from .model.analysis import AnalysisError, analyze
 
         try:
-            a = _named(analyze(t), shown, tid())
+            a = _named(round_trips(analyze(t)), shown, tid())
         except AnalysisError as e:
             if summary is None:
                 raise AnalysisError(f"{shown}: {e}") from None

@@ -15,9 +15,11 @@ from ..events import (
     DCACHE_EVENTS,
     INVALIDATION_SOURCES,
     KPROBE_SYSTEM,
+    LATENCY_SOURCE,
     OPEN_KPROBES,
     PAIRED_DIRECTORY,
     RANGE_INVALIDATION,
+    REQUEST_SOURCE,
     REVALIDATION_SOURCES,
     RPC_SOURCES,
     SLAB_EVENTS,
@@ -264,6 +266,18 @@ class _Planner:
                 "from a new open"
             )
 
+    def round_trips(self):
+        """Every RPC the reader sends, and each one's reply time where the kernel has it
+        (model/roundtrips: where a listing's time went)."""
+        found = [s.event for s in (REQUEST_SOURCE, LATENCY_SOURCE) if s.event in self.have]
+        for ev in found:
+            self.add(ev)
+        self.sources["round_trips"] = ", ".join(found) or "-"
+        if REQUEST_SOURCE.event in found and LATENCY_SOURCE.event not in found:
+            self.warnings.append(
+                f"no {LATENCY_SOURCE.event}: round trips are counted without server time"
+            )
+
     def slab(self):
         kmem = [ev for ev in SLAB_EVENTS if ev in self.have]
         if not kmem:
@@ -291,6 +305,7 @@ def plan(
     p.readdirs()
     p.invalidations()
     p.calls()
+    p.round_trips()
     for ev in CONTEXT_EVENTS + (DCACHE_EVENTS if dcache else ()):
         if ev in p.have:
             p.add(ev)

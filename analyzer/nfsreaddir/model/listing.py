@@ -231,6 +231,9 @@ class Analysis:
     info: dict
     recorded: dict = field(default_factory=dict)  # table -> events recorded (fired or not)
     tables: dict = field(default_factory=dict, repr=False)  # the canonical tables it read
+    # {listing number: roundtrips.RoundTrips}: the RPCs each listing's reader sent (the
+    # pipeline fills it in; empty where the input has no such evidence).
+    round_trips: dict = field(default_factory=dict, repr=False)
 
     @property
     def kernel(self):

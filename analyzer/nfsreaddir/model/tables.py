@@ -14,6 +14,10 @@ this reads them:
                    kernel says), getdents_done (how it returned), llseek, and the system calls
                    sys_getdents, sys_getdents_ret, sys_lseek
     markers        the reproducer's trace_marker lines: ts, pid, text
+    requests       every RPC sent (sunrpc:rpc_request): ts, pid, comm, task_id, client_id,
+                   program, version, op (model/roundtrips counts a listing's)
+    latencies      each RPC's reply (sunrpc:rpc_stats_latency): ts, task_id, client_id, rtt,
+                   execute (microseconds)
 
 load() reads a whole trace; wanted() says what it reads (for a reader that reads once for
 several analyses); stream_sources() maps events to tables for a reader that takes them one at a
@@ -29,10 +33,12 @@ import numpy as np
 from ..events import (
     CALL_SOURCES,
     INVALIDATION_SOURCES,
+    LATENCY_SOURCE,
     MARKER_SOURCE,
     OPTIONAL_FIELDS,
     PAIRED_DIRECTORY,
     RANGE_INVALIDATION,
+    REQUEST_SOURCE,
     REVALIDATION_SOURCES,
     RPC_SOURCES,
     SYSCALL_SOURCES,
@@ -171,7 +177,7 @@ def _all_sources():
         [s for g in RPC_SOURCES + INVALIDATION_SOURCES + CALL_SOURCES for s in g]
         + REVALIDATION_SOURCES
         + SYSCALL_SOURCES
-        + [PAIRED_DIRECTORY, RANGE_INVALIDATION, MARKER_SOURCE]
+        + [PAIRED_DIRECTORY, RANGE_INVALIDATION, MARKER_SOURCE, REQUEST_SOURCE, LATENCY_SOURCE]
     )
 
 
@@ -314,7 +320,8 @@ class Tables:
     """What load() read: the canonical tables and what they were made from."""
 
     # rpc, invalidations, revalidations, calls (always a DataFrame, with TABLE_COLUMNS'
-    # columns), ranges and markers (None where the trace has no such event)
+    # columns), ranges, markers, requests and latencies (None where the trace has no such
+    # event)
     frames: dict[str, Any]
     sources: dict[str, list[str]]  # per table, the events it was read from
     recorded: dict[str, list[str]]  # per table, the events the trace recorded, fired or not
@@ -390,6 +397,9 @@ def load(trace):
     tables["ranges"] = _frame(trace, ranges[0], frames) if ranges else None
     marks = frames_of([MARKER_SOURCE])
     tables["markers"] = _frame(trace, marks[0], frames) if marks else None
+    for name, src in (("requests", REQUEST_SOURCE), ("latencies", LATENCY_SOURCE)):
+        found = frames_of([src])
+        tables[name] = _frame(trace, found[0], frames) if found else None
     for name, cols in TABLE_COLUMNS.items():
         df = tables[name]
         if df is None:

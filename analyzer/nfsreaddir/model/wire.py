@@ -143,6 +143,10 @@ def analyze(path, tshark=None, ports=()):
         for p in found
     ]
     tables = LazyTables(rpc=lambda: _rpc_table(out))
+    if cap.calls is not None:
+        # Every NFS and NFSACL call, for where a listing's time went (model/roundtrips): made
+        # into a table only when asked, and the capture not decoded again for it.
+        tables.update(capture_calls=cap.calls.table)
     # A server's capture: its clients ranked by what their restarts cost.
     triage = fleet.triage(out)
     if triage is not None:

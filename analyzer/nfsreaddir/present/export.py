@@ -8,6 +8,8 @@ trace, named by the trace's id (pipeline.trace_id: a hash of its bytes, the `tra
     OUT/rpc/<trace_id>.csv         one row per READDIR, with the listing it belongs to
     OUT/restarts/, invalidations/  per listing, as the analysis found them
     OUT/calls/, revalidations/, markers/, samples/   the other canonical events
+    OUT/round_trips/               per listing and operation, the RPCs its reader sent
+                                   (model/roundtrips), in its window or outside it
     OUT/clients/, client_dirs/   a capture of several clients: each client ranked by the
                                  READDIRs it spent fetching again, and per client and directory
 
@@ -133,11 +135,25 @@ def frames(analysis, finding=None):
             out[name] = df.assign(listing=_in_listing(df, lsts))
     if analysis.samples is not None and len(analysis.samples):
         out["samples"] = analysis.samples
+    out["round_trips"] = _round_trips(analysis)
     # A server's capture: its clients ranked, and their listings per directory (model/fleet.py).
     for name in ("clients", "client_dirs"):
         if name in t:
             out[name] = t[name]
     return out
+
+
+def _round_trips(analysis):
+    """One row per listing and operation of its round trips (analysis.round_trips)."""
+    rows = []
+    for i, rt in sorted((getattr(analysis, "round_trips", None) or {}).items()):
+        names = {"listing": i, "names": rt.names, "names_from": rt.names_from}
+        for o in rt.ops:
+            rows.append(dict(vars(o), window=True, **names))
+        for key, calls in rt.outside.items():
+            program, _, op = key.partition(".")
+            rows.append(dict(program=program, op=op, calls=calls, window=False, **names))
+    return pd.DataFrame(rows)
 
 
 def _check_format(fmt):

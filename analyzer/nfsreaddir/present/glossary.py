@@ -105,6 +105,15 @@ EXPORT_COLUMNS = {
     "text (markers)": "the reproducer's trace_marker line",
     "nr_dentry ... readdirplus (samples)": "/proc/sys/fs/dentry-state, the dentry slab and the "
     "mounts' READDIR counts, sampled by the reproducer",
+    "program, op, window, calls, replied (round_trips)": "the RPCs a listing's reader sent, "
+    "one row per program and operation (NFS3, NFSACL3, NFS4: a COMPOUND by its main "
+    "operation): window is true for its calls from its first READDIR to its end (a capture: "
+    "to the client's next listing), false for the same process's or client's calls outside "
+    "it; replied: the calls whose server time is known",
+    "server_seconds, per_name, share, names, names_from (round_trips)": "server time (s, call "
+    "to reply; a trace's from sunrpc:rpc_stats_latency, null without it), calls per name, "
+    "server time over the listing's time, the names and where their count came from (the "
+    "READDIR replies' entries, the reproducer lister's count, or the files it stat'd)",
     "rank, client, dirs, listings, complete, readdirs, ambiguous (clients)": "a server's "
     "capture of several clients, one row per client connection (address:port): its rank by "
     "refetched_readdirs (then restarts, READDIRs), the directories and listings it had, those "

@@ -21,7 +21,7 @@ import os
 import stat
 import sys
 
-from . import answer, axes, charts, compare
+from . import answer, axes, charts, compare, roundtrips
 from .render import listing_table
 
 STYLE = """
@@ -152,8 +152,12 @@ def readdir_section(path, analyses, verdict, slab_texts=()):
         f'<p class="answer v{verdict.code}"><b>{_num("verdict", answer.word(verdict.code))}:</b> '
         f'<span class="sentence">{_e(answer.sentence(verdict, every))}</span></p>',
         _counts(every),
-        _worst(ranked),
     ]
+    # Where no restart explains a slow listing: where its time went, in one line each.
+    slow = roundtrips.check_lines(analyses)
+    if slow:
+        out.append('<p class="slow">' + "<br>".join(_e(t) for t in slow) + "</p>")
+    out.append(_worst(ranked))
     for k, (a, ss) in enumerate(zip(analyses, seen)):
         svg, left_out = charts.overview(ss, f"o{k}")
         name = os.path.basename(a.info.get("path", ""))
@@ -193,6 +197,9 @@ def readdir_section(path, analyses, verdict, slab_texts=()):
     table = listing_table(analyses).frame()
     if len(table):
         out.append(table.to_html(index=False, classes="listings", border=0))
+    trips = roundtrips.text(analyses).strip()
+    if trips:  # every listing's RPCs by operation, and the findings on them
+        out.append(f'<pre class="round-trips">{_e(trips)}</pre>')
     out += [f'<pre class="slab">{_e(t)}</pre>' for t in slab_texts]
     out.append(
         '<p class="legend">Charts: dots are READDIRs at their cookie\'s position (red: restart, '

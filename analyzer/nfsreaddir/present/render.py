@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from .. import events
 from ..units import NS
-from . import fleet
+from . import fleet, roundtrips
 from .glossary import TIME_SPANS
 from .jsonout import Stream
 from .table import Table
@@ -207,7 +207,7 @@ def analysis_record(analysis, verdict, **extra):
 
     def each(n, lst):
         f = verdict.finding(lst)
-        return {"finding": f.word, "why": f.why, "listing": n}
+        return {"finding": f.word, "why": f.why, "listing": n, **roundtrips.record(analysis, n)}
 
     d = dict(analysis.to_dict(each, array=Stream), **extra)
     triage = fleet.to_dict(analysis)  # a server's capture, client by client
@@ -249,6 +249,7 @@ def print_analysis(analyses, out=None, details=10):
     for a, s in zip(analyses, seen):
         for n in s.events:
             _write_listing_events(a, a.listings[n], details, out)
+    out.write(roundtrips.text(analyses, details))  # where the listings' time went
     # A server's capture: its clients ranked by what their restarts cost.
     out.write(fleet.text(analyses))
 

@@ -137,6 +137,20 @@ SCHEMA = {
         ("readdir", "Int64"),
         ("readdirplus", "Int64"),
     ],
+    # Where each listing's time went (model/roundtrips): one row per listing and operation,
+    # in its window (window true) or by the same process or client outside it (false).
+    "round_trips": [
+        ("program", "string"),
+        ("op", "string"),
+        ("window", "boolean"),
+        ("calls", "Int64"),
+        ("replied", "Int64"),
+        ("server_seconds", "Float64"),
+        ("per_name", "Float64"),
+        ("share", "Float64"),
+        ("names", "Int64"),
+        ("names_from", "string"),
+    ],
     # A server's capture of several clients: each client ranked by the READDIRs its restarts
     # spent fetching again, and one row per client and directory (model/fleet.py).
     "clients": _triage(fleet.CLIENT_COLUMNS),

@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .rpcops import CallLog
 from .tshark_fields import (
     COL,
     FIELDS,
@@ -89,6 +90,7 @@ class Capture:
     fallback: str | None = None  # what the compiled decoder met that it does not decode
     # What followed the READDIRs' passes as they were read (read()'s `passes`), or None.
     passes: object = None
+    calls: CallLog | None = None  # every NFS and NFSACL call (rpcops), for the round trips
     warnings: list = field(default_factory=list)
 
 
@@ -209,6 +211,7 @@ class CaptureReader:
         # Told of each READDIR call, in order, and of its reply: a reply's entry cookies go
         # there and nowhere else (millions of them in a big capture; the tables keep none).
         self.passes = self.cap.passes = passes() if passes else None
+        self.ops = self.cap.calls = CallLog()
         self.calls = {}  # (client, xid) -> Call, until its reply
         # READDIRs replied to in the last RETRANSMIT_NS, as client number << 32 | xid, and
         # (reply time, key) in the order they came: a call seen again is a
@@ -256,9 +259,6 @@ class CaptureReader:
 
     def message(self, v):
         """One RPC message: its frame's addresses and time, its own RPC and NFS fields."""
-        prog = int_or_none(first(v, "prog"))
-        if prog is not None and prog != NFS_PROGRAM:
-            return
         ts = epoch_ns(v[COL["ts"]])
         src = v[COL["src"]] or v[COL["src6"]]
         dst = v[COL["dst"]] or v[COL["dst6"]]
@@ -267,10 +267,15 @@ class CaptureReader:
         frame = int_or_none(v[COL["frame"]])
         xid = int_or_none(v[COL["xid"]], 0)
         kind = v[COL["msgtyp"]][:1]
+        client = self._name(endpoint(src, sport) if kind == "0" else endpoint(dst, dport))
+        self.ops.message(v, kind, ts, frame, client, xid)  # every program's calls are counted
+        prog = int_or_none(first(v, "prog"))
+        if prog is not None and prog != NFS_PROGRAM:
+            return
         if kind == "0":
-            self._call(v, ts, self._name(endpoint(src, sport)), xid, frame)
+            self._call(v, ts, client, xid, frame)
         elif kind == "1":
-            self._reply(v, ts, self._name(endpoint(dst, dport)), xid, frame)
+            self._reply(v, ts, client, xid, frame)
 
     def _name(self, text):
         return self.names.setdefault(text, text)

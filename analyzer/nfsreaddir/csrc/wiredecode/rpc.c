@@ -5,6 +5,7 @@
 #include "wiredecode.h"
 
 #define NFS_PROGRAM 100003
+#define NFSACL_PROGRAM 100227
 
 /* The reply to a call rpc_message kept (by key), its status and, accepted, its results. */
 static int rpc_reply(struct run *r, struct xdr *x, uint32_t xid, uint64_t key)
@@ -14,12 +15,13 @@ static int rpc_reply(struct run *r, struct xdr *x, uint32_t xid, uint64_t key)
 	if (!c)
 		return 0;
 	int kind = c->kind;
+	uint32_t prog = c->prog;
 	call_drop(r, c);
 	uint32_t replystat = u32(x), accept = 0;
 	emit(r);
 	put(r, C_XID, "0x%08llx", xid);
 	put(r, C_MSGTYP, "%llu", 1);
-	put(r, C_PROG, "%llu", NFS_PROGRAM);
+	put(r, C_PROG, "%llu", prog);
 	put(r, C_REPLYSTAT, "%llu", replystat);
 	if (replystat == 0) {
 		u32(x);
@@ -31,7 +33,7 @@ static int rpc_reply(struct run *r, struct xdr *x, uint32_t xid, uint64_t key)
 		set_unknown(r, "an RPC reply cut short");
 		return 0;
 	}
-	if (replystat == 0 && accept == 0) {
+	if (replystat == 0 && accept == 0 && kind != K_OTHER) {
 		if (kind == K_COMPOUND4 ? reply4(r, x) : (reply3(r, x, kind), x->bad ? -1 : 0)) {
 			set_unknown(r, "an NFS reply it cannot read");
 			return 0;
@@ -58,18 +60,16 @@ int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 		opaque(&x, &len);
 		u32(&x);
 		opaque(&x, &len);
-		if (x.bad || rpcvers != 2 || prog != NFS_PROGRAM)
+		if (x.bad || rpcvers != 2 || (prog != NFS_PROGRAM && prog != NFSACL_PROGRAM))
 			return 0;
-		if (vers == 2 || vers == 3)
+		if (prog == NFS_PROGRAM && (vers == 2 || vers == 3))
 			r->versions |= 1u << vers;
-		int kind = K_NONE;
-		if (vers == 3 && (proc == 16 || proc == 17 || proc == 1))
+		int kind = K_OTHER;
+		if (prog == NFS_PROGRAM && vers == 3 && (proc == 16 || proc == 17 || proc == 1))
 			kind = proc == 16 ? K_READDIR3 : proc == 17 ? K_READDIRPLUS3 : K_GETATTR3;
-		if (vers == 4 && proc == 1)
+		if (prog == NFS_PROGRAM && vers == 4 && proc == 1)
 			kind = K_COMPOUND4;
-		if (kind == K_NONE)
-			return 0;
-		if (flavor == 6) {
+		if (flavor == 6 && kind != K_OTHER) {
 			set_unknown(r, "RPCSEC_GSS (Kerberos) calls");
 			return 0;
 		}
@@ -86,8 +86,8 @@ int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 				return 0;
 			}
 			if (main != 26 && main != 9)
-				return 0;
-		} else if (call3(r, &x, kind)) {
+				kind = K_OTHER; /* counted; its reply not read */
+		} else if (kind != K_OTHER && call3(r, &x, kind)) {
 			return 0;
 		}
 		struct call *c = call_slot(r, key, 1);
@@ -96,6 +96,7 @@ int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 			return -1;
 		}
 		c->kind = (uint8_t)kind;
+		c->prog = prog;
 		return send_row(r);
 	}
 	return rpc_reply(r, &x, xid, key);

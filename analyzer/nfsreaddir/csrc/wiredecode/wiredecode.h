@@ -108,7 +108,8 @@ struct run {
 	size_t nstreams, streams_cap;
 };
 
-enum { K_NONE, K_READDIR3, K_READDIRPLUS3, K_GETATTR3, K_COMPOUND4 };
+/* K_OTHER: any other NFS or NFSACL call, counted (model/roundtrips) but its body not read */
+enum { K_NONE, K_READDIR3, K_READDIRPLUS3, K_GETATTR3, K_COMPOUND4, K_OTHER };
 
 /* A key's first slot in a table of cap slots (a power of two). Not the key's low bits: mix()
  * ends with a multiplication, which carries a bit only upward, so the segments towards one
@@ -123,6 +124,7 @@ static inline size_t home(uint64_t key, size_t cap)
 struct call {
 	uint64_t key; /* 0: free */
 	uint8_t kind;
+	uint32_t prog; /* the call's program: its reply says only the XID */
 };
 
 static inline uint64_t mix(uint64_t h, uint64_t v)

@@ -1,0 +1,310 @@
+"""Where a listing's time went: the RPCs its reader sent while it listed, by program and
+operation (issue 46). A slow `ls -l` that no restart explains spends its time on round trips
+per name (a GETATTR or LOOKUP and an NFSACL GETACL for each), not on READDIR.
+
+One computation for both inputs, account(), over one table of calls (ts, program, op, and
+where known reply_ts, the call's server time, and entries, a READDIR reply's):
+
+- a trace: sunrpc:rpc_request events (tables' "requests"), the listing's process, from its
+  first READDIR to its end (the close); server time where sunrpc:rpc_stats_latency was
+  recorded (its rtt), else none;
+- a capture: every NFS and NFSACL call (trace/rpcops), the listing's client (address:port),
+  from its first READDIR to the client's next listing or the capture's end: the wire has no
+  close, and the calls a lister makes for each name come after its last READDIR. Server time
+  is call to reply.
+
+Names (for the counts per name) are the entries the listing's READDIR replies carried where the
+input has them (a capture: each entry once; NFSv3 counts . and ..), else the lister's own count
+(a reproducer's phase), else the files its process stat'd (a trace's nfs:nfs_getattr_enter);
+where none of them, no count per name is given.
+
+The calls the same process or client made outside the window are counted too (`outside`): the
+lister's calls for the directory itself (its stat and ACL before the opendir) are there, and
+window and outside together are every call of that process or client in the input.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..units import NS
+
+READDIR_OPS = ("READDIR", "READDIRPLUS")
+
+
+@dataclass
+class OpCount:
+    """One program's operation during a listing."""
+
+    program: str  # "NFS3", "NFSACL3", "NFS4" (an NFSv4 COMPOUND: by its main operation)
+    op: str
+    calls: int
+    replied: int  # calls whose server time is known
+    server_seconds: float | None  # call to reply, summed (None: not known)
+    per_name: float | None  # calls per name (None: names not known)
+    share: float | None  # server time over the listing's time
+
+    @property
+    def key(self):
+        return f"{self.program}.{self.op}"
+
+    @property
+    def readdir(self):
+        return self.op in READDIR_OPS
+
+
+@dataclass
+class RoundTrips:
+    """A listing's RPCs, accounted."""
+
+    who: str  # "ls[375]" or "client 127.0.0.1:956"
+    start: int  # the window: the listing's first READDIR call
+    end: int  # its end (trace), or the client's last call before its next listing (capture)
+    seconds: float
+    calls_from: str  # the evidence: which events or which decoding
+    window: str  # how the window was cut, in words
+    names: int | None
+    names_from: str | None
+    server_time_from: str | None  # None: the input gives no server time
+    ops: list[OpCount] = field(default_factory=list)  # most calls first
+    outside: dict = field(default_factory=dict)  # "NFS3.GETATTR" -> calls outside the window
+    readdirs: int = 0
+    readdir_entries: int | None = None  # entries the READDIR replies carried (each time)
+    max_dtsize: int | None = None  # the largest READDIR size asked (bytes)
+
+    @property
+    def calls(self):
+        return sum(o.calls for o in self.ops)
+
+    def counts(self):
+        """{"NFS3.GETATTR": calls} in the window."""
+        return {o.key: o.calls for o in self.ops}
+
+    def server_seconds(self):
+        known = [o.server_seconds for o in self.ops if o.server_seconds is not None]
+        return round(sum(known), 3) if known else None
+
+    def to_dict(self):
+        d = asdict(self)
+        d["calls"] = self.calls
+        d["server_seconds"] = self.server_seconds()
+        return d
+
+
+def _program(name, version):
+    """A trace's progname and version as the capture's label: ("nfsacl", 3) -> "NFSACL3"."""
+    return f"{str(name).upper()}{int(version)}"
+
+
+def _ops(program, op, server_ns, names, seconds):
+    """OpCounts of the window's calls (arrays), most calls first."""
+    out = []
+    keys = np.array([f"{p}\0{o}" for p, o in zip(program, op)], dtype=object)
+    for key in sorted(set(keys.tolist())):
+        m = keys == key
+        p, o = key.split("\0")
+        st = server_ns[m]
+        known = st[~np.isnan(st)]
+        server = float(known.sum()) / NS if len(known) else None
+        n = int(m.sum())
+        out.append(
+            OpCount(
+                p,
+                o,
+                n,
+                int(len(known)),
+                round(server, 3) if server is not None else None,
+                round(n / names, 3) if names else None,
+                round(server / seconds, 3) if server is not None and seconds > 0 else None,
+            )
+        )
+    out.sort(key=lambda c: (-c.calls, c.program, c.op))
+    return out
+
+
+def _outside(program, op):
+    out: dict[str, int] = {}
+    for p, o in zip(program, op):
+        out[f"{p}.{o}"] = out.get(f"{p}.{o}", 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _first_readdir(lst):
+    """The listing's first READDIR call (its start where it has none), in integer ns: never
+    through a float, which rounds an epoch in ns by up to 256 ns."""
+    import pandas as pd
+
+    ts = pd.Series(lst.rpcs["ts"]).dropna() if len(lst.rpcs) else ()
+    return int(min(int(t) for t in ts)) if len(ts) else int(lst.start)
+
+
+def _dtsize(lst):
+    if not len(lst.rpcs) or "dtsize" not in lst.rpcs:
+        return None
+    v = np.asarray(lst.rpcs["dtsize"], dtype=float)
+    v = v[~np.isnan(v)]
+    return int(v.max()) if len(v) else None
+
+
+def _stat_names(lst, revalidations, start, end):
+    """The files the listing's process stat'd in the window (distinct fileids of its
+    nfs:nfs_getattr_enter, the directory aside), or None: the names of a trace without the
+    lister's count, where each name was stat'd (ls -l); 0 names is no evidence."""
+    if revalidations is None or not len(revalidations):
+        return None
+    r = revalidations
+    ts = r["ts"].to_numpy()
+    m = (r["pid"].to_numpy() == lst.pid) & (r["step"].to_numpy() == "getattr")
+    m &= (ts >= start) & (ts <= end)
+    ids = {int(f) for f in r["fileid"][m].dropna()} - {lst.fileid}
+    return len(ids) or None
+
+
+def from_trace(lst, requests, latencies=None, revalidations=None):
+    """The RoundTrips of a trace's listing from the tables' requests (and latencies, and the
+    revalidations for its names), or None where the trace has no sunrpc:rpc_request or the
+    listing no process."""
+    if requests is None or lst.pid is None:
+        return None
+    start, end = _first_readdir(lst), int(lst.end)
+    mine = requests[requests["pid"].to_numpy() == lst.pid]
+    ts = mine["ts"].to_numpy()
+    inside = (ts >= start) & (ts <= end)
+    program = [_program(p, v) for p, v in zip(mine["program"], mine["version"])]
+    program_arr = np.array(program, dtype=object)
+    op = mine["op"].to_numpy(dtype=object)
+    server = latency_ns(mine, latencies)
+    seconds = (end - start) / NS
+    names = lst.entries
+    names_from: str | None = "the lister's own count, from the reproducer's phase"
+    if names is None:
+        names = _stat_names(lst, revalidations, start, end)
+        names_from = "the files its process stat'd (nfs:nfs_getattr_enter)" if names else None
+    return RoundTrips(
+        who=f"{lst.comm}[{lst.pid}]",
+        start=start,
+        end=end,
+        seconds=round(seconds, 3),
+        calls_from="sunrpc:rpc_request",
+        window="the process's calls from its first READDIR to the listing's end",
+        names=names,
+        names_from=names_from,
+        server_time_from="sunrpc:rpc_stats_latency (rtt)" if latencies is not None else None,
+        ops=_ops(program_arr[inside], op[inside], server[inside], names, seconds),
+        outside=_outside(program_arr[~inside], op[~inside]),
+        readdirs=int(sum(o in READDIR_OPS for o in op[inside])),
+        max_dtsize=_dtsize(lst),
+    )
+
+
+def latency_ns(requests, latencies):
+    """Per request, its server time in ns from the latency event of the same task that follows
+    it (NaN where none)."""
+    out = np.full(len(requests), np.nan)
+    if latencies is None or not len(latencies) or not len(requests):
+        return out
+    import pandas as pd
+
+    req = requests[["ts", "task_id", "client_id"]].assign(_row=np.arange(len(requests)))
+    lat = latencies[["ts", "task_id", "client_id", "rtt"]].rename(columns={"ts": "_lts"})
+    m = pd.merge_asof(
+        req.sort_values("ts"),
+        lat.sort_values("_lts"),
+        left_on="ts",
+        right_on="_lts",
+        by=["client_id", "task_id"],
+        direction="forward",
+    )
+    ok = m["rtt"].notna().to_numpy()
+    out[m["_row"].to_numpy()[ok]] = m["rtt"].to_numpy(dtype=float)[ok] * 1000  # µs -> ns
+    return out
+
+
+def from_capture(lst, calls, next_start=None):
+    """The RoundTrips of a capture's listing from the capture's calls (rpcops.CallLog.table()),
+    the client's calls from its first READDIR to next_start (its next listing's first READDIR,
+    None: the capture's end)."""
+    client = getattr(lst, "client", None)
+    if calls is None or not client:
+        return None
+    start = _first_readdir(lst)
+    mine = calls[calls["client"].to_numpy() == client]
+    ts = mine["ts"].to_numpy()
+    inside = ts >= start
+    if next_start is not None:
+        inside &= ts < next_start
+    # Integer ns (an epoch in ns through a float is rounded by up to 256 ns); a duration is
+    # small enough for a float.
+    reply = mine["reply_ts"].to_numpy(dtype=np.int64, na_value=-1)
+    server = np.where(reply >= 0, reply - ts, np.nan).astype(float)
+    end = int(np.maximum(reply, ts)[inside].max()) if inside.any() else start
+    program = mine["program"].to_numpy(dtype=object)
+    op = mine["op"].to_numpy(dtype=object)
+    frames = mine["frame"].to_numpy(dtype=np.int64, na_value=-1)
+    own: Any = np.isin(frames, np.asarray(lst.rpcs["frame"])) if len(lst.rpcs) else []
+    entries = mine["entries"].to_numpy(dtype=float, na_value=np.nan)[own] if len(own) else []
+    counted = [e for e in entries if not np.isnan(e)]
+    readdir_entries = int(sum(counted)) if counted else None
+    refetched = getattr(lst, "refetched_entries", 0) or 0
+    if readdir_entries is not None:
+        # Each name once: a reply's entries past the cookie the next READDIR asked from come
+        # again in that one (5.10 asks from inside the last reply's page).
+        names = readdir_entries - refetched
+        names_from = "the entries its READDIR replies carried, each once"
+    elif lst.entries is not None:
+        names, names_from = lst.entries, "the lister's own count, from the reproducer's phase"
+    else:
+        names, names_from = None, None
+    seconds = (end - start) / NS
+    return RoundTrips(
+        who=f"client {client}",
+        start=start,
+        end=end,
+        seconds=round(seconds, 3),
+        calls_from="the capture's NFS and NFSACL calls and replies",
+        window="the client's calls from the listing's first READDIR to "
+        + ("its next listing" if next_start is not None else "the end of the capture"),
+        names=names,
+        names_from=names_from,
+        server_time_from="the capture's call to reply times",
+        ops=_ops(program[inside], op[inside], server[inside], names, seconds),
+        outside=_outside(program[~inside], op[~inside]),
+        readdirs=int(sum(o in READDIR_OPS for o in op[inside])),
+        readdir_entries=readdir_entries,
+        max_dtsize=_dtsize(lst),
+    )
+
+
+def account(analysis, calls=None):
+    """{listing number: RoundTrips} of an analysis: a trace's from its requests table, a
+    capture's from calls (rpcops.CallLog.table()). Listings without evidence are left out."""
+    out = {}
+    if calls is None:
+        t = analysis.tables
+        requests, latencies = t.get("requests"), t.get("latencies")
+        for n, lst in enumerate(analysis.listings):
+            rt = from_trace(lst, requests, latencies, t.get("revalidations"))
+            if rt is not None:
+                out[n] = rt
+        return out
+    listings = list(analysis.listings)
+    # Each client's calls, and the first READDIR of each of its listings: a listing's window
+    # ends where the same client's next listing begins.
+    by_client = {c: df for c, df in calls.groupby("client", sort=False)}
+    firsts: dict[str, list[int]] = {}
+    for lst in listings:
+        firsts.setdefault(getattr(lst, "client", ""), []).append(_first_readdir(lst))
+    for f in firsts.values():
+        f.sort()
+    for n, lst in enumerate(listings):
+        client = getattr(lst, "client", "")
+        mine = firsts.get(client, [])
+        i = bisect.bisect_right(mine, _first_readdir(lst))
+        rt = from_capture(lst, by_client.get(client), mine[i] if i < len(mine) else None)
+        if rt is not None:
+            out[n] = rt
+    return out

@@ -1,0 +1,159 @@
+"""Every NFS and NFSACL call of a capture, by program and operation, with its reply's time: what
+a listing's round trips are counted from (model/roundtrips). Both decoders give rpcmatch one row
+per RPC message (tshark_fields.FIELDS); rpcmatch hands each to a CallLog, which keeps a call's
+first transmission (a call seen again with the same client and XID before its reply is counted
+as retransmitted) and, for a READDIR, the number of entries its reply carried.
+
+Names are the protocols' own, as Wireshark gives them: NFSv3 and NFSACL procedures, and for an
+NFSv4 COMPOUND its main operation (Wireshark's ranking, nfs.main_opcode), so that the counts
+compare with tshark's (reproducers/wire-ops: call.NFS3.GETATTR, call.NFSACL3.GETACL,
+call.NFS4.main.READDIR).
+"""
+
+from __future__ import annotations
+
+from array import array
+
+from .tshark_fields import COL, int_or_none, split_values
+
+NFS_PROGRAM, NFSACL_PROGRAM = 100003, 100227
+PROGRAMS = {NFS_PROGRAM: "NFS", NFSACL_PROGRAM: "NFSACL"}
+NFS3_PROCS = (
+    "NULL GETATTR SETATTR LOOKUP ACCESS READLINK READ WRITE CREATE MKDIR SYMLINK MKNOD REMOVE "
+    "RMDIR RENAME LINK READDIR READDIRPLUS FSSTAT FSINFO PATHCONF COMMIT"
+).split()
+NFSACL_PROCS = {
+    2: "NULL GETACL SETACL GETATTR ACCESS GETXATTRDIR".split(),
+    3: "NULL GETACL SETACL".split(),
+}
+# NFSv4 operations by number (RFC 7530, 8881): the main operation of a COMPOUND.
+NFS4_OPS = dict(
+    enumerate(
+        (
+            "ACCESS CLOSE COMMIT CREATE DELEGPURGE DELEGRETURN GETATTR GETFH LINK LOCK LOCKT "
+            "LOCKU LOOKUP LOOKUPP NVERIFY OPEN OPENATTR OPEN_CONFIRM OPEN_DOWNGRADE PUTFH "
+            "PUTPUBFH PUTROOTFH READ READDIR READLINK REMOVE RENAME RENEW RESTOREFH SAVEFH "
+            "SECINFO SETATTR SETCLIENTID SETCLIENTID_CONFIRM VERIFY WRITE RELEASE_LOCKOWNER "
+            "BACKCHANNEL_CTL BIND_CONN_TO_SESSION EXCHANGE_ID CREATE_SESSION DESTROY_SESSION "
+            "FREE_STATEID GET_DIR_DELEGATION GETDEVICEINFO GETDEVICELIST LAYOUTCOMMIT LAYOUTGET "
+            "LAYOUTRETURN SECINFO_NO_NAME SEQUENCE SET_SSV TEST_STATEID WANT_DELEGATION "
+            "DESTROY_CLIENTID RECLAIM_COMPLETE ALLOCATE COPY COPY_NOTIFY DEALLOCATE IO_ADVISE "
+            "LAYOUTERROR LAYOUTSTATS OFFLOAD_CANCEL OFFLOAD_STATUS READ_PLUS SEEK WRITE_SAME "
+            "CLONE GETXATTR SETXATTR LISTXATTRS REMOVEXATTR"
+        ).split(),
+        start=3,
+    )
+)
+READDIR_OPS = {"READDIR", "READDIRPLUS"}
+
+
+def op_name(prog, vers, proc, mainop):
+    """(program label, operation) of a call: ("NFS3", "GETATTR"), ("NFSACL3", "GETACL"),
+    ("NFS4", "READDIR") for a COMPOUND whose main operation is READDIR."""
+    label = f"{PROGRAMS.get(prog, prog)}{vers if vers is not None else ''}"
+    if prog == NFS_PROGRAM and vers == 4 and proc == 1:
+        return label, NFS4_OPS.get(mainop, "COMPOUND" if mainop is None else f"op{mainop}")
+    if prog == NFS_PROGRAM and vers == 3 and proc is not None and proc < len(NFS3_PROCS):
+        return label, NFS3_PROCS[proc]
+    names = NFSACL_PROCS.get(vers, ()) if prog == NFSACL_PROGRAM else ()
+    if proc is not None and proc < len(names):
+        return label, names[proc]
+    return label, f"proc{proc}"
+
+
+def _entries(v, op, plus):
+    """The entries of a READDIR reply's row: raw cookies (compiled decoder) or tshark's text."""
+    if op not in READDIR_OPS:
+        return -1
+    cookies = v[COL["cookie4" if plus is None else "epcookie3" if plus else "ecookie3"]]
+    if isinstance(cookies, bytes):
+        return len(cookies) // 8
+    return len(split_values(cookies))
+
+
+class CallLog:
+    """The calls as columns in typed arrays (a big capture has millions of calls: 22 bytes
+    each): ts, reply_ts (-1: no reply in the capture), client (its number in `clients`), op
+    (its number in `names`, (program, operation) pairs); a READDIR's frame and its reply's
+    entries, kept for READDIRs alone, by row."""
+
+    def __init__(self):
+        self.ts, self.reply_ts = array("q"), array("q")
+        self.client, self.op = array("i"), array("h")
+        self.clients: dict[str, int] = {}
+        self.ops: dict[tuple, int] = {}
+        self.names: list[tuple] = []  # the ops' keys by number
+        self.frames: dict[int, int] = {}  # READDIR row -> its call's frame
+        self.entries: dict[int, int] = {}  # READDIR row -> its reply's entries
+        self.pending: dict[tuple, int] = {}  # (client, xid) -> row, until the reply
+        self.retransmitted = 0
+
+    def __len__(self):
+        return len(self.ts)
+
+    def message(self, v, kind, ts, frame, client, xid):
+        """One RPC message's row: a call of NFS or NFSACL is kept, a reply completes its call."""
+        prog = int_or_none(v[COL["prog"]].split(",")[0])
+        if kind == "0" and prog in PROGRAMS:
+            key = (client, xid)
+            if key in self.pending:
+                self.retransmitted += 1
+                return
+            vers = int_or_none(v[COL["vers"]].split(",")[0])
+            proc = int_or_none(v[COL["proc"]].split(",")[0])
+            mainop = int_or_none(v[COL["mainop"]].split(",")[0])
+            name = op_name(prog, vers, proc, mainop)
+            if name not in self.ops:
+                self.ops[name] = len(self.names)
+                self.names.append(name)
+            row = len(self.ts)
+            self.pending[key] = row
+            self.ts.append(ts)
+            self.reply_ts.append(-1)
+            self.client.append(self.clients.setdefault(client, len(self.clients)))
+            self.op.append(self.ops[name])
+            if name[1] in READDIR_OPS and frame is not None:
+                self.frames[row] = frame
+        elif kind == "1":
+            i = self.pending.pop((client, xid), None)
+            if i is None:
+                return
+            self.reply_ts[i] = ts
+            label, op = self.names[self.op[i]]
+            ok = (v[COL["status3"]] or v[COL["status4"]]).split(",")[0] in ("0", "")
+            if op in READDIR_OPS and ok:
+                plus = None if label.startswith("NFS4") else op == "READDIRPLUS"
+                self.entries[i] = _entries(v, op, plus)
+
+    def table(self):
+        """The calls as a DataFrame: ts, frame (NA but for READDIRs), client, program, op,
+        reply_ts (NA without a reply), entries (NA but for READDIR replies)."""
+        import numpy as np
+        import pandas as pd
+
+        n = len(self.ts)
+
+        def col(a, dtype):
+            return np.frombuffer(a, dtype=dtype).astype(np.int64) if n else np.zeros(0, np.int64)
+
+        def sparse(d):
+            v = np.full(n, -1, dtype=np.int64)
+            if d:
+                v[np.fromiter(d.keys(), np.int64)] = np.fromiter(d.values(), np.int64)
+            return pd.arrays.IntegerArray(v, v < 0)
+
+        clients = np.array(list(self.clients), dtype=object)
+        names = self.names
+        op = col(self.op, np.int16)
+        reply = col(self.reply_ts, np.int64)
+        return pd.DataFrame(
+            {
+                "ts": col(self.ts, np.int64),
+                "frame": sparse(self.frames),
+                "client": clients[col(self.client, np.int32)] if n else np.zeros(0, object),
+                "program": np.array([names[i][0] for i in op], dtype=object),
+                "op": np.array([names[i][1] for i in op], dtype=object),
+                "reply_ts": pd.arrays.IntegerArray(reply, reply < 0),
+                "entries": sparse(self.entries),
+            }
+        )
