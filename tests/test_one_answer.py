@@ -186,7 +186,7 @@ SWEPT = [
 def test_lossy_copies_of_captures_never_flip_the_answer(tmp_path):
     """Every capture fixture of a known answer, copied with frames dropped and cut (_copies,
     two seeds): no copy turns good into bad or bad into good; only into cannot decide (a
-    range). The counts are printed."""
+    range); and every copy's restart figures are possible. The counts are printed."""
     counts: dict[tuple, int] = {}
     flips = []
     for name, phase, want in SWEPT:
@@ -197,9 +197,12 @@ def test_lossy_copies_of_captures_never_flip_the_answer(tmp_path):
                 path = tmp_path / "copy.pcap"
                 pcapedit.write(str(path), head, kept)
                 try:
-                    code = _capture(str(path))[0]
+                    a = wire.analyze(str(path))
                 except analysis.AnalysisError:  # nothing left to read: no answer either way
                     code = None
+                else:
+                    code = _judged(a)[0]
+                    _assert_possible(a)  # figures possible on every copy too
                 counts[want, code] = counts.get((want, code), 0) + 1
                 if {want, code} == {GOOD, BAD}:
                     flips.append((name, what, seed, code))
@@ -238,7 +241,7 @@ def _damaged(data, spans, seed):
 def test_cut_and_flipped_traces_never_flip_the_answer(tmp_path):
     """Every trace of TRACES cut at each tenth and with seeded bit flips in its events: none
     turns good into bad or bad into good; only into cannot decide (a range) or a refusal. The
-    counts are printed."""
+    counts are printed, and every copy's restart figures are possible."""
     counts: dict[tuple, int] = {}
     flips = []
     for name, want in TRACES:
@@ -252,9 +255,12 @@ def test_cut_and_flipped_traces_never_flip_the_answer(tmp_path):
             p = tmp_path / "copy.dat"
             p.write_bytes(copy)
             try:
-                code = _trace(str(p))[0]
+                a = analysis.analyze(open_trace(str(p)))
             except (TraceError, analysis.AnalysisError):  # refused, or nothing left to read
                 code = None
+            else:
+                code = _judged(a)[0]
+                _assert_possible(a)  # figures possible on every copy too
             counts[want, code] = counts.get((want, code), 0) + 1
             if {want, code} == {GOOD, BAD}:
                 flips.append((name, what, code))
@@ -287,6 +293,11 @@ def test_restart_figures_are_possible(path):
     never exceeds its time (before: 6,739 re-fetched of 4,999, 148 s in a 118 s listing)."""
     a = wire.analyze(path) if ".pcap" in path else analysis.analyze(open_trace(path))
     assert a.listings
+    _assert_possible(a)
+
+
+def _assert_possible(a):
+    """Each listing's restart figures are possible (see test_restart_figures_are_possible)."""
     for _, n, span, rs, spans in _restart_figures(a):
         assert all(b <= c for (_, b), (c, _) in zip(spans, spans[1:])), spans
         assert sum(r.refetched for r in rs) <= n
