@@ -164,16 +164,40 @@ def _stat_names(lst, revalidations, start, end):
     return len(ids) or None
 
 
-def from_trace(lst, requests, latencies=None, revalidations=None):
+def _owners(listings, requests):
+    """Per request (a row of the requests table), the number of the listing it is one of, -1
+    for none: of its process, the listing whose window (its first READDIR to its end) holds
+    it, the one begun last of those: a process with several directories open at once (find)
+    sends its calls for the one it opened last, and each call is counted once."""
+    pid, ts = requests["pid"].to_numpy(), requests["ts"].to_numpy()
+    owner = np.full(len(requests), -1, dtype=np.int64)
+    since = np.full(len(requests), -1, dtype=np.int64)
+    rows: dict[Any, np.ndarray] = {}
+    for n, lst in enumerate(listings):
+        if lst.pid is None:
+            continue
+        if lst.pid not in rows:
+            rows[lst.pid] = np.flatnonzero(pid == lst.pid)
+        r = rows[lst.pid]
+        start, end = _first_readdir(lst), int(lst.end)
+        hit = r[(ts[r] >= start) & (ts[r] <= end) & (since[r] < start)]
+        owner[hit], since[hit] = n, start
+    return owner
+
+
+def from_trace(lst, requests, latencies=None, revalidations=None, owned=None):
     """The RoundTrips of a trace's listing from the tables' requests (and latencies, and the
     revalidations for its names), or None where the trace has no sunrpc:rpc_request or the
-    listing no process."""
+    listing no process. owned: per request, whether it is this listing's (_owners), where the
+    process has several listings at once."""
     if requests is None or lst.pid is None:
         return None
     start, end = _first_readdir(lst), int(lst.end)
-    mine = requests[requests["pid"].to_numpy() == lst.pid]
+    of_pid = requests["pid"].to_numpy() == lst.pid
+    mine = requests[of_pid]
     ts = mine["ts"].to_numpy()
-    inside = (ts >= start) & (ts <= end)
+    window = (ts >= start) & (ts <= end)
+    inside = window & (owned[of_pid] if owned is not None else True)
     program = [_program(p, v) for p, v in zip(mine["program"], mine["version"])]
     program_arr = np.array(program, dtype=object)
     op = mine["op"].to_numpy(dtype=object)
@@ -195,7 +219,7 @@ def from_trace(lst, requests, latencies=None, revalidations=None):
         names_from=names_from,
         server_time_from="sunrpc:rpc_stats_latency (rtt)" if latencies is not None else None,
         ops=_ops(program_arr[inside], op[inside], server[inside], names, seconds),
-        outside=_outside(program_arr[~inside], op[~inside]),
+        outside=_outside(program_arr[~window], op[~window]),
         readdirs=int(sum(o in READDIR_OPS for o in op[inside])),
         max_dtsize=_dtsize(lst),
     )
@@ -286,8 +310,11 @@ def account(analysis, calls=None):
     if calls is None:
         t = analysis.tables
         requests, latencies = t.get("requests"), t.get("latencies")
-        for n, lst in enumerate(analysis.listings):
-            rt = from_trace(lst, requests, latencies, t.get("revalidations"))
+        listings = list(analysis.listings)
+        owner = _owners(listings, requests) if requests is not None else None
+        for n, lst in enumerate(listings):
+            owned = owner == n if owner is not None else None
+            rt = from_trace(lst, requests, latencies, t.get("revalidations"), owned)
             if rt is not None:
                 out[n] = rt
         return out
