@@ -108,12 +108,13 @@ class Opens:
         return self.live.get(key) if key is not None else None
 
     def of_readdir(self, pid, comm, ts):
-        """The open a READDIR of process pid belongs to; one outside any open seen is its
-        own listing."""
+        """The open a READDIR of process pid belongs to; those outside any open seen are one
+        listing of their own (the process's "orphan" open, kept until the end: a second one
+        would replace it, and its READDIRs would be lost)."""
         o = self.reading(pid)
         if o is None:
             mine = [o2 for k, o2 in self.live.items() if k[0] == pid]
-            o = mine[0] if len(mine) == 1 else None
+            o = mine[0] if len(mine) == 1 else self.live.get(("orphan", pid))
         if o is None:
             o = _Open(pid, comm, ts, "readdirs", key=("orphan", pid))
             o.began_before_trace = True
