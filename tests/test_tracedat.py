@@ -121,6 +121,8 @@ def int_matches(b, s, size, syms):
     """
     s = s.strip()
     mod = 1 << (8 * size)
+    if s == "(nil)":  # %p of a null pointer (kmem:kfree of NULL)
+        return b % mod == 0
     cands = set()
     for base in (10, 16):
         try:
