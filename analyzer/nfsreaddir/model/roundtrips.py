@@ -97,7 +97,8 @@ class RoundTrips:
 
 def _program(name, version):
     """A trace's progname and version as the capture's label: ("nfsacl", 3) -> "NFSACL3"."""
-    return f"{str(name).upper()}{int(version)}"
+    known = version is not None and version == version  # (NaN: a damaged line of text)
+    return f"{str(name).upper()}{int(version) if known else '?'}"
 
 
 def _ops(program, op, server_ns, names, seconds):
