@@ -378,8 +378,9 @@ class _Follow:
         # never went back (not even at cookie 0 right after the eof, which would have joined
         # it, see _read) went on past the change: a kernel that restarts would have gone back
         # at the reader's next getdents.
+        # Elsewhere the capture cannot tell: not known, not 0.
         clean = lst.ending == reader.EOF and not p.restart_rows and not lst.ambiguous_rows
-        lst.survived = lst.version_changes if clean else 0
+        lst.survived = lst.version_changes if clean else None
         self.rows, self.changes, self.reader = [], [], reader.Pass()
         self.fileid, self.moved = None, False
         self.spool.put(lst, self.number)
