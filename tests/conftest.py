@@ -28,6 +28,19 @@ def fixture_dirs(reproducer="readdir-loopback"):
     return out
 
 
+def key_values(path):
+    """{KEY: VALUE} of a fixture's facts or TRUTH file: KEY=VALUE lines, # comments."""
+    out = {}
+    with open(path) as f:
+        for ln in f:
+            ln = ln.strip()
+            if ln and not ln.startswith("#"):
+                k, sep, v = ln.partition("=")
+                assert sep, f"{path}: not KEY=VALUE: {ln!r}"
+                out[k] = v
+    return out
+
+
 @pytest.fixture(params=fixture_dirs())
 def fixture(request):
     """One recorded run: its directory, name and results.json."""

@@ -10,22 +10,10 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, TOP, fixture_dirs
+from conftest import FIXTURES, TOP, fixture_dirs, key_values
 
 LS_FIXTURES = fixture_dirs("readdir-ls")
 WIRE_OPS = os.path.join(TOP, "reproducers", "wire-ops")
-
-
-def _kv(path):
-    out = {}
-    with open(path) as f:
-        for ln in f:
-            ln = ln.strip()
-            if ln and not ln.startswith("#"):
-                k, sep, v = ln.partition("=")
-                assert sep, f"{path}: not KEY=VALUE: {ln!r}"
-                out[k] = v
-    return out
 
 
 def test_there_are_ls_fixtures():
@@ -35,7 +23,7 @@ def test_there_are_ls_fixtures():
 @pytest.mark.parametrize("name", LS_FIXTURES)
 def test_truth_agrees_with_the_run(name):
     d = os.path.join(FIXTURES, name)
-    truth, facts = _kv(os.path.join(d, "TRUTH")), _kv(os.path.join(d, "facts"))
+    truth, facts = key_values(os.path.join(d, "TRUTH")), key_values(os.path.join(d, "facts"))
     with open(os.path.join(d, "names-idle.txt")) as f:
         names = f.read().split()
     assert int(truth["names"]) == int(facts["idle.entries"]) == len(names)
@@ -54,7 +42,7 @@ def test_truth_agrees_with_the_run(name):
 @pytest.mark.parametrize("name", LS_FIXTURES)
 def test_wire_counts_are_tsharks(name):
     d = os.path.join(FIXTURES, name)
-    truth = _kv(os.path.join(d, "TRUTH"))
+    truth = key_values(os.path.join(d, "TRUTH"))
     out = subprocess.run(
         [sys.executable, WIRE_OPS, os.path.join(d, "idle.pcap.gz")],
         check=True,

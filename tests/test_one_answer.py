@@ -35,8 +35,12 @@ def _judged(a):
     return v.code, v.reason
 
 
+def _analysis(path):
+    return analysis.analyze(open_trace(path))
+
+
 def _trace(path):
-    return _judged(analysis.analyze(open_trace(path)))
+    return _judged(_analysis(path))
 
 
 def _capture(path):
@@ -162,6 +166,18 @@ def test_loss_far_from_a_restart_keeps_it_definite(tmp_path):
             assert len(lst.possible_restarts) >= 4
 
 
+def _answer_of_copy(analyze, path, refused):
+    """The answer a damaged copy at path gives (analyze: wire.analyze or _analysis), None where
+    it raises one of `refused` (refused, or nothing left to read); its restart figures are
+    possible too."""
+    try:
+        a = analyze(path)
+    except refused:
+        return None
+    _assert_possible(a)
+    return _judged(a)[0]
+
+
 def _copies(packets, seed):
     """Seeded lossy copies of a capture's packets: frames dropped at random (1-50%), and
     frames cut to a snaplen, as `tcpdump -s` or `editcap -s` cut them."""
@@ -197,13 +213,7 @@ def test_lossy_copies_of_captures_never_flip_the_answer(tmp_path):
             for what, kept in _copies(packets, seed):
                 path = tmp_path / "copy.pcap"
                 pcapedit.write(str(path), head, kept)
-                try:
-                    a = wire.analyze(str(path))
-                except analysis.AnalysisError:  # nothing left to read: no answer either way
-                    code = None
-                else:
-                    code = _judged(a)[0]
-                    _assert_possible(a)  # figures possible on every copy too
+                code = _answer_of_copy(wire.analyze, str(path), analysis.AnalysisError)
                 counts[want, code] = counts.get((want, code), 0) + 1
                 if {want, code} == {GOOD, BAD}:
                     flips.append((name, what, seed, code))
@@ -255,13 +265,7 @@ def test_cut_and_flipped_traces_never_flip_the_answer(tmp_path):
         for what, copy in _damaged(data, spans, seed=len(name)):
             p = tmp_path / "copy.dat"
             p.write_bytes(copy)
-            try:
-                a = analysis.analyze(open_trace(str(p)))
-            except (TraceError, analysis.AnalysisError):  # refused, or nothing left to read
-                code = None
-            else:
-                code = _judged(a)[0]
-                _assert_possible(a)  # figures possible on every copy too
+            code = _answer_of_copy(_analysis, str(p), (TraceError, analysis.AnalysisError))
             counts[want, code] = counts.get((want, code), 0) + 1
             if {want, code} == {GOOD, BAD}:
                 flips.append((name, what, code))

@@ -12,7 +12,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from conftest import FIXTURES, TOP, fixture_dirs
+from conftest import FIXTURES, TOP, fixture_dirs, key_values
 from nfsreaddir import pipeline
 from nfsreaddir.model import roundtrips
 from nfsreaddir.rules import slowness
@@ -28,22 +28,11 @@ NOT_TRACED = {"ls-l-6.1-v4.1": {"NFS4.SEQUENCE": 1}}
 DIRECTORY_ITSELF = {"NFS3.GETATTR", "NFS3.ACCESS", "NFSACL3.GETACL", "NFS4.GETATTR", "NFS4.ACCESS"}
 
 
-def _kv(path):
-    out = {}
-    with open(path) as f:
-        for ln in f:
-            ln = ln.strip()
-            if ln and not ln.startswith("#"):
-                k, _, v = ln.partition("=")
-                out[k] = v
-    return out
-
-
 def truth_calls(name):
     """TRUTH's calls as the round trips name them: NFS3.GETATTR, NFSACL3.GETACL, and an NFSv4
     COMPOUND by its main operation (NFS4.READDIR)."""
     out = {}
-    for k, v in _kv(os.path.join(FIXTURES, name, "TRUTH")).items():
+    for k, v in key_values(os.path.join(FIXTURES, name, "TRUTH")).items():
         if not k.startswith("wire.call."):
             continue
         key = k[len("wire.call.") :]
@@ -105,7 +94,7 @@ def test_trace_and_capture_agree_on_the_window(name):
 def test_names_and_their_evidence(name):
     """Names: the capture's READDIR replies, each entry once (NFSv3 counts . and ..); the
     trace's: the lister's own count."""
-    truth = _kv(os.path.join(FIXTURES, name, "TRUTH"))
+    truth = key_values(os.path.join(FIXTURES, name, "TRUTH"))
     _, t = the_listing(analysis(name, "idle.dat"))
     _, c = the_listing(analysis(name, "idle.pcap.gz"))
     assert t.names == int(truth["names"]) and "lister" in t.names_from
