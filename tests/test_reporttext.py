@@ -153,6 +153,9 @@ CPU 1 is empty
     paced-lister-449   [000]   100.000012: nfs4_proc_readdir:    (ffffffffc07f2bf0) cookie=0 count=32768 plus=1
           ls-1234  [000]   100.000003: rpc_request:          task:00000012@00000003 nfsv4 READDIR (async)
           ls-1234  [000]   100.000004: rpc_request:          task:18@3 nfsv3 READDIRPLUS (sync)
+ kworker/u4:4-145   [001]   100.000004: rpc_stats_latency:    task:135@4 xid=0x2225ae4e nfsaclv3 GETACL backlog=1555 rtt=7846 execute=9618
+            nfsd-244   [001]   100.000004: kfree:                 call_site=nfsd4_open+0x541 ptr=0xffff96c9829cba00
+            nfsd-244   [001]   100.000004: kfree:                 call_site=nfsd4_encode_fattr+0x477 ptr=(nil)
 CPU:0 [12 EVENTS DROPPED]
     kworker/0:1-77    [000]   100.000005: nfs4_readdir:         error=-5 (EIO) fileid=00:2e:1234 fhandle=0x1a2b3c4d
  bash (x)-99      [000]   100.000006: print:                tracing_mark_write: phase start a=b c
@@ -211,6 +214,17 @@ def test_normalisation(default_text):
     assert rq["version"].tolist() == [4, 3] and rq["async"].tolist() == [1, 0]
     assert rq["procname"].tolist() == ["READDIR", "READDIRPLUS"]
     assert rq["progname"].tolist() == ["nfs", "nfs"]
+    # rpc_stats_latency prints the program and its version as one word after the xid
+    lat = t.read({"rpc_stats_latency": None})["rpc_stats_latency"].iloc[0]
+    assert (lat["xid"], lat["progname"], lat["version"], lat["procname"]) == (
+        0x2225AE4E,
+        "nfsacl",
+        3,
+        "GETACL",
+    )
+    assert (lat["task_id"], lat["client_id"], lat["rtt"]) == (135, 4, 7846)
+    # %p of NULL prints (nil): a 0, not damage
+    assert t.read({"kfree": ["ptr"]})["kfree"]["ptr"].tolist() == [0xFFFF96C9829CBA00, 0]
     cf = t.read({"nfs_readdir_cache_fill": ["cookie", "verifier", "index", "dev"]})[
         "nfs_readdir_cache_fill"
     ]

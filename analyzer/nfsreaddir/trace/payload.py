@@ -19,6 +19,11 @@ _RPC_RE = re.compile(
     r"task:\S+\s+(?P<prog>[A-Za-z_]\w*?)v(?P<ver>\d+)\s+(?P<proc>\S+)\s+"
     r"\((?P<a>a?)sync\)"
 )
+# rpc_stats_latency's 'task:135@4 xid=0x2225ae4e nfsv4 OPEN backlog=...': the program and
+# its version printed as one word, as rpc_request prints them
+_LATENCY_RE = re.compile(
+    r"task:\S+\s+xid=(?P<xid>\S+)\s+(?P<prog>[A-Za-z_]\w*?)v(?P<ver>\d+)\s+(?P<proc>\S+)\s+backlog="
+)
 _PROBE_IP_RE = re.compile(r"^\((?:0x)?(?P<ip>[0-9a-fA-F]{6,16})\)(?:\s|$)")
 
 
@@ -131,13 +136,16 @@ def normalised(name, payload):
         return _syscall_fields(name, payload)
     out = _normalise(_split_kv(payload))
     _task(payload, out)
-    if name == "rpc_request":
-        m = _RPC_RE.search(payload)
-        if m:
-            out.setdefault("version", m.group("ver"))
+    m = {"rpc_request": _RPC_RE, "rpc_stats_latency": _LATENCY_RE}.get(name)
+    m = m and m.search(payload)
+    if m:
+        out.setdefault("version", m.group("ver"))
+        if name == "rpc_request":
             out.setdefault("async", "1" if m.group("a") else "0")
-            out.setdefault("progname", m.group("prog"))
-            out.setdefault("procname", m.group("proc"))
+        else:  # the pair splitter took the words up to backlog= for xid's value
+            out["xid"] = m.group("xid")
+        out.setdefault("progname", m.group("prog"))
+        out.setdefault("procname", m.group("proc"))
     m = _PROBE_IP_RE.match(payload)
     if m:
         out.setdefault("__probe_ip", "0x" + m.group("ip"))

@@ -19,7 +19,8 @@ that, where possible, the same field names come out as with ``-R``:
   text) and ``cookie``;
 * ``task:ID@CLIENT`` (decimal, or 8-digit hex as in newer kernels) ->
   ``task_id`` and ``client_id``; ``rpc_request``'s ``nfsv4 READDIR (async)``
-  -> ``progname``, ``version``, ``procname``, ``async``;
+  -> ``progname``, ``version``, ``procname``, ``async`` (and ``rpc_stats_latency``'s
+  ``xid=0x2225ae4e nfsv4 OPEN`` -> ``xid``, ``progname``, ``version``, ``procname``);
 * a kprobe's leading ``(ffffffffc07f2bf0)`` -> ``__probe_ip``;
 * ``nfs_flags`` -> ``nfsi_flags``;
 * ``error=-5 (EIO)`` -> ``error=5`` (NFS events store the error positive and print

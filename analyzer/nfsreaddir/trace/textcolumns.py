@@ -21,6 +21,8 @@ _BAREHEX_RE = re.compile(r"^[0-9a-fA-F]+$")
 
 def _int_of(v):
     """The integer a report value stands for, or None."""
+    if v == "(nil)":  # printk's %p of a NULL pointer (kfree's ptr=(nil)), a 0 in the record
+        return 0
     if _INT_RE.match(v):
         return int(v)
     if _HEX_RE.match(v):
