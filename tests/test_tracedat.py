@@ -1047,10 +1047,13 @@ def test_compiled_walk_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk)
         got, want = [], []
         for out, run in ((got, lambda f: f()), (want, numpy_walk)):
             lost = []
+            # the compiled walk reuses its arrays from part to part: each is copied as it
+            # comes (a block of more records than the arrays hold comes in several parts)
             parts = run(
-                lambda t=t, block=block, cpu=cpu, lost=lost: list(
-                    t.walker.walk(block, None, cpu, lost)
-                )
+                lambda t=t, block=block, cpu=cpu, lost=lost: [
+                    (tuple(np.array(a) for a in cols), damage)
+                    for cols, damage in t.walker.walk(block, None, cpu, lost)
+                ]
             )
             ids = np.concatenate([np.asarray(p[0][3], np.int64) for p in parts])
             # the largest id marks "no event" in the numpy walk: a record whose
