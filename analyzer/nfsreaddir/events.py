@@ -166,6 +166,13 @@ RPC_SOURCES = [
         ),
     ),
 ]
+# The READDIRs of the uncached mode: upstream's uncached_readdir() (5.18+: the reader's cookie
+# is not in the directory's page cache, so the client reads from it into a buffer of its own
+# and throws the entries away once returned) and the series' event of the same path on 5.10.
+# A trace whose READDIRs were read from a group holding one of UNCACHED_EVIDENCE tells the two
+# modes apart (0 uncached READDIRs is evidence); any other cannot.
+UNCACHED_READDIR = ("nfs:nfs_readdir_uncached", "nfs:nfs_readdir_uncached_page_filled")
+UNCACHED_EVIDENCE = UNCACHED_READDIR
 # Optional columns and the raw fields they come from, where the name differs.
 OPTIONAL_FIELDS = {
     "dtsize": ("count", "dtsize"),
@@ -388,6 +395,18 @@ def searches_from_first_page(kernel):
     that holds the position, whose first cookie lies below it by design."""
     gen = kernel_generation(kernel)
     return None if gen is None else gen < (5, 18)
+
+
+def keeps_whole_readdir_reply(kernel):
+    """Whether the client puts every entry of a READDIR reply into its cache: True from 5.18
+    (nfs_readdir_folio_filler goes on into the next cache pages, so one reply fills as many
+    as it carries), False up to 5.10 (nfs_readdir_xdr_to_array fills one page, about 100
+    entries, and asks the server again from the last of them: the rest of the reply is thrown
+    away), None between them or where the trace does not say which kernel."""
+    gen = kernel_generation(kernel)
+    if gen is None or (5, 10) < gen < (5, 18):
+        return None
+    return gen >= (5, 18)
 
 
 def record_advice(kernel, missing):

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..events import UNCACHED_EVIDENCE, UNCACHED_READDIR
 from ..units import NS
 
 READDIR_OPS = ("READDIR", "READDIRPLUS")
@@ -57,6 +58,9 @@ class OpCount:
         return self.op in READDIR_OPS
 
 
+FINDINGS_ONLY = ("dtsizes", "counted_replies", "kernel", "uncached_readdirs", "restarted")
+
+
 @dataclass
 class RoundTrips:
     """A listing's RPCs, accounted."""
@@ -75,6 +79,19 @@ class RoundTrips:
     readdirs: int = 0
     readdir_entries: int | None = None  # entries the READDIR replies carried (each time)
     max_dtsize: int | None = None  # the largest READDIR size asked (bytes)
+    # The READDIRs' sizes asked (bytes) where each READDIR says, in the order sent, and the
+    # number of READDIRs whose reply the input counts (the wire: readdir_entries is theirs).
+    dtsizes: list = field(default_factory=list)
+    counted_replies: int | None = None
+    kernel: str | None = None  # the client's release, where the input says
+    # READDIRs of the uncached mode (the kernel's nfs:nfs_readdir_uncached events: the
+    # reader's cookie was not in the directory's page cache), None where the input cannot
+    # tell (a capture, a trace without those events)
+    uncached_readdirs: int | None = None
+    # Whether the listing restarted, may have, lost events, or met a change of its directory
+    # (an invalidation, a new version): its READDIRs are then partly the change's refetch,
+    # the restart verdict's to explain, not their sizes'.
+    restarted: bool = False
 
     @property
     def calls(self):
@@ -90,6 +107,10 @@ class RoundTrips:
 
     def to_dict(self):
         d = asdict(self)
+        # What the findings read beyond the accounting (rules/slowness) is said in their
+        # evidence, not repeated here.
+        for k in FINDINGS_ONLY:
+            d.pop(k)
         d["calls"] = self.calls
         d["server_seconds"] = self.server_seconds()
         return d
@@ -144,11 +165,38 @@ def _first_readdir(lst):
 
 
 def _dtsize(lst):
+    v = _dtsizes(lst)
+    return max(v) if v else None
+
+
+def _dtsizes(lst):
+    """The sizes the listing's READDIRs asked (bytes), in the order sent, where known."""
     if not len(lst.rpcs) or "dtsize" not in lst.rpcs:
-        return None
+        return []
     v = np.asarray(lst.rpcs["dtsize"], dtype=float)
-    v = v[~np.isnan(v)]
-    return int(v.max()) if len(v) else None
+    return [int(x) for x in v[~np.isnan(v)]]
+
+
+def _restarted(lst):
+    return bool(
+        getattr(lst, "restarts", None)
+        or getattr(lst, "possible_restarts", None)
+        or getattr(lst, "ambiguous_rows", None)
+        or getattr(lst, "damage", None)
+        or getattr(lst, "invalidations", None)
+        or getattr(lst, "version_changes", None)
+        or getattr(lst, "survived", None)
+    )
+
+
+def _uncached(lst, sources):
+    """The listing's READDIRs the kernel sent in its uncached mode (events.UNCACHED_READDIR),
+    or None where the trace read its READDIRs from no event that tells the two modes apart."""
+    if not any(s in UNCACHED_EVIDENCE for s in sources or ()):
+        return None
+    if not len(lst.rpcs) or "source" not in lst.rpcs:
+        return 0
+    return int(lst.rpcs["source"].isin(list(UNCACHED_READDIR)).sum())
 
 
 def _stat_names(lst, revalidations, start, end):
@@ -186,11 +234,14 @@ def _owners(listings, requests):
     return owner
 
 
-def from_trace(lst, requests, latencies=None, revalidations=None, owned=None):
+def from_trace(
+    lst, requests, latencies=None, revalidations=None, owned=None, kernel=None, sources=None
+):
     """The RoundTrips of a trace's listing from the tables' requests (and latencies, and the
     revalidations for its names), or None where the trace has no sunrpc:rpc_request or the
     listing no process. owned: per request, whether it is this listing's (_owners), where the
-    process has several listings at once."""
+    process has several listings at once; kernel, the trace's release; sources, the events
+    its READDIRs were read from."""
     if requests is None or lst.pid is None:
         return None
     start, end = _first_readdir(lst), int(lst.end)
@@ -223,6 +274,10 @@ def from_trace(lst, requests, latencies=None, revalidations=None, owned=None):
         outside=_outside(program_arr[~window], op[~window]),
         readdirs=int(sum(o in READDIR_OPS for o in op[inside])),
         max_dtsize=_dtsize(lst),
+        dtsizes=_dtsizes(lst),
+        kernel=kernel,
+        uncached_readdirs=_uncached(lst, sources),
+        restarted=_restarted(lst),
     )
 
 
@@ -249,7 +304,7 @@ def latency_ns(requests, latencies):
     return out
 
 
-def from_capture(lst, calls, next_start=None):
+def from_capture(lst, calls, next_start=None, kernel=None):
     """The RoundTrips of a capture's listing from the capture's calls (rpcops.CallLog.table()),
     the client's calls from its first READDIR to next_start (its next listing's first READDIR,
     None: the capture's end)."""
@@ -301,6 +356,10 @@ def from_capture(lst, calls, next_start=None):
         readdirs=int(sum(o in READDIR_OPS for o in op[inside])),
         readdir_entries=readdir_entries,
         max_dtsize=_dtsize(lst),
+        dtsizes=_dtsizes(lst),
+        counted_replies=len(counted) if counted else None,
+        kernel=kernel,
+        restarted=_restarted(lst),
     )
 
 
@@ -313,13 +372,18 @@ def account(analysis, calls=None):
         requests, latencies = t.get("requests"), t.get("latencies")
         listings = list(analysis.listings)
         owner = _owners(listings, requests) if requests is not None else None
+        kernel = getattr(analysis, "kernel", None)
+        sources = (getattr(analysis, "evidence", None) or {}).get("rpc")
         for n, lst in enumerate(listings):
             owned = owner == n if owner is not None else None
-            rt = from_trace(lst, requests, latencies, t.get("revalidations"), owned)
+            rt = from_trace(
+                lst, requests, latencies, t.get("revalidations"), owned, kernel, sources
+            )
             if rt is not None:
                 out[n] = rt
         return out
     listings = list(analysis.listings)
+    kernel = getattr(analysis, "kernel", None)
     # Each client's calls, and the first READDIR of each of its listings: a listing's window
     # ends where the same client's next listing begins.
     by_client = {c: df for c, df in calls.groupby("client", sort=False)}
@@ -332,7 +396,9 @@ def account(analysis, calls=None):
         client = getattr(lst, "client", "")
         mine = firsts.get(client, [])
         i = bisect.bisect_right(mine, _first_readdir(lst))
-        rt = from_capture(lst, by_client.get(client), mine[i] if i < len(mine) else None)
+        rt = from_capture(
+            lst, by_client.get(client), mine[i] if i < len(mine) else None, kernel=kernel
+        )
         if rt is not None:
             out[n] = rt
     return out
