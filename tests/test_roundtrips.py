@@ -3,6 +3,7 @@
 the same run's capture (TRUTH's wire.call.* keys, from reproducers/wire-ops)."""
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -215,3 +216,116 @@ def test_a_trace_without_the_listers_count_names_the_files_it_stat(name):
     assert rt.names == entries and "stat'd" in rt.names_from
     kinds = {f.kind for f in slowness.findings(rt) if f.kind.startswith("per_name")}
     assert kinds == CAUSES[name]
+
+
+# Issue 46's small READDIRs, on the runs that show them: stock 5.10 keeps one page of each
+# reply (about 100 entries) and asks the server again from there. The capture of the same run
+# says it from the wire (each reply's entries), the trace from the kernel's release.
+SMALL_READDIRS = {
+    ("ls-l-5.10-v3", "idle.dat"),
+    ("ls-l-5.10-v3", "idle.pcap.gz"),
+    ("5.10-v3-cap", "idle.dat"),
+    ("5.10-v3-cap", "idle.pcap.gz"),
+}
+
+
+@pytest.mark.parametrize(
+    "name,what", sorted(SMALL_READDIRS | {(n, w) for n, w in INPUTS if "6.1" in n})
+)
+def test_small_readdirs_where_replies_were_thrown_away(name, what):
+    a = analysis(name, what)
+    n, rt = the_listing(a)
+    found = [f for f in slowness.findings(rt) if f.kind == "small_readdirs"]
+    if (name, what) not in SMALL_READDIRS:
+        # 6.1 keeps whole replies: 3 or 4 READDIRs for 3,000 names, nothing to say.
+        assert not found and rt.readdirs < slowness.READDIR_FACTOR
+        return
+    assert len(found) == 1, [f.text() for f in slowness.findings(rt)]
+    f = found[0]
+    assert f.calls == rt.readdirs >= slowness.READDIR_FACTOR
+    assert "names a READDIR" in f.evidence and "bytes asked" in f.evidence
+    assert "5.18" in f.change
+    if what.endswith(".gz"):
+        # The wire's own count: each reply carried more than twice the names taken from it.
+        assert rt.readdir_entries >= slowness.REASK_FACTOR * rt.names
+        assert "(the wire)" in f.evidence and "would have brought every name" in f.evidence
+    else:
+        assert rt.kernel.startswith("5.10") and "one page of each reply" in f.evidence
+    # Said beside the per-name findings, never in place of them.
+    kinds = {g.kind for g in slowness.findings(rt) if g.kind.startswith("per_name")}
+    assert kinds == CAUSES.get(name, kinds)
+
+
+def test_small_readdirs_thresholds():
+    """Ten READDIRs or more, of replies short of the ask even at the protocol's largest
+    entries, or thrown away and asked again; a restarted listing's READDIRs are the restart
+    verdict's; a directory one reply holds is no small-READDIR case."""
+
+    def rt(names, readdirs, entries=None, dtsize=32768, kernel="6.1.0", op="READDIRPLUS"):
+        r = _rt([], names=names, readdirs=readdirs)
+        r.ops = [roundtrips.OpCount("NFS3", op, readdirs, 0, None, readdirs / names, None)]
+        r.dtsizes, r.kernel = [dtsize] * readdirs, kernel
+        r.readdir_entries, r.counted_replies = entries, (readdirs if entries else None)
+        return r
+
+    kinds = lambda r: [f.kind for f in slowness.findings(r)]  # noqa: E731
+    # 6.1, 20 READDIRs of 32 KiB asked, 10 names each: 10 x 440 bytes < half the ask.
+    assert kinds(rt(200, 20)) == ["small_readdirs"]
+    assert "less than half" in slowness.findings(rt(200, 20))[0].evidence
+    # 100 names each could fill the ask (100 x 440 > 16 KiB): the directory is big, not the
+    # replies small; 9 READDIRs: too few to save any.
+    assert kinds(rt(2000, 20)) == [] and kinds(rt(90, 9)) == []
+    # The wire: 500 entries a reply, 100 taken: thrown away.
+    assert kinds(rt(2000, 20, entries=10000)) == ["small_readdirs"]
+    # ... but not where one reply holds the whole directory (a reader reading it again).
+    assert kinds(rt(3, 200, entries=600)) == []
+    r = rt(2000, 20, entries=10000)
+    r.restarted = True
+    assert kinds(r) == []
+    # 5.10 without the wire: its one page of each reply; a kernel between 5.10 and 5.18
+    # (not known) says nothing.
+    assert kinds(rt(2000, 20, kernel="5.10.0-46-amd64")) == ["small_readdirs"]
+    assert kinds(rt(2000, 20, kernel="5.15.0")) == []
+
+
+def test_uncached_readdirs_from_the_kernels_events():
+    """A 6.1 trace's READDIRs come from nfs:nfs_readdir_cache_fill and
+    nfs:nfs_readdir_uncached: 0 uncached READDIRs is evidence (no finding); READDIRs of
+    the uncached event are said, with their count (no recording has one: the rows are
+    relabelled as the kernel would have named them)."""
+    a = analysis("ls-l-6.1-v3", "idle.dat")
+    n, rt = the_listing(a)
+    assert rt.uncached_readdirs == 0
+    assert not [f for f in slowness.findings(rt) if f.kind == "uncached_readdir"]
+    lst = a.listings[n]
+    source = lst.rpcs["source"].copy()
+    try:
+        lst.rpcs.loc[lst.rpcs.index[1:], "source"] = "nfs:nfs_readdir_uncached"
+        again = roundtrips.account(a)[n]
+    finally:
+        lst.rpcs["source"] = source
+    assert again.uncached_readdirs == len(lst.rpcs) - 1 == 2
+    f = [f for f in slowness.findings(again) if f.kind == "uncached_readdir"]
+    assert len(f) == 1 and f[0].calls == 2 and "uncached mode" in f[0].evidence
+    # A capture, and a trace whose READDIRs came from other events, cannot tell.
+    _, c = the_listing(analysis("ls-l-6.1-v3", "idle.pcap.gz"))
+    _, t = the_listing(analysis("ls-l-5.10-v3", "idle.dat"))
+    assert c.uncached_readdirs is None and t.uncached_readdirs is None
+
+
+@pytest.mark.parametrize("what", ["idle.dat", "idle.pcap.gz"])
+def test_small_readdirs_in_text_json_and_the_page(what, tmp_path):
+    """The finding as a user meets it: analyze's text, analyze --json's slowness list, and the
+    report page, on the stock 5.10 `ls -l` run."""
+    from conftest import run_cli
+
+    path = os.path.join(FIXTURES, "ls-l-5.10-v3", what)
+    text = run_cli("analyze", path, check=0).stdout
+    assert "finding: 30 READDIRs for" in text and "5.18" in text
+    data = json.loads(run_cli("analyze", "--json", path, check=0).stdout)
+    kinds = [f["kind"] for a in data for lst in a["listings"] for f in lst.get("slowness", [])]
+    assert kinds.count("small_readdirs") == 1, kinds
+    page = tmp_path / "r.html"
+    run_cli("report", path, "-o", page, check=0)
+    html = page.read_text()
+    assert "30 READDIRs for" in html and "names a READDIR" in html

@@ -14,12 +14,26 @@ The thresholds are ratios of the listing's own evidence, not times tuned to one 
   they took at least MATTERS of the listing's time in server time (a capture, or a trace with
   sunrpc:rpc_stats_latency);
 - a READDIR waits on the server when its mean server time is at least SLOW_FACTOR times the
-  median of the listing's other calls to the same server, and the READDIRs matter.
+  median of the listing's other calls to the same server, and the READDIRs matter;
+- READDIRs are small (few entries each) when the listing needed READDIR_FACTOR of them or
+  more, did not restart nor meet a change of its directory (the restart verdict explains
+  those READDIRs) and either each reply
+  carried REASK_FACTOR times the names the listing took from it, in a directory larger than
+  one reply (the client threw the rest away and asked again: the wire's entries, or a kernel
+  known to keep one page, ONE_PAGE_ENTRIES, of each reply), or the replies were short of
+  what was asked: their entries, each as large as the protocol allows (MAX_ENTRY_BYTES:
+  255-byte names), fill less than SHORT of the bytes asked. Their share of the listing's
+  time is not asked: a trace and a capture of one run say the same;
+- a listing read in the kernel's uncached mode is said whenever its trace shows one such
+  READDIR: it is a mode, not a cost, and the trace tells it apart from a cache fill.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from .. import events
 
 PER_NAME = 0.5
 MAX_PER_NAME = 2
@@ -29,6 +43,23 @@ SLOW_FACTOR = 10
 # Under a second is nobody's slow listing: check says nothing of where such a listing's time
 # went (analyze still accounts it).
 NOTICED_S = 1.0
+REASK_FACTOR = 2
+SHORT = 0.5
+# The largest directory entry each reply can carry, in XDR bytes, with a name of NAME_MAX (255,
+# padded to 256): NFSv3 entry3 (RFC 1813: value_follows 4, fileid 8, name 4 + 256, cookie 8);
+# entryplus3 adds post_op_attr (4 + fattr3 84) and post_op_fh3 (4 + 4 + NFS3_FHSIZE 64); NFSv4
+# entry4 (RFC 8881: value_follows 4, cookie 8, name 4 + 256, bitmap 4 + 12, attrlist 4) with
+# the attributes Linux asks for (type 4, change 8, size 8, fsid 16, filehandle 4 + 128,
+# fileid 8, mode 4, numlinks 4, rawdev 8, space_used 8, three times 36, mounted_on_fileid 8)
+# and owner and group of at most IDMAP_NAMESZ (4 + 128 each).
+MAX_ENTRY_BYTES = {
+    "READDIR3": 4 + 8 + 4 + 256 + 8,
+    "READDIRPLUS3": 4 + 8 + 4 + 256 + 8 + 4 + 84 + 4 + 4 + 64,
+    "READDIR4": 4 + 8 + 4 + 256 + 4 + 12 + 4 + 244 + 2 * (4 + 128),
+}
+# The entries one cache page holds on a client that keeps one page of each reply (5.10:
+# (4096 - 24) / 40 bytes a struct nfs_cache_array_entry).
+ONE_PAGE_ENTRIES = 101
 # What each kind of per-name call says and what to change.
 ATTRIBUTE_OPS = {"GETATTR", "ACCESS"}
 LOOKUP_OPS = {"LOOKUP", "LOOKUPP"}
@@ -37,7 +68,7 @@ LOOKUP_OPS = {"LOOKUP", "LOOKUPP"}
 @dataclass
 class Finding:
     kind: str  # per_name_lookup, per_name_getattr, per_name_acl, per_name_other,
-    # readdir_share, slow_readdir
+    # readdir_share, slow_readdir, small_readdirs, uncached_readdir
     ops: list  # the "NFS3.LOOKUP" keys it is about
     calls: int
     evidence: str
@@ -192,7 +223,97 @@ def findings(rt):
     elif readdirs:
         plus = False
     out = [f for f in (_per_name(o, rt, plus) for o in others) if f is not None]
-    return out + _readdir_findings(rt, readdirs, others)
+    out += _readdir_findings(rt, readdirs, others)
+    return out + [f for f in (_small_readdirs(rt, readdirs), _uncached(rt)) if f is not None]
+
+
+def _entry_bytes(readdirs):
+    """The protocol's largest entry of the listing's READDIRs (MAX_ENTRY_BYTES), or None."""
+    sizes = []
+    for o in readdirs:
+        v4 = o.program.startswith("NFS4")
+        sizes.append(MAX_ENTRY_BYTES.get(f"{o.op}{4 if v4 else 3}"))
+    known = [b for b in sizes if b]
+    return max(known) if known else None
+
+
+def _small_readdirs(rt, readdirs):
+    """The Finding of a listing that needed many READDIRs of few entries each, where the
+    evidence names why (replies thrown away and asked again, or short of the ask), or None."""
+    calls = sum(o.calls for o in readdirs)
+    if calls < READDIR_FACTOR or not rt.names or rt.restarted:
+        return None
+    used = rt.names / calls
+    asked = sorted(rt.dtsizes)[len(rt.dtsizes) // 2] if rt.dtsizes else None
+    carried = (
+        rt.readdir_entries / rt.counted_replies
+        if rt.readdir_entries and rt.counted_replies
+        else None
+    )
+    whole = events.keeps_whole_readdir_reply(rt.kernel)
+    each = f"{_n(calls)} READDIRs for {_n(rt.names)} names, {used:,.0f} names a READDIR"
+    ask = f", {asked:,} bytes asked (median)" if asked else ""
+    keys = [o.key for o in readdirs]
+    if carried is not None and carried >= REASK_FACTOR * used and rt.names > carried:
+        needed = math.ceil(rt.names / carried)
+        return Finding(
+            "small_readdirs",
+            keys,
+            calls,
+            f"{each}{ask}: each reply carried {carried:,.0f} entries (the wire), the client "
+            f"took {used:,.0f} and asked again from there; {_n(needed)} READDIRs would have "
+            "brought every name",
+            "a client that keeps whole replies (5.18 and later fill as many cache pages as a "
+            "reply carries); on this one a larger rsize makes each reply longer, not the "
+            "READDIRs fewer",
+        )
+    if carried is None and whole is False and used <= REASK_FACTOR * ONE_PAGE_ENTRIES:
+        return Finding(
+            "small_readdirs",
+            keys,
+            calls,
+            f"{each}{ask}: this kernel ({rt.kernel}) keeps one page of each reply, about "
+            f"{ONE_PAGE_ENTRIES} entries, and asks again from the last of them",
+            "a 5.18 or later client (it keeps whole replies); a larger rsize does not help "
+            "this one",
+        )
+    per_reply = carried if carried is not None else used if whole else None
+    biggest = _entry_bytes(readdirs)
+    if per_reply is None or not asked or not biggest or rt.names <= per_reply:
+        return None  # (a directory one reply holds: its size is not the replies')
+    if per_reply * biggest >= SHORT * asked:
+        return None
+    return Finding(
+        "small_readdirs",
+        keys,
+        calls,
+        f"{each}{ask}: the replies carried {per_reply:,.0f} entries each"
+        + (" (the wire)" if carried is not None else "")
+        + f", at most {per_reply * biggest:,.0f} bytes even with 255-byte names: the server "
+        "sent less than half of what was asked",
+        "look at the server's largest READDIR reply (its readdir or transfer size; knfsd: "
+        "its max block size); the client's rsize only caps the ask",
+    )
+
+
+def _uncached(rt):
+    """The Finding of a listing some of whose READDIRs the kernel sent in its uncached mode,
+    or None (none, or a trace that cannot tell)."""
+    if not rt.uncached_readdirs:
+        return None
+    return Finding(
+        "uncached_readdir",
+        [o.key for o in rt.ops if o.readdir],
+        rt.uncached_readdirs,
+        f"{_n(rt.uncached_readdirs)} of the listing's {_n(rt.readdirs)} READDIRs were read in "
+        "the uncached mode (nfs:nfs_readdir_uncached): the reader's cookie was not in the "
+        "directory's page cache (dropped under the listing, or a seek to a cookie the cache "
+        "does not hold), so the client read on from it into a buffer of its own and threw "
+        "the entries away once returned",
+        "find what dropped the cache during the listing (the invalidations above: writers "
+        "in the directory, or its attributes timing out); another reader of the directory "
+        "gets no help from these READDIRs",
+    )
 
 
 def line(lst, rt, found):
