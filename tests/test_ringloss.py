@@ -8,6 +8,7 @@ to the end, no name twice, and a READDIR count that does not by itself show a re
 
 import json
 import os
+import re
 
 from conftest import FIXTURES, run_cli
 
@@ -76,6 +77,12 @@ def test_check_never_says_good_on_the_lossy_stock_5_10_trace():
     assert p.returncode != GOOD, p.stdout
     assert p.returncode == UNDECIDED, (p.returncode, p.stdout)
     assert "lost" in p.stdout and "between 0 and 1 times" in p.stdout, p.stdout
+    # the listing's first places of loss in the order they came, then how many more (it
+    # overlaps hundreds): never a list cut mid-word
+    m = re.search(r"damaged or lost during it \((.*?); and ([\d,]+) more\)", p.stdout)
+    assert m, p.stdout
+    shown = [int(w.split()[0]) for w in m.group(1).split("; ")]
+    assert len(shown) == 3 and int(m.group(2).replace(",", "")) > 100, m.group(0)
 
 
 def test_the_loss_is_damage_and_restarts_next_to_it_are_ranges():

@@ -150,6 +150,14 @@ def _went_back_to_zero(lst):
     return all(cookies.iloc[i] == 0 for i in lst.ambiguous_rows)
 
 
+def _damage_summary(damage, first=3):
+    """The first few of a listing's damages in the order they came, and how many more: a
+    ring-buffer loss can leave a thousand places in one listing."""
+    places = sorted({(d["from"], d["to"], d["what"]) for d in damage})
+    more = len(places) - first
+    return "; ".join(w for _, _, w in places[:first]) + (f"; and {more:,} more" if more > 0 else "")
+
+
 def judge_listing(lst, max_restarts=0):
     """The finding for one listing (see the module's text)."""
     if lst.cookies_known and len(lst.restarts) > max_restarts:
@@ -163,9 +171,7 @@ def judge_listing(lst, max_restarts=0):
         return Finding(
             lst,
             "undecided",
-            "events were damaged or lost during it ("
-            + "; ".join(sorted({d["what"] for d in lst.damage}))[:300]
-            + ")"
+            f"events were damaged or lost during it ({_damage_summary(lst.damage)})"
             + (
                 f": its returns to the start next to them could be new listings, so it "
                 f"restarted between {lo} and {hi} times"
