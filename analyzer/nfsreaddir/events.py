@@ -169,10 +169,9 @@ RPC_SOURCES = [
 # The READDIRs of the uncached mode: upstream's uncached_readdir() (5.18+: the reader's cookie
 # is not in the directory's page cache, so the client reads from it into a buffer of its own
 # and throws the entries away once returned) and the series' event of the same path on 5.10.
-# A trace whose READDIRs were read from a group holding one of UNCACHED_EVIDENCE tells the two
+# A trace whose READDIRs were read from a group holding one of them tells the two
 # modes apart (0 uncached READDIRs is evidence); any other cannot.
 UNCACHED_READDIR = ("nfs:nfs_readdir_uncached", "nfs:nfs_readdir_uncached_page_filled")
-UNCACHED_EVIDENCE = UNCACHED_READDIR
 # Optional columns and the raw fields they come from, where the name differs.
 OPTIONAL_FIELDS = {
     "dtsize": ("count", "dtsize"),

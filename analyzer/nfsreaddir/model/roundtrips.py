@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..events import UNCACHED_EVIDENCE, UNCACHED_READDIR
+from ..events import UNCACHED_READDIR
 from ..units import NS
 
 READDIR_OPS = ("READDIR", "READDIRPLUS")
@@ -192,7 +192,7 @@ def _restarted(lst):
 def _uncached(lst, sources):
     """The listing's READDIRs the kernel sent in its uncached mode (events.UNCACHED_READDIR),
     or None where the trace read its READDIRs from no event that tells the two modes apart."""
-    if not any(s in UNCACHED_EVIDENCE for s in sources or ()):
+    if not any(s in UNCACHED_READDIR for s in sources or ()):
         return None
     if not len(lst.rpcs) or "source" not in lst.rpcs:
         return 0
