@@ -501,6 +501,12 @@ class _Filtered:
             )
         return out
 
+    def read_columns(self, req, **kw):
+        """read()'s frames as the reader's columns (the tables read those)."""
+        from nfsreaddir.trace.base import columns_of
+
+        return columns_of(self.read(req, **kw))
+
 
 @pytest.mark.parametrize(
     "trace",

@@ -13,7 +13,6 @@ import contextlib
 import errno
 import math
 import os
-import socket
 import sys
 import textwrap
 
@@ -60,6 +59,8 @@ def _port(v):
 def _every_address():
     """The address that listens on every address: IPv6's, which Linux also serves IPv4 on
     (net.ipv6.bindv6only 0, its default), where the host has IPv6; else IPv4's."""
+    import socket  # (here: only a --listen without an address asks)
+
     try:
         socket.socket(socket.AF_INET6, socket.SOCK_STREAM).close()
     except OSError:

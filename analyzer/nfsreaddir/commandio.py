@@ -6,10 +6,8 @@ and the progress line on a terminal."""
 import errno
 import os
 import select
-import shutil
 import stat
 import sys
-import tempfile
 
 
 class UsageError(Exception):
@@ -132,6 +130,9 @@ def _input(path, streams, stack):
 
 
 def _spool(path, stack):
+    import shutil  # (here: only a stream is copied; check of a file imports neither)
+    import tempfile
+
     name = "standard input" if path == "-" else path
     try:
         src = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import threading
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 from . import runs
@@ -96,16 +95,26 @@ def _hashing(path):
     hash releases the GIL, so it takes the second core, not the reader's time (2.3 s of CPU
     for a 1.3 GB capture). Returns the function that waits for the id. A daemon thread: an
     interrupted command does not wait for a hash it will never use."""
-    done: Future = Future()
+    got: list = []  # the id, or the exception trace_id raised
 
     def run():
         try:
-            done.set_result(trace_id(path))
+            got.append(trace_id(path))
         except BaseException as e:  # the caller's to raise, as trace_id would have
-            done.set_exception(e)
+            got.append(e)
 
-    threading.Thread(target=run, name=f"trace_id {path}", daemon=True).start()
-    return done.result
+    # (a thread and a list, not concurrent.futures: its import, with logging's, is a tenth of
+    # what check of a small trace may take)
+    thread = threading.Thread(target=run, name=f"trace_id {path}", daemon=True)
+    thread.start()
+
+    def result():
+        thread.join()
+        if isinstance(got[0], BaseException):
+            raise got[0]
+        return got[0]
+
+    return result
 
 
 def _named(a, shown, tid):

@@ -1,16 +1,28 @@
 """What the readdir analysis answers, per trace: its listings, each with its READDIRs, restarts
 and invalidations (analysis.analyze and wire.analyze fill them in; the rules judge them)."""
 
+from __future__ import annotations
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from .. import events
 from ..units import NS
 from .reader import EOF, UNKNOWN, Restart  # noqa: F401 (a listing is made of Restarts)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _no_rows():
+    """An empty frame of READDIRs, pandas imported here: what a listing is and what a trace
+    cannot answer (AnalysisError) are asked without it, by check's path before any frame."""
+    import pandas as pd
+
+    return pd.DataFrame()
 
 
 class AnalysisError(Exception):
@@ -46,7 +58,7 @@ class Listing:
     error: int | None = None  # errno of the error that stopped it
     # Its READDIRs (empty until the reader that builds the listing sets them): a frame, or a
     # wire listing's wire_passes.Rows (the same columns, each a Series when asked).
-    rpcs: Any = field(repr=False, default_factory=pd.DataFrame)
+    rpcs: Any = field(repr=False, default_factory=_no_rows)
     # Sequences, not lists: a wire listing has one empty tuple for all those it never fills.
     restart_rows: Sequence = field(default_factory=list)  # READDIR indexes of the restarts
     ambiguous_rows: Sequence = field(default_factory=list)  # cookie-0 READDIRs, unknown cause

@@ -44,6 +44,7 @@ from ..events import (
     SYSCALL_SOURCES,
     Source,
 )
+from ..trace.arrays import Strs
 from ..trace.base import bare_name
 from .damage import impossible_values, position_back, unpaired_readdirs
 from .requires import requires_events
@@ -143,24 +144,32 @@ def _request(uses):
     return wanted
 
 
+def values(col):
+    """A column of the reader's columns (read_columns) as one numpy array: a string column
+    (Strs) as its values (objects; NaN where it has none, as pandas gives a missing string),
+    any other as it is."""
+    if isinstance(col, Strs):
+        return np.array(list(col.values) + [np.nan], dtype=object)[np.asarray(col.codes)]
+    return np.asarray(col)
+
+
+def _kept(col, allowed):
+    """Which rows of a column hold one of the allowed values."""
+    if isinstance(col, Strs):
+        keep = [k for k, v in enumerate(col.values) if v in allowed]
+        return np.isin(np.asarray(col.codes), np.asarray(keep, dtype=np.int64))
+    return np.isin(values(col), list(allowed))
+
+
 def _frame(trace, use, frames):
-    """The canonical columns of one use's frame (already read)."""
+    """The canonical columns of one use's frame (its columns already read)."""
     import pandas as pd
 
     raw = frames[use.name]
-    if use.src.where:
-        col, allowed = use.src.where
-        raw = raw[raw[col].isin(allowed)]
-    out = pd.DataFrame(
-        {
-            "ts": raw["ts"].to_numpy(),
-            "pid": raw["pid"].to_numpy(),
-            "comm": raw["comm"].to_numpy(),
-            "cpu": raw["cpu"].to_numpy(),
-        }
-    )
+    rows = _kept(raw[use.src.where[0]], use.src.where[1]) if use.src.where else slice(None)
+    out = pd.DataFrame({c: values(raw[c])[rows] for c in ("ts", "pid", "comm", "cpu")})
     for canon, rawname in use.fields:
-        out[canon] = raw[rawname].to_numpy()
+        out[canon] = values(raw[rawname])[rows]
         if canon == "reason":
             names = symbols(trace.event_format(use.name), rawname)
             out[canon] = [
@@ -340,7 +349,7 @@ def load(trace):
     # A damaged or cut trace is read up to the damage: the reader says from when events may be
     # missing (info "partial", "partial_from"), and the listings from then on cannot decide.
     frames = (
-        trace.read({ev: sorted(cols) for ev, cols in req.items()}, on_damage="partial")
+        trace.read_columns({ev: sorted(cols) for ev, cols in req.items()}, on_damage="partial")
         if req
         else {}
     )

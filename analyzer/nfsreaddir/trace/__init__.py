@@ -48,7 +48,6 @@ import contextlib
 import os
 import stat
 import sys
-import tempfile
 import time
 
 __all__ = [
@@ -87,6 +86,8 @@ def _spool(path):
         src = sys.stdin.buffer if path == "-" else open(path, "rb")
     except OSError as e:
         raise TraceError(f"cannot open trace {path!r}: {e.strerror or e}") from None
+    import tempfile  # (here: a file is read where it is; only a stream is copied)
+
     tmp = tempfile.TemporaryFile(prefix="nfs-readdir-")
     done, last = 0, time.monotonic()
     with contextlib.nullcontext() if path == "-" else src:
