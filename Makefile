@@ -66,11 +66,16 @@ test-fast: setup
 # targets below). Three runs side by side: the guests one at a time (two TCG guests at once
 # slowed each other several-fold), their progress shown as it comes; the kernel builds (the
 # bisect skip and the series; on a fresh machine they fetch, unpack and configure a 5.10 tree,
-# most of 10 minutes, which after the guests rather than beside them made the guests' run the
+# most of 10 minutes, which in line with the guests made the guests' run the
 # longest by far) and the analyzer's tests beside them, each into a log shown whole when it
 # ends, so that none cuts another's lines. (pytest-xdist's loadgroup cannot do this: it does
 # not group under pytest 9, which moved the node id it edits.)
+#
+# The series' source package is fetched first: debian-fetch takes no lock, and the 5.10 guest's
+# kernel comes from the same suite (bullseye-security); two fetches at once on an empty cache
+# broke each other's `apt-get update` (the guest's failed, 2026-11-28).
 test: setup-build
+	kernel-patches/prepare-tree --fetch >/dev/null
 	$(MAKE) --no-print-directory -k -j3 test-guests test-builds-logged test-analyzer-logged
 
 # A part of make test into $(RESULTS)/PART.log, shown whole when it ends.
