@@ -13,7 +13,7 @@ CHECKS := check-ruff check-format check-shell check-types check-tests
 # mypy's incremental cache, kept across clones (a cold run takes a minute on 2 busy cores).
 MYPY_CACHE ?= $(shell reproducers/cache-dir mypy)
 
-.PHONY: setup setup-build demo check $(CHECKS) test-fast test test-guests test-analyzer test-analyzer-logged test-kernel test-prometheus test-bisect bench \
+.PHONY: setup setup-build demo check $(CHECKS) test-fast test test-guests test-builds test-analyzer test-builds-logged test-analyzer-logged test-kernel test-prometheus test-bisect test-full bench \
 	fixtures clean
 
 setup:
@@ -61,24 +61,37 @@ test-fast: setup
 	$(PYTEST) -q -n auto --dist loadfile -m 'not vm and not kernel and not slow'
 
 # The suite CI runs: analyzer tests on recorded fixtures, VM end-to-end runs on stock kernels,
-# and the kernel series applied to a fresh 5.10 tree with fs/nfs compiled. Two runs side by
-# side: the guests and the kernel build one at a time (two TCG guests at once slowed each
-# other several-fold), their progress shown as it comes; the analyzer's tests beside them,
-# into a log shown whole when they end, so that neither cuts the other's lines. (pytest-xdist's
-# loadgroup cannot do this: it does not group under pytest 9, which moved the node id it edits.)
+# and the kernel series applied to a fresh 5.10 tree with the objects it touches compiled
+# (what a fresh run takes: docs/measurements/fresh-test.md; the longer runs are the opt-in
+# targets below). Three runs side by side: the guests one at a time (two TCG guests at once
+# slowed each other several-fold), their progress shown as it comes; the kernel builds (the
+# bisect skip and the series; on a fresh machine they fetch, unpack and configure a 5.10 tree,
+# most of 10 minutes, which in line with the guests made the guests' run the
+# longest by far) and the analyzer's tests beside them, each into a log shown whole when it
+# ends, so that none cuts another's lines. (pytest-xdist's loadgroup cannot do this: it does
+# not group under pytest 9, which moved the node id it edits.)
+#
+# The series' source package is fetched first: debian-fetch takes no lock, and the 5.10 guest's
+# kernel comes from the same suite (bullseye-security); two fetches at once on an empty cache
+# broke each other's `apt-get update` (the guest's failed, 2026-11-28).
 test: setup-build
-	$(MAKE) --no-print-directory -k -j2 test-guests test-analyzer-logged
+	kernel-patches/prepare-tree --fetch >/dev/null
+	$(MAKE) --no-print-directory -k -j3 test-guests test-builds-logged test-analyzer-logged
 
-test-analyzer-logged:
+# A part of make test into $(RESULTS)/PART.log, shown whole when it ends.
+test-builds-logged test-analyzer-logged: %-logged:
 	@mkdir -p $(RESULTS)
-	@echo "make test: the analyzer's tests run beside the guests, into $(RESULTS)/test-analyzer.log"
-	@$(MAKE) --no-print-directory test-analyzer >$(RESULTS)/test-analyzer.log 2>&1; rc=$$?; \
-	echo "=== the analyzer's tests ($(RESULTS)/test-analyzer.log), exit status $$rc:"; \
-	cat $(RESULTS)/test-analyzer.log; exit $$rc
+	@echo "make test: $* runs beside the guests, into $(RESULTS)/$*.log"
+	@$(MAKE) --no-print-directory $* >$(RESULTS)/$*.log 2>&1; rc=$$?; \
+	echo "=== $* ($(RESULTS)/$*.log), exit status $$rc:"; \
+	cat $(RESULTS)/$*.log; exit $$rc
 
-# The two halves of make test (which sets up first; run alone, they expect `make setup-build`).
+# The three parts of make test (which sets up first; run alone, they expect `make setup-build`).
 test-guests:
-	$(PYTEST) -ra --durations=0 -m 'vm or kernel'
+	$(PYTEST) -ra --durations=0 -m 'vm and not kernel'
+
+test-builds:
+	$(PYTEST) -ra --durations=0 -m 'kernel'
 
 test-analyzer:
 	$(PYTEST) -ra --durations=0 -m 'not vm and not kernel'
@@ -95,6 +108,14 @@ test-prometheus: setup
 
 test-bisect: setup-build
 	NFSRT_TEST_BISECT=1 $(PYTEST) -ra -s tests/test_bisect.py::test_bisect_names_the_cookie_resume_fix
+
+# Opt-in: the sweeps at full size where make test runs a sample of every kind (the `full`
+# marker, conftest.FULL): every 97th bit of the bad fixture flipped in each copy (make test:
+# every 997th), every number edited three lines around each restart (make test: one), and
+# every trace.dat fixture decoded against `trace-cmd report -R`, converted four ways and walked
+# both ways (make test: one fixture of each kind, test_tracedat.one_of_each_kind).
+test-full: setup
+	NFSRT_TEST_FULL=1 $(PYTEST) -ra --durations=0 -m full
 
 # Time the trace.dat reader and `nfs-readdir analyze` (its slab analysis) against `trace-cmd
 # report` and `report -R`, and against the floor (decompressing the same pages, nothing

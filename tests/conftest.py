@@ -154,20 +154,34 @@ def editcap():
     return installed("editcap")
 
 
+# `trace-cmd report` of a fixture, made once in a session however many tests read it (several
+# tests start from the same fixture's text; each report of a fixture takes seconds on 2 busy
+# cores): {(trace, raw, only): text file}, in a directory removed when the session ends.
+_REPORTS: dict = {}
+_REPORTS_DIR = tempfile.TemporaryDirectory(prefix="nfsrt-reports-")
+
+
 def report_text(trace_cmd, dat, out, raw=False, only=()):
     """`trace-cmd report [-R]` of a trace, as a user would paste it into a bug report; with
-    `only` (events as SYSTEM/NAME, `-F` filters), as if only those events were recorded."""
-    with open(out, "w") as f:
-        subprocess.run(
-            [trace_cmd, "report"]
-            + (["-R"] if raw else [])
-            + [a for ev in only for a in ("-F", ev)]
-            + [dat],
-            stdout=f,
-            stderr=subprocess.DEVNULL,
-            check=True,
-            timeout=600,
-        )
+    `only` (events as SYSTEM/NAME, `-F` filters), as if only those events were recorded. Written
+    to ``out`` (a copy of the session's one report of that trace: a test may edit its copy)."""
+    st = os.stat(dat)
+    key = (os.path.realpath(dat), st.st_mtime_ns, st.st_size, trace_cmd, bool(raw), tuple(only))
+    if key not in _REPORTS:
+        made = os.path.join(_REPORTS_DIR.name, f"{len(_REPORTS)}.txt")
+        with open(made, "w") as f:
+            subprocess.run(
+                [trace_cmd, "report"]
+                + (["-R"] if raw else [])
+                + [a for ev in only for a in ("-F", ev)]
+                + [dat],
+                stdout=f,
+                stderr=subprocess.DEVNULL,
+                check=True,
+                timeout=600,
+            )
+        _REPORTS[key] = made
+    shutil.copyfile(_REPORTS[key], out)
     return out
 
 
@@ -211,6 +225,11 @@ def pytest_configure(config):
         "opt_in(VARIABLE, TARGET): over make test's budget; runs only with VARIABLE=1, which "
         "the make TARGET sets, and is otherwise deselected",
     )
+    config.addinivalue_line(
+        "markers",
+        "full: a sweep at its full size, of which make test runs a sample (conftest.FULL: "
+        "opt-in, make test-full)",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -229,6 +248,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 OPT_IN = pytest.StashKey[list]()
+
+# The whole sweeps and every fixture where `make test` takes a sample of each kind: over its
+# budget on a busy 2-core machine (docs/measurements/fresh-test.md), run by `make test-full`.
+FULL = [pytest.mark.opt_in("NFSRT_TEST_FULL", "make test-full"), pytest.mark.full]
+
+
+def sample_and_full(sample, full, ids=("sample", "full")):
+    """A sweep's two sizes as parameters: ``sample`` in `make test`, ``full`` only in `make
+    test-full`. The sample covers every kind the full sweep does (every copy, every fixture
+    kind), with fewer instances of each."""
+    return [pytest.param(sample, id=ids[0]), pytest.param(full, id=ids[1], marks=FULL)]
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import installed, needs_setup, no_tracefs, run_cli
+from conftest import installed, needs_setup, no_tracefs, run_cli, sample_and_full
 from nfsreaddir.trace import BASE_COLUMNS, TraceError, field_column, open_trace
 from nfsreaddir.trace.text import ReportText
 
@@ -335,7 +335,58 @@ def dat_files(request):
     return [request.getfixturevalue("host_trace")]
 
 
+def kinds_of(path):
+    """What a reader can meet in a trace file: its format (version, compression), the layout of
+    each event with records (name, and each field's name, offset, size and kind), its page
+    size, its instances, and lost events with a count and without one."""
+    t = open_trace(path)
+    out = {("format", t.info["format"]), ("page", t.file.buf.page_size, t.file.long_size)}
+    for ev in t.event_counts():
+        f = t.event_format(ev)
+        out.add(("event", ev, tuple((n, x.offset, x.size, x.kind) for n, x in f.fields.items())))
+    out |= {("instance",) for i in t.info["instances"] if i}
+    out |= {("lost", d["count"] is None) for d in t.info["lost_events"]}
+    return out
+
+
+def one_of_each_kind(files):
+    """The fewest of ``files`` (chosen greedily, the most new kinds first, ties by name) that
+    hold every kind any of them holds: a fixture recorded with a new event, a new layout, a
+    new format or a new kind of loss joins the sample by itself."""
+    kinds = {p: kinds_of(p) for p in files}
+    left, chosen = set().union(*kinds.values()), []
+    while left:
+        best = max(sorted(files), key=lambda p: len(kinds[p] & left))
+        chosen.append(best)
+        left -= kinds[best]
+    return sorted(chosen)
+
+
+# The comparisons that read every fixture whole, several times over (each `trace-cmd report -R`,
+# each conversion, each walk), run in make test on one fixture of each kind (9 of 64 files,
+# 2026-11-28) and on all of them in make test-full: `trace-cmd convert` of every fixture four
+# ways took 209 s of a fresh make test beside the guests.
+@pytest.fixture(
+    scope="session",
+    params=sample_and_full("kinds", "every", ids=("one-of-each-kind", "every-fixture")),
+)
+def swept_dats(request, dat_files):
+    if request.param == "every":
+        return dat_files
+    chosen = one_of_each_kind(dat_files)
+    print(f"one of each kind: {len(chosen)} of {len(dat_files)} files")
+    return chosen
+
+
 # -------------------------------------------------------------------- tests
+
+
+def test_the_sample_holds_every_kind(dat_files):
+    """The sample that make test's comparisons read is smaller than the whole, and misses no
+    kind of the whole (the greedy cover's own promise, checked)."""
+    chosen = one_of_each_kind(dat_files)
+    assert set().union(*map(kinds_of, chosen)) == set().union(*map(kinds_of, dat_files))
+    assert len(chosen) < len(dat_files) or len(dat_files) == 1
 
 
 def test_fixtures_present():
@@ -348,8 +399,8 @@ def test_fixtures_present():
 
 @pytest.mark.slow
 @needs_trace_cmd
-def test_decode_matches_report_raw(dat_files, tmp_path):
-    for dat in dat_files:
+def test_decode_matches_report_raw(swept_dats, tmp_path):
+    for dat in swept_dats:
         t, frames, total = compare_with_report(dat, tmp_path)
         assert total > 0, f"{dat}: no events decoded"
         assert t.info["format"].startswith("trace.dat v")
@@ -515,11 +566,11 @@ def test_instances_of_fixtures(dat_files, tmp_path):
 
 @pytest.mark.slow
 @needs_trace_cmd
-def test_conversions_identical(dat_files, tmp_path):
+def test_conversions_identical(swept_dats, tmp_path):
     """v6, v7 uncompressed, v7 zstd/zlib (trace-cmd convert) decode to equal frames."""
     have = trace_cmd_compressions()
     skipped = []
-    for dat in dat_files:
+    for dat in swept_dats:
         events = present_events(dat)
         base_t, base = read_all(dat, events=events)
         variants = [("v6", 6, None), ("v7-none", 7, "none")]
@@ -855,10 +906,10 @@ def numpy_walk(monkeypatch):
 
 @pytest.mark.slow
 @needs_compiled
-def test_compiled_reader_equals_numpy_reader(dat_files, numpy_walk):
-    """Every event and field of every fixture, the lost-events markers and the counts are
-    the same from both walks."""
-    for dat in dat_files:
+def test_compiled_reader_equals_numpy_reader(swept_dats, numpy_walk):
+    """Every event and field of every fixture (of each kind, in make test), the lost-events
+    markers and the counts are the same from both walks."""
+    for dat in swept_dats:
         events = present_events(dat)
         t, fr = read_all(dat, events=events)
         t2, fr2 = numpy_walk(lambda dat=dat, events=events: read_all(dat, events=events))
@@ -886,17 +937,18 @@ def extractable(t, events):
 
 @pytest.mark.slow
 @needs_compiled
-def test_extract_equals_numpy_reader(dat_files, numpy_walk, monkeypatch):
+def test_extract_equals_numpy_reader(swept_dats, numpy_walk, monkeypatch):
     """The one-pass compiled extract (integers and __data_loc strings, straight into the
-    columns) against the numpy walk: every event of every fixture, field by field, with the
-    base columns, the lost-events markers, and the pieces of read_pieces()."""
+    columns) against the numpy walk: every event of every fixture (of each kind, in make
+    test), field by field, with the base columns, the lost-events markers, and the pieces of
+    read_pieces()."""
     from nfsreaddir.trace import scan
 
     used = []
     monkeypatch.setattr(
         scan.Scan, "extract_cpu", lambda self, *a: used.append(1) or EXTRACT_CPU(self, *a)
     )
-    for dat in dat_files:
+    for dat in swept_dats:
         t = open_trace(dat)
         req = extractable(t, present_events(dat))
         used.clear()
