@@ -24,6 +24,8 @@ _RPC_RE = re.compile(
 _LATENCY_RE = re.compile(
     r"task:\S+\s+xid=(?P<xid>\S+)\s+(?P<prog>[A-Za-z_]\w*?)v(?P<ver>\d+)\s+(?P<proc>\S+)\s+backlog="
 )
+# The events that print the program and its version as one word, and where
+_PROGRAM_RES = {"rpc_request": _RPC_RE, "rpc_stats_latency": _LATENCY_RE}
 _PROBE_IP_RE = re.compile(r"^\((?:0x)?(?P<ip>[0-9a-fA-F]{6,16})\)(?:\s|$)")
 
 
@@ -136,8 +138,8 @@ def normalised(name, payload):
         return _syscall_fields(name, payload)
     out = _normalise(_split_kv(payload))
     _task(payload, out)
-    m = {"rpc_request": _RPC_RE, "rpc_stats_latency": _LATENCY_RE}.get(name)
-    m = m and m.search(payload)
+    program_re = _PROGRAM_RES.get(name)
+    m = program_re.search(payload) if program_re else None
     if m:
         out.setdefault("version", m.group("ver"))
         if name == "rpc_request":
