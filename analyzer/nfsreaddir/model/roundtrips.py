@@ -164,11 +164,6 @@ def _first_readdir(lst):
     return int(min(int(t) for t in ts)) if len(ts) else int(lst.start)
 
 
-def _dtsize(lst):
-    v = _dtsizes(lst)
-    return max(v) if v else None
-
-
 def _dtsizes(lst):
     """The sizes the listing's READDIRs asked (bytes), in the order sent, where known."""
     if not len(lst.rpcs) or "dtsize" not in lst.rpcs:
@@ -260,6 +255,7 @@ def from_trace(
     if names is None:
         names = _stat_names(lst, revalidations, start, end)
         names_from = "the files its process stat'd (nfs:nfs_getattr_enter)" if names else None
+    sizes = _dtsizes(lst)
     return RoundTrips(
         who=f"{lst.comm}[{lst.pid}]",
         start=start,
@@ -273,8 +269,8 @@ def from_trace(
         ops=_ops(program_arr[inside], op[inside], server[inside], names, seconds),
         outside=_outside(program_arr[~window], op[~window]),
         readdirs=int(sum(o in READDIR_OPS for o in op[inside])),
-        max_dtsize=_dtsize(lst),
-        dtsizes=_dtsizes(lst),
+        max_dtsize=max(sizes, default=None),
+        dtsizes=sizes,
         kernel=kernel,
         uncached_readdirs=_uncached(lst, sources),
         restarted=_restarted(lst),
@@ -340,6 +336,7 @@ def from_capture(lst, calls, next_start=None, kernel=None):
     else:
         names, names_from = None, None
     seconds = (end - start) / NS
+    sizes = _dtsizes(lst)
     return RoundTrips(
         who=f"client {client}",
         start=start,
@@ -355,8 +352,8 @@ def from_capture(lst, calls, next_start=None, kernel=None):
         outside=_outside(program[~inside], op[~inside]),
         readdirs=int(sum(o in READDIR_OPS for o in op[inside])),
         readdir_entries=readdir_entries,
-        max_dtsize=_dtsize(lst),
-        dtsizes=_dtsizes(lst),
+        max_dtsize=max(sizes, default=None),
+        dtsizes=sizes,
         counted_replies=len(counted) if counted else None,
         kernel=kernel,
         restarted=_restarted(lst),
