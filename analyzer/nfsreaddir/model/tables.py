@@ -298,8 +298,8 @@ def _pair_directory(rpc, paired):
 
 def stream_sources(trace):
     """For a reader that takes events one at a time (watch): {event name: (table, Source,
-    {canonical: raw field})} of the events load() reads the rpc, invalidations and calls
-    tables from. Each table comes from its first group the trace has (load() takes the first
+    {canonical: raw field})} of the events load() reads the rpc, invalidations, calls,
+    requests and latencies tables from. Each table comes from its first group the trace has (load() takes the first
     whose events fired, which a live reader cannot wait for); kprobe READDIRs add the event
     that names their directory, as table "rpc_directory". The reader's system calls join the
     calls, as in load(): where the opens come from kprobes, a getdents64's return is what says
@@ -321,6 +321,11 @@ def stream_sources(trace):
     if any(t == "rpc" and src.event.startswith("*:") for t, src, _ in out.values()):
         for u in _uses(trace, [PAIRED_DIRECTORY]):
             out.setdefault(u.name, ("rpc_directory", u.src, dict(u.fields)))
+    # every RPC sent and, where recorded, its server time: what a listing's time went to
+    # (model/roundtrips), read by a live reader as load() reads them
+    for name, src in (("requests", REQUEST_SOURCE), ("latencies", LATENCY_SOURCE)):
+        for u in _uses(trace, [src]):
+            out.setdefault(u.name, (name, u.src, dict(u.fields)))
     return out
 
 
