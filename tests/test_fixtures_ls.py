@@ -4,6 +4,7 @@ operation counts in them are what tshark counts in the captures (reproducers/wir
 
 import gzip
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,20 @@ WIRE_OPS = os.path.join(TOP, "reproducers", "wire-ops")
 
 def test_there_are_ls_fixtures():
     assert LS_FIXTURES
+
+
+@pytest.mark.parametrize("name", LS_FIXTURES)
+def test_the_name_says_the_run(name):
+    """ls-l-SERIES-vVERS[-OPTION]: the run's kernel series, NFS version and mount option
+    (facts), and the option is on the mount itself (/proc/mounts), not only asked for."""
+    facts = key_values(os.path.join(FIXTURES, name, "facts"))
+    m = re.fullmatch(r"ls-l-(\d+\.\d+)-v(\d(?:\.\d)?)(?:-(\w+))?", name)
+    assert m, name
+    series, vers, option = m.groups()
+    assert facts["run.kernel"].startswith(series + ".")
+    assert facts["run.nfs"] == vers and facts["run.reader_mount_opts"] == (option or "")
+    mount = facts["idle.mount"].split(",")
+    assert f"vers={vers}" in mount and (option is None or option in mount), mount
 
 
 @pytest.mark.parametrize("name", LS_FIXTURES)

@@ -21,9 +21,12 @@ from nfsreaddir.trace import capture
 
 LS_FIXTURES = fixture_dirs("readdir-ls")
 INPUTS = [(d, f) for d in LS_FIXTURES for f in ("idle.dat", "idle.pcap.gz")]
-# What a trace cannot hold that its run's capture does (COMMAND says why): ls-l-6.1-v4.1's
-# lease renewal (SEQUENCE alone) came 2 s before the listing, before trace-cmd started.
-NOT_TRACED = {"ls-l-6.1-v4.1": {"NFS4.SEQUENCE": 1}}
+# The NFSv4.1 client's lease renewals (SEQUENCE alone) in a run's capture: not the lister's
+# calls, so its trace has none of them as the lister's (COMMAND says when each came):
+# ls-l-6.1-v4.1's came 2 s before the listing, before trace-cmd started; ls-l-5.10-v4.1's
+# three came before trace-cmd started, from the client's kworker 54 ms before the lister's
+# first call, and 5.1 s after the listing's last reply, after the trace's last event.
+LEASE_RENEWALS = {"ls-l-6.1-v4.1": {"NFS4.SEQUENCE": 1}, "ls-l-5.10-v4.1": {"NFS4.SEQUENCE": 3}}
 # What the lister asks of the directory itself before its first READDIR: its stat (GETATTR),
 # ACCESS, and on NFSv3 its ACL. Nothing else may fall outside a listing's window.
 DIRECTORY_ITSELF = {"NFS3.GETATTR", "NFS3.ACCESS", "NFSACL3.GETACL", "NFS4.GETATTR", "NFS4.ACCESS"}
@@ -57,29 +60,52 @@ def the_listing(a):
     return found[0]
 
 
+def traced_latency(name):
+    """Whether the run's trace recorded sunrpc:rpc_stats_latency (nfs-readdir record's plan,
+    which readdir-ls follows, has it since a3b1f3c: the ls-l runs recorded after it)."""
+    facts = key_values(os.path.join(FIXTURES, name, "facts"))
+    return "sunrpc:rpc_stats_latency" in facts["run.events"].split()
+
+
 def test_there_are_ls_fixtures():
-    assert len(LS_FIXTURES) >= 5
+    """Issue 46's matrix: stock 5.10 and 6.1, NFSv3 with and without nordirplus and noacl,
+    and NFSv4.1."""
+    matrix = {f"ls-l-{k}-{v}" for k in ("5.10", "6.1") for v in CASES}
+    assert matrix <= set(LS_FIXTURES) and set(CAUSES) == matrix, sorted(LS_FIXTURES)
 
 
 @pytest.mark.parametrize("name,what", INPUTS)
 def test_accounted_calls_are_tsharks(name, what):
     """The listing's calls and the same process's (client's) calls outside its window are,
-    together, every call tshark counted in the run's capture (but what the trace cannot hold);
-    outside the window are only the lister's calls for the directory itself."""
+    together, every call tshark counted in the run's capture (but the lease renewals, which
+    are not the lister's); outside the window are only the lister's calls for the directory
+    itself, once each, and on the wire the client's lease renewals."""
     _, rt = the_listing(analysis(name, what))
     expected = Counter(truth_calls(name))
+    renewals = Counter(LEASE_RENEWALS.get(name, {}))
     if what.endswith(".dat"):
-        expected -= Counter(NOT_TRACED.get(name, {}))
+        expected, renewals = expected - renewals, Counter()
     got = Counter(rt.counts()) + Counter(rt.outside)
     assert dict(got) == dict(expected)
-    if what.endswith(".gz"):
-        allowed = DIRECTORY_ITSELF | set(NOT_TRACED.get(name, {}))
-    else:
-        allowed = DIRECTORY_ITSELF
-    assert set(rt.outside) <= allowed and all(v == 1 for v in rt.outside.values()), rt.outside
+    once = {k: v for k, v in rt.outside.items() if k not in renewals}
+    assert set(once) <= DIRECTORY_ITSELF and all(v == 1 for v in once.values()), rt.outside
+    assert Counter(rt.outside) - Counter(once) <= renewals, rt.outside
 
 
-@pytest.mark.parametrize("name", LS_FIXTURES)
+# ls-l-5.10-v4.1's capture: the window runs from the first READDIR to the end of the capture
+# (the wire has no close), so it takes in the lease renewal that came 5.1 s after the listing's
+# last reply: 31 calls in 6.83 s where the trace has 30 in 1.78 s (ls -l's own wall time:
+# 4.09 s; the wire's first READDIR call to its last reply: 1.71 s).
+WINDOW_PAST_THE_LISTING = {
+    "ls-l-5.10-v4.1": pytest.mark.xfail(
+        strict=True, reason="the capture's window ends at the capture's end (a lease renewal)"
+    )
+}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=WINDOW_PAST_THE_LISTING.get(n, ())) for n in LS_FIXTURES]
+)
 def test_trace_and_capture_agree_on_the_window(name):
     """One run seen twice, by the kernel's events and on the wire: the same calls in the
     listing's window, and the window is as long (both end with the lister's last call)."""
@@ -87,7 +113,11 @@ def test_trace_and_capture_agree_on_the_window(name):
     _, c = the_listing(analysis(name, "idle.pcap.gz"))
     assert t.counts() == c.counts()
     assert t.calls_from == "sunrpc:rpc_request" and "capture" in c.calls_from
-    assert c.server_time_from and t.server_time_from is None  # no rpc_stats_latency recorded
+    assert c.server_time_from
+    if traced_latency(name):
+        assert t.server_time_from == "sunrpc:rpc_stats_latency (rtt)"
+    else:
+        assert t.server_time_from is None
     assert all(o.replied == o.calls for o in c.ops)  # a reply to every call (0 dropped)
 
 
@@ -104,14 +134,31 @@ def test_names_and_their_evidence(name):
     assert "READDIR replies" in c.names_from
 
 
-# The findings that name each fixture's cause (issue 46's recordings).
-CAUSES = {
-    "ls-l-6.1-v3": {"per_name_getattr", "per_name_acl"},
-    "ls-l-5.10-v3": {"per_name_getattr", "per_name_acl"},
-    "ls-l-6.1-v3-nordirplus": {"per_name_lookup", "per_name_acl"},
-    "ls-l-6.1-v3-noacl": set(),
-    "ls-l-6.1-v4.1": set(),
+@pytest.mark.parametrize("name", [n for n in LS_FIXTURES if traced_latency(n)])
+def test_traced_server_time_holds_the_wires(name):
+    """Where the trace recorded sunrpc:rpc_stats_latency, every call of the listing has its
+    rtt, and the client's rtt (from sending the call to taking its reply) holds the wire's
+    call-to-reply time: per operation, the trace's server time is at least the capture's."""
+    _, t = the_listing(analysis(name, "idle.dat"))
+    _, c = the_listing(analysis(name, "idle.pcap.gz"))
+    wire = {o.key: o.server_seconds for o in c.ops}
+    for o in t.ops:
+        assert o.replied == o.calls and o.server_seconds is not None, o
+        assert o.server_seconds >= wire[o.key], (o, wire[o.key])
+
+
+# The findings that name each fixture's cause (issue 46's recordings), the same on both
+# kernels: a GETATTR per name once READDIRPLUS's attributes expired (the GETACLs made the
+# listing outlive them), a LOOKUP per name without readdirplus, a GETACL per name on NFSv3
+# but with noacl; NFSv4.1 sends nothing per name (READDIR brings the attributes, and NFSv4
+# has no NFSACL).
+CASES = {
+    "v3": {"per_name_getattr", "per_name_acl"},
+    "v3-nordirplus": {"per_name_lookup", "per_name_acl"},
+    "v3-noacl": set(),
+    "v4.1": set(),
 }
+CAUSES = {f"ls-l-{k}-{v}": c for k in ("5.10", "6.1") for v, c in CASES.items()}
 
 
 @pytest.mark.parametrize("name,what", INPUTS)
@@ -126,8 +173,17 @@ def test_findings_name_the_cause(name, what):
             assert "nordirplus" in f.evidence and "LOOKUP" in f.evidence
         if f.kind == "per_name_acl":
             assert "noacl" in f.change
+    # check's line: where a per-name call is the cause it names each; where none is, it
+    # names no per-name call (it may say the READDIRs took most of the listing's time:
+    # ls-l-5.10-v3-noacl's trace, whose 30 READDIRPLUS took 71% of its 1.00 s).
     lst = analysis(name, what).listings[n]
-    assert (slowness.line(lst, rt, found) is not None) == bool(CAUSES[name])
+    said = slowness.line(lst, rt, found)
+    per_name = {f.ops[0].split(".", 1)[1] for f in found if f.kind.startswith("per_name")}
+    if CAUSES[name]:
+        assert said is not None and all(f" {op}" in said for op in per_name), said
+    else:
+        assert said is None or "READDIRs took most of it" in said, said
+        assert said is None or not any(op in said for op in ("GETATTR", "LOOKUP", "GETACL"))
 
 
 @pytest.mark.skipif(not shutil.which("tshark"), reason="tshark is not installed")
@@ -220,17 +276,38 @@ def test_a_trace_without_the_listers_count_names_the_files_it_stat(name):
 
 # Issue 46's small READDIRs, on the runs that show them: stock 5.10 keeps one page of each
 # reply (about 100 entries) and asks the server again from there. The capture of the same run
-# says it from the wire (each reply's entries), the trace from the kernel's release.
+# says it from the wire (each reply's entries: tshark counts 23,178 nfs.readdir.entry in
+# ls-l-5.10-v3-nordirplus's 30 READDIR replies, 6,378 in ls-l-5.10-v3-noacl's 30 READDIRPLUS
+# replies, for 3,002 names each), the trace from the kernel's release.
 SMALL_READDIRS = {
-    ("ls-l-5.10-v3", "idle.dat"),
-    ("ls-l-5.10-v3", "idle.pcap.gz"),
-    ("5.10-v3-cap", "idle.dat"),
-    ("5.10-v3-cap", "idle.pcap.gz"),
+    (name, what)
+    for name in (
+        "ls-l-5.10-v3",
+        "ls-l-5.10-v3-nordirplus",
+        "ls-l-5.10-v3-noacl",
+        "ls-l-5.10-v4.1",
+        "5.10-v3-cap",
+    )
+    for what in ("idle.dat", "idle.pcap.gz")
+}
+# ls-l-5.10-v4.1 on the wire: 30 READDIR replies carried 4,865 entries (tshark's nfs.cookie4),
+# 167 in 27 of them; the client asked again from the 100th entry of the first reply, the 102nd
+# of the second, and so on (19 READDIRs would have brought every name). The capture's rule
+# asks for twice the names taken (REASK_FACTOR), so only the trace (5.10 keeps one page of
+# each reply) says it.
+REASKED_UNDER_TWICE = {
+    ("ls-l-5.10-v4.1", "idle.pcap.gz"): pytest.mark.xfail(
+        strict=True, reason="the wire re-asks from inside each reply, but under REASK_FACTOR"
+    )
 }
 
 
 @pytest.mark.parametrize(
-    "name,what", sorted(SMALL_READDIRS | {(n, w) for n, w in INPUTS if "6.1" in n})
+    "name,what",
+    [
+        pytest.param(n, w, marks=REASKED_UNDER_TWICE.get((n, w), ()))
+        for n, w in sorted(SMALL_READDIRS | {(n, w) for n, w in INPUTS if "6.1" in n})
+    ],
 )
 def test_small_readdirs_where_replies_were_thrown_away(name, what):
     a = analysis(name, what)
