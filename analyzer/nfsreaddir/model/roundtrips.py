@@ -116,7 +116,7 @@ class RoundTrips:
         return d
 
 
-def _program(name, version):
+def program_name(name, version):
     """A trace's progname and version as the capture's label: ("nfsacl", 3) -> "NFSACL3"."""
     known = version is not None and version == version  # (NaN: a damaged line of text)
     return f"{str(name).upper()}{int(version) if known else '?'}"
@@ -155,13 +155,19 @@ def _outside(program, op):
     return dict(sorted(out.items()))
 
 
+def window(first_readdir, start, end):
+    """A trace's listing's window, (from, to) in ns, both ends in: from its first READDIR (its
+    start where it sent none: a listing the page cache served) to its end (its last event).
+    The one rule analyze (from_trace, _owners) and watch (live/attribution.py) count a
+    listing's RPCs by; a capture's listing has no end of its own (from_capture)."""
+    return (int(first_readdir) if first_readdir is not None else int(start), int(end))
+
+
 def _first_readdir(lst):
     """The listing's first READDIR call (its start where it has none), in integer ns: never
     through a float, which rounds an epoch in ns by up to 256 ns."""
-    import pandas as pd
-
-    ts = pd.Series(lst.rpcs["ts"]).dropna() if len(lst.rpcs) else ()
-    return int(min(int(t) for t in ts)) if len(ts) else int(lst.start)
+    ts = [int(t) for t in lst.rpcs["ts"] if t is not None and t == t] if len(lst.rpcs) else []
+    return window(min(ts) if ts else None, lst.start, lst.start)[0]
 
 
 def _dtsizes(lst):
@@ -223,7 +229,7 @@ def _owners(listings, requests):
         if lst.pid not in rows:
             rows[lst.pid] = np.flatnonzero(pid == lst.pid)
         r = rows[lst.pid]
-        start, end = _first_readdir(lst), int(lst.end)
+        start, end = window(_first_readdir(lst), lst.start, lst.end)
         hit = r[(ts[r] >= start) & (ts[r] <= end) & (since[r] < start)]
         owner[hit], since[hit] = n, start
     return owner
@@ -239,13 +245,13 @@ def from_trace(
     its READDIRs were read from."""
     if requests is None or lst.pid is None:
         return None
-    start, end = _first_readdir(lst), int(lst.end)
+    start, end = window(_first_readdir(lst), lst.start, lst.end)
     of_pid = requests["pid"].to_numpy() == lst.pid
     mine = requests[of_pid]
     ts = mine["ts"].to_numpy()
-    window = (ts >= start) & (ts <= end)
-    inside = window & (owned[of_pid] if owned is not None else True)
-    program = [_program(p, v) for p, v in zip(mine["program"], mine["version"])]
+    held = (ts >= start) & (ts <= end)
+    inside = held & (owned[of_pid] if owned is not None else True)
+    program = [program_name(p, v) for p, v in zip(mine["program"], mine["version"])]
     program_arr = np.array(program, dtype=object)
     op = mine["op"].to_numpy(dtype=object)
     server = latency_ns(mine, latencies)
@@ -267,7 +273,7 @@ def from_trace(
         names_from=names_from,
         server_time_from="sunrpc:rpc_stats_latency (rtt)" if latencies is not None else None,
         ops=_ops(program_arr[inside], op[inside], server[inside], names, seconds),
-        outside=_outside(program_arr[~window], op[~window]),
+        outside=_outside(program_arr[~held], op[~held]),
         readdirs=int(sum(o in READDIR_OPS for o in op[inside])),
         max_dtsize=max(sizes, default=None),
         dtsizes=sizes,
