@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import FIXTURES, TOP, needs_setup, run_cli
 from nfsreaddir.live import metrics, tracker
-from nfsreaddir.model import analysis, tables
+from nfsreaddir.model import analysis, roundtrips, tables
 from nfsreaddir.trace import open_trace
 from test_record import Replay
 
@@ -82,10 +82,12 @@ def test_counters_are_what_analyze_finds(trace):
     """Fed a real trace event by event, as the ring buffer gives it: per process and
     directory, the restarts, ambiguous cookie-0 READDIRs, READDIRs, re-fetched READDIRs,
     invalidations and finished listings (by how they ended) analyze() finds in the whole
-    trace, and as many restart and invalidation lines; the tracker forgets each listing once
-    it ends; and with metrics nothing is printed (a service's journal). A READDIR whose
-    directory the kernel names only after it (a kprobe at the call, the directory in the
-    reply's event) is counted under that directory, not under an empty one."""
+    trace, and as many restart and invalidation lines; the RPCs of each listing by program
+    and operation, and their server time, that analyze accounts (model/roundtrips: every
+    watchable fixture has sunrpc:rpc_request); the tracker forgets each listing once it ends;
+    and with metrics nothing is printed (a service's journal). A READDIR whose directory the
+    kernel names only after it (a kprobe at the call, the directory in the reply's event) is
+    counted under that directory, not under an empty one."""
     replay, m, t = replayed(trace)
     lines = tracker.Tracker(replay, io.StringIO(), None, replay.items[0][0])
     for i in range(0, len(replay.items), 500):
@@ -131,6 +133,24 @@ def test_counters_are_what_analyze_finds(trace):
             del want[k]
     for k, w in want.items():
         assert series(m, f"nfs_readdir_{k}_total", "comm", "fileid") == +w, k
+    # The RPCs by one window rule (roundtrips.window: the listing's first READDIR, or its
+    # start where it sent none, to its last event; each call the process's listing begun
+    # last), applied as the events come: the windows of find's nested opens, of listings the
+    # cache served whole and of calls tied in time with an open or close (multi-5.10-series)
+    # give each call to the same listing. Nothing waits once watch stops.
+    rpcs, server = collections.Counter(), collections.Counter()
+    for n, rt in roundtrips.account(a).items():
+        for op in rt.ops:
+            k = _where(a.listings[n]) + (op.program, op.op)
+            rpcs[k] += op.calls
+            server[k] += op.server_seconds or 0
+    by = ("comm", "fileid", "program", "op")
+    assert rpcs and series(m, "nfs_readdir_rpcs_total", *by) == +rpcs
+    got = series(m, "nfs_readdir_rpc_server_seconds_total", *by)
+    # (analyze rounds each listing's server time per operation to the ms)
+    assert set(got) == set(+server), (got, server)
+    assert all(abs(got[k] - server[k]) <= 0.0005 * len(a.listings) for k in got), (got, server)
+    assert not (t.round_trips._gaps or t.round_trips._waiting)
     assert t.out.getvalue() == ""
     printed = lines.out.getvalue().splitlines()
     for what in () if lossy else ("restarts", "invalidations"):

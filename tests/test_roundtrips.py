@@ -406,3 +406,69 @@ def test_small_readdirs_in_text_json_and_the_page(what, tmp_path):
     run_cli("report", path, "-o", page, check=0)
     html = page.read_text()
     assert "30 READDIRs for" in html and "names a READDIR" in html
+
+
+@pytest.mark.parametrize("second_sends_readdir", [False, True])
+def test_watch_gives_each_call_the_listing_analyze_does(second_sends_readdir):
+    """One window rule for a listing's RPCs (roundtrips.window), applied to a whole trace
+    (_owners) and as the events come (Attribution, watch's): find closes directory A and opens
+    B at the same nanosecond (an emulated guest's clock), and a LOOKUP of that time, sent
+    before the close, is B's where B's window begins then (the cache served B whole), A's
+    where B sends a READDIR later (B's window begins there). Watch learns B's window only at
+    B's end, and the close of A (the tracker's end of A) comes before B opens: the call
+    waits, and goes where analyze puts it."""
+    from nfsreaddir.live import attribution
+    from nfsreaddir.model import opens
+
+    model = opens.Opens(True, False)
+    given = []
+    live = attribution.Attribution(lambda o, p, op, n, s: given.append((o.key[1], op, n)))
+    requests, ended = [], []
+
+    def mine():
+        return [o for o in model.live.values() if o.pid == 1]
+
+    def finished():  # (the tracker's _finished, at the end of each batch of events)
+        for o in model.done:
+            live.ended(o)
+        ended.extend(model.done)
+        model.done.clear()
+
+    def call(ts, what, f):
+        before = mine()
+        model.call({"pid": 1, "comm": "find", "ts": ts, "call": what, "file": f})
+        live.event(1, ts, before + mine())
+
+    def readdir(ts, row):
+        before = mine()
+        o = model.readdir(1, "find", ts, row, None)
+        live.readdir(o, ts)
+        live.event(1, ts, before + mine())
+
+    def rpc(ts, op):
+        requests.append((1, ts))
+        live.call(1, ts, mine(), "NFS4", op)
+
+    call(10, "opendir", "A")
+    readdir(11, 0)
+    call(12, "getdents", "A")
+    rpc(15, "GETATTR")
+    rpc(20, "LOOKUP")
+    call(20, "closedir", "A")
+    finished()
+    call(20, "opendir", "B")
+    call(25, "getdents", "B")
+    if second_sends_readdir:
+        readdir(26, 1)
+    call(30, "closedir", "B")
+    finished()
+    live.stop()
+    want = "A" if second_sends_readdir else "B"
+    assert sorted(given) == [("A", "GETATTR", 1), (want, "LOOKUP", 1)], given
+    # analyze's: the same opens as listings (first READDIR, start, end), the same calls
+    listings = [
+        type("L", (), {"pid": 1, "start": o.start, "end": o.end, "rpcs": pd.DataFrame({"ts": ts})})
+        for o, ts in zip(ended, ([11], [26] if second_sends_readdir else []))
+    ]
+    owner = roundtrips._owners(listings, pd.DataFrame(requests, columns=["pid", "ts"]))
+    assert ["AB"[n] for n in owner] == ["A", want]

@@ -1,5 +1,6 @@
 """What `watch --metrics ADDR:PORT` serves on /metrics and `watch --textfile DIR` writes for
-node_exporter's textfile collector: the restarts and invalidations watch finds, as Prometheus
+node_exporter's textfile collector: the restarts and invalidations watch finds, and the RPCs
+each listing sent (where its time went: per name round trips, ACL calls), as Prometheus
 counters per client mount, directory and process name, and watch's own health.
 
 The exposition is prometheus_client's (its HTTP server, its textfile writer: a temporary file
@@ -7,6 +8,7 @@ renamed over the old one, so the collector never reads half a file). Label sets 
 a directory is its mount and fileid (with the path where watch knows it, --dir), and past
 MAX_SERIES directory x process series every new one is counted under the "other" labels, so a
 client that lists millions of directories over months costs Prometheus a bounded number of series.
+The RPC counters add only the RPC's program and operation (a few dozen of each protocol).
 """
 
 import collections
@@ -26,6 +28,13 @@ from prometheus_client import (
 
 PREFIX = "nfs_readdir"
 LABELS = ("mount", "fileid", "path", "comm")
+# The counters with labels past LABELS: their series start when first counted (a series of
+# every program and operation at 0 for each directory would be most of Prometheus' series).
+EXTRA_LABELS = {
+    "listings_finished": ("ending",),
+    "rpcs": ("program", "op"),
+    "rpc_server_seconds": ("program", "op"),
+}
 MAX_SERIES = 2000
 OTHER = ("other", "other", "", "other")
 TEXTFILE = "nfs_readdir.prom"
@@ -81,8 +90,8 @@ class Metrics:
         # it changing), process_resident_memory_bytes: watch's own cost.
         ProcessCollector(registry=r)
 
-        def counter(name, doc, labels=LABELS):
-            return Counter(f"{PREFIX}_{name}", doc, labels, registry=r)
+        def counter(name, doc):
+            return Counter(f"{PREFIX}_{name}", doc, LABELS + EXTRA_LABELS.get(name, ()), registry=r)
 
         self.by_name = {
             "readdirs": counter("readdirs", "READDIR and READDIRPLUS calls of listings"),
@@ -106,7 +115,19 @@ class Metrics:
             "listings_finished": counter(
                 "listings_finished",
                 "Listings finished, by how (eof, closed, killed, error)",
-                LABELS + ("ending",),
+            ),
+            # What `analyze` accounts (model/roundtrips): the listing's process's RPCs from its
+            # first READDIR (its start where the cache served it all) to its last event.
+            "rpcs": counter(
+                "rpcs",
+                "RPCs the lister's process sent during a listing, by program (NFS3, NFSACL3, "
+                "NFS4) and operation (an NFSv4 COMPOUND by its main one), from the listing's "
+                "first READDIR to its last event",
+            ),
+            "rpc_server_seconds": counter(
+                "rpc_server_seconds",
+                "Server time (sunrpc:rpc_stats_latency rtt) of those RPCs whose reply was "
+                "traced, by program and operation",
             ),
         }
         self.in_progress = Gauge(
@@ -151,7 +172,7 @@ class Metrics:
             # Every counter of a new series starts at 0, so that rate() and increase() count
             # its first restart (a series that appears at 1 shows no increase).
             for name, c in self.by_name.items():
-                if name != "listings_finished":
+                if name not in EXTRA_LABELS:
                     c.labels(*key)
         return key
 

@@ -5,8 +5,9 @@ analyze() applies to a whole trace (opens.Opens, reader.Catchup)."""
 import time
 
 from .. import events
-from ..model import causal, opens, reader, tables
+from ..model import causal, opens, reader, roundtrips, tables
 from ..units import NS
+from .attribution import Attribution
 
 
 def now_ns():
@@ -93,6 +94,17 @@ class Tracker:
         # Which getdents64 returns went into NFS (only they end a listing at eof), as
         # analyze() marks them (causal.merged).
         self.returns = causal.Returns()
+        # Each listing's RPCs (sunrpc:rpc_request), by analyze's window (model/roundtrips),
+        # counted once the window holding them is known.
+        self.round_trips = Attribution(self._rpcs) if metrics is not None else None
+        # (a call waits for its server time only where the replies are traced)
+        self._replies = any(t == "latencies" for t, _, _ in self.map.values())
+
+    def _opens(self, pid):
+        """The opens process pid is reading (none where no RPC is counted)."""
+        if self.round_trips is None:
+            return []
+        return [o for o in self.model.live.values() if o.pid == pid]
 
     def _shown(self, o):
         return self.dir is None or o.fileid in (None, self.dir)
@@ -117,6 +129,7 @@ class Tracker:
             row.update(src.constants)
             if table == "rpc":
                 self.returns.seen(pid)
+                before = self._opens(pid)
                 o = model.of_readdir(pid, self.live.comm(pid), ts)
                 cookie = row.get("cookie")
                 o.readdir(self.rows, ts, cookie)
@@ -127,6 +140,9 @@ class Tracker:
                 self.rows += 1
                 if row.get("fileid") is not None and o.fileid is None:
                     o.dev, o.fileid = row.get("dev"), row["fileid"]
+                if self.round_trips is not None:
+                    self.round_trips.readdir(o, ts)
+                    self.round_trips.event(pid, ts, before + self._opens(pid))
                 self._count("readdirs", o)
                 wrote |= self._restarts(o)
                 # After _restarts: the READDIR that settles a restart can end its catch-up.
@@ -139,7 +155,10 @@ class Tracker:
                 in_fs = self.returns.seen(pid, r.get("call"))
                 if in_fs is not None:
                     r["in_fs"] = in_fs
+                before = self._opens(pid)
                 model.call(r)
+                if self.round_trips is not None:
+                    self.round_trips.event(pid, ts, before + self._opens(pid))
                 o = model.reading(pid)
                 if o is not None:
                     self._flush(o)
@@ -149,6 +168,21 @@ class Tracker:
                 if o is not None and o.fileid is None:
                     o.dev, o.fileid = row.get("dev"), row.get("fileid")
                     self._flush(o)
+            elif table == "requests":
+                if self.round_trips is not None:
+                    self.round_trips.call(
+                        pid,
+                        ts,
+                        self._opens(pid),
+                        roundtrips.program_name(row.get("program"), row.get("version")),
+                        row.get("op"),
+                        (row.get("client_id"), row.get("task_id")) if self._replies else None,
+                    )
+            elif table == "latencies":
+                if self.round_trips is not None and row.get("rtt") is not None:
+                    # (rtt in µs)
+                    task = (row.get("client_id"), row.get("task_id"))
+                    self.round_trips.latency(task, row["rtt"] * 1000)
             elif table == "invalidations":
                 inv = (ts, pid, row.get("dev"), row.get("fileid"), src.event, row.get("reason"))
                 for o in model.live.values():
@@ -218,6 +252,8 @@ class Tracker:
             key = id(o)
             self._named(o)
             self._caught_up(o)
+            if self.round_trips is not None:
+                self.round_trips.ended(o)
             if self.metrics is not None:
                 self._flush(o, ended=True)
                 if (o.rows or o.getdents) and self._shown(o):
@@ -250,6 +286,21 @@ class Tracker:
         """Watch stops: the catch-ups under way are counted as far as they went."""
         for o in list(self.model.live.values()):
             self._caught_up(o)
+        if self.round_trips is not None:
+            self.round_trips.stop()
+
+    def _rpcs(self, o, program, op, calls, server_seconds):
+        """Count a listing's RPCs of one program and operation, and their server time (once
+        its reply came, where sunrpc:rpc_stats_latency is traced), once they are known to be
+        its (attribution.Attribution); an open that ended was counted under its directory as it
+        ended, and its RPCs are too."""
+        extra = (program, op)
+        if o in self.model.live.values() or o in self.model.done:
+            self._count("rpcs", o, calls, *extra)
+            self._count("rpc_server_seconds", o, server_seconds, *extra)
+        elif self._shown(o):
+            self.metrics.count("rpcs", o, calls, *extra)
+            self.metrics.count("rpc_server_seconds", o, server_seconds, *extra)
 
     def _refetched(self, o, restart, end, ts):
         """Count a catch-up that ended: from the restart ((row, ts)) to the READDIR at index
