@@ -19,27 +19,40 @@ MAX_PROCESSES = 4096  # processes whose last event's time is kept (for the calls
 
 class _Gap:
     """A process's calls between two of its events (opens.Opens'), as counts: {(program, op):
-    [calls, server ns]}; ts, the time of its calls where one (a tie with the event before or
-    after it), lo and hi their first and last; owner, the open they were given to (None: not
-    decided yet, False: no listing's)."""
+    [calls, server ns]}; lo and hi, the times of its first and last; owner, the open they were
+    given to (None: not decided yet, False: no listing's); blocker, the open whose window
+    decides it next, and what was known of that window (while it waits)."""
 
-    __slots__ = ("opens", "counts", "lo", "hi", "owner", "into")
+    __slots__ = ("opens", "counts", "lo", "hi", "owner", "tail", "last", "before", "blocker")
 
     def __init__(self, opens, ts):
         self.opens, self.counts, self.lo, self.hi = opens, {}, ts, ts
         self.owner: Any = None
-        self.into: _Gap | None = None  # merged into this one (a tail into its body)
+        self.tail: _Gap | None = None  # its calls of the next event's time, split off
+        self.last: dict = {}  # while it is filled: the counts of its calls of time hi
+        self.before: int | None = None  # and the time of its calls before those
+        self.blocker: Any = None
 
     def add(self, key, n=1, server_ns=0.0):
-        c = self.counts.setdefault(key, [0, 0.0])
+        c = self.counts.get(key)
+        if c is None:
+            c = self.counts[key] = [0, 0.0]
         c[0] += n
         c[1] += server_ns
 
-    def merge(self, other):
-        for key, (n, s) in other.counts.items():
-            self.add(key, n, s)
-        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
-        other.into = self
+    def split(self, ts):
+        """Its calls of time ts (the event that ends it) as a gap of their own, where it has
+        calls before them: the event's open may be theirs and not the others'."""
+        if self.hi != ts or self.before is None:
+            return
+        t = self.tail = _Gap(self.opens, ts)
+        for key, n in self.last.items():
+            t.add(key, n)
+            c = self.counts[key]
+            c[0] -= n
+            if not c[0]:
+                del self.counts[key]
+        self.hi = self.before
 
 
 class Attribution:
@@ -66,7 +79,7 @@ class Attribution:
         # Per open, while a gap still names it: its first READDIR's time, and whether it ended.
         self._first: Any = weakref.WeakKeyDictionary()
         self._over: Any = weakref.WeakSet()
-        self._gaps: dict[Any, list] = {}  # pid -> [head, body, tail] of the gap being filled
+        self._gaps: dict[Any, list] = {}  # pid -> [head, body] of the gap being filled
         # pid -> (time of its last event, its opens just before or after it): a call of the
         # same time, before or after it, may be any of theirs (both ends are in a window)
         self._after: dict[Any, tuple[int, tuple]] = {}
@@ -85,24 +98,23 @@ class Attribution:
             return
         gap = self._gaps.get(pid)
         if gap is None:
-            gap = self._gaps[pid] = [None, None, None]
-        head, body, tail = gap
-        if ts == at:
-            g = gap[0] = head or _Gap(tuple(opens), ts)
-        elif tail is not None and tail.lo == ts:
-            g = tail
-        else:
-            if tail is not None:
-                if body is None:
-                    gap[1] = tail
-                else:
-                    body.merge(tail)
-            g = gap[2] = _Gap(tuple(opens), ts)
+            gap = self._gaps[pid] = [None, None]
         key = (program, op)
+        if ts == at:
+            g = gap[0]
+            if g is None:
+                g = gap[0] = _Gap(tuple(opens), ts)
+        else:
+            g = gap[1]
+            if g is None:
+                g = gap[1] = _Gap(tuple(opens), ts)
+            elif ts != g.hi:
+                g.before, g.hi, g.last = g.hi, ts, {}
+            g.last[key] = g.last.get(key, 0) + 1
         g.add(key)
         if task is not None:
             self._tasks.pop(task, None)  # (a task id used again: the newer call's)
-            self._tasks[task] = (g, key)
+            self._tasks[task] = (g, key, ts)
             if len(self._tasks) > MAX_WAITING_REPLIES:
                 del self._tasks[next(iter(self._tasks))]
 
@@ -110,9 +122,9 @@ class Attribution:
         got = self._tasks.pop(task, None)
         if got is None:
             return
-        g, key = got
-        while g.into is not None:
-            g = g.into
+        g, key, ts = got
+        if g.tail is not None and ts > g.hi:
+            g = g.tail
         if g.owner is None:
             g.add(key, 0, float(rtt_ns))
         elif g.owner is not False:
@@ -137,12 +149,17 @@ class Attribution:
         """The gap being filled is over: an event of time ts, with those opens around it."""
         gap = self._gaps.pop(pid, None)
         if gap is not None:
-            self._waiting.setdefault(pid, []).extend(g for g in gap if g is not None)
+            head, body = gap
+            if body is not None:
+                body.split(ts)
+                body.last = {}
+            new = (head, body, body and body.tail)
+            self._waiting.setdefault(pid, []).extend(g for g in new if g is not None)
         for g in self._waiting.get(pid, ()):
             if g.lo == ts:
                 # (calls of the same time as the event, before or after it: the open it began
                 # or ended may be theirs)
-                g.opens = tuple(dict.fromkeys((*g.opens, *opens)))
+                g.opens, g.blocker = tuple(dict.fromkeys((*g.opens, *opens))), None
         self._decide(pid)
 
     def ended(self, o):
@@ -179,14 +196,18 @@ class Attribution:
         return (None if lo is None or hi is None else True), start
 
     def _owner(self, g):
-        """The open gap g's calls are, False for none, None while it is not known yet."""
+        """The open gap g's calls are, False for none, None while it is not known yet (then
+        g.blocker is the open that decides it next, and what was known of it)."""
+        if g.blocker is not None and self._inside(g.blocker[0], g) == g.blocker[1]:
+            return None  # (nothing new of the open it waits for)
         seen = sorted(
             (self._inside(o, g) + (-k, o) for k, o in enumerate(g.opens)),
             key=lambda x: (x[1], x[2]),
             reverse=True,
         )
-        for inside, _, _, o in seen:
+        for inside, start, _, o in seen:
             if inside is None:
+                g.blocker = (o, (inside, start))
                 return None
             if inside:
                 return o
@@ -209,7 +230,7 @@ class Attribution:
             if o is None:
                 left.append(g)
                 continue
-            g.owner, g.opens = o, ()
+            g.owner, g.opens, g.blocker = o, (), None
             if o is not False:
                 for (program, op), (n, server) in g.counts.items():
                     self.count(o, program, op, n, server / NS)

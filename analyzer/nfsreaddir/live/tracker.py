@@ -99,12 +99,17 @@ class Tracker:
         self.round_trips = Attribution(self._rpcs) if metrics is not None else None
         # (a call waits for its server time only where the replies are traced)
         self._replies = any(t == "latencies" for t, _, _ in self.map.values())
+        self._reading = {}  # (_opens)
 
     def _opens(self, pid):
-        """The opens process pid is reading (none where no RPC is counted)."""
+        """The opens process pid is reading (none where no RPC is counted); kept from one
+        event of the opens to the next (an `ls -l` sends a few RPCs per getdents)."""
         if self.round_trips is None:
             return []
-        return [o for o in self.model.live.values() if o.pid == pid]
+        got = self._reading.get(pid)
+        if got is None:
+            got = self._reading[pid] = [o for o in self.model.live.values() if o.pid == pid]
+        return got
 
     def _shown(self, o):
         return self.dir is None or o.fileid in (None, self.dir)
@@ -131,6 +136,7 @@ class Tracker:
                 self.returns.seen(pid)
                 before = self._opens(pid)
                 o = model.of_readdir(pid, self.live.comm(pid), ts)
+                self._reading.clear()
                 cookie = row.get("cookie")
                 o.readdir(self.rows, ts, cookie)
                 times = self._times.setdefault(id(o), {})
@@ -157,6 +163,7 @@ class Tracker:
                     r["in_fs"] = in_fs
                 before = self._opens(pid)
                 model.call(r)
+                self._reading.clear()
                 if self.round_trips is not None:
                     self.round_trips.event(pid, ts, before + self._opens(pid))
                 o = model.reading(pid)
