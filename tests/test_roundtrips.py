@@ -408,6 +408,45 @@ def test_small_readdirs_in_text_json_and_the_page(what, tmp_path):
     assert "30 READDIRs for" in html and "names a READDIR" in html
 
 
+class _Watched:
+    """One process's opens (opens.Opens, the tracker's reader model) and its RPCs fed to watch's
+    Attribution as the tracker feeds them; given: (directory, op, calls) counted."""
+
+    def __init__(self):
+        from nfsreaddir.live import attribution
+        from nfsreaddir.model import opens
+
+        self.model = opens.Opens(True, False)
+        self.given, self.requests, self.ended = [], [], []
+        self.live = attribution.Attribution(
+            lambda o, p, op, n, s: self.given.append((o.key[1], op, n))
+        )
+
+    def mine(self):
+        return [o for o in self.model.live.values() if o.pid == 1]
+
+    def finished(self):  # (the tracker's _finished, at the end of each batch of events)
+        for o in self.model.done:
+            self.live.ended(o)
+        self.ended.extend(self.model.done)
+        self.model.done.clear()
+
+    def call(self, ts, what, f):
+        before = self.mine()
+        self.model.call({"pid": 1, "comm": "find", "ts": ts, "call": what, "file": f})
+        self.live.event(1, ts, before + self.mine())
+
+    def readdir(self, ts, row):
+        before = self.mine()
+        o = self.model.readdir(1, "find", ts, row, None)
+        self.live.readdir(o, ts)
+        self.live.event(1, ts, before + self.mine())
+
+    def rpc(self, ts, op):
+        self.requests.append((1, ts))
+        self.live.call(1, ts, self.mine(), "NFS4", op)
+
+
 @pytest.mark.parametrize("second_sends_readdir", [False, True])
 def test_watch_gives_each_call_the_listing_analyze_does(second_sends_readdir):
     """One window rule for a listing's RPCs (roundtrips.window), applied to a whole trace
@@ -417,58 +456,49 @@ def test_watch_gives_each_call_the_listing_analyze_does(second_sends_readdir):
     where B sends a READDIR later (B's window begins there). Watch learns B's window only at
     B's end, and the close of A (the tracker's end of A) comes before B opens: the call
     waits, and goes where analyze puts it."""
-    from nfsreaddir.live import attribution
-    from nfsreaddir.model import opens
-
-    model = opens.Opens(True, False)
-    given = []
-    live = attribution.Attribution(lambda o, p, op, n, s: given.append((o.key[1], op, n)))
-    requests, ended = [], []
-
-    def mine():
-        return [o for o in model.live.values() if o.pid == 1]
-
-    def finished():  # (the tracker's _finished, at the end of each batch of events)
-        for o in model.done:
-            live.ended(o)
-        ended.extend(model.done)
-        model.done.clear()
-
-    def call(ts, what, f):
-        before = mine()
-        model.call({"pid": 1, "comm": "find", "ts": ts, "call": what, "file": f})
-        live.event(1, ts, before + mine())
-
-    def readdir(ts, row):
-        before = mine()
-        o = model.readdir(1, "find", ts, row, None)
-        live.readdir(o, ts)
-        live.event(1, ts, before + mine())
-
-    def rpc(ts, op):
-        requests.append((1, ts))
-        live.call(1, ts, mine(), "NFS4", op)
-
-    call(10, "opendir", "A")
-    readdir(11, 0)
-    call(12, "getdents", "A")
-    rpc(15, "GETATTR")
-    rpc(20, "LOOKUP")
-    call(20, "closedir", "A")
-    finished()
-    call(20, "opendir", "B")
-    call(25, "getdents", "B")
+    w = _Watched()
+    w.call(10, "opendir", "A")
+    w.readdir(11, 0)
+    w.call(12, "getdents", "A")
+    w.rpc(15, "GETATTR")
+    w.rpc(20, "LOOKUP")
+    w.call(20, "closedir", "A")
+    w.finished()
+    w.call(20, "opendir", "B")
+    w.call(25, "getdents", "B")
     if second_sends_readdir:
-        readdir(26, 1)
-    call(30, "closedir", "B")
-    finished()
-    live.stop()
+        w.readdir(26, 1)
+    w.call(30, "closedir", "B")
+    w.finished()
+    w.live.stop()
     want = "A" if second_sends_readdir else "B"
-    assert sorted(given) == [("A", "GETATTR", 1), (want, "LOOKUP", 1)], given
+    assert sorted(w.given) == [("A", "GETATTR", 1), (want, "LOOKUP", 1)], w.given
     # analyze's: the same opens as listings (first READDIR, start, end), the same calls
     listings = [
         type("L", (), {"pid": 1, "start": o.start, "end": o.end, "rpcs": pd.DataFrame({"ts": ts})})
-        for o, ts in zip(ended, ([11], [26] if second_sends_readdir else []))
+        for o, ts in zip(w.ended, ([11], [26] if second_sends_readdir else []))
     ]
-    owner = roundtrips._owners(listings, pd.DataFrame(requests, columns=["pid", "ts"]))
+    owner = roundtrips._owners(listings, pd.DataFrame(w.requests, columns=["pid", "ts"]))
     assert ["AB"[n] for n in owner] == ["A", want]
+
+
+def test_watch_keeps_a_bounded_wait():
+    """A process that holds a directory open for ever, served by the page cache (no READDIR),
+    and stats names between its getdents: whether its calls are that listing's is known only
+    at its end, so they wait; past MAX_WAITING_GAPS gaps the oldest go to the open it reads,
+    and nothing is lost."""
+    from nfsreaddir.live import attribution
+
+    w = _Watched()
+    w.call(10, "opendir", "A")
+    gaps = attribution.MAX_WAITING_GAPS + 500
+    for k in range(gaps):
+        w.call(100 + 10 * k, "getdents", "A")
+        w.rpc(105 + 10 * k, "GETATTR")
+        waiting = sum(len(g) for g in w.live._waiting.values())
+        assert waiting <= attribution.MAX_WAITING_GAPS
+    # (the last call's gap is still being filled: no event of the process after it yet)
+    assert sum(n for _, _, n in w.given) == gaps - waiting - 1 > 0
+    w.call(100 + 10 * gaps, "closedir", "A")
+    w.finished()
+    assert sum(n for _, _, n in w.given) == gaps and {d for d, _, _ in w.given} == {"A"}

@@ -195,11 +195,20 @@ class Attribution:
             return False, start
         return (None if lo is None or hi is None else True), start
 
-    def _owner(self, g):
+    def _owner(self, g, unsent):
         """The open gap g's calls are, False for none, None while it is not known yet (then
-        g.blocker is the open that decides it next, and what was known of it)."""
-        if g.blocker is not None and self._inside(g.blocker[0], g) == g.blocker[1]:
-            return None  # (nothing new of the open it waits for)
+        g.blocker is the open that decides it next, and what was known of it). unsent: {open:
+        whether it is still being read and has sent no READDIR} of this round."""
+        if g.blocker is not None:
+            o, was = g.blocker
+            if was is None:  # (it waits for the open's first READDIR or its end)
+                now = unsent.get(o)
+                if now is None:
+                    now = unsent[o] = o not in self._first and o not in self._over
+                if now:
+                    return None
+            elif self._inside(o, g) == was:
+                return None  # (nothing new of the open it waits for)
         seen = sorted(
             (self._inside(o, g) + (-k, o) for k, o in enumerate(g.opens)),
             key=lambda x: (x[1], x[2]),
@@ -207,7 +216,8 @@ class Attribution:
         )
         for inside, start, _, o in seen:
             if inside is None:
-                g.blocker = (o, (inside, start))
+                unsent = o not in self._first and o not in self._over
+                g.blocker = (o, None if unsent else (inside, start))
                 return None
             if inside:
                 return o
@@ -220,9 +230,10 @@ class Attribution:
         # Calls of the time of the process's last event wait for its next one: another event
         # of that time may begin an open whose window holds them.
         at = self._after.get(pid, (None,))[0]
-        left = []
+        left: list[_Gap] = []
+        unsent: dict = {}
         for i, g in enumerate(gaps):
-            o = None if g.hi == at else self._owner(g)
+            o = None if g.hi == at else self._owner(g, unsent)
             if o is None and len(gaps) - i > MAX_WAITING_GAPS:
                 # A process that holds a directory open for ever, served by the cache: its
                 # oldest calls go to the open it reads, as if it were to send no READDIR.
