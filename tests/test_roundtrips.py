@@ -502,3 +502,46 @@ def test_watch_keeps_a_bounded_wait():
     w.call(100 + 10 * gaps, "closedir", "A")
     w.finished()
     assert sum(n for _, _, n in w.given) == gaps and {d for d, _, _ in w.given} == {"A"}
+
+
+@pytest.mark.parametrize(
+    "name", ["5.10-series-v4.1", "5.10-series-v4.1-cap", "5.10-series3-v4.1", "multi-5.10-series"]
+)
+def test_uncached_readdirs_of_the_series_beside_nfs4_readdir(name):
+    """The series on 5.10 over NFSv4: READDIRs come from nfs4:nfs4_readdir, which does not
+    tell the modes apart, and the series' uncached-mode events fire beside it. Read as a side
+    table (what tables.load would add as "uncached": ts, pid, fileid), each listing counts
+    those of its process and directory: none in an idle listing, most READDIRs of a listing
+    whose directory changed (the cache was dropped), never more than its READDIRs (the
+    events' rows: the first one's call comes before the reply event that begins the window,
+    so the calls counted are one fewer), and all of the trace's where one listing read the
+    directory; the finding says so."""
+    from nfsreaddir import events
+    from nfsreaddir.model import analysis as analyses
+    from nfsreaddir.trace import open_trace
+
+    for dat in sorted(f for f in os.listdir(os.path.join(FIXTURES, name)) if f.endswith(".dat")):
+        path = os.path.join(FIXTURES, name, dat)
+        trace = open_trace(path)
+        a = analyses.analyze(trace)
+        assert None in {rt.uncached_readdirs for rt in roundtrips.account(a).values()}
+        evs = [e for e in events.UNCACHED_READDIR if e in trace.event_names()]
+        side = pd.concat(
+            [
+                f[["ts", "pid", "fileid"]]
+                for f in trace.read(dict.fromkeys(evs, ["fileid"])).values()
+            ]
+        )
+        a.tables["uncached"] = side
+        rts = roundtrips.account(a)
+        got = {n: rt.uncached_readdirs for n, rt in rts.items()}
+        assert all(0 <= u <= len(a.listings[n].rpcs) for n, u in got.items()), got
+        if dat == "idle.dat":
+            assert len(side) == 0 and set(got.values()) == {0}
+        elif len(rts) == 1:
+            ((n, rt),) = rts.items()
+            assert got[n] == len(side) > len(a.listings[n].rpcs) / 2, (got, len(side))
+            f = [f for f in slowness.findings(rt) if f.kind == "uncached_readdir"]
+            assert len(f) == 1 and f[0].calls == len(side), f
+        else:
+            assert 0 < sum(got.values()) <= len(side), (got, len(side))

@@ -190,11 +190,23 @@ def _restarted(lst):
     )
 
 
-def _uncached(lst, sources):
+def _uncached(lst, sources, side=None):
     """The listing's READDIRs the kernel sent in its uncached mode (events.UNCACHED_READDIR),
-    or None where the trace read its READDIRs from no event that tells the two modes apart."""
+    or None where the trace read its READDIRs from no event that tells the two modes apart.
+    side: the trace's uncached-mode events where its READDIRs came from other events (the
+    series on 5.10 over NFSv4: nfs4:nfs4_readdir, with nfs:nfs_readdir_uncached beside it):
+    those of the listing's process and directory in its window, one per READDIR, as its
+    READDIR calls are counted."""
     if not any(s in UNCACHED_READDIR for s in sources or ()):
-        return None
+        if side is None:
+            return None
+        start, end = window(_first_readdir(lst), lst.start, lst.end)
+        ts = np.asarray(side["ts"], dtype=np.int64)
+        mine = (np.asarray(side["pid"]) == lst.pid) & (ts >= start) & (ts <= end)
+        if lst.fileid is not None:
+            fileid = np.asarray(side["fileid"], dtype=float)
+            mine &= np.isnan(fileid) | (fileid == lst.fileid)
+        return int(mine.sum())
     if not len(lst.rpcs) or "source" not in lst.rpcs:
         return 0
     return int(lst.rpcs["source"].isin(list(UNCACHED_READDIR)).sum())
@@ -236,13 +248,20 @@ def _owners(listings, requests):
 
 
 def from_trace(
-    lst, requests, latencies=None, revalidations=None, owned=None, kernel=None, sources=None
+    lst,
+    requests,
+    latencies=None,
+    revalidations=None,
+    owned=None,
+    kernel=None,
+    sources=None,
+    uncached=None,
 ):
     """The RoundTrips of a trace's listing from the tables' requests (and latencies, and the
     revalidations for its names), or None where the trace has no sunrpc:rpc_request or the
     listing no process. owned: per request, whether it is this listing's (_owners), where the
     process has several listings at once; kernel, the trace's release; sources, the events
-    its READDIRs were read from."""
+    its READDIRs were read from; uncached, the uncached-mode events read beside them."""
     if requests is None or lst.pid is None:
         return None
     start, end = window(_first_readdir(lst), lst.start, lst.end)
@@ -278,7 +297,7 @@ def from_trace(
         max_dtsize=max(sizes, default=None),
         dtsizes=sizes,
         kernel=kernel,
-        uncached_readdirs=_uncached(lst, sources),
+        uncached_readdirs=_uncached(lst, sources, uncached),
         restarted=_restarted(lst),
     )
 
@@ -388,7 +407,14 @@ def account(analysis, calls=None):
         for n, lst in enumerate(listings):
             owned = owner == n if owner is not None else None
             rt = from_trace(
-                lst, requests, latencies, t.get("revalidations"), owned, kernel, sources
+                lst,
+                requests,
+                latencies,
+                t.get("revalidations"),
+                owned,
+                kernel,
+                sources,
+                t.get("uncached"),
             )
             if rt is not None:
                 out[n] = rt
