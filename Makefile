@@ -134,9 +134,10 @@ test-bisect: setup-build
 
 # Opt-in: the sweeps at full size where make test runs a sample of every kind (the `full`
 # marker, conftest.FULL): every 97th bit of the bad fixture flipped in each copy (make test:
-# every 997th), every number edited three lines around each restart (make test: one), and
-# every trace.dat fixture decoded against `trace-cmd report -R`, converted four ways and walked
-# both ways (make test: one fixture of each kind, test_tracedat.one_of_each_kind).
+# every 997th), every number edited three lines around each restart (make test: one), 8 bits
+# flipped in each of test_one_answer's traces (make test: 3), and every trace.dat fixture
+# decoded against `trace-cmd report -R`, converted four ways and walked both ways (make test:
+# one fixture of each kind, test_tracedat.one_of_each_kind).
 test-full: setup
 	NFSRT_TEST_FULL=1 $(PYTEST) -ra --durations=0 -m full
 
