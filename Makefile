@@ -90,11 +90,11 @@ fetch-guests:
 fetch-series:
 	kernel-patches/prepare-tree --fetch >/dev/null
 
-# A part of make test into $(RESULTS)/PART.log, shown whole when it ends.
+# A part of make test into $(RESULTS)/PART.log, shown whole when it ends. (The directory is made
+# in the line that runs make, which `make -n` runs too: it prints the part's commands.)
 test-builds-logged test-analyzer-logged: %-logged:
-	@mkdir -p $(RESULTS)
 	@echo "make test: $* runs beside the guests, into $(RESULTS)/$*.log"
-	@$(MAKE) --no-print-directory $* >$(RESULTS)/$*.log 2>&1; rc=$$?; \
+	@mkdir -p $(RESULTS); $(MAKE) --no-print-directory $* >$(RESULTS)/$*.log 2>&1; rc=$$?; \
 	echo "=== $* ($(RESULTS)/$*.log), exit status $$rc:"; \
 	cat $(RESULTS)/$*.log; exit $$rc
 
