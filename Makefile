@@ -13,7 +13,7 @@ CHECKS := check-ruff check-format check-shell check-types check-tests
 # mypy's incremental cache, kept across clones (a cold run takes a minute on 2 busy cores).
 MYPY_CACHE ?= $(shell reproducers/cache-dir mypy)
 
-.PHONY: setup setup-build demo check $(CHECKS) test-fast test test-guests test-builds test-analyzer test-builds-logged test-analyzer-logged test-kernel test-prometheus test-bisect test-full bench \
+.PHONY: setup setup-build demo check $(CHECKS) test-fast test test-guests test-builds test-analyzer test-builds-logged test-analyzer-logged fetch-guests fetch-series test-kernel test-prometheus test-bisect test-full bench \
 	fixtures clean
 
 setup:
@@ -63,38 +63,61 @@ test-fast: setup
 # The suite CI runs: analyzer tests on recorded fixtures, VM end-to-end runs on stock kernels,
 # and the kernel series applied to a fresh 5.10 tree with the objects it touches compiled
 # (what a fresh run takes: docs/measurements/fresh-test.md; the longer runs are the opt-in
-# targets below). Three runs side by side: the guests one at a time (two TCG guests at once
-# slowed each other several-fold), their progress shown as it comes; the kernel builds (the
-# bisect skip and the series; on a fresh machine they fetch, unpack and configure a 5.10 tree,
-# most of 10 minutes, which in line with the guests made the guests' run the
-# longest by far) and the analyzer's tests beside them, each into a log shown whole when it
-# ends, so that none cuts another's lines. (pytest-xdist's loadgroup cannot do this: it does
-# not group under pytest 9, which moved the node id it edits.)
+# targets below). Three runs side by side, balanced so that none waits long for the others
+# (a guest is TCG, one core while it is up): the guests, their progress shown as it comes;
+# the kernel builds (the bisect skip and the series), then the guests of GUESTS_BESIDE_BUILDS;
+# and the analyzer's tests on every core (pytest-xdist; one file's tests on one worker, as
+# record's share the host's tracefs). The last two each into a log shown whole when it ends,
+# so that none cuts another's lines. (pytest-xdist cannot run the guests: its loadgroup does
+# not group under pytest 9, which moved the node id it edits, and a kernel's scenarios must run
+# in one session to share its one boot.)
 #
-# The series' source package is fetched first: debian-fetch takes no lock, and the 5.10 guest's
-# kernel comes from the same suite (bullseye-security); two fetches at once on an empty cache
-# broke each other's `apt-get update` (the guest's failed, 2026-11-28).
-test: setup-build
-	kernel-patches/prepare-tree --fetch >/dev/null
+# Before them, beside the host's setup, the series' source and every guest's kernel are fetched
+# and unpacked into the cache: on a fresh machine that is minutes of download and unpacking,
+# which in a run would hold up its tests, and two runs unpacking one kernel at once would remove
+# each other's half-made tree (debian-fetch takes a lock per suite; vm-run's unpacking none).
+test:
+	$(MAKE) --no-print-directory -j3 setup-build fetch-series fetch-guests
 	$(MAKE) --no-print-directory -k -j3 test-guests test-builds-logged test-analyzer-logged
 
-# A part of make test into $(RESULTS)/PART.log, shown whole when it ends.
+# The kernels the guests of make test boot (tests/vmrun.py's SCENARIOS, and test_vm.py's own).
+GUEST_KERNELS ?= 5.10 6.1 6.12 7.3
+fetch-guests:
+	for k in $(GUEST_KERNELS); do \
+		reproducers/vm-run --fetch-only --kernel debian:$$k --results $(RESULTS) >/dev/null || exit 1; \
+	done
+
+fetch-series:
+	kernel-patches/prepare-tree --fetch >/dev/null
+
+# A part of make test into $(RESULTS)/PART.log, shown whole when it ends. (The directory is made
+# in the line that runs make, which `make -n` runs too: it prints the part's commands.)
 test-builds-logged test-analyzer-logged: %-logged:
-	@mkdir -p $(RESULTS)
 	@echo "make test: $* runs beside the guests, into $(RESULTS)/$*.log"
-	@$(MAKE) --no-print-directory $* >$(RESULTS)/$*.log 2>&1; rc=$$?; \
+	@mkdir -p $(RESULTS); $(MAKE) --no-print-directory $* >$(RESULTS)/$*.log 2>&1; rc=$$?; \
 	echo "=== $* ($(RESULTS)/$*.log), exit status $$rc:"; \
 	cat $(RESULTS)/$*.log; exit $$rc
 
+# The guests that test-builds boots once its builds are done, not test-guests: the 5.10 guest
+# (loopback, and record and watch) and the 6.12 one. The tests of one kernel stay in one run,
+# which boots its guest once for all of them. Measured fresh at load 9.6 (fresh-test.md):
+# builds 529 s, the 5.10 guest 731 s, 6.12 276 s; the 6.1 guest 954 s, 7.3 511 s and the three
+# tests that boot their own 162 s.
+GUESTS_BESIDE_BUILDS := tests/test_vm.py::test_stock_5_10_restarts_and_fails \
+	tests/test_record.py::test_stock_5_10_record_check_watch \
+	'tests/test_record.py::test_stock_record_check_good[6.12]'
+
 # The three parts of make test (which sets up first; run alone, they expect `make setup-build`).
 test-guests:
-	$(PYTEST) -ra --durations=0 -m 'vm and not kernel'
+	$(PYTEST) -ra --durations=0 -m 'vm and not kernel' $(GUESTS_BESIDE_BUILDS:%=--deselect %)
 
 test-builds:
-	$(PYTEST) -ra --durations=0 -m 'kernel'
+	$(PYTEST) -ra --durations=0 -m 'kernel'; rc=$$?; \
+	$(PYTEST) -ra --durations=0 -m 'vm and not kernel' $(GUESTS_BESIDE_BUILDS) || rc=1; \
+	exit $$rc
 
 test-analyzer:
-	$(PYTEST) -ra --durations=0 -m 'not vm and not kernel'
+	$(PYTEST) -ra --durations=0 -n auto --dist loadfile -m 'not vm and not kernel'
 
 # Opt-in: fs/nfs built after each patch of the series (bisectability), and a whole patched
 # 5.10 kernel built, booted and run with the reproducer (long).
@@ -111,9 +134,10 @@ test-bisect: setup-build
 
 # Opt-in: the sweeps at full size where make test runs a sample of every kind (the `full`
 # marker, conftest.FULL): every 97th bit of the bad fixture flipped in each copy (make test:
-# every 997th), every number edited three lines around each restart (make test: one), and
-# every trace.dat fixture decoded against `trace-cmd report -R`, converted four ways and walked
-# both ways (make test: one fixture of each kind, test_tracedat.one_of_each_kind).
+# every 997th), every number edited three lines around each restart (make test: one), 8 bits
+# flipped in each of test_one_answer's traces (make test: 3), and every trace.dat fixture
+# decoded against `trace-cmd report -R`, converted four ways and walked both ways (make test:
+# one fixture of each kind, test_tracedat.one_of_each_kind).
 test-full: setup
 	NFSRT_TEST_FULL=1 $(PYTEST) -ra --durations=0 -m full
 
