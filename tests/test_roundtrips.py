@@ -92,20 +92,7 @@ def test_accounted_calls_are_tsharks(name, what):
     assert Counter(rt.outside) - Counter(once) <= renewals, rt.outside
 
 
-# ls-l-5.10-v4.1's capture: the window runs from the first READDIR to the end of the capture
-# (the wire has no close), so it takes in the lease renewal that came 5.1 s after the listing's
-# last reply: 31 calls in 6.83 s where the trace has 30 in 1.78 s (ls -l's own wall time:
-# 4.09 s; the wire's first READDIR call to its last reply: 1.71 s).
-WINDOW_PAST_THE_LISTING = {
-    "ls-l-5.10-v4.1": pytest.mark.xfail(
-        strict=True, reason="the capture's window ends at the capture's end (a lease renewal)"
-    )
-}
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=WINDOW_PAST_THE_LISTING.get(n, ())) for n in LS_FIXTURES]
-)
+@pytest.mark.parametrize("name", LS_FIXTURES)
 def test_trace_and_capture_agree_on_the_window(name):
     """One run seen twice, by the kernel's events and on the wire: the same calls in the
     listing's window, and the window is as long (both end with the lister's last call)."""
@@ -181,8 +168,10 @@ def test_findings_name_the_cause(name, what):
     per_name = {f.ops[0].split(".", 1)[1] for f in found if f.kind.startswith("per_name")}
     if CAUSES[name]:
         assert said is not None and all(f" {op}" in said for op in per_name), said
+        assert said.startswith("time went to round trips per name"), said
     else:
         assert said is None or "READDIRs took most of it" in said, said
+        assert said is None or said.startswith("time went to READDIRs"), said
         assert said is None or not any(op in said for op in ("GETATTR", "LOOKUP", "GETACL"))
 
 
@@ -290,24 +279,11 @@ SMALL_READDIRS = {
     )
     for what in ("idle.dat", "idle.pcap.gz")
 }
-# ls-l-5.10-v4.1 on the wire: 30 READDIR replies carried 4,865 entries (tshark's nfs.cookie4),
-# 167 in 27 of them; the client asked again from the 100th entry of the first reply, the 102nd
-# of the second, and so on (19 READDIRs would have brought every name). The capture's rule
-# asks for twice the names taken (REASK_FACTOR), so only the trace (5.10 keeps one page of
-# each reply) says it.
-REASKED_UNDER_TWICE = {
-    ("ls-l-5.10-v4.1", "idle.pcap.gz"): pytest.mark.xfail(
-        strict=True, reason="the wire re-asks from inside each reply, but under REASK_FACTOR"
-    )
-}
 
 
 @pytest.mark.parametrize(
     "name,what",
-    [
-        pytest.param(n, w, marks=REASKED_UNDER_TWICE.get((n, w), ()))
-        for n, w in sorted(SMALL_READDIRS | {(n, w) for n, w in INPUTS if "6.1" in n})
-    ],
+    sorted(SMALL_READDIRS | {(n, w) for n, w in INPUTS if "6.1" in n}),
 )
 def test_small_readdirs_where_replies_were_thrown_away(name, what):
     a = analysis(name, what)
@@ -323,8 +299,10 @@ def test_small_readdirs_where_replies_were_thrown_away(name, what):
     assert "names a READDIR" in f.evidence and "bytes asked" in f.evidence
     assert "5.18" in f.change
     if what.endswith(".gz"):
-        # The wire's own count: each reply carried more than twice the names taken from it.
-        assert rt.readdir_entries >= slowness.REASK_FACTOR * rt.names
+        # The wire's own count: the replies carried entries again (the client asked from
+        # inside each), and whole replies would have needed at most 90% of the READDIRs
+        # (ls-l-5.10-v4.1: 4,865 entries in 30 replies, 19 READDIRs for its 3,000 names).
+        assert rt.refetched_entries and rt.readdir_entries > rt.names
         assert "(the wire)" in f.evidence and "would have brought every name" in f.evidence
     else:
         assert rt.kernel.startswith("5.10") and "one page of each reply" in f.evidence
@@ -343,6 +321,8 @@ def test_small_readdirs_thresholds():
         r.ops = [roundtrips.OpCount("NFS3", op, readdirs, 0, None, readdirs / names, None)]
         r.dtsizes, r.kernel = [dtsize] * readdirs, kernel
         r.readdir_entries, r.counted_replies = entries, (readdirs if entries else None)
+        # (the wire: every entry past the names was carried again)
+        r.refetched_entries = entries - names if entries else None
         return r
 
     kinds = lambda r: [f.kind for f in slowness.findings(r)]  # noqa: E731
@@ -354,6 +334,10 @@ def test_small_readdirs_thresholds():
     assert kinds(rt(2000, 20)) == [] and kinds(rt(90, 9)) == []
     # The wire: 500 entries a reply, 100 taken: thrown away.
     assert kinds(rt(2000, 20, entries=10000)) == ["small_readdirs"]
+    # 162 a reply, 100 taken (ls-l-5.10-v4.1's wire): whole replies would have needed 19 of
+    # the 30; 105 a reply, 100 taken: 20 of 20, nothing to save.
+    assert kinds(rt(3000, 30, entries=4865)) == ["small_readdirs"]
+    assert kinds(rt(2000, 20, entries=2100)) == []
     # ... but not where one reply holds the whole directory (a reader reading it again).
     assert kinds(rt(3, 200, entries=600)) == []
     r = rt(2000, 20, entries=10000)

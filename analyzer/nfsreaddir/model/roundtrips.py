@@ -10,8 +10,9 @@ where known reply_ts, the call's server time, and entries, a READDIR reply's):
   recorded (its rtt), else none;
 - a capture: every NFS and NFSACL call (trace/rpcops), the listing's client (address:port),
   from its first READDIR to the client's next listing or the capture's end: the wire has no
-  close, and the calls a lister makes for each name come after its last READDIR. Server time
-  is call to reply.
+  close, and the calls a lister makes for each name come after its last READDIR. An NFSv4
+  client's lease renewals are not a lister's calls (its trace has them from a kworker), and
+  are left outside. Server time is call to reply.
 
 Names (for the counts per name) are the entries the listing's READDIR replies carried where the
 input has them (a capture: each entry once; NFSv3 counts . and ..), else the lister's own count
@@ -35,6 +36,7 @@ from ..events import UNCACHED_READDIR
 from ..units import NS
 
 READDIR_OPS = ("READDIR", "READDIRPLUS")
+LEASE_RENEWALS = ("SEQUENCE", "RENEW")
 
 
 @dataclass
@@ -58,7 +60,14 @@ class OpCount:
         return self.op in READDIR_OPS
 
 
-FINDINGS_ONLY = ("dtsizes", "counted_replies", "kernel", "uncached_readdirs", "restarted")
+FINDINGS_ONLY = (
+    "dtsizes",
+    "counted_replies",
+    "refetched_entries",
+    "kernel",
+    "uncached_readdirs",
+    "restarted",
+)
 
 
 @dataclass
@@ -83,6 +92,9 @@ class RoundTrips:
     # number of READDIRs whose reply the input counts (the wire: readdir_entries is theirs).
     dtsizes: list = field(default_factory=list)
     counted_replies: int | None = None
+    # Entries the READDIR replies carried that an earlier reply of the pass had carried too
+    # (the wire): a client that asked again from inside a reply it had (5.10 keeps one page).
+    refetched_entries: int | None = None
     kernel: str | None = None  # the client's release, where the input says
     # READDIRs of the uncached mode (the kernel's nfs:nfs_readdir_uncached events: the
     # reader's cookie was not in the directory's page cache), None where the input cannot
@@ -343,16 +355,21 @@ def from_capture(lst, calls, next_start=None, kernel=None):
     start = _first_readdir(lst)
     mine = calls[calls["client"].to_numpy() == client]
     ts = mine["ts"].to_numpy()
-    inside = ts >= start
+    program = mine["program"].to_numpy(dtype=object)
+    op = mine["op"].to_numpy(dtype=object)
+    # An NFSv4 client's lease renewals (a COMPOUND of SEQUENCE alone; RENEW on 4.0) come from
+    # its state manager on a timer, never from a lister: left outside, they would otherwise
+    # stretch a window that runs to the capture's end by up to a lease period.
+    renewal = np.char.startswith(program.astype(str), "NFS4") & np.isin(op, LEASE_RENEWALS)
+    within = ts >= start
     if next_start is not None:
-        inside &= ts < next_start
+        within &= ts < next_start
+    inside = within & ~renewal
     # Integer ns (an epoch in ns through a float is rounded by up to 256 ns); a duration is
     # small enough for a float.
     reply = mine["reply_ts"].to_numpy(dtype=np.int64, na_value=-1)
     server = np.where(reply >= 0, reply - ts, np.nan).astype(float)
     end = int(np.maximum(reply, ts)[inside].max()) if inside.any() else start
-    program = mine["program"].to_numpy(dtype=object)
-    op = mine["op"].to_numpy(dtype=object)
     frames = mine["frame"].to_numpy(dtype=np.int64, na_value=-1)
     own: Any = np.isin(frames, np.asarray(lst.rpcs["frame"])) if len(lst.rpcs) else []
     entries = mine["entries"].to_numpy(dtype=float, na_value=np.nan)[own] if len(own) else []
@@ -377,7 +394,8 @@ def from_capture(lst, calls, next_start=None, kernel=None):
         seconds=round(seconds, 3),
         calls_from="the capture's NFS and NFSACL calls and replies",
         window="the client's calls from the listing's first READDIR to "
-        + ("its next listing" if next_start is not None else "the end of the capture"),
+        + ("its next listing" if next_start is not None else "the end of the capture")
+        + (", its lease renewals aside" if (renewal & within).any() else ""),
         names=names,
         names_from=names_from,
         server_time_from="the capture's call to reply times",
@@ -388,6 +406,7 @@ def from_capture(lst, calls, next_start=None, kernel=None):
         max_dtsize=max(sizes, default=None),
         dtsizes=sizes,
         counted_replies=len(counted) if counted else None,
+        refetched_entries=refetched if readdir_entries is not None else None,
         kernel=kernel,
         restarted=_restarted(lst),
     )

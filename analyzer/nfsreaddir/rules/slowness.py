@@ -17,10 +17,11 @@ The thresholds are ratios of the listing's own evidence, not times tuned to one 
   median of the listing's other calls to the same server, and the READDIRs matter;
 - READDIRs are small (few entries each) when the listing needed READDIR_FACTOR of them or
   more, did not restart nor meet a change of its directory (the restart verdict explains
-  those READDIRs) and either each reply
-  carried REASK_FACTOR times the names the listing took from it, in a directory larger than
-  one reply (the client threw the rest away and asked again: the wire's entries, or a kernel
-  known to keep one page, ONE_PAGE_ENTRIES, of each reply), or the replies were short of
+  those READDIRs) and either the client threw part of each reply away and asked again from
+  inside it, in a directory larger than one reply (the wire: entries carried again, and
+  whole replies would have saved MATTERS of the READDIRs; a trace: a kernel known to keep
+  one page, ONE_PAGE_ENTRIES, of each reply, asking at most REASK_FACTOR times that a
+  READDIR), or the replies were short of
   what was asked: their entries, each as large as the protocol allows (MAX_ENTRY_BYTES:
   255-byte names), fill less than SHORT of the bytes asked. Their share of the listing's
   time is not asked: a trace and a capture of one run say the same;
@@ -254,8 +255,11 @@ def _small_readdirs(rt, readdirs):
     each = f"{_n(calls)} READDIRs for {_n(rt.names)} names, {used:,.0f} names a READDIR"
     ask = f", {asked:,} bytes asked (median)" if asked else ""
     keys = [o.key for o in readdirs]
-    if carried is not None and carried >= REASK_FACTOR * used and rt.names > carried:
-        needed = math.ceil(rt.names / carried)
+    # The wire shows the client asking again from inside replies it had (entries carried
+    # twice, no restart): it threw the rest of each away. That matters once keeping whole
+    # replies would have saved MATTERS of the READDIRs.
+    needed = math.ceil(rt.names / carried) if carried and rt.names > carried else None
+    if needed is not None and rt.refetched_entries and needed <= (1 - MATTERS) * calls:
         return Finding(
             "small_readdirs",
             keys,
@@ -349,7 +353,8 @@ def line(lst, rt, found):
         fix.append("the attributes expired before use")
     if readdir:
         fix.append("READDIRs took most of it")
-    return f"time went to round trips per name, not restarts: {rt.who}: {calls}{names}{spent}" + (
+    went = "round trips per name" if named else "READDIRs"
+    return f"time went to {went}, not restarts: {rt.who}: {calls}{names}{spent}" + (
         f" ({'; '.join(fix)})" if fix else ""
     )
 
