@@ -5,15 +5,17 @@ A pandas DataFrame is made from one (to_frame) only where a table, a plot or an 
 A column's values are those the DataFrame holds: integers and floats as numpy arrays (a value
 missing from an integer column makes it float, NaN where missing, as pandas makes it), strings
 as object arrays (NaN where missing), and the integer columns that must stay exact where values
-are missing (typed "Int64" or "UInt64", pandas' nullable types) as object arrays of ints, None
-where missing. A column typed "str" is pandas' string column even where it has no row.
+are missing (typed "Int64" or "UInt64", pandas' nullable types; "Float64" where one is joined
+with floats) as object arrays of numbers, None where missing. A column typed "str" is pandas'
+string column even where it has no row.
 """
 
 import numpy as np
 
 
 class Columns:
-    """{name: numpy column} of one length, in order; types: {name: "Int64", "UInt64" or "str"}
+    """{name: numpy column} of one length, in order; types: {name: "Int64", "UInt64",
+    "Float64" or "str"}
     of the columns that are of that pandas type in the DataFrame. table[name] is a column,
     table[rows] (a mask or positions) the table of those rows."""
 
@@ -64,8 +66,18 @@ def isna(col):
     if col.dtype.kind == "f":
         return np.isnan(col)
     if col.dtype.kind == "O":
-        return np.fromiter((v is None or v != v for v in col), dtype=bool, count=len(col))
+        return np.fromiter((_missing(v) for v in col), dtype=bool, count=len(col))
     return np.zeros(len(col), dtype=bool)
+
+
+def _missing(v):
+    """Whether a value of an object column is missing: None, NaN, or pandas' NA (which is of
+    no number type and is not itself)."""
+    if v is None or isinstance(v, str):
+        return v is None
+    if isinstance(v, (int, np.integer)):
+        return False
+    return bool(v != v) if isinstance(v, (float, np.floating)) else type(v).__name__ == "NAType"
 
 
 def inferred(values):
@@ -73,7 +85,14 @@ def inferred(values):
     (NaN where missing) object, a mix of the two object."""
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
         return np.array(values, dtype=np.int64)
-    return np.array(values + [None], dtype=object)[:-1]
+    return objects(values)
+
+
+def objects(values):
+    """An object column of the values as they are."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def fill(table, name, value):
@@ -112,21 +131,26 @@ def concat(tables):
     names = list(dict.fromkeys(c for t in tables for c in t.cols))
     cols, types = {}, {}
     for c in names:
-        kinds = {t.types.get(c) for t in tables if c in t.cols}
+        have = [t for t in tables if c in t.cols]
+        kinds = {t.types.get(c) for t in have}
+        nullable = kinds & {"Int64", "UInt64", "Float64"}
         if kinds == {"str"}:
             types[c] = "str"
-        kinds.discard("str")
-        kinds.discard(None)
-        if kinds:
-            (types[c],) = kinds
-            cols[c] = np.concatenate(
-                [
-                    t.cols[c].astype(object) if c in t.cols else np.full(len(t), None, object)
-                    for t in tables
-                ]
-            )
-        else:
+        if not nullable:
             cols[c] = _joined([(t.cols.get(c), len(t)) for t in tables])
+            continue
+        values = np.concatenate(
+            [t.cols[c].astype(object) if c in t.cols else np.full(len(t), None) for t in tables]
+        )
+        plain = {t.cols[c].dtype.kind for t in have if t.types.get(c) not in nullable}
+        if "O" in plain or "str" in kinds:
+            cols[c] = values  # (a number column joined with text: objects)
+        elif len(nullable) > 1 or "f" in plain or "Float64" in nullable:
+            # pandas: a nullable integer joined with floats, or a signed with an unsigned
+            cols[c] = objects([None if _missing(v) else float(v) for v in values.tolist()])
+            types[c] = "Float64"
+        else:
+            cols[c], types[c] = values, nullable.pop()
     return Columns(cols, types)
 
 
@@ -145,3 +169,14 @@ def groups(col):
         if k is not None and k == k:
             out.setdefault(k, []).append(i)
     return [(k, np.asarray(rows, dtype=np.int64)) for k, rows in out.items()]
+
+
+def known(col):
+    """The column's values that are not missing, in order."""
+    return col[~isna(col)]
+
+
+def frame(table):
+    """A table as a pandas DataFrame, for what shows or exports it: Columns made one; a
+    DataFrame (a capture's tables are frames) or None as it is."""
+    return table.to_frame() if isinstance(table, Columns) else table

@@ -331,9 +331,9 @@ def stream_sources(trace):
 class Tables:
     """What load() read: the canonical tables and what they were made from."""
 
-    # rpc, invalidations, revalidations, calls (always a DataFrame, with TABLE_COLUMNS'
-    # columns), ranges, markers, requests and latencies (None where the trace has no such
-    # event)
+    # rpc, invalidations, revalidations, calls (always a table, columns.Columns, with
+    # TABLE_COLUMNS' columns), ranges, markers, requests and latencies (None where the trace
+    # has no such event)
     frames: dict[str, Any]
     sources: dict[str, list[str]]  # per table, the events it was read from
     recorded: dict[str, list[str]]  # per table, the events the trace recorded, fired or not
@@ -424,7 +424,7 @@ def load(trace):
     if damaged:
         trace.info["damaged_events"] = list(trace.info.get("damaged_events") or []) + damaged
     return Tables(
-        {k: v.to_frame() if v is not None else None for k, v in tables.items()},
+        tables,
         used,
         recorded,
         cookie_is_position=any(
