@@ -7,9 +7,9 @@ analysis on tables.load, which reads its events; the slab analysis on slab.summa
 pipeline merges those requests, so a trace that two analyses read is decoded once
 (trace.OnePass).
 
-The readdir analysis, the verdict and the dcache judgement load pandas (about 0.5 s): each is
-imported where it is used, so that a trace of kmem events alone, or a command that analyzes
-nothing, never pays for it.
+The readdir analysis and the verdict read numpy columns, not pandas (about 0.5 s to import); the
+dcache judgement and the slab analysis are imported where they are used, so that `check` and a
+command that analyzes nothing never pay for them.
 """
 
 import glob
@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 
 from . import runs
-from .model import slab, tables
+from .model import tables
 from .model.requires import requested
 from .rules.limits import MAX_RATIO
 from .trace import OnePass, is_capture, is_report_text, open_trace
@@ -151,8 +151,22 @@ def round_trips(a):
     from .model import roundtrips
 
     calls = a.tables.get("capture_calls") if a.tables else None
-    a.round_trips = roundtrips.account(a, calls)
+    a.round_trips = roundtrips.account(a if calls is not None else _as_frames(a), calls)
     return a
+
+
+def _as_frames(a):
+    """A trace's analysis with the tables and READDIRs that model/roundtrips reads as pandas
+    frames, which it still takes (the rest of the model reads them as numpy columns)."""
+    import dataclasses
+
+    from .model.columns import frame
+
+    return dataclasses.replace(
+        a,
+        tables={k: frame(v) for k, v in a.tables.items()},
+        listings=[dataclasses.replace(lst, rpcs=frame(lst.rpcs)) for lst in a.listings],
+    )
 
 
 def _trace(path, shown, with_slab):
@@ -160,12 +174,15 @@ def _trace(path, shown, with_slab):
     one pass over the file when both apply."""
     tid = _hashing(path)
     t = open_trace(path)
-    wanted = [
-        a for a in ((tables.load, slab.summarize) if with_slab else (tables.load,)) if a.applies(t)
-    ]
+    summarize = None
+    if with_slab:  # (the slab analysis' modules are not imported for a check)
+        from .model import slab
+
+        summarize = slab.summarize
+    wanted = [a for a in (tables.load, summarize) if a is not None and a.applies(t)]
     if len(wanted) > 1:
         t = OnePass(t, requested(t, wanted))
-    summary = slab.summarize(t) if slab.summarize in wanted else None
+    summary = summarize(t) if summarize is not None and summarize in wanted else None
     a = None
     if tables.load in wanted or summary is None:  # (without a source: "no READDIR")
         from .model.analysis import AnalysisError, analyze
@@ -249,6 +266,8 @@ def judge_paths(paths, max_restarts=0, max_ratio=None, ports=(), shown=lambda p:
 
 def slab_of(path):
     """The slab summary of one trace, or None without kmem allocation/free events."""
+    from .model import slab
+
     return slab.summarize(open_trace(path))
 
 

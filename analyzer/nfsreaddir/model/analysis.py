@@ -8,13 +8,13 @@ attribute moved, the damage that overlaps it, and the dcache's growth during it.
 """
 
 import numpy as np
-import pandas as pd
 
 from .. import events
 from ..trace.base import bare_name
 from ..units import NS, int_or_none
 from . import markers as markers_mod
 from . import tables as tables_mod
+from .columns import Columns, concat, isna, known
 from .listing import (  # noqa: F401 (what an analysis is made of: part of this module's answers)
     Analysis,
     AnalysisError,
@@ -75,10 +75,10 @@ def _survived(lst, change_ts, versions):
     READDIR before may have come before that one instead, so then both must have gone on.
     None where the READDIRs' cookies are not all known."""
     rpcs = lst.rpcs
-    if not lst.cookies_known or rpcs["cookie"].isna().any():
+    if not lst.cookies_known or isna(rpcs["cookie"]).any():
         return None
-    cookies = rpcs["cookie"].to_numpy("uint64")
-    ts = rpcs["ts"].to_numpy("int64")
+    cookies = np.asarray(rpcs["cookie"]).astype(np.uint64)
+    ts = np.asarray(rpcs["ts"]).astype(np.int64)
     above = went_on(cookies)
     above[:1] = False  # the first READDIR has nothing before it to go on from
     # A READDIR that went back (a restart below the reader's position asks for a cookie the
@@ -94,8 +94,8 @@ def _survived(lst, change_ts, versions):
     tied = ts[k - 1] == t
     met[k[~tied]] = True
     met[k[tied]] |= above[k[tied] - 1]
-    if versions and "version" in rpcs and len(rpcs) > 1 and rpcs["version"].notna().all():
-        v = rpcs["version"].to_numpy("uint64")
+    if versions and "version" in rpcs and len(rpcs) > 1 and not isna(rpcs["version"]).any():
+        v = np.asarray(rpcs["version"]).astype(np.uint64)
         met[1:] |= v[1:] != v[:-1]
     return int((met & above).sum())
 
@@ -105,13 +105,12 @@ def _chain(revals, inv_ts, since):
     a step that found the data cache invalid (NFS_INO_INVALID_DATA) says so."""
     rows = revals[(revals["ts"] > max(since, inv_ts - CHAIN_WINDOW_NS)) & (revals["ts"] <= inv_ts)]
     # Start at the last revalidation: the one whose GETATTR found the change.
-    starts = (rows["step"] == "revalidate").to_numpy().nonzero()[0]
+    starts = np.flatnonzero([s == "revalidate" for s in rows["step"].tolist()])
     if len(starts):
-        rows = rows.iloc[starts[-1] :]
+        rows = rows[starts[-1] :]
     steps = [
-        step
-        + ("(INVALID_DATA)" if not pd.isna(cv) and int(cv) & events.NFS_INO_INVALID_DATA else "")
-        for step, cv in zip(rows["step"], rows["cache_validity"])
+        step + ("(INVALID_DATA)" if cv == cv and int(cv) & events.NFS_INO_INVALID_DATA else "")
+        for step, cv in zip(rows["step"].tolist(), rows["cache_validity"].tolist())
     ]
     out: list[str] = []
     for s in steps:
@@ -124,11 +123,11 @@ def _select(df, lst):
     """Rows of a per-directory table that belong to the listing's directory and time."""
     in_time = (df["ts"] >= lst.start) & (df["ts"] <= lst.end)
     # Rows that name no directory (a GETATTR RPC, a kprobe) belong to the listing's process.
-    mine = df["fileid"].isna() & (df["pid"] == lst.pid)
+    mine = isna(df["fileid"]) & (df["pid"] == lst.pid)
     if lst.fileid is not None:
         same = df["fileid"] == lst.fileid
         if lst.dev is not None:
-            same &= df["dev"].isna() | (df["dev"] == lst.dev)
+            same &= isna(df["dev"]) | (df["dev"] == lst.dev)
         mine |= same
     else:
         mine |= df["pid"] == lst.pid
@@ -141,30 +140,41 @@ def _version_changes(lst, revals, cookie_is_position):
     reader's cookie); None where the trace cannot say."""
     if not cookie_is_position or lst.fileid is None:
         return None
-    parts = [lst.rpcs[["ts", "version"]]]
+    parts = [_ts_version(lst.rpcs)]
     if len(revals) and "version" in revals:
-        parts.append(_select(revals, lst)[["ts", "version"]])
-    v = pd.concat(parts).dropna().sort_values("ts", kind="stable")
+        parts.append(_ts_version(_select(revals, lst)))
+    v = _known_rows(concat(parts)).sorted_by("ts")
     if not len(v):
         return None
-    vals = v["version"].astype("int64").to_numpy()
+    vals = v["version"].astype(np.int64)
     changes = np.flatnonzero(vals[1:] != vals[:-1])
     last_readdir = lst.rpcs["ts"].max() if len(lst.rpcs) else None
     # Only changes a READDIR of the listing met afterwards, once the reader was past the start,
     # and not by filling again the first page that still held the reader.
     since = lst.progressed_at
-    rpc_ts = lst.rpcs["ts"].to_numpy("int64")
+    rpc_ts = lst.rpcs["ts"].astype(np.int64)
     refills = set(lst.refill_rows)
+    vts = v["ts"]
     return int(
         sum(
             1
             for k in changes
             if last_readdir is not None
             and since is not None
-            and since <= v["ts"].iloc[k + 1] <= last_readdir
-            and int(_next_readdir(rpc_ts, v["ts"].iloc[k + 1])) not in refills
+            and since <= vts[k + 1] <= last_readdir
+            and int(_next_readdir(rpc_ts, vts[k + 1])) not in refills
         )
     )
+
+
+def _ts_version(t):
+    """The table's time stamps and change attributes."""
+    return Columns({"ts": t["ts"], "version": t["version"]})
+
+
+def _known_rows(t):
+    """The rows with no missing value."""
+    return t[~np.any([isna(v) for v in t.cols.values()], axis=0)] if len(t) else t
 
 
 def _version_moves(lst, revals):
@@ -172,23 +182,23 @@ def _version_moves(lst, revals):
     READDIRs' own values are compared in _survived)."""
     if lst.fileid is None or not len(revals) or "version" not in revals:
         return []
-    v = _select(revals, lst)[["ts", "version"]].dropna()
-    vals = v["version"].astype("int64").to_numpy()
-    return [int(t) for t in v["ts"].to_numpy("int64")[1:][vals[1:] != vals[:-1]]]
+    v = _known_rows(_ts_version(_select(revals, lst)))
+    vals = v["version"].astype(np.int64)
+    return [int(t) for t in v["ts"].astype(np.int64)[1:][vals[1:] != vals[:-1]]]
 
 
 def _dentries(samples, start, end):
     """dcache change over [start, end]: last sample at or before start to first at or after end."""
-    if samples is None or samples.empty:
+    if samples is None or not len(samples):
         return {}
-    before = samples[samples["ts"] <= start]
-    after = samples[samples["ts"] >= end]
-    first = before.iloc[-1] if len(before) else samples.iloc[0]
-    last = after.iloc[0] if len(after) else samples.iloc[-1]
+    before = np.flatnonzero(samples["ts"] <= start)
+    after = np.flatnonzero(samples["ts"] >= end)
+    first = before[-1] if len(before) else 0
+    last = after[0] if len(after) else len(samples) - 1
     out = {}
     for col in ("nr_dentry", "nr_negative", "slab_active"):
-        a, b = first[col], last[col]
-        if not (pd.isna(a) or pd.isna(b)):
+        a, b = samples[col][first], samples[col][last]
+        if not (isna([a]).any() or isna([b]).any()):
             out[col] = {"before": int(a), "after": int(b), "added": int(b) - int(a)}
     return out
 
@@ -269,7 +279,7 @@ def analyze(trace):
     read = tables_mod.load(trace)
     tables = read.frames
     rpc = tables["rpc"]
-    if rpc.empty:
+    if not len(rpc):
         raise AnalysisError(
             "no READDIR in this trace. Record a listing with: "
             + events.record_advice(trace.info.get("uname"), {"rpc", "invalidations"})
@@ -278,7 +288,7 @@ def analyze(trace):
     sources = read.sources
     cookies_known = any(not e.startswith("sunrpc:") for e in sources["rpc"])
     calls = tables["calls"]
-    kinds = set(calls["call"].dropna())
+    kinds = set(known(calls["call"]).tolist())
     first_page = events.searches_from_first_page(marks.run.get("kernel") or trace.info.get("uname"))
     if first_page is None and read.cookie_is_position:
         # A trace that does not name its kernel (report text) but has upstream's readdir
@@ -331,7 +341,7 @@ def _opens(read, kinds, marks, cookies_known, first_page):
     if {"opendir", "getdents"} <= kinds or (
         "getdents" in kinds and sources["calls"] and not sources["calls"][0].startswith("syscalls:")
     ):
-        keyed_by_file = calls["file"].notna().any()
+        keyed_by_file = bool(len(known(calls["file"])))
         opens = by_opens(rpc, calls, cookies_known, keyed_by_file, first_page)
         return [o for o in opens if o.rows or o.getdents]
     if "sys_getdents" in kinds:
@@ -345,12 +355,11 @@ def _listing(o, read, kinds, cookies_known, ends_visible):
     """(Listing, (restart rows, their targets), phase) of one of the reader model's listings."""
     rpc = read.frames["rpc"]
     o.settle()
-    rows = rpc.loc[o.rows].reset_index(drop=True) if o.rows else rpc.iloc[0:0]
-    dev = int_or_none(rows["dev"].dropna().iloc[0]) if rows["dev"].notna().any() else o.dev
-    fileid = (
-        int_or_none(rows["fileid"].dropna().iloc[0]) if rows["fileid"].notna().any() else o.fileid
-    )
-    comm = str(rows["comm"].iloc[0]) if len(rows) else o.comm
+    rows = rpc[np.asarray(o.rows, dtype=np.int64)]
+    devs, fileids = known(rows["dev"]), known(rows["fileid"])
+    dev = int_or_none(devs[0]) if len(devs) else o.dev
+    fileid = int_or_none(fileids[0]) if len(fileids) else o.fileid
+    comm = str(rows["comm"][0]) if len(rows) else o.comm
     lst = Listing(
         int(o.pid),
         comm,
@@ -381,9 +390,9 @@ def _listing(o, read, kinds, cookies_known, ends_visible):
     lst.ending = o.ending or (CUT_OFF if ends_visible else UNKNOWN)
     lst.error = o.error
     # A READDIR interrupted by a signal: the reader was killed mid-listing.
-    errs = rows["error"].dropna()
-    if lst.ending != EOF and len(errs) and int(errs.iloc[-1]) in events.KILLED_ERRORS:
-        lst.ending, lst.error = KILLED, int(errs.iloc[-1])
+    errs = known(rows["error"])
+    if lst.ending != EOF and len(errs) and int(errs[-1]) in events.KILLED_ERRORS:
+        lst.ending, lst.error = KILLED, int(errs[-1])
     return lst, (restart_idx, targets), o.phase
 
 
@@ -393,16 +402,16 @@ def _changes(lst, found, tables, cookie_is_position, evidence_events):
     restart followed each, the cache trims, version changes and READDIRs that survived one."""
     invals, revals, ranges = tables["invalidations"], tables["revalidations"], tables["ranges"]
     my_invals = _select(invals, lst)
-    inv_ts = my_invals["ts"].to_numpy()
+    inv_ts = my_invals["ts"]
     if lst.cookies_known:
         restarts(lst, found[0], found[1], inv_ts, evidence_events)
     restart_ts = np.array([r.ts for r in lst.restarts], dtype=np.int64)
-    rpc_ts = lst.rpcs["ts"].to_numpy("int64")
+    rpc_ts = lst.rpcs["ts"].astype(np.int64)
     ambiguous = set(lst.ambiguous_rows)
     refills = set(lst.refill_rows)
     my_revals = _select(revals, lst) if len(revals) else revals
     prev = lst.start
-    for k, (ts, reason) in enumerate(zip(inv_ts, my_invals["reason"])):
+    for k, (ts, reason) in enumerate(zip(inv_ts.tolist(), my_invals["reason"].tolist())):
         nxt = inv_ts[k + 1] if k + 1 < len(inv_ts) else lst.end + 1
         # >=: under emulation the clock is coarse, and the READDIR that restarts can carry
         # the invalidation's own timestamp (it still comes after it in the trace).
@@ -423,14 +432,14 @@ def _changes(lst, found, tables, cookie_is_position, evidence_events):
         )
         prev = ts
     if ranges is not None and len(ranges) and lst.progressed_at is not None:
-        trims = _select(ranges, lst)["ts"].to_numpy("int64")
+        trims = _select(ranges, lst)["ts"].astype(np.int64)
         trims = trims[trims >= lst.progressed_at]
         lst.cache_range_trims = int(
             sum(int(_next_readdir(rpc_ts, t)) not in refills for t in trims)
         )
     lst.version_changes = _version_changes(lst, revals, cookie_is_position)
-    changes = list(inv_ts) + (
-        list(_select(ranges, lst)["ts"]) if ranges is not None and len(ranges) else []
+    changes = inv_ts.tolist() + (
+        _select(ranges, lst)["ts"].tolist() if ranges is not None and len(ranges) else []
     )
     moves = _version_moves(lst, revals) if cookie_is_position else []
     lst.survived = _survived(lst, sorted(changes + moves), cookie_is_position)

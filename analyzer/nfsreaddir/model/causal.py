@@ -13,28 +13,29 @@ def merged(rpc, calls):
     """READDIRs and reader calls in time order (a call before a READDIR at the same instant:
     the READDIR happens inside the call), with each syscall return marked when the
     getdents64 it ends went into NFS."""
-    # Here, not at the top: watch feeds opens.Opens event by event and never merges frames,
-    # and pandas is most of its start-up (320 of 500 s of imports in an emulated guest).
-    import pandas as pd
-
-    a = pd.DataFrame(
-        {
-            "ts": rpc["ts"].to_numpy(),
-            "pid": rpc["pid"].to_numpy(),
-            "comm": rpc["comm"].to_numpy(),
-            "kind": "rpc",
-            "order": 1,
-            "row": np.arange(len(rpc)),
-            "cookie": rpc["cookie"].to_numpy(),
-            "dir": rpc["fileid"].to_numpy(),
-        }
-    )
+    a = {
+        "ts": rpc["ts"].tolist(),
+        "pid": rpc["pid"].tolist(),
+        "comm": rpc["comm"].tolist(),
+        "cookie": rpc["cookie"].tolist(),
+        "dir": rpc["fileid"].tolist(),
+    }
+    readdirs = [
+        {"ts": t, "pid": p, "comm": c, "kind": "rpc", "order": 1, "row": k, "cookie": ck, "dir": d}
+        for k, (t, p, c, ck, d) in enumerate(zip(*a.values()))
+    ]
+    names = calls.columns
+    reader_calls = [
+        dict(zip(names, v), kind="call", row=-1, order=0)
+        for v in zip(*(calls[c].tolist() for c in names))
+    ]
     # The tables hold each event's rows apart, so at one timestamp (a coarse emulated clock
     # gives several events one) the trace's own order is gone; _causal() puts a process's
-    # events of one instant back in the only order its calls allow.
-    b = calls.assign(kind="call", row=-1, order=0)
-    df = pd.concat([b, a], ignore_index=True).sort_values(["ts"], kind="stable")
-    out = _causal(df.to_dict("records"), "sys_getdents" in set(calls["call"].dropna()))
+    # events of one instant back in the only order its calls allow. (The calls first, then
+    # the READDIRs, each in time order: a stable sort by time.)
+    rows = reader_calls + readdirs
+    order = np.argsort(np.array([r["ts"] for r in rows], dtype=np.int64), kind="stable")
+    out = _causal([rows[i] for i in order.tolist()], "sys_getdents" in calls["call"].tolist())
     returns = Returns()
     for r in out:
         in_fs = returns.seen(r["pid"], r["call"] if r["kind"] == "call" else None)

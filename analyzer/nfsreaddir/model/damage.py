@@ -6,6 +6,8 @@ say that its listings cannot decide.
 
 import numpy as np
 
+from .columns import Columns, concat, groups, isin, isna
+
 
 def unpaired_readdirs(rpc, paired, name):
     """Where a task's READDIR kprobes and the tracepoint that ends each call (``name``,
@@ -16,20 +18,33 @@ def unpaired_readdirs(rpc, paired, name):
     successful try, mean a line or record lost (a deleted line of report text, a flipped bit).
     A tracepoint before the task's first kprobe (recording began during the call) and a kprobe
     after its last tracepoint (it ended during one) are what a trace's edges hold."""
-    import pandas as pd
-
     if paired is None or not len(paired) or not len(rpc):
         return []
-    both = pd.concat(
+    err = paired["error"]
+    err = np.where(isna(err), 0, err) if err.dtype.kind in "fO" else err
+    both = concat(
         [
-            rpc[["ts", "pid"]].assign(_k=1, _err=0),
-            paired[["ts", "pid"]].assign(_k=0, _err=paired["error"].fillna(0).to_numpy()),
-        ],
-        ignore_index=True,
-    ).sort_values("ts", kind="stable")
+            Columns(
+                {
+                    "ts": rpc["ts"],
+                    "pid": rpc["pid"],
+                    "_k": np.ones(len(rpc), np.int64),
+                    "_err": np.zeros(len(rpc), np.int64),
+                }
+            ),
+            Columns(
+                {
+                    "ts": paired["ts"],
+                    "pid": paired["pid"],
+                    "_k": np.zeros(len(paired), np.int64),
+                    "_err": err,
+                }
+            ),
+        ]
+    ).sorted_by("ts")
     out = []
-    for pid, rows in both.groupby("pid", sort=False):
-        ts, k, err = _untied(rows["ts"].to_numpy(), rows["_k"].to_numpy(), rows["_err"].to_numpy())
+    for pid, rows in groups(both["pid"]):
+        ts, k, err = _untied(both["ts"][rows], both["_k"][rows], both["_err"][rows])
         started = False
         for i in range(1, len(k)):
             started = started or k[i - 1] == 1
@@ -87,13 +102,12 @@ def position_back(calls):
     if calls is None or not len(calls) or "pos" not in calls:
         return []
     rows = calls[
-        calls["call"].isin(["getdents", "getdents_done", "llseek", "opendir"])
-        & calls["fileid"].notna()
+        isin(calls["call"], ["getdents", "getdents_done", "llseek", "opendir"])
+        & ~isna(calls["fileid"])
     ]
     # report text gives microseconds: a seek and the getdents after it can share a time stamp
-    rows = rows.assign(_after=~rows["call"].isin(["llseek", "opendir"])).sort_values(
-        ["ts", "_after"], kind="stable"
-    )
+    rows["_after"] = ~isin(rows["call"], ["llseek", "opendir"])
+    rows = rows.sorted_by("ts", "_after")
     out = []
     ended: dict[tuple, tuple] = {}  # (pid, dev, fileid) -> (pos, ts) where its last getdents ended
     # (dev, fileid) -> when it was last opened or sought: a coarse clock (the `global` clock
@@ -113,8 +127,7 @@ def position_back(calls):
                 del ended[k]
             reset[dev, fileid] = ts
             continue
-        # (the missing value first: pandas' NA has no truth value, and NaN is not itself)
-        if pos is None or pos is getattr(calls["pos"].dtype, "na_value", None) or pos != pos:
+        if pos is None or pos != pos:  # (missing: None, or NaN, which is not itself)
             continue
         key = (pid, dev, fileid)
         if call == "getdents_done":
@@ -151,9 +164,9 @@ def impossible_values(tables):
     out = []
     for name in ("rpc", "invalidations", "calls"):
         df = tables[name]
-        pid = df["pid"].to_numpy()
+        pid = np.asarray(df["pid"])
         for i in np.flatnonzero((pid > PID_MAX_LIMIT) | (pid < 0)).tolist():
-            ts = int(df["ts"].iloc[i])
+            ts = int(df["ts"][i])
             out.append(
                 {
                     "from": ts,
@@ -163,7 +176,7 @@ def impossible_values(tables):
                 }
             )
     rpc = tables["rpc"]
-    if not len(rpc) or rpc["fileid"].isna().all():
+    if not len(rpc) or isna(rpc["fileid"]).all():
         return out
     named: dict[tuple, int] = {}
     for name in ("rpc", "invalidations", "revalidations", "calls"):
@@ -172,21 +185,22 @@ def impossible_values(tables):
             continue
         for key in zip(df["dev"].tolist(), df["fileid"].tolist()):
             named[key] = named.get(key, 0) + 1
-    for _, rows in rpc.groupby("pid", sort=False):
-        keys = list(zip(rows["dev"].tolist(), rows["fileid"].tolist()))
+    for pid, rows in groups(rpc["pid"]):
+        ts = rpc["ts"][rows]
+        keys = list(zip(rpc["dev"][rows].tolist(), rpc["fileid"][rows].tolist()))
         for k in range(1, len(keys) - 1):
             if (
                 named.get(keys[k]) == 1
                 and keys[k - 1] == keys[k + 1] != keys[k]
                 and not any(v != v for v in keys[k])
             ):  # (NaN: not named)
-                lo, hi = int(rows["ts"].iloc[k - 1]), int(rows["ts"].iloc[k + 1])
+                lo, hi = int(ts[k - 1]), int(ts[k + 1])
                 out.append(
                     {
                         "from": lo,
                         "to": hi,
-                        "pid": int(rows["pid"].iloc[k]),
-                        "what": f"a READDIR at {rows['ts'].iloc[k] / 1e9:.6f} s names "
+                        "pid": int(pid),
+                        "what": f"a READDIR at {ts[k] / 1e9:.6f} s names "
                         f"directory {keys[k][1]} (dev {keys[k][0]}), which no "
                         "other event names, amid READDIRs of directory "
                         f"{keys[k - 1][1]}",

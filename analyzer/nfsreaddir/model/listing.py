@@ -5,24 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .. import events
 from ..units import NS
+from .columns import Columns, isna
 from .reader import EOF, UNKNOWN, Restart  # noqa: F401 (a listing is made of Restarts)
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 def _no_rows():
-    """An empty frame of READDIRs, pandas imported here: what a listing is and what a trace
-    cannot answer (AnalysisError) are asked without it, by check's path before any frame."""
-    import pandas as pd
-
-    return pd.DataFrame()
+    """An empty table of READDIRs (no pandas: what a listing is and what a trace cannot answer
+    are asked by check's path, which makes no frame)."""
+    return Columns()
 
 
 class AnalysisError(Exception):
@@ -56,8 +52,9 @@ class Listing:
     entries: int | None = None
     ending: str = UNKNOWN
     error: int | None = None  # errno of the error that stopped it
-    # Its READDIRs (empty until the reader that builds the listing sets them): a frame, or a
-    # wire listing's wire_passes.Rows (the same columns, each a Series when asked).
+    # Its READDIRs (empty until the reader that builds the listing sets them): the rows of the
+    # trace's rpc table (columns.Columns), or a wire listing's wire_passes.Rows (the same
+    # columns, each a Series when asked).
     rpcs: Any = field(repr=False, default_factory=_no_rows)
     # Sequences, not lists: a wire listing has one empty tuple for all those it never fills.
     restart_rows: Sequence = field(default_factory=list)  # READDIR indexes of the restarts
@@ -203,18 +200,17 @@ class Listing:
 
 def _zeros(col):
     """How many of the column's known values are 0."""
-    if isinstance(col.dtype, np.dtype) and col.dtype.kind in "iuf":  # NaN is not 0
-        return int(np.count_nonzero(col.to_numpy() == 0))
-    return int((col.dropna() == 0).sum())
+    v = np.asarray(col)
+    if v.dtype.kind in "iuf":  # NaN is not 0
+        return int(np.count_nonzero(v == 0))
+    return sum(1 for x in v[~isna(v)].tolist() if x == 0)
 
 
 def _most(col):
     """The column's largest known value as an int, None where none is known."""
-    if isinstance(col.dtype, np.dtype) and col.dtype.kind in "iuf":
-        v = col.to_numpy()
-        v = v[~np.isnan(v)] if v.dtype.kind == "f" else v
-        return int(v.max()) if len(v) else None
-    return int(col.max()) if col.notna().any() else None
+    v = np.asarray(col)
+    v = v[~isna(v)]
+    return int(v.max()) if len(v) else None
 
 
 class LazyTables(dict):
@@ -237,12 +233,15 @@ class LazyTables(dict):
 class Analysis:
     listings: Sequence  # a list; a capture's: a spool.ListingSpool, read back from disk
     run: dict
-    samples: pd.DataFrame | None  # None: no counter samples (a packet capture)
+    # The reproducer's counter samples (markers.Markers.counters); None: none (a capture)
+    samples: Columns | None
     evidence: dict  # table -> the events it came from
     cookies_known: bool
     info: dict
     recorded: dict = field(default_factory=dict)  # table -> events recorded (fired or not)
-    tables: dict = field(default_factory=dict, repr=False)  # the canonical tables it read
+    # the canonical tables it read: a trace's Columns, a capture's frames (columns.frame makes
+    # either a DataFrame)
+    tables: dict = field(default_factory=dict, repr=False)
     # {listing number: roundtrips.RoundTrips}: the RPCs each listing's reader sent (the
     # pipeline fills it in; empty where the input has no such evidence).
     round_trips: dict = field(default_factory=dict, repr=False)

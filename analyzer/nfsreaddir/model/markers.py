@@ -15,9 +15,13 @@ counter they write; parse() reads them all, for either analysis.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..units import NS
+from .columns import Columns, objects
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,10 +29,15 @@ if TYPE_CHECKING:
 
 def _frame(*args, **kw):
     """A DataFrame, pandas imported here: `record` writes sample markers (sample_text) in guests,
-    where importing pandas costs half a minute of emulated CPU at each start and it reads none."""
+    and `check` reads the counters alone (as Columns); the samples and timings are frames for
+    the dcache analysis and the plots, made when they are asked for."""
     import pandas as pd
 
     return pd.DataFrame(*args, **kw)
+
+
+def _no_counters():
+    return Columns({c: np.zeros(0, dtype=object) for c in ["ts"] + SAMPLE_COLUMNS})
 
 
 PREFIX = "nfsrt: "
@@ -82,18 +91,32 @@ class Phase:
 class Markers:
     run: dict = field(default_factory=dict)
     phases: list = field(default_factory=list)
-    # Every key of the sample lines, a row a sample in time order (with slab_bytes where the
-    # slab's objects and their size were sampled).
-    samples: pd.DataFrame = field(default_factory=lambda: _frame(columns=["ts", "label"]))
-    # The readdir reproducer's counters of the samples (SAMPLE_COLUMNS), integers or NA.
-    counters: pd.DataFrame = field(default_factory=lambda: _frame(columns=["ts"] + SAMPLE_COLUMNS))
-    timings: pd.DataFrame = field(
-        default_factory=lambda: _frame(columns=["ts", "loop", "target", "n", "ns", "ref_ns"])
-    )
+    # The readdir reproducer's counters of the samples (SAMPLE_COLUMNS): ts, and each counter
+    # an integer or missing ("Int64").
+    counters: Columns = field(default_factory=_no_counters)
     # `nfsrt: exec loop=... target=... n=... sys_s=...`: the 2020 thread's exec-of-cat loops
     execs: list = field(default_factory=list)
     # `nfsrt: paired cycle=... step=misses|block ...`: the same loops with the states alternated
     paired: list = field(default_factory=list)
+    sample_rows: list = field(default_factory=list, repr=False)  # {key: value} of each sample
+    timing_rows: list = field(default_factory=list, repr=False)  # ... of each timing line
+
+    @cached_property
+    def samples(self) -> pd.DataFrame:
+        """Every key of the sample lines, a row a sample in time order (with slab_bytes where
+        the slab's objects and their size were sampled)."""
+        if not self.sample_rows:
+            return _frame(columns=["ts", "label"])
+        df = _frame(self.sample_rows).sort_values("ts", kind="stable").reset_index(drop=True)
+        if {"slab_active", "slab_objsize"} <= set(df.columns):
+            df["slab_bytes"] = df["slab_active"] * df["slab_objsize"]
+        return df
+
+    @cached_property
+    def timings(self) -> pd.DataFrame:
+        if not self.timing_rows:
+            return _frame(columns=["ts", "loop", "target", "n", "ns", "ref_ns"])
+        return _frame(self.timing_rows)
 
 
 def lines(markers_df, column="text"):
@@ -163,7 +186,7 @@ def parse(markers_df):
     if markers_df is None or len(markers_df) == 0:
         return m
     col = "text" if "text" in markers_df else "buf"
-    samples, counters, timings = [], [], []
+    samples, counters, timings = m.sample_rows, [], m.timing_rows
     for ts, pid, words in lines(markers_df, col):
         if words[0] == "run":
             m.run.update(_pairs(words[1:], typed=False))
@@ -200,15 +223,11 @@ def parse(markers_df):
                         p.end = ts
                         p.attrs.update(kv)
                         break
-    if samples:
-        df = _frame(samples).sort_values("ts", kind="stable").reset_index(drop=True)
-        if {"slab_active", "slab_objsize"} <= set(df.columns):
-            df["slab_bytes"] = df["slab_active"] * df["slab_objsize"]
-        m.samples = df
     if counters:
-        m.counters = _frame(counters, columns=["ts"] + SAMPLE_COLUMNS).astype(
-            {c: "Int64" for c in SAMPLE_COLUMNS}
+        rows = list(zip(*counters))
+        m.counters = Columns(
+            {"ts": np.array(rows[0], dtype=np.int64)}
+            | {c: objects(list(v)) for c, v in zip(SAMPLE_COLUMNS, rows[1:])},
+            {c: "Int64" for c in SAMPLE_COLUMNS},
         )
-    if timings:
-        m.timings = _frame(timings)
     return m

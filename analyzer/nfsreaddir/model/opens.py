@@ -36,10 +36,13 @@ without a rewind that order does not hold, and such a READDIR is ambiguous, as i
 trace does not name its kernel.
 """
 
+import numpy as np
+
 from .. import events
 from ..units import int_or_none
 from . import reader
 from .causal import merged
+from .columns import isna
 from .reader import CLOSED, EOF, ERROR, KILLED
 
 
@@ -218,7 +221,7 @@ def _close(o, ts):
 def by_syscalls(rpc, calls, cookies_known):
     """Listings from getdents64 per (process, fd) (mode "syscalls"): one ends when getdents64
     returns 0, the next getdents64 on that fd starts another."""
-    lseeks_seen = (calls["call"] == "sys_lseek").any()
+    lseeks_seen = "sys_lseek" in calls["call"].tolist()
     done: list[_Open] = []
     live: dict[tuple | None, _Open] = {}  # (None: no listing is current)
     current: dict[int, tuple] = {}
@@ -276,20 +279,31 @@ def by_phases(rpc, phases, cookies_known):
     """One listing per reproducer phase (mode "phases"): its lister opens the directory once
     and never seeks, so a cookie-0 READDIR after the first is a restart."""
     out = []
-    last_ts = int(rpc["ts"].max()) if len(rpc) else None
+    ts, pids = rpc["ts"], rpc["pid"]
+    last_ts = int(ts.max()) if len(rpc) else None
     for p in phases:
         end = p.end if p.end is not None else (last_ts if last_ts is not None else p.start)
-        rows = rpc[(rpc["ts"] >= p.start) & (rpc["ts"] <= end)]
-        pids = rows["pid"].value_counts()
-        pid = int(pids.index[0]) if len(pids) else p.pid
-        mine = rows[rows["pid"] == pid]
-        o = _Open(pid, str(mine["comm"].iloc[0]) if len(mine) else "", p.start, "phases")
+        rows = np.flatnonzero((ts >= p.start) & (ts <= end))
+        pid = _most_common(pids[rows].tolist(), p.pid)
+        mine = rows[pids[rows] == pid]
+        o = _Open(pid, str(rpc["comm"][mine[0]]) if len(mine) else "", p.start, "phases")
         o.end = end
-        for i, c in zip(mine.index, mine["cookie"]):
-            o.readdir(int(i), int(rpc.at[i, "ts"]), int_or_none(c) if cookies_known else None)
+        for i in mine.tolist():
+            c = rpc["cookie"][i]
+            o.readdir(i, int(ts[i]), int_or_none(c) if cookies_known else None)
         o.phase = p
         out.append(o)
     return out
+
+
+def _most_common(values, default):
+    """The value most of the values are (the first to come of those tied), or default."""
+    if not values:
+        return default
+    counts: dict = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return int(max(counts, key=lambda v: counts[v]))
 
 
 def by_readdirs(rpc, cookies_known, cookie_is_position):
@@ -298,12 +312,17 @@ def by_readdirs(rpc, cookies_known, cookie_is_position):
     had needed more than the first page is a new listing (before that, it fills the first page
     again, see _Open); elsewhere it cannot be told from a restart."""
     out = []
-    keys = ["pid"] + [c for c in ("dev", "fileid") if rpc[c].notna().any()]
-    for _, rows in rpc.groupby(keys, sort=False, dropna=False):
+    keys = ["pid"] + [c for c in ("dev", "fileid") if not isna(rpc[c]).all()]
+    # a missing value is a key of its own (None, as NaN is not itself)
+    cols = [[None if m else v for v, m in zip(rpc[k].tolist(), isna(rpc[k]))] for k in keys]
+    groups: dict[tuple, list[int]] = {}
+    for i, key in enumerate(zip(*cols)):
+        groups.setdefault(key, []).append(i)
+    for rows in groups.values():
         # A group has at least one row: the first open starts at the first READDIR.
-        pid, comm = int(rows["pid"].iloc[0]), str(rows["comm"].iloc[0])
-        o = _Open(pid, comm, int(rows["ts"].iloc[0]), "readdirs")
-        for i, ts, c in zip(rows.index, rows["ts"], rows["cookie"]):
+        pid, comm = int(rpc["pid"][rows[0]]), str(rpc["comm"][rows[0]])
+        o = _Open(pid, comm, int(rpc["ts"][rows[0]]), "readdirs")
+        for i, ts, c in zip(rows, rpc["ts"][rows].tolist(), rpc["cookie"][rows].tolist()):
             c = int_or_none(c) if cookies_known else None
             if cookie_is_position and c == 0 and o.asked:
                 out.append(o)

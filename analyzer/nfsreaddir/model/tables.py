@@ -46,11 +46,12 @@ from ..events import (
 )
 from ..trace.arrays import Strs
 from ..trace.base import bare_name
+from .columns import Columns, concat, fill, inferred, isna
 from .damage import impossible_values, position_back, unpaired_readdirs
 from .requires import requires_events
 
-# pandas (0.5 s to import) is imported by the functions that build tables: asking what a trace
-# offers (has_readdir_source, wanted) does without it.
+# The tables are numpy columns (model/columns): pandas (0.5 s to import) is for the frames made
+# of them where a table, a plot or an export is shown.
 
 TABLE_COLUMNS = {
     "rpc": ["dev", "fileid", "cookie", "dtsize", "plus", "version", "error"],
@@ -162,22 +163,20 @@ def _kept(col, allowed):
 
 
 def _frame(trace, use, frames):
-    """The canonical columns of one use's frame (its columns already read)."""
-    import pandas as pd
-
+    """The canonical columns of one use's table (its columns already read)."""
     raw = frames[use.name]
     rows = _kept(raw[use.src.where[0]], use.src.where[1]) if use.src.where else slice(None)
-    out = pd.DataFrame({c: values(raw[c])[rows] for c in ("ts", "pid", "comm", "cpu")})
+    out = Columns({c: values(raw[c])[rows] for c in ("ts", "pid", "comm", "cpu")})
     for canon, rawname in use.fields:
         out[canon] = values(raw[rawname])[rows]
         if canon == "reason":
             names = symbols(trace.event_format(use.name), rawname)
-            out[canon] = [
-                names.get(v, v) if isinstance(v, (int, np.integer)) else v for v in out[canon]
-            ]
+            out[canon] = inferred(
+                [names.get(v, v) if isinstance(v, (int, np.integer)) else v for v in out[canon]]
+            )
     for canon, value in use.src.constants.items():
-        out[canon] = value
-    out["source"] = use.name
+        fill(out, canon, value)
+    fill(out, "source", use.name)
     return out
 
 
@@ -207,30 +206,25 @@ def wanted(trace):
 UNSIGNED = {"cookie", "fileid", "file", "dev"}
 
 
-def _nullable(df):
-    ints = [
-        c
-        for c in df.columns
-        if c not in ("ts", "cpu", "pid")
-        and isinstance(df[c].dtype, np.dtype)
-        and df[c].dtype.kind in "iu"
-    ]
-    wrapped = df.astype({c: "uint64" if c in UNSIGNED else "int64" for c in ints})
-    return wrapped.astype({c: "UInt64" if c in UNSIGNED else "Int64" for c in ints})
+def _nullable(t):
+    ints = [c for c, v in t.cols.items() if c not in ("ts", "cpu", "pid") and v.dtype.kind in "iu"]
+    out = Columns(t.cols, t.types)
+    for c in ints:
+        out[c] = out[c].astype(np.uint64 if c in UNSIGNED else np.int64).astype(object)
+        out.types[c] = "UInt64" if c in UNSIGNED else "Int64"
+    return out
 
 
 def _concat(parts, exact=False):
-    """One table from per-event frames, in time order. exact: integer fields stay integers
-    where another event lacks them (pandas' nullable types): a struct file pointer or a 64-bit
-    cookie in a float64 column loses its low bits, and two open files become one."""
-    import pandas as pd
-
+    """One table from per-event tables, in time order. exact: integer fields stay integers
+    where another event lacks them (nullable): a struct file pointer or a 64-bit cookie in a
+    float64 column loses its low bits, and two open files become one."""
     parts = [p for p in parts if len(p)]
     if not parts:
         return None
     if exact:
         parts = [_nullable(p) for p in parts]
-    return pd.concat(parts, ignore_index=True).sort_values("ts", kind="stable")
+    return concat(parts).sorted_by("ts")
 
 
 def _other_directories(trace, rpc, later, frames):
@@ -239,14 +233,14 @@ def _other_directories(trace, rpc, later, frames):
     gives the NFSv4 READDIRs and the cache fill events give the same ones and NFSv3's too, so
     a trace of both mounts keeps each directory's READDIRs once, from its first source.
     Returns (table, the later events used)."""
-    if "fileid" not in rpc or not rpc["fileid"].notna().any():
+    if "fileid" not in rpc or isna(rpc["fileid"]).all():
         return rpc, []
 
-    def named(df):
+    def named(t):
         """Each row's (dev, fileid), None where it names no directory."""
         return [
             None if d != d or i != i or d is None or i is None else (int(d), int(i))
-            for d, i in zip(df["dev"].tolist(), df["fileid"].tolist())
+            for d, i in zip(t["dev"].tolist(), t["fileid"].tolist())
         ]
 
     have = set(named(rpc))
@@ -256,7 +250,7 @@ def _other_directories(trace, rpc, later, frames):
             if "fileid" not in dict(u.fields):
                 continue
             f = _frame(trace, u, frames)
-            if f is None or not len(f):
+            if not len(f):
                 continue
             mine = [k is not None and k not in have for k in named(f)]
             if any(mine):
@@ -270,40 +264,44 @@ def _other_directories(trace, rpc, later, frames):
 def _pair_directory(rpc, paired):
     """Give kprobe READDIRs the directory and error of the nfs4:nfs4_readdir event the same task
     logs after the RPC (before its next READDIR)."""
-    import pandas as pd
-
     if paired is None or not len(paired) or not len(rpc):
         return rpc
-    rpc = rpc.reset_index(drop=True)
-    nxt = rpc.groupby("pid")["ts"].shift(-1)
-    left = rpc[["ts", "pid"]].assign(_row=np.arange(len(rpc)), _next=nxt.to_numpy())
-    right = paired[["ts", "pid", "dev", "fileid", "error"]].rename(columns={"ts": "_pts"})
-    m = pd.merge_asof(
-        left.sort_values("ts"),
-        right.sort_values("_pts"),
-        left_on="ts",
-        right_on="_pts",
-        by="pid",
-        direction="forward",
-    )
-    ok = m["_pts"].notna() & (m["_next"].isna() | (m["_pts"] <= m["_next"]))
-    m = m[ok]
+    ts, pid = rpc["ts"], rpc["pid"]
+    # each READDIR's first event of its task at or after it, and the task's next READDIR
+    match = np.full(len(rpc), -1, dtype=np.int64)
+    ok = np.zeros(len(rpc), dtype=bool)
+    pts = paired["ts"]
+    for p in np.unique(pid):
+        mine = np.flatnonzero(pid == p)
+        theirs = np.flatnonzero(paired["pid"] == p)
+        theirs = theirs[np.argsort(pts[theirs], kind="stable")]
+        k = np.searchsorted(pts[theirs], ts[mine], side="left")
+        found = k < len(theirs)
+        match[mine[found]] = theirs[k[found]]
+        nxt = np.append(ts[mine][1:], np.iinfo(np.int64).max)
+        ok[mine[found]] = pts[theirs[k[found]]] <= nxt[found]
+    rows = np.flatnonzero(ok)
+    rpc = Columns(rpc.cols, rpc.types)
     for c in ("dev", "fileid", "error"):
-        if c not in rpc:
-            rpc[c] = np.nan
-        rpc[c] = rpc[c].astype("object")
-        rpc.loc[m["_row"].to_numpy(), c] = m[c].to_numpy()
+        col = rpc[c] if c in rpc else np.full(len(rpc), np.nan)
+        col = col.astype(object)
+        got = paired[c]
+        if (match < 0).any() and got.dtype.kind in "iub":
+            got = got.astype(np.float64)  # (as pandas' merge gives a column some rows lack)
+        col[rows] = got[match[rows]]
+        rpc[c] = col
     return rpc
 
 
 def stream_sources(trace):
     """For a reader that takes events one at a time (watch): {event name: (table, Source,
     {canonical: raw field})} of the events load() reads the rpc, invalidations, calls,
-    requests and latencies tables from. Each table comes from its first group the trace has (load() takes the first
-    whose events fired, which a live reader cannot wait for); kprobe READDIRs add the event
-    that names their directory, as table "rpc_directory". The reader's system calls join the
-    calls, as in load(): where the opens come from kprobes, a getdents64's return is what says
-    the reader reached the end of the directory (0) or read past its start."""
+    requests and latencies tables from. Each table comes from its first group the trace has
+    (load() takes the first whose events fired, which a live reader cannot wait for); kprobe
+    READDIRs add the event that names their directory, as table "rpc_directory". The
+    reader's system calls join the calls, as in load(): where the opens come from kprobes, a
+    getdents64's return is what says the reader reached the end of the directory (0) or read
+    past its start."""
     out = {}
     for table, groups in (
         ("rpc", RPC_SOURCES),
@@ -333,9 +331,9 @@ def stream_sources(trace):
 class Tables:
     """What load() read: the canonical tables and what they were made from."""
 
-    # rpc, invalidations, revalidations, calls (always a DataFrame, with TABLE_COLUMNS'
-    # columns), ranges, markers, requests and latencies (None where the trace has no such
-    # event)
+    # rpc, invalidations, revalidations, calls (always a table, columns.Columns, with
+    # TABLE_COLUMNS' columns), ranges, markers, requests and latencies (None where the trace
+    # has no such event)
     frames: dict[str, Any]
     sources: dict[str, list[str]]  # per table, the events it was read from
     recorded: dict[str, list[str]]  # per table, the events the trace recorded, fired or not
@@ -347,8 +345,6 @@ class Tables:
 @requires_events(wanted, applies=has_readdir_source)
 def load(trace):
     """Read a trace into the canonical tables (a Tables)."""
-    import pandas as pd
-
     uses = _uses(trace, _all_sources())
     req = _request(uses)
     # A damaged or cut trace is read up to the damage: the reader says from when events may be
@@ -398,7 +394,7 @@ def load(trace):
     syscalls = frames_of(SYSCALL_SOURCES)
     if syscalls:
         tables["calls"] = _concat(
-            [tables["calls"] if tables["calls"] is not None else pd.DataFrame()]
+            [tables["calls"] if tables["calls"] is not None else Columns()]
             + [_frame(trace, u, frames) for u in syscalls],
             exact=True,
         )
@@ -417,13 +413,13 @@ def load(trace):
     for name, cols in TABLE_COLUMNS.items():
         df = tables[name]
         if df is None:
-            df = pd.DataFrame({c: pd.Series(dtype="float64") for c in ["ts", "pid", "cpu"]})
-            df["comm"] = pd.Series(dtype="object")
-            df["source"] = pd.Series(dtype="object")
+            df = Columns({c: np.zeros(0) for c in ["ts", "pid", "cpu"]})
+            df["comm"] = df["source"] = np.zeros(0, dtype=object)
+        df = Columns(df.cols, df.types)
         for c in cols:
             if c not in df:
-                df[c] = np.nan
-        tables[name] = df.reset_index(drop=True)
+                df[c] = np.full(len(df), np.nan)
+        tables[name] = df
     damaged = impossible_values(tables) + position_back(tables["calls"])
     if damaged:
         trace.info["damaged_events"] = list(trace.info.get("damaged_events") or []) + damaged

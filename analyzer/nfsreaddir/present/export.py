@@ -44,6 +44,7 @@ import os
 
 import pandas as pd
 
+from ..model.columns import frame
 from .schema import DCACHE_SCHEMA, RUN_COLUMNS, SCHEMA, TRACE_COLUMNS
 
 FORMATS = ("csv", "parquet", "chrome-trace")
@@ -112,7 +113,7 @@ def frames(analysis, finding=None):
             )
         )
     out["listings"] = pd.DataFrame(rows)
-    rpc = t["rpc"].copy()
+    rpc = frame(t["rpc"]).copy()
     rpc["listing"] = pd.Series([pd.NA] * len(rpc), dtype="Int64")
     rpc["restart"] = False
     for i, lst in enumerate(lsts):
@@ -130,11 +131,11 @@ def frames(analysis, finding=None):
         ]
     )
     for name in ("calls", "revalidations", "markers"):
-        df = t.get(name)
+        df = frame(t.get(name))
         if df is not None and len(df):
             out[name] = df.assign(listing=_in_listing(df, lsts))
     if analysis.samples is not None and len(analysis.samples):
-        out["samples"] = analysis.samples
+        out["samples"] = frame(analysis.samples)
     out["round_trips"] = _round_trips(analysis)
     # A server's capture: its clients ranked, and their listings per directory (model/fleet.py).
     for name in ("clients", "client_dirs"):

@@ -23,6 +23,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ..model.columns import frame
 from ..model.markers import Markers
 from ..units import NS
 
@@ -34,7 +35,7 @@ def _ends(lsts):
     for _, lst in lsts:
         if lst.complete and len(lst.rpcs):
             key = (lst.dev, lst.fileid)
-            out[key] = max(out.get(key, 0), float(lst.rpcs["cookie"].max()))
+            out[key] = max(out.get(key, 0), float(frame(lst.rpcs)["cookie"].max()))
     return out
 
 
@@ -126,10 +127,11 @@ def listings_figure(analyses):
     for ax, (kind, items) in zip(axes, panels):
         for a, lst in items:
             label = _label(a, lst, several)
-            t = (lst.rpcs["ts"] - lst.start) / NS
+            rpcs = frame(lst.rpcs)
+            t = (rpcs["ts"] - lst.start) / NS
             style = "-"
             if kind == "cookies":
-                cookies = lst.rpcs["cookie"].astype(float)
+                cookies = rpcs["cookie"].astype(float)
                 scale = float(cookies.max()) if len(cookies) else 0.0
                 if not lst.complete:
                     style = "--"
@@ -188,7 +190,7 @@ def listings_figure(analyses):
     if has_samples:
         bottom = axes[-1]
         for a, lst in lsts:
-            s = a.samples
+            s = frame(a.samples)
             if s is None or not len(s):
                 continue
             win = s[(s["ts"] >= lst.start) & (s["ts"] <= lst.end)]

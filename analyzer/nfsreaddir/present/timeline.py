@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..model.columns import frame
+
 # The getdents64 syscall's entry and return, as the canonical calls table names them.
 GETDENTS_ENTER, GETDENTS_RETURN = "sys_getdents", "sys_getdents_ret"
 # The file system's readdir within it, with the open file it reads.
@@ -32,9 +34,10 @@ def readdirs(lst):
     """The Readdir of each READDIR of a listing, in order."""
     restart = {r.rpc_index for r in lst.restarts}
     ambiguous = set(lst.ambiguous_rows)
-    cookies = lst.rpcs["cookie"] if lst.cookies_known and "cookie" in lst.rpcs else None
+    rpcs = frame(lst.rpcs)
+    cookies = rpcs["cookie"] if lst.cookies_known and "cookie" in rpcs else None
     out = []
-    for i, ts in enumerate(lst.rpcs["ts"].tolist() if len(lst.rpcs) else []):
+    for i, ts in enumerate(rpcs["ts"].tolist() if len(rpcs) else []):
         c = cookies.iloc[i] if cookies is not None else None
         out.append(
             Readdir(
@@ -53,7 +56,7 @@ def getdents(analysis, lst):
     the trace has no syscall events (a capture, a trace of READDIRs only). Where the file
     system's readdir is traced (NFS_READDIR_CALL, with the open file), a process's listings
     that overlap (find, in a tree) are told apart by that file, as the model's opens are."""
-    calls = analysis.tables.get("calls")
+    calls = frame(analysis.tables.get("calls"))
     if calls is None or not len(calls) or lst.pid is None:
         return []
     mine = calls[(calls["pid"] == lst.pid) & (calls["ts"] >= lst.start) & (calls["ts"] <= lst.end)]

@@ -41,6 +41,8 @@ answer through judge().
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .. import events, status
 from ..model import analysis
 from ..status import BAD, GOOD, UNDECIDED
@@ -146,8 +148,8 @@ def _went_back_to_zero(lst):
     """Every ambiguous READDIR of the listing asked for cookie 0: a restart, or a new open."""
     if not lst.ambiguous_rows:
         return False
-    cookies = lst.rpcs["cookie"]
-    return all(cookies.iloc[i] == 0 for i in lst.ambiguous_rows)
+    cookies = np.asarray(lst.rpcs["cookie"])
+    return all(cookies[i] == 0 for i in lst.ambiguous_rows)
 
 
 def _damage_summary(damage, first=3):
