@@ -337,12 +337,6 @@ def test_check_of_a_small_trace_imports_no_matplotlib():
     assert "matplotlib" not in mods
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 45 point 3, not done: the tables and the analysis of a listing are pandas "
-    "frames (model/tables.py from _frame on, model/damage.py, model/analysis.py, "
-    "model/opens.py, model/markers.py, model/roundtrips.py)",
-)
 def test_check_of_a_small_trace_imports_no_pandas():
     """check's verdict needs no table, plot or export: pandas and matplotlib are for those."""
     mods = imported(["-m", "nfsreaddir.cli", "check", SMALL_TRACE])

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import FIXTURES, TOP, needs_setup, run_cli
 from nfsreaddir.live import metrics, tracker
 from nfsreaddir.model import analysis, roundtrips, tables
+from nfsreaddir.model.columns import isna
 from nfsreaddir.trace import open_trace
 from test_record import Replay
 
@@ -72,7 +73,7 @@ def _where(lst):
     """A listing's series: its comm and the directory the trace's events named (a reproducer's
     phase marker names it to analyze() only, and watch does not read markers)."""
     named = lst.fileid is not None and not (
-        lst.phase is not None and not lst.rpcs["fileid"].notna().any() and lst.fileid
+        lst.phase is not None and isna(lst.rpcs["fileid"]).all() and lst.fileid
     )
     return (lst.comm, str(lst.fileid) if named else "")
 

@@ -151,22 +151,8 @@ def round_trips(a):
     from .model import roundtrips
 
     calls = a.tables.get("capture_calls") if a.tables else None
-    a.round_trips = roundtrips.account(a if calls is not None else _as_frames(a), calls)
+    a.round_trips = roundtrips.account(a, calls)
     return a
-
-
-def _as_frames(a):
-    """A trace's analysis with the tables and READDIRs that model/roundtrips reads as pandas
-    frames, which it still takes (the rest of the model reads them as numpy columns)."""
-    import dataclasses
-
-    from .model.columns import frame
-
-    return dataclasses.replace(
-        a,
-        tables={k: frame(v) for k, v in a.tables.items()},
-        listings=[dataclasses.replace(lst, rpcs=frame(lst.rpcs)) for lst in a.listings],
-    )
 
 
 def _trace(path, shown, with_slab):

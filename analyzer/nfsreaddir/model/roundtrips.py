@@ -221,7 +221,7 @@ def _uncached(lst, sources, side=None):
         return int(mine.sum())
     if not len(lst.rpcs) or "source" not in lst.rpcs:
         return 0
-    return int(lst.rpcs["source"].isin(list(UNCACHED_READDIR)).sum())
+    return sum(s in UNCACHED_READDIR for s in np.asarray(lst.rpcs["source"]).tolist())
 
 
 def _stat_names(lst, revalidations, start, end):
@@ -231,10 +231,11 @@ def _stat_names(lst, revalidations, start, end):
     if revalidations is None or not len(revalidations):
         return None
     r = revalidations
-    ts = r["ts"].to_numpy()
-    m = (r["pid"].to_numpy() == lst.pid) & (r["step"].to_numpy() == "getattr")
+    ts = np.asarray(r["ts"])
+    m = (np.asarray(r["pid"]) == lst.pid) & (np.asarray(r["step"], dtype=object) == "getattr")
     m &= (ts >= start) & (ts <= end)
-    ids = {int(f) for f in r["fileid"][m].dropna()} - {lst.fileid}
+    fileids = np.asarray(r["fileid"])[m].tolist()
+    ids = {int(f) for f in fileids if f is not None and f == f} - {lst.fileid}
     return len(ids) or None
 
 
@@ -243,7 +244,7 @@ def _owners(listings, requests):
     for none: of its process, the listing whose window (its first READDIR to its end) holds
     it, the one begun last of those: a process with several directories open at once (find)
     sends its calls for the one it opened last, and each call is counted once."""
-    pid, ts = requests["pid"].to_numpy(), requests["ts"].to_numpy()
+    pid, ts = np.asarray(requests["pid"]), np.asarray(requests["ts"])
     owner = np.full(len(requests), -1, dtype=np.int64)
     since = np.full(len(requests), -1, dtype=np.int64)
     rows: dict[Any, np.ndarray] = {}
@@ -277,14 +278,14 @@ def from_trace(
     if requests is None or lst.pid is None:
         return None
     start, end = window(_first_readdir(lst), lst.start, lst.end)
-    of_pid = requests["pid"].to_numpy() == lst.pid
+    of_pid = np.asarray(requests["pid"]) == lst.pid
     mine = requests[of_pid]
-    ts = mine["ts"].to_numpy()
+    ts = np.asarray(mine["ts"])
     held = (ts >= start) & (ts <= end)
     inside = held & (owned[of_pid] if owned is not None else True)
     program = [program_name(p, v) for p, v in zip(mine["program"], mine["version"])]
     program_arr = np.array(program, dtype=object)
-    op = mine["op"].to_numpy(dtype=object)
+    op = np.asarray(mine["op"], dtype=object)
     server = latency_ns(mine, latencies)
     seconds = (end - start) / NS
     names = lst.entries
