@@ -1,7 +1,7 @@
 /*
  * The Extract type of nfsreaddir._ringbuf (what it does: csrc/ringbuf/columns.c): its
  * columns' memory (mappings grown by mremap, handed to Python as Mem buffers), its set-up
- * from the map and plan, and the accessors rows(), take() and values().
+ * from the map and plan, and the accessors rows(), take(), values() and restart().
  */
 #include "ringbuf.h"
 
@@ -280,6 +280,30 @@ static PyObject *extract_values(PyObject *self, PyObject *args)
 	return out;
 }
 
+PyDoc_STRVAR(extract_restart_doc,
+"restart()\n"
+"\n"
+"Start every slot's columns anew, empty (what was not taken is dropped): the rows of the next\n"
+"blocks walked are handed out apart from those before, a window of the stream at a time.\n"
+"The string dictionaries and the screen go on: codes keep their meaning from window to\n"
+"window.");
+
+static PyObject *extract_restart(PyObject *self, PyObject *noargs)
+{
+	Extract *x = (Extract *)self;
+	int i, j;
+
+	for (i = 0; i < x->nslots; i++) {
+		struct eslot *s = &x->slots[i];
+
+		for (j = 0; j < s->ncols; j++)
+			unmap((void **)&s->cols[j].data, &s->cols[j].mapped);
+		unmap((void **)&s->ts, &s->ts_mapped);
+		s->n = s->cap = 0;
+	}
+	Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(extract_screen_doc,
 "screen() -> (records, backwards, first_ts, last_ts, [(id, shortest), ...])\n"
 "\n"
@@ -321,6 +345,7 @@ static PyObject *extract_screen(PyObject *self, PyObject *noargs)
 static PyMethodDef extract_methods[] = {
 	{"screen", extract_screen, METH_NOARGS, extract_screen_doc},
 	{"walk", extract_walk, METH_VARARGS, extract_walk_doc},
+	{"restart", extract_restart, METH_NOARGS, extract_restart_doc},
 	{"rows", extract_rows, METH_VARARGS, "rows(slot) -> the number of records appended"},
 	{"take", extract_take, METH_VARARGS, extract_take_doc},
 	{"values", extract_values, METH_VARARGS, extract_values_doc},
