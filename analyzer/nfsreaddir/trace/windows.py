@@ -35,8 +35,9 @@ from .streams import RELEASE_ABOVE
 
 # The pages walked per step of a CPU (a block; inflated zstd chunks into a block of this size
 # per thread): about 100,000 kmem events, a window's share of each CPU. Smaller blocks make
-# more windows, each with its set-up in Python; larger ones, a larger peak (16 MiB blocks: 117
-# MiB peak at 10 M kmem events against 4 MiB's 70, for no gain in time).
+# more windows, each with its set-up in Python; larger ones, a larger peak (the windows of the
+# 9.9 M-event bench trace's kmem events, read alone: 117 MiB peak with 16 MiB blocks, 62 with
+# 4 MiB, in about the same time).
 WINDOW_BLOCK_BYTES = 4 << 20
 # A CPU ahead of the others in time reads on while it holds fewer blocks' pieces than this (so
 # that the threads keep busy), and waits beyond: what a window holds stays bounded, in memory
@@ -63,9 +64,12 @@ class _Cpu:
         self.hi = -math.inf  # every event of the CPU before this time has been read
         self.done = False
 
-    def advance(self):
-        """Walk the next block (in this CPU's lane): the raw pieces of its rows, or None at
-        the stream's end. Raises NotWindowed where the stream is damaged."""
+    def advance(self, columns, want, floor):
+        """Walk the next block and build its pieces (in this CPU's lane, so that the work of a
+        CPU is done beside the consumer's): ({name: [piece]}, the time every later event of
+        the CPU is at or after), or None at the stream's end. ``floor``: the bound of the last
+        window handed out, which no row may be below. Raises NotWindowed where the stream is
+        damaged or its times run back."""
         try:
             block = next(self._blocks, None)
         except Damage as d:
@@ -81,25 +85,26 @@ class _Cpu:
             self.lost.append({"cpu": self.cpu, "ts": page_ts, "count": count})
         part = self._scan.extracted(self.ext, self._eids, self._plans, self.cpu)
         self.ext.restart()
-        last = self.ext.screen()[3]
-        return part, last
-
-    def add(self, got, columns, want, floor):
-        """Take what advance() read (None: the end) into the pending pieces; ``floor``: the
-        bound of the last window handed out, which no row may be below."""
-        if got is None:
-            self.done = True
-            return
-        part, last = got
-        for key, pieces in columns.pieces(want, part).items():
+        built = columns.pieces(want, part)
+        for pieces in built.values():
             for p in pieces:
                 ts = p["ts"]
                 if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():
                     raise NotWindowed(f"cpu {self.cpu}: time stamps run backwards")
                 if len(ts) and ts[0] < floor:
                     raise NotWindowed(f"cpu {self.cpu}: time stamps run back past a window")
-                self.pending[key].append(p)
-        self.hi = max(self.hi, int(self._convert(np.array([last], np.uint64))[0]))
+        last = self.ext.screen()[3]
+        return built, int(self._convert(np.array([last], np.uint64))[0])
+
+    def add(self, got):
+        """Take what advance() read (None: the end) into the pending pieces."""
+        if got is None:
+            self.done = True
+            return
+        built, hi = got
+        for key, pieces in built.items():
+            self.pending[key].extend(pieces)
+        self.hi = max(self.hi, hi)
 
     def held(self):
         """How many blocks' pieces are pending, at most."""
@@ -166,7 +171,7 @@ class Windows:
                 reads = self._read(streams, lanes, floor)
                 while reads:
                     for s, fut in reads:
-                        s.add(fut.result(), self._columns, self._want, floor)
+                        s.add(fut.result())
                     live = [s.hi for s in streams if not s.done]
                     bound = min(live) if live else math.inf
                     window = {s.part: s.cut(bound) for s in streams}
@@ -182,8 +187,7 @@ class Windows:
             [ev for s in streams for ev in s.lost], [(s.cpu, s.ext.screen()) for s in streams]
         )
 
-    @staticmethod
-    def _read(streams, lanes, floor):
+    def _read(self, streams, lanes, floor):
         """(stream, future of its next block) of the streams that read on: those not at their
         end that bound the next window, or hold few blocks' pieces."""
         live = [s.hi for s in streams if not s.done]
@@ -191,7 +195,7 @@ class Windows:
             return []
         low = min(live)
         return [
-            (s, lanes[s.lane].submit(s.advance))
+            (s, lanes[s.lane].submit(s.advance, self._columns, self._want, floor))
             for s in streams
             if not s.done and (s.hi <= low or s.held() < AHEAD_BLOCKS)
         ]
