@@ -43,6 +43,8 @@ WINDOW_BLOCK_BYTES = 4 << 20
 # that the threads keep busy), and waits beyond: what a window holds stays bounded, in memory
 # and in the mappings that the extract's columns are (a few per block).
 AHEAD_BLOCKS = 2
+# Pieces of fewer rows are copied off the extract's mappings (below).
+FEW_ROWS = 1 << 12
 
 
 class _Cpu:
@@ -87,6 +89,9 @@ class _Cpu:
         self.ext.restart()
         built = columns.pieces(want, part)
         for pieces in built.values():
+            # a piece of few rows copied off the extract's mappings (a page or more per
+            # column, and a mapping each: held a window long, sparse events would waste both)
+            pieces[:] = [_copied(p) if len(p["ts"]) < FEW_ROWS else p for p in pieces]
             for p in pieces:
                 ts = p["ts"]
                 if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():
@@ -127,6 +132,14 @@ class _Cpu:
             out[key] = head
             self.pending[key] = tail
         return out
+
+
+def _copied(piece):
+    """A piece with its columns copied."""
+    return {
+        c: Strs(v.codes.copy(), v.values) if isinstance(v, Strs) else v.copy()
+        for c, v in piece.items()
+    }
 
 
 def _rows(col, a, b):
