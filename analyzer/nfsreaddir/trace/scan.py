@@ -227,8 +227,16 @@ class Scan:
             exc = e
         return self.extracted(ext, eids, plans, cpu), lost, damage, exc, ext.screen()
 
-    def extracted(self, ext, eids, plans, cpu):
-        """The pieces of each event the extract ``ext`` wrote, without a copy."""
+    def extracted(self, ext, eids, plans, cpu, copy=False):
+        """The pieces of each event the extract ``ext`` wrote, without a copy (the extract's
+        memory handed over); ``copy``: copied out, the extract keeping its memory for the next
+        block (a reader of a block at a time: its pages are not faulted in again each time)."""
+
+        def col(k, j, dtype, n):
+            if copy:
+                return np.frombuffer(ext.view(k, j), dtype, count=n).copy()
+            return np.frombuffer(ext.take(k, j), dtype, count=n)
+
         part = {}
         for k, eid in enumerate(eids):
             n = ext.rows(k)
@@ -237,24 +245,21 @@ class Scan:
             part[eid] = cols
             if not n:
                 continue
-            cols["ts"].append(np.frombuffer(ext.take(k, -1), np.uint64, count=n))
+            cols["ts"].append(col(k, -1, np.uint64, n))
             cols["cpu"].append((cpu, n))
             j = 0
             if self.decoder.want_pid:
                 if plans[eid]["pf"] is not None:
-                    cols["pid"].append(np.frombuffer(ext.take(k, 0), np.int32, count=n))
+                    cols["pid"].append(col(k, 0, np.int32, n))
                     j = 1
                 else:
                     cols["pid"].append(np.full(n, -1, np.int32))
             for f in fields:
-                mem = ext.take(k, j)
                 if f.kind == "str":
-                    width = memoryview(mem).nbytes // n  # 1, 2 or 4
-                    cols["f:" + f.name].append(
-                        Strs(np.frombuffer(mem, f"i{width}", count=n), ext.values(k, j))
-                    )
+                    width = memoryview(ext.view(k, j)).nbytes // n  # 1, 2 or 4
+                    cols["f:" + f.name].append(Strs(col(k, j, f"i{width}", n), ext.values(k, j)))
                 else:
-                    cols["f:" + f.name].append(np.frombuffer(mem, f.dtype, count=n))
+                    cols["f:" + f.name].append(col(k, j, f.dtype, n))
                 j += 1
         return part
 

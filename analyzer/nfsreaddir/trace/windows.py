@@ -3,13 +3,13 @@ visits them in time order and keeps its own state between windows (the slab anal
 is a window's columns, not the trace's.
 
 Each CPU's stream is walked a block of pages at a time by the compiled extract
-(``_ringbuf.Extract``, started anew after each block: its string dictionaries go on), the
-block's rows kept as pending pieces. A CPU whose last record walked has the time h has given
-every event before h (a CPU's ring buffer is written in time order), so every event before T,
-the least such h of the CPUs not yet at their end, has been read: a window holds the pending
-rows before T, cut from each piece where its times reach T (rows of equal times are never
-split between windows). The CPUs' blocks are read by parallel threads, the next ones while the
-consumer works on a window.
+(``_ringbuf.Extract``, started anew after each block, keeping its memory and its string
+dictionaries), the block's rows copied out as pending pieces. A CPU whose last record walked has
+the time h has given every event before h (a CPU's ring buffer is written in time order), so
+every event before T, the least such h of the CPUs not yet at their end, has been read: a
+window holds the pending rows before T, cut from each piece where its times reach T (rows of
+equal times are never split between windows). The CPUs' blocks are read by parallel threads,
+the next ones while the consumer works on a window.
 
 Where the windows cannot give what one read gives (no compiled extract, a field it does not
 decode, damaged data, a CPU's times that run back past a window already handed out), they stop
@@ -40,11 +40,8 @@ from .streams import RELEASE_ABOVE
 # 4 MiB, in about the same time).
 WINDOW_BLOCK_BYTES = 4 << 20
 # A CPU ahead of the others in time reads on while it holds fewer blocks' pieces than this (so
-# that the threads keep busy), and waits beyond: what a window holds stays bounded, in memory
-# and in the mappings that the extract's columns are (a few per block).
+# that the threads keep busy), and waits beyond: what a window holds stays bounded.
 AHEAD_BLOCKS = 2
-# Pieces of fewer rows are copied off the extract's mappings (below).
-FEW_ROWS = 1 << 12
 
 
 class _Cpu:
@@ -85,13 +82,10 @@ class _Cpu:
             raise NotWindowed(f"cpu {self.cpu}: damaged ring-buffer data")
         for _, page_ts, count in marks:
             self.lost.append({"cpu": self.cpu, "ts": page_ts, "count": count})
-        part = self._scan.extracted(self.ext, self._eids, self._plans, self.cpu)
+        part = self._scan.extracted(self.ext, self._eids, self._plans, self.cpu, copy=True)
         self.ext.restart()
         built = columns.pieces(want, part)
         for pieces in built.values():
-            # a piece of few rows copied off the extract's mappings (a page or more per
-            # column, and a mapping each: held a window long, sparse events would waste both)
-            pieces[:] = [_copied(p) if len(p["ts"]) < FEW_ROWS else p for p in pieces]
             for p in pieces:
                 ts = p["ts"]
                 if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():
@@ -132,14 +126,6 @@ class _Cpu:
             out[key] = head
             self.pending[key] = tail
         return out
-
-
-def _copied(piece):
-    """A piece with its columns copied."""
-    return {
-        c: Strs(v.codes.copy(), v.values) if isinstance(v, Strs) else v.copy()
-        for c, v in piece.items()
-    }
 
 
 def _rows(col, a, b):
