@@ -194,6 +194,10 @@ class _NoName:
         assert all("name" not in f for f in request.values())
         return self.t.read_pieces(request, base=base)
 
+    def read_windows(self, request, base=("ts", "cpu", "pid", "comm")):
+        assert all("name" not in f for f in request.values())
+        return self.t.read_windows(request, base=base)
+
 
 @needs_trace_cmd
 def test_without_cache_names(host_events):
@@ -352,3 +356,55 @@ def test_compiled_pass_on_many_pointers_and_tied_times(monkeypatch):
     assert fast["reallocated_without_free"] and fast["free_name_mismatches"]
     assert fast["total"]["live"] > 50_000 and len(fast["caches"]) > 300
     assert all(r["peak_live"] >= r["live"] for r in fast["caches"])
+
+
+class _Whole:
+    """A trace.dat read whole (read_pieces), as where windows cannot be made."""
+
+    def __init__(self, t):
+        self.t, self.info = t, t.info
+
+    def event_format(self, name):
+        return self.t.event_format(name)
+
+    def read_pieces(self, request, base=("ts", "cpu", "pid", "comm")):
+        return self.t.read_pieces(request, base=base)
+
+
+@needs_setup(slab._slab is not None, "the compiled slab pass is not built")
+@pytest.mark.parametrize("dat", KMEM_FIXTURES, ids=lambda p: p.parent.name)
+def test_windows_give_what_the_whole_read_gives(dat, monkeypatch):
+    """The trace tallied a window at a time (a page a CPU each step: many windows, rows of
+    equal times at their edges, a CPU ahead of another) gives what the whole read gives,
+    compiled and numpy, also as the 5.10 way (no cache names)."""
+    from nfsreaddir.trace import windows
+
+    monkeypatch.setattr(windows, "WINDOW_BLOCK_BYTES", 4096)
+    t = open_trace(dat)
+    request = slab.read_request(t)
+    if request:
+        made = list(t.read_windows(request, base=("ts",)))
+        rows = sum(len(p["ts"]) for w in made for ps in w.values() for _, p in ps)
+        assert rows == sum(len(c["ts"]) for ps in t.read_pieces(request).values() for c in ps)
+        assert len(made) > (10 if rows > 10_000 else 1)
+    for wrap in (lambda t: t, _NoName):
+        windowed = slab.summarize(wrap(open_trace(dat)))
+        whole = slab.summarize(_Whole(wrap(open_trace(dat))))
+        with monkeypatch.context() as m:
+            m.setattr(slab, "_slab", None)
+            oracle = slab.summarize(wrap(open_trace(dat)))
+        assert windowed == whole == oracle
+
+
+@needs_setup(slab._slab is not None, "the compiled slab pass is not built")
+def test_windows_that_stop_give_way_to_the_whole_read():
+    """Windows that stop part way (damage, times running back past a window already
+    tallied) leave nothing behind: the whole read's answer, as if none had been made."""
+    from nfsreaddir.trace.base import NotWindowed
+
+    class Stops(_Whole):
+        def read_windows(self, request, base):
+            yield from list(self.t.read_windows(request, base=base))[:1]
+            raise NotWindowed("cpu 0: time stamps run back past a window")
+
+    assert slab.summarize(Stops(open_trace(HOST))) == slab.summarize(_Whole(open_trace(HOST)))

@@ -1441,3 +1441,56 @@ def test_without_the_compiled_inflate_one_notice(dat_files):
     for p, line in zip(paths, r.stdout.splitlines()):
         t = open_trace(p)
         assert line == str(sorted((k, len(v)) for k, v in t.read(list(t.event_counts())).items()))
+
+
+# ------------------------------------------------- the wanted events a window of time at a time
+
+
+@needs_compiled
+def test_windows_hold_what_one_read_holds(swept_dats, tmp_path, monkeypatch):
+    """read_windows() with a page of each CPU a step (many windows; CPUs read by two
+    threads): every window's rows come after the windows' before it, and the windows' rows,
+    sorted stably by time, are read_columns()'s, every column (base columns too); the lost
+    events are the same. A damaged trace stops the windows (NotWindowed), never a wrong row."""
+    from nfsreaddir import tuning
+    from nfsreaddir.trace import windows
+    from nfsreaddir.trace.base import NotWindowed
+
+    monkeypatch.setattr(windows, "WINDOW_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(tuning, "reader_threads", lambda: 2)
+    windowed = 0
+    for dat in with_uncompressed(swept_dats, tmp_path):
+        req = extractable(open_trace(dat), present_events(dat))
+        t = open_trace(dat)
+        try:
+            made = list(t.read_windows(req))
+        except NotWindowed:
+            with pytest.raises(TraceError):
+                open_trace(dat).read_columns(req)
+            continue
+        windowed += 1
+        whole = open_trace(dat)
+        want = whole.read_columns(req)
+        assert t.info["lost_events"] == whole.info["lost_events"], dat
+        spans = [
+            (min(ts), max(ts))
+            for w in made
+            if (
+                ts := [
+                    x
+                    for ps in w.values()
+                    for _, p in ps
+                    for x in (p["ts"].min(), p["ts"].max())
+                    if len(p["ts"])
+                ]
+            )
+        ]
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:])), dat
+        for ev, cols in want.items():
+            pieces = [p for w in made for _, p in w[ev]]
+            ts = joined_column([p["ts"] for p in pieces] or [np.zeros(0, np.int64)])
+            order = np.argsort(ts, kind="stable")
+            for c, col in cols.items():
+                got = joined_column([p[c] for p in pieces]) if pieces else np.zeros(0)
+                assert np.array_equal(got[order], joined_column([col])), (dat, ev, c)
+    assert windowed >= 2

@@ -1,10 +1,12 @@
 /*
  * The slab analysis (nfsreaddir.slab) as one compiled pass over the kmem events in time
  * order, reading the reader's columns where they are: no merged copy, no sort, nothing
- * kept per event.
+ * kept per event.  The trace comes a window of time at a time (Tally.feed()): the table of
+ * live pointers and the counters are kept between windows, so memory is the window's columns
+ * and the live objects, whatever the trace's length.
  *
  * The columns come in pieces, per event kind and CPU as the trace.dat reader decoded them
- * (read_pieces()), so each is one run in time order or a few.  Merging the runs with a
+ * (read_windows(), read_pieces()), so each is one run in time order or a few.  Merging the runs with a
  * heap keyed by (time, run) visits the events in the order a stable sort of the
  * concatenated columns gives (the allocation kinds are passed first, so at equal times an
  * allocation comes before a free): the order of the numpy version, which slab.py keeps as
@@ -17,10 +19,12 @@
  * the key being the object size or the name's code (-1: none), so no column of codes is
  * made either.  The GIL is released while the loops run; only the buffer protocol is used.
  *
- * This file is the module's entry: tally()'s arguments and results, and PyInit; the passes
- * are csrc/slab/passes.c, and csrc/slab/slab.h what the two share.
+ * This file is the module's entry: the Tally type (its state, feed()'s arguments, result()),
+ * and PyInit; the passes are csrc/slab/passes.c, and csrc/slab/slab.h what the two share.
  */
 #include "csrc/slab/slab.h"
+#include <limits.h>
+#include <string.h>
 
 static const char *const row_names[N_ROWS] = {
 	"allocs", "frees", "frees_matched", "live", "untraced_frees", "peak_live",
@@ -42,13 +46,13 @@ static int get(PyObject *obj, Py_buffer *v, const char *what, Py_ssize_t item, P
 	return 0;
 }
 
-/* Take piece (alloc, ts, ptr, bytes|None, key|None, table|None)'s buffers. */
+/* Take piece (alloc, ts, ptr, bytes|None, key|None, table|None, rank)'s buffers. */
 static int take(PyObject *tuple, struct piece *p)
 {
 	PyObject *ts, *ptr, *bytes, *key, *table;
 
-	if (!PyArg_ParseTuple(tuple, "pOOOOO;tally: a piece is (alloc, ts, ptr, bytes, key, table)",
-			      &p->alloc, &ts, &ptr, &bytes, &key, &table))
+	if (!PyArg_ParseTuple(tuple, "pOOOOOL;tally: a piece is (alloc, ts, ptr, bytes, key, table, "
+			      "rank)", &p->alloc, &ts, &ptr, &bytes, &key, &table, &p->rank))
 		return -1;
 	if (get(ts, &p->b[0], "ts", 8, -1) < 0)
 		return -1;
@@ -73,70 +77,137 @@ static int take(PyObject *tuple, struct piece *p)
 	return 0;
 }
 
-PyDoc_STRVAR(tally_doc,
-"tally(pieces, ncaches, out) -> (failed, unknown, unpaired, mismatch, t0, t1)\n"
-"\n"
-"The slab counts of the events in ``pieces``: a sequence of (alloc, ts, ptr, bytes, key,\n"
-"table), the allocation kinds first, each kind's columns (ts int64, ptr uint64, bytes int64\n"
-"or None for frees) in any order; an event's cache is table[key] (table int32 of cache\n"
-"codes, key an integer column; a key of -1 or no key: no cache).  Into ``out`` (int64,\n"
-"len(ROWS) * ncaches, zeroed by the caller): per cache, the rows ROWS names.  Returns the\n"
-"failed allocations (no object), the frees counting for no cache, the allocations proving\n"
-"an untraced free, the frees naming another cache than their allocation, and the first\n"
-"and last time (0, 0 without events).");
+typedef struct {
+	PyObject_HEAD
+	struct tally c;
+} Tally;
 
-static PyObject *tally(PyObject *self, PyObject *args)
+/* Room for ``k`` caches (the rows moved to the new stride); 0 when out of memory. */
+static int reserve(struct tally *c, Py_ssize_t k)
 {
-	PyObject *seq_obj, *out_obj, *seq = NULL, *res = NULL;
+	Py_ssize_t cap = c->cap ? c->cap : 64, r, i;
+	int64_t *out, *live, *net;
+	long long *rank;
+
+	if (k <= c->cap)
+		return 1;
+	while (cap < k)
+		cap *= 2;
+	out = calloc((size_t)N_ROWS * cap, sizeof(*out));
+	live = calloc(cap, sizeof(*live));
+	net = calloc(cap, sizeof(*net));
+	rank = malloc(cap * sizeof(*rank));
+	if (!out || !live || !net || !rank) {
+		free(out);
+		free(live);
+		free(net);
+		free(rank);
+		return 0;
+	}
+	for (r = 0; r < N_ROWS; r++)
+		if (c->k)
+			memcpy(out + r * cap, c->out + r * c->cap, c->k * sizeof(*out));
+	if (c->k) {
+		memcpy(live, c->live_now, c->k * sizeof(*live));
+		memcpy(net, c->net_now, c->k * sizeof(*net));
+		memcpy(rank, c->size_rank, c->k * sizeof(*rank));
+	}
+	for (i = c->k; i < cap; i++)
+		rank[i] = LLONG_MIN;
+	free(c->out);
+	free(c->live_now);
+	free(c->net_now);
+	free(c->size_rank);
+	c->out = out;
+	c->live_now = live;
+	c->net_now = net;
+	c->size_rank = rank;
+	c->cap = cap;
+	return 1;
+}
+
+static int tally_init(PyObject *self, PyObject *args, PyObject *kw)
+{
+	struct tally *c = &((Tally *)self)->c;
+
+	if (!PyArg_ParseTuple(args, ":Tally"))
+		return -1;
+	if (c->t.s) {
+		PyErr_SetString(PyExc_RuntimeError, "Tally: already initialised");
+		return -1;
+	}
+	c->t0 = INT64_MAX;
+	c->t1 = INT64_MIN;
+	c->t.bits = 16;
+	c->t.s = calloc((size_t)1 << c->t.bits, sizeof(struct slot));
+	if (!c->t.s) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	return 0;
+}
+
+static void tally_dealloc(PyObject *self)
+{
+	struct tally *c = &((Tally *)self)->c;
+
+	free(c->t.s);
+	free(c->out);
+	free(c->live_now);
+	free(c->net_now);
+	free(c->size_rank);
+	Py_TYPE(self)->tp_free(self);
+}
+
+PyDoc_STRVAR(feed_doc,
+"feed(pieces, ncaches)\n"
+"\n"
+"Count the events of ``pieces``, a window of the trace: a sequence of (alloc, ts, ptr, bytes,\n"
+"key, table, rank), the allocation kinds first, each kind's columns (ts int64, ptr uint64,\n"
+"bytes int64 or None for frees) in any order; an event's cache is table[key] (table int32 of\n"
+"cache codes below ncaches, key an integer column; a key of -1 or no key: no cache); rank,\n"
+"the piece's place in the order of the trace's columns (per kind and CPU: the object size of\n"
+"a cache is the one its last allocation in that order gives).  Every event of a window comes\n"
+"after every event of the windows fed before it (in time; at equal times a window is never\n"
+"cut): the events are then counted as if all the windows were one.");
+
+static PyObject *tally_feed(PyObject *self, PyObject *args)
+{
+	struct tally *c = &((Tally *)self)->c;
+	PyObject *seq_obj, *seq = NULL, *res = NULL;
 	Py_ssize_t np_ = 0, k, i, nruns = 0;
 	struct piece *pieces = NULL;
 	struct run *runs = NULL;
-	Py_buffer vo = {0};
-	struct table t = {0};
-	struct tally c = {0};
-	long long failed = 0;
-	int64_t t0 = INT64_MAX, t1 = INT64_MIN;
 	enum pass_result r;
 
-	if (!PyArg_ParseTuple(args, "OnO", &seq_obj, &k, &out_obj))
+	if (!PyArg_ParseTuple(args, "On", &seq_obj, &k))
 		return NULL;
+	if (!c->t.s) {
+		PyErr_SetString(PyExc_RuntimeError, "Tally: not initialised");
+		return NULL;
+	}
+	if (k < c->k) {
+		PyErr_SetString(PyExc_ValueError, "tally: fewer caches than before");
+		return NULL;
+	}
 	seq = PySequence_Fast(seq_obj, "tally: pieces must be a sequence");
 	if (!seq)
 		return NULL;
 	np_ = PySequence_Fast_GET_SIZE(seq);
 	pieces = calloc(np_ + 1, sizeof(*pieces));
-	if (!pieces) {
+	if (!pieces || !reserve(c, k)) {
 		PyErr_NoMemory();
 		goto out;
 	}
+	c->k = k;
 	for (i = 0; i < np_; i++)
 		if (take(PySequence_Fast_GET_ITEM(seq, i), &pieces[i]) < 0)
 			goto out;
-	if (k < 0 || get(out_obj, &vo, "out", 8, N_ROWS * k) < 0)
-		goto out;
-	if (vo.readonly) {
-		PyErr_SetString(PyExc_ValueError, "tally: out is read-only");
-		goto out;
-	}
-	c.out = vo.buf;
-	c.k = k;
-	c.live_now = calloc(k + 1, sizeof(int64_t));
-	c.net_now = calloc(k + 1, sizeof(int64_t));
-	t.bits = 16;
-	t.s = calloc((size_t)1 << t.bits, sizeof(struct slot));
-	if (!c.live_now || !c.net_now || !t.s) {
-		PyErr_NoMemory();
-		goto out;
-	}
 
 	Py_BEGIN_ALLOW_THREADS
-	r = first_pass(pieces, np_, &c, &runs, &nruns, &failed, &t0, &t1);
+	r = first_pass(pieces, np_, c, &runs, &nruns);
 	if (r == PASS_OK)
-		r = merge_pass(&c, &t, runs, nruns);
-	if (r == PASS_OK)                       /* the objects allocated and never freed */
-		for (i = 0; i < ((Py_ssize_t)1 << t.bits); i++)
-			if (t.s[i].ptr && t.s[i].cache >= 0)
-				c.out[R_LIVE * k + t.s[i].cache]++;
+		r = merge_pass(c, runs, nruns);
 	Py_END_ALLOW_THREADS
 
 	if (r == PASS_BAD_KEY) {
@@ -147,10 +218,8 @@ static PyObject *tally(PyObject *self, PyObject *args)
 		PyErr_NoMemory();
 		goto out;
 	}
-	if (t0 > t1)
-		t0 = t1 = 0;
-	res = Py_BuildValue("LLLLLL", failed, c.unknown, c.unpaired, c.mismatch,
-			    (long long)t0, (long long)t1);
+	res = Py_None;
+	Py_INCREF(res);
 out:
 	for (i = 0; pieces && i < np_; i++) {
 		int j;
@@ -159,19 +228,77 @@ out:
 			if (pieces[i].b[j].obj)
 				PyBuffer_Release(&pieces[i].b[j]);
 	}
-	if (vo.obj)
-		PyBuffer_Release(&vo);
 	free(pieces);
 	free(runs);
-	free(t.s);
-	free(c.live_now);
-	free(c.net_now);
 	Py_XDECREF(seq);
 	return res;
 }
 
+PyDoc_STRVAR(result_doc,
+"result(out) -> (failed, unknown, unpaired, mismatch, t0, t1)\n"
+"\n"
+"The counts of the windows fed so far.  Into ``out`` (int64, len(ROWS) * ncaches, ncaches\n"
+"the last feed's): per cache, the rows ROWS names, the objects live at the end (allocated\n"
+"and never freed) among them.  Returns the failed allocations (no object), the frees\n"
+"counting for no cache, the allocations proving an untraced free, the frees naming another\n"
+"cache than their allocation, and the first and last time (0, 0 without events).");
+
+static PyObject *tally_result(PyObject *self, PyObject *args)
+{
+	struct tally *c = &((Tally *)self)->c;
+	PyObject *out_obj;
+	Py_buffer vo = {0};
+	Py_ssize_t r, i, k = c->k;
+	int64_t *out, t0 = c->t0, t1 = c->t1;
+
+	if (!PyArg_ParseTuple(args, "O", &out_obj))
+		return NULL;
+	if (!c->t.s) {
+		PyErr_SetString(PyExc_RuntimeError, "Tally: not initialised");
+		return NULL;
+	}
+	if (get(out_obj, &vo, "out", 8, N_ROWS * k) < 0)
+		return NULL;
+	if (vo.readonly) {
+		PyBuffer_Release(&vo);
+		PyErr_SetString(PyExc_ValueError, "tally: out is read-only");
+		return NULL;
+	}
+	out = vo.buf;
+	for (r = 0; r < N_ROWS; r++)
+		for (i = 0; i < k; i++)
+			out[r * k + i] = r == R_LIVE ? 0 : c->out[r * c->cap + i];
+	/* the objects allocated and never freed */
+	for (i = 0; i < ((Py_ssize_t)1 << c->t.bits); i++)
+		if (c->t.s[i].ptr && c->t.s[i].cache >= 0)
+			out[R_LIVE * k + c->t.s[i].cache]++;
+	PyBuffer_Release(&vo);
+	if (t0 > t1)
+		t0 = t1 = 0;
+	return Py_BuildValue("LLLLLL", c->failed, c->unknown, c->unpaired, c->mismatch,
+			     (long long)t0, (long long)t1);
+}
+
+static PyMethodDef tally_methods[] = {
+	{"feed", tally_feed, METH_VARARGS, feed_doc},
+	{"result", tally_result, METH_VARARGS, result_doc},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject TallyType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "nfsreaddir._slab.Tally",
+	.tp_basicsize = sizeof(Tally),
+	.tp_dealloc = tally_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Tally(): the slab counts of a trace fed to it a window at a time (feed()),\n"
+		  "read with result().  Not thread safe.",
+	.tp_methods = tally_methods,
+	.tp_init = tally_init,
+	.tp_new = PyType_GenericNew,
+};
+
 static PyMethodDef methods[] = {
-	{"tally", tally, METH_VARARGS, tally_doc},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -187,6 +314,13 @@ PyMODINIT_FUNC PyInit__slab(void)
 
 	if (!m)
 		return NULL;
+	if (PyType_Ready(&TallyType) < 0)
+		goto fail;
+	Py_INCREF(&TallyType);
+	if (PyModule_AddObject(m, "Tally", (PyObject *)&TallyType) < 0) {
+		Py_DECREF(&TallyType);
+		goto fail;
+	}
 	rows = PyTuple_New(N_ROWS);
 	if (!rows)
 		goto fail;

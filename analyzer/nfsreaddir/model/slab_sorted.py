@@ -10,7 +10,7 @@ NO_OBJECT = 16
 
 def cache_codes(piece):
     """The cache code (int32, -1: none) of each event of a piece."""
-    _, ts, _, _, key, table = piece
+    ts, key, table = piece[1], piece[4], piece[5]
     if key is None:
         return np.full(len(ts), -1, np.int32)
     return np.append(table, np.int32(-1))[key]  # a key of -1 picks the last entry: -1

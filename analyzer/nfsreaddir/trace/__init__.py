@@ -60,7 +60,7 @@ __all__ = [
     "is_report_text",
 ]
 
-from .base import BASE_COLUMNS, TraceError, columns_of, field_column, one_piece
+from .base import BASE_COLUMNS, NotWindowed, TraceError, columns_of, field_column, one_piece
 from .magic import TRACE_DAT_MAGIC, is_capture
 
 # Spooled inputs stay open (and so readable through /proc/self/fd) for the life of the process.
@@ -209,3 +209,7 @@ class OnePass:
     def read_pieces(self, events, on_damage="raise", base=BASE_COLUMNS):
         """:meth:`read_columns`, each event's rows as one piece (in time order)."""
         return one_piece(self.read_columns(events, base=base))
+
+    def read_windows(self, events, base=BASE_COLUMNS):
+        """None made: the pass made up front holds the events (read_pieces gives them)."""
+        raise NotWindowed("the trace was read in one pass up front")

@@ -60,6 +60,12 @@ class TraceError(Exception):
         self.partial = partial
 
 
+class NotWindowed(Exception):
+    """A reader's windows (trace.dat's ``read_windows``) cannot give what one whole read gives
+    (no compiled extract, damaged data, a CPU's times running back): the message says why,
+    and the caller reads the whole trace instead, which gives the answer or the damage."""
+
+
 # A column of read_columns() and read_pieces(), whichever the reader: numbers (and bytes) as a
 # numpy array, strings as Strs (codes into the distinct values; -1: no value).
 Column = Union["np.ndarray", "Strs"]

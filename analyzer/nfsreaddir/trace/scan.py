@@ -31,7 +31,7 @@ def _idle_share(sizes, nthreads):
     return 1 - sum(sizes) / (nthreads * makespan) if makespan else 0.0
 
 
-def _extractable(plan):
+def extractable(plan):
     """Whether :class:`_ringbuf.Extract` decodes every field of this plan: integers, and
     __data_loc / __rel_loc / tail (``char buf[]``, ftrace:print's) strings (others: fixed
     char arrays, arrays, the numpy way)."""
@@ -42,7 +42,7 @@ def _extractable(plan):
     )
 
 
-def _columns(plan, want_pid):
+def _extract_columns(plan, want_pid):
     """The columns of one event for :class:`_ringbuf.Extract`: (kind, offset, size, signed,
     pid, output item size), the pid first where it is read."""
     out = []
@@ -86,7 +86,7 @@ class Scan:
                 lut[eid] = True
         cpus = [(cpu, off, size) for cpu, off, size in self.streams.buf.cpus if size]
         # the one-pass compiled extract, or the walk then the decoders (whole streams only)
-        extract = ringbuf.compiled() and all(_extractable(p) for p in plans.values())
+        extract = ringbuf.compiled() and all(extractable(p) for p in plans.values())
         units = (
             self._units(cpus) if extract else [(cpu, off, size, None) for cpu, off, size in cpus]
         )
@@ -185,6 +185,17 @@ class Scan:
             return self._whole_records(part), lost, damage, e
         return part, lost, damage, None
 
+    def new_extract(self, plans):
+        """A compiled extract (``_ringbuf.Extract``) of the wanted events, their columns in
+        the order of ``want`` (slot k: its k-th event), decoded as ``plans`` say."""
+        slots = np.full(self.layout.lut_size(), -1, np.int16)
+        columns = []
+        for k, eid in enumerate(self.want):
+            if 0 <= eid < len(slots) - 1:
+                slots[eid] = k
+            columns.append(_extract_columns(plans[eid], self.decoder.want_pid))
+        return ringbuf.compiled().Extract(slots, columns)
+
     def extract_cpu(self, cpu, off, size, plans, stretch=None):
         """:meth:`scan_cpu` in one compiled pass per block (``_ringbuf.Extract``), of
         the CPU's data or the ``stretch`` of it from :meth:`.streams.Streams.stretches`: each
@@ -194,13 +205,7 @@ class Scan:
         lay = self.layout
         P = lay.page_size
         eids = list(self.want)
-        slots = np.full(lay.lut_size(), -1, np.int16)
-        columns = []
-        for k, eid in enumerate(eids):
-            if 0 <= eid < len(slots) - 1:
-                slots[eid] = k
-            columns.append(_columns(plans[eid], self.decoder.want_pid))
-        ext = ringbuf.compiled().Extract(slots, columns)
+        ext = self.new_extract(plans)
         lost, damage = [], []
         args = (P, *lay.compiled_args())
         exc = None
@@ -220,10 +225,18 @@ class Scan:
             damage.append(str(d))
         except MemoryError as e:
             exc = e
-        return self._extracted(ext, eids, plans, cpu), lost, damage, exc, ext.screen()
+        return self.extracted(ext, eids, plans, cpu), lost, damage, exc, ext.screen()
 
-    def _extracted(self, ext, eids, plans, cpu):
-        """The pieces of each event the extract ``ext`` wrote, without a copy."""
+    def extracted(self, ext, eids, plans, cpu, copy=False):
+        """The pieces of each event the extract ``ext`` wrote, without a copy (the extract's
+        memory handed over); ``copy``: copied out, the extract keeping its memory for the next
+        block (a reader of a block at a time: its pages are not faulted in again each time)."""
+
+        def col(k, j, dtype, n):
+            if copy:
+                return np.frombuffer(ext.view(k, j), dtype, count=n).copy()
+            return np.frombuffer(ext.take(k, j), dtype, count=n)
+
         part = {}
         for k, eid in enumerate(eids):
             n = ext.rows(k)
@@ -232,24 +245,21 @@ class Scan:
             part[eid] = cols
             if not n:
                 continue
-            cols["ts"].append(np.frombuffer(ext.take(k, -1), np.uint64, count=n))
+            cols["ts"].append(col(k, -1, np.uint64, n))
             cols["cpu"].append((cpu, n))
             j = 0
             if self.decoder.want_pid:
                 if plans[eid]["pf"] is not None:
-                    cols["pid"].append(np.frombuffer(ext.take(k, 0), np.int32, count=n))
+                    cols["pid"].append(col(k, 0, np.int32, n))
                     j = 1
                 else:
                     cols["pid"].append(np.full(n, -1, np.int32))
             for f in fields:
-                mem = ext.take(k, j)
                 if f.kind == "str":
-                    width = memoryview(mem).nbytes // n  # 1, 2 or 4
-                    cols["f:" + f.name].append(
-                        Strs(np.frombuffer(mem, f"i{width}", count=n), ext.values(k, j))
-                    )
+                    width = memoryview(ext.view(k, j)).nbytes // n  # 1, 2 or 4
+                    cols["f:" + f.name].append(Strs(col(k, j, f"i{width}", n), ext.values(k, j)))
                 else:
-                    cols["f:" + f.name].append(np.frombuffer(mem, f.dtype, count=n))
+                    cols["f:" + f.name].append(col(k, j, f.dtype, n))
                 j += 1
         return part
 

@@ -29,13 +29,14 @@ RELEASE_ABOVE = 32 << 20  # madvise(DONTNEED) decoded pages of files larger than
 _local = threading.local()
 
 
-def _inflate_block():
-    """This thread's block for inflated chunks: one per thread, reused by every stretch of
-    stream it reads (a fresh 16 MiB would be faulted in again for each); the reader's
-    threads end with the scan, and :func:`drop_inflate_block` frees the calling thread's."""
+def _inflate_block(size):
+    """This thread's block of ``size`` bytes for inflated chunks: one per thread, reused by
+    every stretch of stream it reads (a fresh 16 MiB would be faulted in again for each);
+    the reader's threads end with the scan, and :func:`drop_inflate_block` frees the calling
+    thread's."""
     blk = getattr(_local, "blk", None)
-    if blk is None or len(blk) != BLOCK_BYTES:
-        blk = _local.blk = np.empty(BLOCK_BYTES, dtype=np.uint8)
+    if blk is None or len(blk) != size:
+        blk = _local.blk = np.empty(size, dtype=np.uint8)
     return blk
 
 
@@ -92,9 +93,12 @@ class Streams:
         self.compression = compression
         self.buf = buf
 
-    def blocks(self, cpu, off, size, stretch=None):
+    def blocks(self, cpu, off, size, stretch=None, block_bytes=None):
         """Yield uint8 arrays of whole pages; raise Damage at the first damage. ``stretch``
-        (from :meth:`stretches`): the part of the stream to read; None, all of it."""
+        (from :meth:`stretches`): the part of the stream to read; None, all of it.
+        ``block_bytes``: the pages of a block, at most (default BLOCK_BYTES) where the
+        pages are mapped or zstd chunks inflated by the compiled inflate."""
+        block_bytes = block_bytes or BLOCK_BYTES
         P = self.buf.page_size
         compressed = self.buf.compressed
         if not size:
@@ -110,7 +114,7 @@ class Streams:
             trunc = end > self._size
             avail = min(end, self._size) - off
             npages = avail // P
-            step = max(1, BLOCK_BYTES // P) * P
+            step = max(1, block_bytes // P) * P
             pos, stop, last = (off, off + npages * P, True) if stretch is None else stretch[:3]
             while pos < stop:
                 n = min(step, stop - pos)
@@ -143,7 +147,15 @@ class Streams:
         pos, nchunks, last, first, _ = stretch
         if self.compression == "zstd" and _inflate_wanted():
             yield from self._inflated(
-                cpu, pos, stop, nchunks, P, trunc_msg if last else None, release, first
+                cpu,
+                pos,
+                stop,
+                nchunks,
+                P,
+                trunc_msg if last else None,
+                release,
+                first,
+                block_bytes,
             )
         else:
             yield from self._decompressed(cpu, pos, stop, nchunks, P, trunc_msg, release)
@@ -177,10 +189,10 @@ class Streams:
             for (pos, first, inflated), end in zip(starts, ends)
         ]
 
-    def _inflated(self, cpu, pos, stop, nchunks, P, trunc_msg, release, first=0):
+    def _inflated(self, cpu, pos, stop, nchunks, P, trunc_msg, release, first, block_bytes):
         """The blocks of a zstd stream from its chunk ``first``, each filled by one call of the
         compiled inflate."""
-        blk = _inflate_block()
+        blk = _inflate_block(block_bytes)
         i = first
         nchunks += first
         while i < nchunks:

@@ -23,6 +23,7 @@ from .records import OddRecords, nothing_odd
 from .ringbuf import PageWalker
 from .scan import Scan
 from .streams import RELEASE_ABOVE, Streams, drop_inflate_block
+from .windows import Windows
 
 
 class TraceDat:
@@ -223,6 +224,22 @@ class TraceDat:
             base,
             True,
         )
+
+    def read_windows(self, events, base=BASE_COLUMNS):
+        """:meth:`read_pieces` a window of time at a time, for a consumer that visits the
+        rows in time order and keeps its state between windows (memory: a window's columns,
+        not the trace's): an iterable of ``{name: [(part, piece)]}``, ``part`` the index of
+        the piece's CPU stream; every row of a window comes after every row of the windows
+        before it (:class:`.windows.Windows`). Raises :class:`.base.NotWindowed`, when made
+        or while iterated, where only a whole read gives the answer (damage among them):
+        then call read_pieces()."""
+        want, empty = self._wanted(events)
+
+        def done(lost, screens):
+            self._screens = screens
+            self._set_lost(lost)
+
+        return Windows(self, want, empty, _base(base), done)
 
     def _read_as(self, shape, events, on_damage, base, pieces):
         """_read's (columns, events with no rows) as ``shape`` makes them: the result, and a

@@ -1,7 +1,7 @@
 /*
  * The Extract type of nfsreaddir._ringbuf (what it does: csrc/ringbuf/columns.c): its
  * columns' memory (mappings grown by mremap, handed to Python as Mem buffers), its set-up
- * from the map and plan, and the accessors rows(), take() and values().
+ * from the map and plan, and the accessors rows(), take(), view(), values() and restart().
  */
 #include "ringbuf.h"
 
@@ -280,6 +280,63 @@ static PyObject *extract_values(PyObject *self, PyObject *args)
 	return out;
 }
 
+PyDoc_STRVAR(extract_view_doc,
+"view(slot, column) -> memoryview\n"
+"\n"
+"The rows of a column of ``slot`` (-1: the raw time stamps) as take() would give them, read-only\n"
+"and without handing them over: valid until the next walk() or restart() only (copy them).");
+
+static PyObject *extract_view(PyObject *self, PyObject *args)
+{
+	int i, j;
+	struct eslot *s;
+	void *data;
+
+	if (!PyArg_ParseTuple(args, "ii", &i, &j) || !(s = get_slot((Extract *)self, i)))
+		return NULL;
+	if (j < -1 || j >= s->ncols) {
+		PyErr_SetString(PyExc_IndexError, "Extract: no such column");
+		return NULL;
+	}
+	data = j < 0 ? (void *)s->ts : (void *)s->cols[j].data;
+	if (!data && s->n) {
+		PyErr_SetString(PyExc_ValueError, "Extract: column already taken");
+		return NULL;
+	}
+	return PyMemoryView_FromMemory(data ? data : (char *)"", s->n * (j < 0 ? 8 : s->cols[j].isz),
+				       PyBUF_READ);
+}
+
+PyDoc_STRVAR(extract_restart_doc,
+"restart()\n"
+"\n"
+"Start every slot's columns anew, empty: the rows of the next blocks walked are handed out\n"
+"apart from those before, a window of the stream at a time.  A slot none of whose columns was\n"
+"taken keeps its memory (its pages are not faulted in again); the string dictionaries and the\n"
+"screen go on: codes keep their meaning from window to window.");
+
+static PyObject *extract_restart(PyObject *self, PyObject *noargs)
+{
+	Extract *x = (Extract *)self;
+	int i, j;
+
+	for (i = 0; i < x->nslots; i++) {
+		struct eslot *s = &x->slots[i];
+		int taken = s->n && !s->ts;
+
+		for (j = 0; j < s->ncols; j++)
+			taken |= s->n && !s->cols[j].data;
+		if (taken) {
+			for (j = 0; j < s->ncols; j++)
+				unmap((void **)&s->cols[j].data, &s->cols[j].mapped);
+			unmap((void **)&s->ts, &s->ts_mapped);
+			s->cap = 0;
+		}
+		s->n = 0;
+	}
+	Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(extract_screen_doc,
 "screen() -> (records, backwards, first_ts, last_ts, [(id, shortest), ...])\n"
 "\n"
@@ -321,6 +378,8 @@ static PyObject *extract_screen(PyObject *self, PyObject *noargs)
 static PyMethodDef extract_methods[] = {
 	{"screen", extract_screen, METH_NOARGS, extract_screen_doc},
 	{"walk", extract_walk, METH_VARARGS, extract_walk_doc},
+	{"restart", extract_restart, METH_NOARGS, extract_restart_doc},
+	{"view", extract_view, METH_VARARGS, extract_view_doc},
 	{"rows", extract_rows, METH_VARARGS, "rows(slot) -> the number of records appended"},
 	{"take", extract_take, METH_VARARGS, extract_take_doc},
 	{"values", extract_values, METH_VARARGS, extract_values_doc},

@@ -1,7 +1,8 @@
 /*
- * The two passes of nfsreaddir._slab's tally() over the pieces (the analysis is described in
- * analyzer/nfsreaddir/_slab.c): the first in column order, the second the runs merged in time
- * order with a heap, each event visited once against the table of live pointers.  The table,
+ * The two passes of nfsreaddir._slab's Tally.feed() over one window's pieces (the analysis is
+ * described in analyzer/nfsreaddir/_slab.c): the first in column order, the second the runs
+ * merged in time order with a heap, each event visited once against the table of live
+ * pointers, which is kept with the counters from window to window.  The table,
  * the visit and the heap are static here so that they stay inlined into the passes' loops.
  */
 #include "slab.h"
@@ -92,12 +93,12 @@ static int grow(struct table *t)
 
 static inline void rise(struct tally *c, int32_t cache, int64_t ts)
 {
-	int64_t *live = &c->out[R_PEAK_LIVE * c->k + cache];
-	int64_t *net = &c->out[R_PEAK_NET * c->k + cache];
+	int64_t *live = &c->out[R_PEAK_LIVE * c->cap + cache];
+	int64_t *net = &c->out[R_PEAK_NET * c->cap + cache];
 
 	if (++c->live_now[cache] > *live) {     /* first reached: strictly above */
 		*live = c->live_now[cache];
-		c->out[R_PEAK_LIVE_TS * c->k + cache] = ts;
+		c->out[R_PEAK_LIVE_TS * c->cap + cache] = ts;
 	}
 	if (++c->net_now[cache] > *net)
 		*net = c->net_now[cache];
@@ -121,7 +122,7 @@ static int visit(struct tally *c, struct table *t, const struct piece *p, Py_ssi
 			was = t->s[s].cache;
 			c->unpaired++;
 			if (was >= 0) {
-				c->out[R_UNTRACED_FREES * c->k + was]++;
+				c->out[R_UNTRACED_FREES * c->cap + was]++;
 				c->live_now[was]--;
 				c->net_now[was]--;
 			}
@@ -135,7 +136,7 @@ static int visit(struct tally *c, struct table *t, const struct piece *p, Py_ssi
 		}
 		t->s[s].cache = cache;
 		if (cache >= 0) {
-			c->out[R_ALLOCS * c->k + cache]++;
+			c->out[R_ALLOCS * c->cap + cache]++;
 			rise(c, cache, ts);
 		}
 		return 1;
@@ -150,14 +151,14 @@ static int visit(struct tally *c, struct table *t, const struct piece *p, Py_ssi
 			c->unknown++;
 			return 1;
 		}
-		c->out[R_FREES_MATCHED * c->k + was]++;
+		c->out[R_FREES_MATCHED * c->cap + was]++;
 		c->live_now[was]--;
 		cache = was;
 	} else if (cache < 0) {
 		c->unknown++;
 		return 1;
 	}
-	c->out[R_FREES * c->k + cache]++;
+	c->out[R_FREES * c->cap + cache]++;
 	c->net_now[cache]--;
 	return 1;
 }
@@ -190,11 +191,10 @@ static void sift_down(int *heap, int n, const struct run *runs, int i)
  * allocated bytes, failed allocations; the first and last time), and the runs: the stretches
  * of a piece whose times do not go back. */
 enum pass_result first_pass(struct piece *pieces, Py_ssize_t np_, struct tally *c,
-				   struct run **runs_out, Py_ssize_t *nruns_out, long long *failed,
-				   int64_t *t0, int64_t *t1)
+			    struct run **runs_out, Py_ssize_t *nruns_out)
 {
 	struct run *runs = NULL;
-	Py_ssize_t i, nruns = 0, k = c->k;
+	Py_ssize_t i, nruns = 0, k = c->k, cap = c->cap;
 
 	for (i = 0; i < np_; i++) {
 		struct piece *p = &pieces[i];
@@ -213,17 +213,22 @@ enum pass_result first_pass(struct piece *pieces, Py_ssize_t np_, struct tally *
 					return PASS_BAD_KEY;
 				}
 			}
-			if (ts < *t0)
-				*t0 = ts;
-			if (ts > *t1)
-				*t1 = ts;
+			if (ts < c->t0)
+				c->t0 = ts;
+			if (ts > c->t1)
+				c->t1 = ts;
 			if (p->alloc) {
 				cache = cache_at(p, j);
 				if (cache >= 0) {
-					c->out[R_ALLOC_BYTES * k + cache] += p->bytes[j];
-					c->out[R_OBJECT_SIZE * k + cache] = p->bytes[j];
+					c->out[R_ALLOC_BYTES * cap + cache] += p->bytes[j];
+					/* the size the last allocation in the columns' order gives
+					 * (constant within a cache: bytes_alloc is s->size) */
+					if (p->rank >= c->size_rank[cache]) {
+						c->out[R_OBJECT_SIZE * cap + cache] = p->bytes[j];
+						c->size_rank[cache] = p->rank;
+					}
 				}
-				*failed += p->ptr[j] <= NO_OBJECT;
+				c->failed += p->ptr[j] <= NO_OBJECT;
 			}
 			if (j && ts >= p->ts[j - 1])
 				continue;
@@ -247,9 +252,9 @@ enum pass_result first_pass(struct piece *pieces, Py_ssize_t np_, struct tally *
 }
 
 /* Second pass: the runs merged by (time, run), each event visited once. */
-enum pass_result merge_pass(struct tally *c, struct table *t, struct run *runs,
-				   Py_ssize_t nruns)
+enum pass_result merge_pass(struct tally *c, struct run *runs, Py_ssize_t nruns)
 {
+	struct table *t = &c->t;
 	int *heap;
 	int nheap = (int)nruns;
 	Py_ssize_t i;
