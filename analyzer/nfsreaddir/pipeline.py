@@ -157,7 +157,8 @@ def round_trips(a):
 
 def _trace(path, shown, with_slab):
     """Loaded of one trace; with_slab: the slab analysis beside the readdir one, both served by
-    one pass over the file when both apply."""
+    one pass over the file when both apply, but a trace.dat's slab analysis, which reads it a
+    window at a time."""
     tid = _hashing(path)
     t = open_trace(path)
     summarize = None
@@ -166,8 +167,11 @@ def _trace(path, shown, with_slab):
 
         summarize = slab.summarize
     wanted = [a for a in (tables.load, summarize) if a is not None and a.applies(t)]
-    if len(wanted) > 1:
-        t = OnePass(t, requested(t, wanted))
+    # the slab analysis reads a trace.dat a window of time at a time, on its own: a pass made
+    # up front for both would hold every kmem event (memory growing with the trace)
+    together = [a for a in wanted if a is not summarize or not hasattr(t, "read_windows")]
+    if len(together) > 1:
+        t = OnePass(t, requested(t, together))
     summary = summarize(t) if summarize is not None and summarize in wanted else None
     a = None
     if tables.load in wanted or summary is None:  # (without a source: "no READDIR")
