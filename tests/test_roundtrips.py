@@ -15,7 +15,7 @@ import pytest
 
 from conftest import FIXTURES, TOP, fixture_dirs, key_values
 from nfsreaddir import pipeline
-from nfsreaddir.model import roundtrips
+from nfsreaddir.model import roundtrips, windows
 from nfsreaddir.rules import slowness
 from nfsreaddir.trace import capture
 
@@ -489,9 +489,63 @@ def test_watch_keeps_a_bounded_wait():
     assert sum(n for _, _, n in w.given) == gaps and {d for d, _, _ in w.given} == {"A"}
 
 
-@pytest.mark.parametrize(
-    "name", ["5.10-series-v4.1", "5.10-series-v4.1-cap", "5.10-series3-v4.1", "multi-5.10-series"]
-)
+SERIES_5_10 = ["5.10-series-v4.1", "5.10-series-v4.1-cap", "5.10-series3-v4.1", "multi-5.10-series"]
+
+
+@pytest.mark.parametrize("name", SERIES_5_10)
+def test_a_window_begins_at_the_first_readdirs_call(name):
+    """The series on 5.10 over NFSv4 reads READDIRs from nfs4:nfs4_readdir, which fires at the
+    reply: a listing's window begins at its first READDIR's call, so it counts each READDIR it
+    read, and every READDIR call of a lister is one listing's (multi-5.10-series: find, its
+    clock coarse enough that a reply and the next call tie)."""
+    import numpy as np
+
+    from nfsreaddir.model import analysis as analyses
+    from nfsreaddir.trace import open_trace
+
+    for dat in sorted(f for f in os.listdir(os.path.join(FIXTURES, name)) if f.endswith(".dat")):
+        a = analyses.analyze(open_trace(os.path.join(FIXTURES, name, dat)))
+        rts = roundtrips.account(a)
+        assert rts
+        got = {n: rt.readdirs for n, rt in rts.items()}
+        assert got == {n: len(a.listings[n].rpcs) for n in rts}, dat
+        req = a.tables["requests"]
+        pids = {a.listings[n].pid for n in rts}
+        readdir = np.isin(np.asarray(req["op"], dtype=object), roundtrips.READDIR_OPS)
+        sent = readdir & np.isin(np.asarray(req["pid"]), list(pids))
+        assert sum(got.values()) == int(sent.sum()), dat
+        if len(rts) == 1:
+            (rt,) = rts.values()
+            assert not any(k.endswith(".READDIR") for k in rt.outside), rt.outside
+
+
+def test_a_reply_is_paired_with_its_own_call():
+    """ReplyCalls: a process's READDIRs one at a time, on a coarse clock (the next call tied
+    with a reply, two replies tied), a call lost, an event lost."""
+    pair = windows.ReplyCalls()
+    got = []
+    for what, ts in [
+        ("call", 10),
+        ("reply", 20),  # 10
+        ("call", 20),  # (tied with the reply before it)
+        ("reply", 30),  # 20
+        ("call", 40),
+        ("call", 40),
+        ("reply", 40),  # 40, the first one
+        ("reply", 40),  # 40, the second one
+        ("reply", 50),  # its call not traced: none
+        ("call", 60),  # its event lost
+        ("call", 70),
+        ("reply", 80),  # 60: the first not paired since the reply before (a lost event's)
+    ]:
+        if what == "call":
+            pair.call(ts)
+        else:
+            got.append(pair.reply(ts))
+    assert got == [10, 20, 40, 40, None, 60]
+
+
+@pytest.mark.parametrize("name", SERIES_5_10)
 def test_uncached_readdirs_of_the_series_beside_nfs4_readdir(name):
     """The series on 5.10 over NFSv4: READDIRs come from nfs4:nfs4_readdir, which does not
     tell the modes apart, and the series' uncached-mode events fire beside it. Read as a side

@@ -1,12 +1,13 @@
 """A listing's RPCs counted as the events come (`watch`'s nfs_readdir_rpcs metric): each
-call of a process goes to the listing analyze would give it (model/roundtrips: window(), the
-listing's first READDIR, or its start where it sent none, to its last event; of the process's
-listings whose window holds the call, the one whose window began last, as _owners)."""
+call of a process goes to the listing analyze would give it (model/windows: window(), the
+listing's first READDIR's call (ReplyCalls, where its READDIR events fire at the reply), or its
+start where it sent none, to its last event; of the process's listings whose window holds the
+call, the one whose window began last, as model/roundtrips' _owners)."""
 
 import weakref
 from typing import Any
 
-from ..model.roundtrips import window
+from ..model.windows import READDIR_OPS, REPLY_TIME_READDIR, ReplyCalls, window
 from ..units import NS
 
 # Attribution's bounds: the gaps a process's calls may wait in for their listing to be known
@@ -68,7 +69,8 @@ class Attribution:
 
     Fed, in the events' order: event(pid, ts, opens) after each of the process's opens'
     events (a READDIR or a reader's call, once opens.Opens took it; opens: the process's opens
-    being read just before it and just after it), readdir(o, ts) for each READDIR of open o,
+    being read just before it and just after it), readdir(o, ts, source) for each READDIR of
+    open o (source: the event it was read from),
     call(pid, ts, opens, program, op, task) for each RPC (opens: the process's opens being
     read; task: what pairs it with its latency, None where none is traced), latency(task,
     rtt_ns) for each reply's server time, ended(o) once an open is over, stop() when the
@@ -85,13 +87,32 @@ class Attribution:
         self._after: dict[Any, tuple[int, tuple]] = {}
         self._waiting: dict[Any, list[_Gap]] = {}  # pid -> its filled gaps not decided yet
         self._tasks: dict[Any, tuple[_Gap, Any]] = {}  # task -> (its call's gap, key)
+        # pid -> its READDIR calls, paired with its READDIR events that fire at the reply
+        self._calls: dict[Any, ReplyCalls] = {}
 
-    def readdir(self, o, ts):
-        self._first.setdefault(o, int(ts))
+    def readdir(self, o, ts, source=None):
+        first = int(ts)
+        if source in REPLY_TIME_READDIR:
+            got = self._pairs(o.pid).reply(ts)
+            first = got if got is not None else first
+        self._first.setdefault(o, first)
+
+    def _pairs(self, pid):
+        got = self._calls.pop(pid, None)
+        self._calls[pid] = got = got or ReplyCalls()
+        if len(self._calls) > MAX_PROCESSES:
+            del self._calls[next(iter(self._calls))]  # (the process heard of longest ago)
+        return got
 
     def call(self, pid, ts, opens, program, op, task=None):
         ts = int(ts)
         at, around = self._after.get(pid, (None, ()))
+        if op in READDIR_OPS:
+            # A READDIR's call may begin a window (that of the listing whose READDIR event, at
+            # the reply, comes next): the calls before it are a gap of their own.
+            self._pairs(pid).call(ts)
+            if ts != at:
+                self._cut(pid, ts)
         if ts == at:
             opens = tuple(dict.fromkeys((*around, *opens)))
         if not opens:
@@ -129,6 +150,22 @@ class Attribution:
             g.add(key, 0, float(rtt_ns))
         elif g.owner is not False:
             self.count(g.owner, key[0], key[1], 0, rtt_ns / NS)
+
+    def _cut(self, pid, ts):
+        """The process's calls before time ts wait apart from those of ts and after."""
+        gap = self._gaps.get(pid)
+        if gap is None or gap[1] is None:
+            return
+        head, body = gap
+        body.split(ts)
+        tail = body.tail
+        if tail is not None:
+            tail.last = dict(body.last)
+        elif body.hi == ts:
+            return  # (all its calls are of time ts)
+        body.last = {}
+        self._waiting.setdefault(pid, []).extend(g for g in (head, body) if g is not None)
+        self._gaps[pid] = [None, tail]
 
     def event(self, pid, ts, opens=()):
         """An event of the process's opens (opens: those being read just before it and just

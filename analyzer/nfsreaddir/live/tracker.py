@@ -147,7 +147,7 @@ class Tracker:
                 if row.get("fileid") is not None and o.fileid is None:
                     o.dev, o.fileid = row.get("dev"), row["fileid"]
                 if self.round_trips is not None:
-                    self.round_trips.readdir(o, ts)
+                    self.round_trips.readdir(o, ts, src.event)
                     self.round_trips.event(pid, ts, before + self._opens(pid))
                 self._count("readdirs", o)
                 wrote |= self._restarts(o)

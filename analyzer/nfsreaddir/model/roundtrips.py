@@ -34,8 +34,8 @@ import numpy as np
 
 from ..events import UNCACHED_READDIR
 from ..units import NS
+from .windows import READDIR_OPS, first_calls, first_readdir, window
 
-READDIR_OPS = ("READDIR", "READDIRPLUS")
 LEASE_RENEWALS = ("SEQUENCE", "RENEW")
 
 
@@ -167,21 +167,6 @@ def _outside(program, op):
     return dict(sorted(out.items()))
 
 
-def window(first_readdir, start, end):
-    """A trace's listing's window, (from, to) in ns, both ends in: from its first READDIR (its
-    start where it sent none: a listing the page cache served) to its end (its last event).
-    The one rule analyze (from_trace, _owners) and watch (live/attribution.py) count a
-    listing's RPCs by; a capture's listing has no end of its own (from_capture)."""
-    return (int(first_readdir) if first_readdir is not None else int(start), int(end))
-
-
-def _first_readdir(lst):
-    """The listing's first READDIR call (its start where it has none), in integer ns: never
-    through a float, which rounds an epoch in ns by up to 256 ns."""
-    ts = [int(t) for t in lst.rpcs["ts"] if t is not None and t == t] if len(lst.rpcs) else []
-    return window(min(ts) if ts else None, lst.start, lst.start)[0]
-
-
 def _dtsizes(lst):
     """The sizes the listing's READDIRs asked (bytes), in the order sent, where known."""
     if not len(lst.rpcs) or "dtsize" not in lst.rpcs:
@@ -202,19 +187,18 @@ def _restarted(lst):
     )
 
 
-def _uncached(lst, sources, side=None):
+def _uncached(lst, sources, start, side=None):
     """The listing's READDIRs the kernel sent in its uncached mode (events.UNCACHED_READDIR),
     or None where the trace read its READDIRs from no event that tells the two modes apart.
     side: the trace's uncached-mode events where its READDIRs came from other events (the
     series on 5.10 over NFSv4: nfs4:nfs4_readdir, with nfs:nfs_readdir_uncached beside it):
     those of the listing's process and directory in its window, one per READDIR, as its
-    READDIR calls are counted."""
+    READDIR calls are counted (start: the window's)."""
     if not any(s in UNCACHED_READDIR for s in sources or ()):
         if side is None:
             return None
-        start, end = window(_first_readdir(lst), lst.start, lst.end)
         ts = np.asarray(side["ts"], dtype=np.int64)
-        mine = (np.asarray(side["pid"]) == lst.pid) & (ts >= start) & (ts <= end)
+        mine = (np.asarray(side["pid"]) == lst.pid) & (ts >= start) & (ts <= int(lst.end))
         if lst.fileid is not None:
             fileid = np.asarray(side["fileid"], dtype=float)
             mine &= np.isnan(fileid) | (fileid == lst.fileid)
@@ -239,11 +223,12 @@ def _stat_names(lst, revalidations, start, end):
     return len(ids) or None
 
 
-def _owners(listings, requests):
+def _owners(listings, requests, firsts=None):
     """Per request (a row of the requests table), the number of the listing it is one of, -1
     for none: of its process, the listing whose window (its first READDIR to its end) holds
     it, the one begun last of those: a process with several directories open at once (find)
-    sends its calls for the one it opened last, and each call is counted once."""
+    sends its calls for the one it opened last, and each call is counted once. firsts: per
+    listing, its first READDIR's call (first_calls; None: its first READDIR event's time)."""
     pid, ts = np.asarray(requests["pid"]), np.asarray(requests["ts"])
     owner = np.full(len(requests), -1, dtype=np.int64)
     since = np.full(len(requests), -1, dtype=np.int64)
@@ -254,7 +239,8 @@ def _owners(listings, requests):
         if lst.pid not in rows:
             rows[lst.pid] = np.flatnonzero(pid == lst.pid)
         r = rows[lst.pid]
-        start, end = window(_first_readdir(lst), lst.start, lst.end)
+        first = firsts[n] if firsts is not None else first_readdir(lst)
+        start, end = window(first, lst.start, lst.end)
         hit = r[(ts[r] >= start) & (ts[r] <= end) & (since[r] < start)]
         owner[hit], since[hit] = n, start
     return owner
@@ -269,15 +255,17 @@ def from_trace(
     kernel=None,
     sources=None,
     uncached=None,
+    first=None,
 ):
     """The RoundTrips of a trace's listing from the tables' requests (and latencies, and the
     revalidations for its names), or None where the trace has no sunrpc:rpc_request or the
     listing no process. owned: per request, whether it is this listing's (_owners), where the
     process has several listings at once; kernel, the trace's release; sources, the events
-    its READDIRs were read from; uncached, the uncached-mode events read beside them."""
+    its READDIRs were read from; uncached, the uncached-mode events read beside them; first,
+    its first READDIR's call (first_calls; None: its first READDIR event's time)."""
     if requests is None or lst.pid is None:
         return None
-    start, end = window(_first_readdir(lst), lst.start, lst.end)
+    start, end = window(first_readdir(lst) if first is None else first, lst.start, lst.end)
     of_pid = np.asarray(requests["pid"]) == lst.pid
     mine = requests[of_pid]
     ts = np.asarray(mine["ts"])
@@ -310,7 +298,7 @@ def from_trace(
         max_dtsize=max(sizes, default=None),
         dtsizes=sizes,
         kernel=kernel,
-        uncached_readdirs=_uncached(lst, sources, uncached),
+        uncached_readdirs=_uncached(lst, sources, start, uncached),
         restarted=_restarted(lst),
     )
 
@@ -353,7 +341,7 @@ def from_capture(lst, calls, next_start=None, kernel=None):
     client = getattr(lst, "client", None)
     if calls is None or not client:
         return None
-    start = _first_readdir(lst)
+    start = first_readdir(lst)
     mine = calls[calls["client"].to_numpy() == client]
     ts = mine["ts"].to_numpy()
     program = mine["program"].to_numpy(dtype=object)
@@ -421,7 +409,8 @@ def account(analysis, calls=None):
         t = analysis.tables
         requests, latencies = t.get("requests"), t.get("latencies")
         listings = list(analysis.listings)
-        owner = _owners(listings, requests) if requests is not None else None
+        starts = first_calls(listings, requests)
+        owner = _owners(listings, requests, starts) if requests is not None else None
         kernel = getattr(analysis, "kernel", None)
         sources = (getattr(analysis, "evidence", None) or {}).get("rpc")
         for n, lst in enumerate(listings):
@@ -435,6 +424,7 @@ def account(analysis, calls=None):
                 kernel,
                 sources,
                 t.get("uncached"),
+                starts[n],
             )
             if rt is not None:
                 out[n] = rt
@@ -446,13 +436,13 @@ def account(analysis, calls=None):
     by_client = {c: df for c, df in calls.groupby("client", sort=False)}
     firsts: dict[str, list[int]] = {}
     for lst in listings:
-        firsts.setdefault(getattr(lst, "client", ""), []).append(_first_readdir(lst))
+        firsts.setdefault(getattr(lst, "client", ""), []).append(first_readdir(lst))
     for f in firsts.values():
         f.sort()
     for n, lst in enumerate(listings):
         client = getattr(lst, "client", "")
         mine = firsts.get(client, [])
-        i = bisect.bisect_right(mine, _first_readdir(lst))
+        i = bisect.bisect_right(mine, first_readdir(lst))
         rt = from_capture(
             lst, by_client.get(client), mine[i] if i < len(mine) else None, kernel=kernel
         )

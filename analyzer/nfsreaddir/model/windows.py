@@ -1,0 +1,105 @@
+"""A trace's listing's window, the span its RPCs are counted in (model/roundtrips, and watch's
+live/attribution as the events come): from its first READDIR's call to its end. Where its
+READDIR events fire at the reply, that call comes before the first of them, and is found by
+pairing the process's READDIR events with its READDIR calls (ReplyCalls)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+READDIR_OPS = ("READDIR", "READDIRPLUS")
+
+
+# The READDIR events that fire at the reply (nfs4:nfs4_readdir, stock and the series', and the
+# series' page-filled events since v3): the RPC's own sunrpc:rpc_request comes before them.
+# The others fire in the call path (the cookie kprobes, upstream's cache_fill and uncached).
+REPLY_TIME_READDIR = (
+    "nfs4:nfs4_readdir",
+    "nfs:nfs_readdir_cache_page_filled",
+    "nfs:nfs_readdir_uncached_page_filled",
+)
+MAX_PENDING_CALLS = 64  # a process's READDIR calls not paired yet (its READDIRs are one by one)
+
+
+def window(first_readdir, start, end):
+    """A trace's listing's window, (from, to) in ns, both ends in: from its first READDIR's
+    call (ReplyCalls; its start where it sent none: a listing the page cache served) to its
+    end (its last event). The one rule analyze (from_trace, _owners) and watch
+    (live/attribution.py) count a listing's RPCs by; a capture's listing has no end of its
+    own (from_capture)."""
+    return (int(first_readdir) if first_readdir is not None else int(start), int(end))
+
+
+class ReplyCalls:
+    """A process's READDIR events that fire at the reply, each paired with its own call (its
+    sunrpc:rpc_request), in the order both come: a process sends its READDIRs one at a time,
+    so an event's call is the first one not paired yet that is neither before the process's
+    previous READDIR event (the call of an event lost) nor after this one (its call was not
+    traced). On a coarse clock a call ties with its reply, and the next call with it too.
+    Fed call(ts) for each READDIR call, reply(ts) for each READDIR event; analyze replays a
+    trace through it (first_calls), watch feeds it as the events come."""
+
+    def __init__(self):
+        self._calls: list[int] = []
+        self._last: int | None = None  # the previous event's time
+
+    def call(self, ts):
+        self._calls.append(int(ts))
+        if len(self._calls) > MAX_PENDING_CALLS:
+            del self._calls[0]
+
+    def reply(self, ts):
+        """The time of the call of the READDIR event at ts, None where it is not known."""
+        ts = int(ts)
+        calls, last = self._calls, self._last
+        self._last = ts
+        while calls and last is not None and calls[0] < last:
+            del calls[0]
+        if calls and calls[0] <= ts:
+            return calls.pop(0)
+        return None
+
+
+def first_calls(listings, requests):
+    """Per listing (by number), the time of its first READDIR's call where its READDIR events
+    fire at the reply and the call is in requests (ReplyCalls), else its first READDIR's time
+    (first_readdir): integer ns. Every READDIR event of a process is replayed, as watch sees
+    them, in time order (ties: in the listings' order)."""
+    out = {n: first_readdir(lst) for n, lst in enumerate(listings)}
+    if requests is None or not len(requests):
+        return out
+    events: dict[Any, list] = {}
+    for n, lst in enumerate(listings):
+        if lst.pid is None or not len(lst.rpcs) or "source" not in lst.rpcs:
+            continue
+        for t, src in zip(lst.rpcs["ts"], lst.rpcs["source"]):
+            if src in REPLY_TIME_READDIR and t is not None and t == t:
+                events.setdefault(lst.pid, []).append((int(t), n))
+    if not events:
+        return out
+    pid, op = np.asarray(requests["pid"]), np.asarray(requests["op"], dtype=object)
+    ts = np.asarray(requests["ts"], dtype=np.int64)
+    rd = np.isin(op, READDIR_OPS)
+    for p, evs in events.items():
+        calls = np.sort(ts[rd & (pid == p)]).tolist()
+        pair, i, seen = ReplyCalls(), 0, set()
+        for t, n in sorted(evs, key=lambda e: e[0]):
+            # (calls before the event or tied with it come first: a reply follows its call)
+            while i < len(calls) and calls[i] <= t:
+                pair.call(calls[i])
+                i += 1
+            got = pair.reply(t)
+            if n not in seen:
+                seen.add(n)
+                if got is not None and t == out[n]:
+                    out[n] = got
+    return out
+
+
+def first_readdir(lst):
+    """The listing's first READDIR event (its start where it has none), in integer ns: never
+    through a float, which rounds an epoch in ns by up to 256 ns."""
+    ts = [int(t) for t in lst.rpcs["ts"] if t is not None and t == t] if len(lst.rpcs) else []
+    return window(min(ts) if ts else None, lst.start, lst.start)[0]
