@@ -18,6 +18,9 @@ this reads them:
                    program, version, op (model/roundtrips counts a listing's)
     latencies      each RPC's reply (sunrpc:rpc_stats_latency): ts, task_id, client_id, rtt,
                    execute (microseconds)
+    uncached       the uncached mode's READDIR events where the rpc table was read from others
+                   (the series on 5.10 over NFSv4: nfs4:nfs4_readdir, with
+                   nfs:nfs_readdir_uncached(_page_filled) beside it): ts, pid, fileid
 
 load() reads a whole trace; wanted() says what it reads (for a reader that reads once for
 several analyses); stream_sources() maps events to tables for a reader that takes them one at a
@@ -42,6 +45,7 @@ from ..events import (
     REVALIDATION_SOURCES,
     RPC_SOURCES,
     SYSCALL_SOURCES,
+    UNCACHED_READDIR,
     Source,
 )
 from ..trace.arrays import Strs
@@ -327,13 +331,19 @@ def stream_sources(trace):
     return out
 
 
+# The uncached mode's READDIR events (events.UNCACHED_READDIR), read beside an rpc table that
+# came from other events ("uncached").
+UNCACHED_SOURCES = [s for g in RPC_SOURCES for s in g if s.event in UNCACHED_READDIR]
+
+
 @dataclass
 class Tables:
     """What load() read: the canonical tables and what they were made from."""
 
     # rpc, invalidations, revalidations, calls (always a table, columns.Columns, with
     # TABLE_COLUMNS' columns), ranges, markers, requests and latencies (None where the trace
-    # has no such event)
+    # has no such event), uncached (None where the trace recorded none of its events, or the
+    # rpc table was read from them)
     frames: dict[str, Any]
     sources: dict[str, list[str]]  # per table, the events it was read from
     recorded: dict[str, list[str]]  # per table, the events the trace recorded, fired or not
@@ -410,6 +420,15 @@ def load(trace):
     for name, src in (("requests", REQUEST_SOURCE), ("latencies", LATENCY_SOURCE)):
         found = frames_of([src])
         tables[name] = _frame(trace, found[0], frames) if found else None
+    # The uncached mode's READDIR events where the rpc table came from others (the series on
+    # 5.10 over NFSv4: nfs4:nfs4_readdir, nfs:nfs_readdir_uncached beside it): recorded and
+    # none fired is evidence too (model/roundtrips counts a listing's).
+    side = [u for u in frames_of(UNCACHED_SOURCES) if u.name not in used["rpc"]]
+    tables["uncached"] = None
+    if side:
+        got = _concat([_frame(trace, u, frames) for u in side])
+        empty = Columns({c: np.zeros(0) for c in ("ts", "pid", "fileid")})
+        tables["uncached"] = got if got is not None else empty
     for name, cols in TABLE_COLUMNS.items():
         df = tables[name]
         if df is None:
