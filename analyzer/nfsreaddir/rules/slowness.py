@@ -310,10 +310,10 @@ def _uncached(rt):
         [o.key for o in rt.ops if o.readdir],
         rt.uncached_readdirs,
         f"{_n(rt.uncached_readdirs)} of the listing's {_n(rt.readdirs)} READDIRs were read in "
-        "the uncached mode (nfs:nfs_readdir_uncached): the reader's cookie was not in the "
-        "directory's page cache (dropped under the listing, or a seek to a cookie the cache "
-        "does not hold), so the client read on from it into a buffer of its own and threw "
-        "the entries away once returned",
+        "the uncached mode (the kernel's uncached-mode READDIR events): the reader's cookie "
+        "was not in the directory's page cache (dropped under the listing, or a seek to a "
+        "cookie the cache does not hold), so the client read on from it into a buffer of its "
+        "own and threw the entries away once returned",
         "find what dropped the cache during the listing (the invalidations above: writers "
         "in the directory, or its attributes timing out); another reader of the directory "
         "gets no help from these READDIRs",
