@@ -178,6 +178,17 @@ def commands():
     return sub.choices
 
 
+def test_a_command_named_first_is_built_alone_with_the_same_help():
+    """parser(argv) builds only the command argv names: each name must be its adder's, and its
+    help and usage the same as with every command built."""
+    every = commands()
+    assert list(every) == list(cli.COMMANDS)
+    for name in cli.COMMANDS:
+        (sub,) = [a for a in cli.parser([name])._actions if isinstance(a, cli._Commands)]
+        assert list(sub.choices) == [name]
+        assert sub.choices[name].format_help() == every[name].format_help()
+
+
 def test_every_command_says_what_it_does_and_what_each_argument_is():
     for name, parser in commands().items():
         assert parser.description and len(parser.description) > 20, name

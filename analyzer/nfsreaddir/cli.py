@@ -142,9 +142,11 @@ TRACE_HELP = (
 )
 
 
-def parser():
+def parser(argv=None):
     """The command line: one function per command adds it and its arguments, in the order
-    `nfs-readdir --help` lists them."""
+    `nfs-readdir --help` lists them. Where argv begins with a command, only that one is added:
+    building the other ten is a tenth of what `check` of a small trace may take, and the
+    command's usage, help and errors are its own parser's either way."""
     p = _Parser(
         prog="nfs-readdir",
         description=__doc__.split("\n\n")[0],
@@ -152,19 +154,10 @@ def parser():
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", action=_Commands)
-    for add in (
-        _add_analyze,
-        _add_check,
-        _add_export,
-        _add_plot,
-        _add_compare,
-        _add_report,
-        _add_record,
-        _add_watch,
-        _add_results,
-        _add_slab,
-        _add_glossary,
-    ):
+    adders = COMMANDS.values()
+    if argv and argv[0] in COMMANDS:
+        adders = [COMMANDS[argv[0]]]
+    for add in adders:
         add(sub)
     return p
 
@@ -395,6 +388,22 @@ def _add_glossary(sub):
     s.set_defaults(func=commands.cmd_glossary)
 
 
+# Every command, by name, with the function that adds it (parser()), in `--help`'s order.
+COMMANDS = {
+    "analyze": _add_analyze,
+    "check": _add_check,
+    "export": _add_export,
+    "plot": _add_plot,
+    "compare": _add_compare,
+    "report": _add_report,
+    "record": _add_record,
+    "watch": _add_watch,
+    "results": _add_results,
+    "slab": _add_slab,
+    "glossary": _add_glossary,
+}
+
+
 def input_errors():
     """The exceptions that mean the input could not be used: UsageError, TraceError, a
     directory that is no reproducer's results, and those of the modules this run imported (a
@@ -419,7 +428,9 @@ def main(argv=None):
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="surrogateescape")
-    args = parser().parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    args = parser(argv).parse_args(argv)
     with contextlib.ExitStack() as stack:
         stack.callback(setattr, sys, "stdout", sys.stdout)
         stack.callback(SHOWN.clear)
