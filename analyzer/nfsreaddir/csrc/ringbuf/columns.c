@@ -62,7 +62,7 @@ static int32_t str_code(struct col *c, const uint8_t *sp, int32_t len)
 	}
 	for (j = h & (c->tcap - 1); c->tab[j].at >= 0; j = (j + 1) & (c->tcap - 1))
 		if (c->tab[j].hash == h && c->tab[j].len == len &&
-		    !memcmp(c->arena + c->tab[j].at, sp, len))
+		    same_bytes((const uint8_t *)c->arena + c->tab[j].at, sp, len))
 			return c->tab[j].code;
 	if (c->alen + len > c->acap) {
 		int64_t ncap = (c->acap + len) * 2;
@@ -159,7 +159,7 @@ static int put(struct eslot *s, const struct layout *l, int64_t dpos, int64_t dl
 				((uint32_t *)c->data)[i] = (uint32_t)v;
 		} else {
 			int64_t start = 0, len = 0, at;
-			const uint8_t *sp, *nul;
+			const uint8_t *sp;
 			int32_t code;
 
 			if (c->kind == 3) {     /* char buf[]: the rest of the record */
@@ -183,9 +183,7 @@ static int put(struct eslot *s, const struct layout *l, int64_t dpos, int64_t dl
 				len = 0;
 			}
 			sp = l->b + at;
-			nul = len ? memchr(sp, 0, len) : NULL;
-			if (nul)
-				len = nul - sp;
+			len = nul_at(sp, len);
 			code = str_code(c, sp, (int32_t)len);
 			if (code < 0 || (c->isz < 4 && code >= (1 << (8 * c->isz - 1)) &&
 					 !widen(s, c, code)))
