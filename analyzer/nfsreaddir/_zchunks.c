@@ -18,8 +18,33 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <string.h>
 #include <zstd.h>
+
+/* Each thread's decompression context, made at its first inflate() and freed when the thread
+ * ends: a context is some 100 KiB of tables, made and freed at every call before (a block of
+ * a few MiB each). */
+static pthread_key_t dctx_key;
+
+static void free_dctx(void *d)
+{
+	ZSTD_freeDCtx(d);
+}
+
+static ZSTD_DCtx *thread_dctx(void)
+{
+	ZSTD_DCtx *d = pthread_getspecific(dctx_key);
+
+	if (!d) {
+		d = ZSTD_createDCtx();
+		if (d && pthread_setspecific(dctx_key, d)) {
+			ZSTD_freeDCtx(d);
+			d = NULL;
+		}
+	}
+	return d;
+}
 
 /* Why a chunk stopped the run: the caller's messages, by number. */
 enum { OK, HEADER_CUT, BAD_SIZE, DATA_CUT, SIZE_MISMATCH, CORRUPT, SHORT };
@@ -62,7 +87,7 @@ static PyObject *inflate(PyObject *self, PyObject *args)
 		PyErr_SetString(PyExc_ValueError, "inflate: offsets outside the data");
 		goto out;
 	}
-	dctx = ZSTD_createDCtx();
+	dctx = thread_dctx();
 	if (!dctx) {
 		PyErr_NoMemory();
 		goto out;
@@ -121,7 +146,6 @@ static PyObject *inflate(PyObject *self, PyObject *args)
 		done++;
 	}
 	Py_END_ALLOW_THREADS
-	ZSTD_freeDCtx(dctx);
 	res = Py_BuildValue("(nnniLLz)", pos, done, fill, why, a, b, text);
 out:
 	PyBuffer_Release(&src);
@@ -192,5 +216,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__zchunks(void)
 {
+	if (pthread_key_create(&dctx_key, free_dctx)) {
+		PyErr_SetString(PyExc_OSError, "_zchunks: no thread-specific key");
+		return NULL;
+	}
 	return PyModule_Create(&module);
 }

@@ -19,6 +19,7 @@ whose answer and damage messages are the ones to give."""
 from __future__ import annotations
 
 import math
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -63,12 +64,11 @@ class _Cpu:
         self.hi = -math.inf  # every event of the CPU before this time has been read
         self.done = False
 
-    def advance(self, columns, want, floor):
+    def advance(self, columns, want):
         """Walk the next block and build its pieces (in this CPU's lane, so that the work of a
         CPU is done beside the consumer's): ({name: [piece]}, the time every later event of
-        the CPU is at or after), or None at the stream's end. ``floor``: the bound of the last
-        window handed out, which no row may be below. Raises NotWindowed where the stream is
-        damaged or its times run back."""
+        the CPU is at or after), or None at the stream's end. Raises NotWindowed where the
+        stream is damaged or its times run back within a piece."""
         try:
             block = next(self._blocks, None)
         except Damage as d:
@@ -90,17 +90,21 @@ class _Cpu:
                 ts = p["ts"]
                 if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():
                     raise NotWindowed(f"cpu {self.cpu}: time stamps run backwards")
-                if len(ts) and ts[0] < floor:
-                    raise NotWindowed(f"cpu {self.cpu}: time stamps run back past a window")
-        last = self.ext.screen()[3]
+        last = self.ext.last_ts()
         return built, int(self._convert(np.array([last], np.uint64))[0])
 
-    def add(self, got):
-        """Take what advance() read (None: the end) into the pending pieces."""
+    def add(self, got, floor):
+        """Take what advance() read (None: the end) into the pending pieces. ``floor``: the
+        bound of the last window handed out, which no row may be below (the block may have
+        been read before that window was cut)."""
         if got is None:
             self.done = True
             return
         built, hi = got
+        for pieces in built.values():
+            for p in pieces:
+                if len(p["ts"]) and p["ts"][0] < floor:
+                    raise NotWindowed(f"cpu {self.cpu}: time stamps run back past a window")
         for key, pieces in built.items():
             self.pending[key].extend(pieces)
         self.hi = max(self.hi, hi)
@@ -164,21 +168,31 @@ class Windows:
             for i, (cpu, off, size) in enumerate(cpus)
         ]
         lanes = [ThreadPoolExecutor(1, thread_name_prefix="tracedat") for _ in range(nlanes)]
+        # per stream its blocks asked of its lane and not taken yet, in order
+        reads = [deque() for _ in streams]
         floor = -math.inf
         try:
             with tuning.reading(t.file.size > RELEASE_ABOVE):
-                reads = self._read(streams, lanes, floor)
-                while reads:
-                    for s, fut in reads:
-                        s.add(fut.result())
+                self._read(streams, reads, lanes)
+                while True:
+                    # the next window needs a block more of each stream that bounds it; the
+                    # blocks the others have read already are taken too
+                    low = min((s.hi for s in streams if not s.done), default=math.inf)
+                    for s, q in zip(streams, reads):
+                        if not s.done and s.hi <= low:
+                            s.add(q.popleft().result(), floor)
+                        while q and q[0].done() and not s.done:
+                            s.add(q.popleft().result(), floor)
                     live = [s.hi for s in streams if not s.done]
                     bound = min(live) if live else math.inf
                     window = {s.part: s.cut(bound) for s in streams}
                     floor = bound
-                    # the next blocks are read while the consumer works on this window
-                    reads = self._read(streams, lanes, floor)
+                    # the lanes read on while the consumer works on this window
+                    self._read(streams, reads, lanes)
                     yield self._shape(window)
                     del window
+                    if not live:
+                        break
         finally:
             for lane in lanes:
                 lane.shutdown(wait=True, cancel_futures=True)
@@ -186,18 +200,15 @@ class Windows:
             [ev for s in streams for ev in s.lost], [(s.cpu, s.ext.screen()) for s in streams]
         )
 
-    def _read(self, streams, lanes, floor):
-        """(stream, future of its next block) of the streams that read on: those not at their
-        end that bound the next window, or hold few blocks' pieces."""
-        live = [s.hi for s in streams if not s.done]
-        if not live:
-            return []
-        low = min(live)
-        return [
-            (s, lanes[s.lane].submit(s.advance, self._columns, self._want, floor))
-            for s in streams
-            if not s.done and (s.hi <= low or s.held() < AHEAD_BLOCKS)
-        ]
+    def _read(self, streams, reads, lanes):
+        """Ask each stream's lane for its next blocks: a stream not at its end reads on while it
+        holds (pending or asked for) at most AHEAD_BLOCKS blocks, and a stream that bounds the
+        next window always has one asked for. A lane reads its blocks one after the other,
+        without waiting for the consumer between them."""
+        low = min((s.hi for s in streams if not s.done), default=math.inf)
+        for s, q in zip(streams, reads):
+            while not s.done and (len(q) + s.held() <= AHEAD_BLOCKS or (not q and s.hi <= low)):
+                q.append(lanes[s.lane].submit(s.advance, self._columns, self._want))
 
     def _shape(self, window):
         """{name: [(part, piece)]} of a window's {part: {name: [piece]}}, in CPU order then

@@ -35,35 +35,50 @@ static int slot_grow(struct eslot *s)
 	return 1;
 }
 
-/* The code of the string sp[0:len] in the column's dictionary (added if new); -1: no memory. */
+/* The column's dictionary made twice as large (256 slots at first), the strings placed
+ * again; 0: no memory. */
+static int str_room(struct col *c)
+{
+	int64_t ncap = c->tcap ? c->tcap * 2 : 256, k, m;
+	struct sslot *t;
+
+	t = malloc(ncap * sizeof(*t));
+	if (!t)
+		return 0;
+	for (k = 0; k < ncap; k++)
+		t[k].at = -1;
+	for (k = 0; k < c->tcap; k++) {
+		if (c->tab[k].at < 0)
+			continue;
+		for (m = c->tab[k].hash & (ncap - 1); t[m].at >= 0; m = (m + 1) & (ncap - 1))
+			;
+		t[m] = c->tab[k];
+	}
+	free(c->tab);
+	c->tab = t;
+	c->tcap = ncap;
+	return 1;
+}
+
+/* The code of the string sp[0:len] in the column's dictionary (added if new); -1: no memory.
+ * The room for a new string is made when one comes, not checked for each string met. */
 static int32_t str_code(struct col *c, const uint8_t *sp, int32_t len)
 {
 	uint64_t h = hash_bytes(sp, len);
-	int64_t j;
+	int64_t j = 0;
 
-	if (!c->tab || (c->used + 1) * 2 > c->tcap) {
-		int64_t ncap = c->tcap ? c->tcap * 2 : 256, k, m;
-		struct sslot *t = malloc(ncap * sizeof(*t));
-
-		if (!t)
-			return -1;
-		for (k = 0; k < ncap; k++)
-			t[k].at = -1;
-		for (k = 0; k < c->tcap; k++) {
-			if (c->tab[k].at < 0)
-				continue;
-			for (m = c->tab[k].hash & (ncap - 1); t[m].at >= 0; m = (m + 1) & (ncap - 1))
-				;
-			t[m] = c->tab[k];
-		}
-		free(c->tab);
-		c->tab = t;
-		c->tcap = ncap;
+	if (c->tab) {
+		for (j = h & (c->tcap - 1); c->tab[j].at >= 0; j = (j + 1) & (c->tcap - 1))
+			if (c->tab[j].hash == h && c->tab[j].len == len &&
+			    same_bytes((const uint8_t *)c->arena + c->tab[j].at, sp, len))
+				return c->tab[j].code;
 	}
-	for (j = h & (c->tcap - 1); c->tab[j].at >= 0; j = (j + 1) & (c->tcap - 1))
-		if (c->tab[j].hash == h && c->tab[j].len == len &&
-		    !memcmp(c->arena + c->tab[j].at, sp, len))
-			return c->tab[j].code;
+	if (!c->tab || (c->used + 1) * 2 > c->tcap) {   /* kept at most half full */
+		if (!str_room(c))
+			return -1;
+		for (j = h & (c->tcap - 1); c->tab[j].at >= 0; j = (j + 1) & (c->tcap - 1))
+			;
+	}
 	if (c->alen + len > c->acap) {
 		int64_t ncap = (c->acap + len) * 2;
 		char *a = realloc(c->arena, ncap);
@@ -135,20 +150,22 @@ static int widen(struct eslot *s, struct col *c, int32_t code)
 static int put(struct eslot *s, const struct layout *l, int64_t dpos, int64_t dl, uint64_t ts)
 {
 	int64_t i = s->n;
-	int j;
+	/* (in locals: the columns' byte stores may alias them, so they would be read again) */
+	int j, ncols = s->ncols;
+	struct col *cols = s->cols;
 
 	if (i == s->cap && !slot_grow(s))
 		return 0;
 	s->ts[i] = ts;
-	for (j = 0; j < s->ncols; j++) {
-		struct col *c = &s->cols[j];
+	for (j = 0; j < ncols; j++) {
+		struct col *c = &cols[j];
 
 		if (c->kind == 0) {
 			uint64_t v = 0;
 			int shift = 64 - 8 * (int)c->size;
 
 			if (dl >= c->off + c->size)
-				v = rd(l, dpos + c->off, (int)c->size);
+				v = rd_in(l, dpos + c->off, (int)c->size);
 			else if (c->pid)
 				v = (uint64_t)-1;
 			if (c->sgn && shift)
@@ -159,14 +176,14 @@ static int put(struct eslot *s, const struct layout *l, int64_t dpos, int64_t dl
 				((uint32_t *)c->data)[i] = (uint32_t)v;
 		} else {
 			int64_t start = 0, len = 0, at;
-			const uint8_t *sp, *nul;
+			const uint8_t *sp;
 			int32_t code;
 
 			if (c->kind == 3) {     /* char buf[]: the rest of the record */
 				start = c->off < dl ? c->off : dl;
 				len = dl - start;
 			} else if (dl >= c->off + 4) {
-				uint32_t w = (uint32_t)rd(l, dpos + c->off, 4);
+				uint32_t w = (uint32_t)rd_in(l, dpos + c->off, 4);
 
 				start = w & 0xFFFF;
 				if (c->kind == 2)
@@ -183,9 +200,7 @@ static int put(struct eslot *s, const struct layout *l, int64_t dpos, int64_t dl
 				len = 0;
 			}
 			sp = l->b + at;
-			nul = len ? memchr(sp, 0, len) : NULL;
-			if (nul)
-				len = nul - sp;
+			len = nul_at(sp, len);
 			code = str_code(c, sp, (int32_t)len);
 			if (code < 0 || (c->isz < 4 && code >= (1 << (8 * c->isz - 1)) &&
 					 !widen(s, c, code)))

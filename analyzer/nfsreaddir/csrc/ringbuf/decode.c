@@ -86,7 +86,6 @@ static inline int64_t record_string(const struct layout *l, int64_t pos, int64_t
 				    int64_t off, int rel, int64_t *at)
 {
 	int64_t start = 0, len = 0;
-	const uint8_t *sp, *nul;
 
 	if (dlen >= off + 4) {
 		uint32_t w = (uint32_t)rd(l, pos + off, 4);
@@ -105,9 +104,7 @@ static inline int64_t record_string(const struct layout *l, int64_t pos, int64_t
 		*at = 0;
 		len = 0;
 	}
-	sp = l->b + *at;
-	nul = len ? memchr(sp, 0, len) : NULL;
-	return nul ? nul - sp : len;
+	return nul_at(l->b + *at, len);
 }
 
 /* strings()'s dictionary of the distinct strings of a block: open addressing on their hash,
@@ -167,7 +164,7 @@ static int32_t strdict_code(struct strdict *d, const struct layout *l, int64_t a
 
 	for (j = h & (d->cap - 1); d->tab[j].at >= 0; j = (j + 1) & (d->cap - 1))
 		if (d->tab[j].hash == h && d->tab[j].len == len &&
-		    !memcmp(l->b + d->tab[j].at, sp, len))
+		    same_bytes(l->b + d->tab[j].at, sp, len))
 			return d->tab[j].code;
 	v = PyUnicode_DecodeUTF8((const char *)sp, len, "replace");
 	if (!v || PyList_Append(values, v) < 0) {

@@ -375,8 +375,20 @@ static PyObject *extract_screen(PyObject *self, PyObject *noargs)
 			     (unsigned long long)x->first_ts, (unsigned long long)x->last_ts, ids);
 }
 
+PyDoc_STRVAR(extract_last_ts_doc,
+"last_ts() -> int\n"
+"\n"
+"screen()'s last raw time stamp alone (0 before any record), without its list of ids: asked\n"
+"after each block by a reader a window at a time.");
+
+static PyObject *extract_last_ts(PyObject *self, PyObject *noargs)
+{
+	return PyLong_FromUnsignedLongLong(((Extract *)self)->last_ts);
+}
+
 static PyMethodDef extract_methods[] = {
 	{"screen", extract_screen, METH_NOARGS, extract_screen_doc},
+	{"last_ts", extract_last_ts, METH_NOARGS, extract_last_ts_doc},
 	{"walk", extract_walk, METH_VARARGS, extract_walk_doc},
 	{"restart", extract_restart, METH_NOARGS, extract_restart_doc},
 	{"view", extract_view, METH_VARARGS, extract_view_doc},

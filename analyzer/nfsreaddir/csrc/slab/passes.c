@@ -251,7 +251,9 @@ enum pass_result first_pass(struct piece *pieces, Py_ssize_t np_, struct tally *
 	return PASS_OK;
 }
 
-/* Second pass: the runs merged by (time, run), each event visited once. */
+/* Second pass: the runs merged by (time, run), each event visited once.  The run on top of
+ * the heap stays there while its next event comes before the best of the others (the top's
+ * children): the heap is sifted only when another run's turn comes, not at every event. */
 enum pass_result merge_pass(struct tally *c, struct run *runs, Py_ssize_t nruns)
 {
 	struct table *t = &c->t;
@@ -269,20 +271,40 @@ enum pass_result merge_pass(struct tally *c, struct run *runs, Py_ssize_t nruns)
 	for (i = nheap / 2 - 1; i >= 0; i--)
 		sift_down(heap, nheap, runs, (int)i);
 	while (nheap) {
-		struct run *r = &runs[heap[0]];
+		int top = heap[0], next = -1;
+		struct run *r = &runs[top];
+		const struct piece *p = r->p;
+		Py_ssize_t at = r->at, end = r->end;
+		int64_t ts = r->ts, bound = INT64_MAX;
 
-		/* pointers are scattered over the table: ask for the slot of this run's event
-		 * AHEAD on, so that memory is not waited for when it comes */
-		if (r->at + AHEAD < r->end)
-			__builtin_prefetch(&t->s[home_of(r->p->ptr[r->at + AHEAD], t->bits)]);
-		if (!visit(c, t, r->p, r->at, r->ts)) {
-			free(heap);
-			return PASS_NO_MEMORY;
+		if (nheap > 1)
+			next = heap[1];
+		if (nheap > 2 && before(runs, heap[2], next))
+			next = heap[2];
+		if (next >= 0)
+			bound = runs[next].ts;
+		for (;;) {
+			/* pointers are scattered over the table: ask for the slot of this run's
+			 * event AHEAD on, so that memory is not waited for when it comes */
+			if (at + AHEAD < end)
+				__builtin_prefetch(&t->s[home_of(p->ptr[at + AHEAD], t->bits)]);
+			if (!visit(c, t, p, at, ts)) {
+				free(heap);
+				return PASS_NO_MEMORY;
+			}
+			if (++at == end)
+				break;
+			ts = p->ts[at];
+			/* (at equal times the lower run first: the run below goes on only if next
+			 * is a later run) */
+			if (ts > bound || (ts == bound && next < top))
+				break;
 		}
-		if (++r->at == r->end)
+		r->at = at;
+		if (at == end)
 			heap[0] = heap[--nheap];
 		else
-			r->ts = r->p->ts[r->at];
+			r->ts = ts;
 		sift_down(heap, nheap, runs, 0);
 	}
 	free(heap);
