@@ -13,7 +13,6 @@ import threading
 
 import numpy as np
 
-from . import numpywalk
 from .page import damage_text
 from .raw import Damage
 
@@ -81,7 +80,9 @@ class PageWalker:
             raise Damage(f"cpu {cpu}: a data block of {len(block)} bytes is too large")
         lay = self.layout
         rb = compiled()
-        if rb is None:
+        if rb is None:  # (the numpy walk, the oracle, is imported only where it walks)
+            from . import numpywalk
+
             yield numpywalk.walk(block, lay, lut, cpu, lost, first_page)
             return
         out = _walk_arrays()
