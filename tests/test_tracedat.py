@@ -23,7 +23,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import installed, needs_setup, no_tracefs, run_cli, sample_and_full
+import conftest
+from conftest import (
+    installed,
+    needs_setup,
+    no_tracefs,
+    one_of_each_kind,
+    run_cli,
+    sample_and_full,
+)
 from nfsreaddir.trace import BASE_COLUMNS, TraceError, field_column, open_trace
 from nfsreaddir.trace.text import ReportText
 
@@ -48,14 +56,10 @@ def fixture_files():
     return sorted(p for p in FIXTURES.rglob("*.dat") if p.is_file())
 
 
-def report_text(dat, out_txt, raw=True, instance=None):
-    """`trace-cmd report [-R] -t` of ``dat`` into ``out_txt``."""
-    cmd = [TRACE_CMD, "report", "-t", "-i", str(dat)]
-    if raw:
-        cmd.insert(2, "-R")
-    with open(out_txt, "wb") as f:
-        subprocess.run(cmd, check=True, stdout=f, stderr=subprocess.PIPE, timeout=900)
-    return out_txt
+def report_text(dat, out_txt, raw=True):
+    """`trace-cmd report [-R] -t` of ``dat`` into ``out_txt`` (the run's one report of it:
+    conftest.report_text)."""
+    return conftest.report_text(TRACE_CMD, dat, out_txt, raw=raw, nanoseconds=True)
 
 
 def trace_cmd_compressions():
@@ -354,23 +358,12 @@ def kinds_of(path):
     return out
 
 
-def one_of_each_kind(files):
-    """The fewest of ``files`` (chosen greedily, the most new kinds first, ties by name) that
-    hold every kind any of them holds: a fixture recorded with a new event, a new layout, a
-    new format or a new kind of loss joins the sample by itself."""
-    kinds = {p: kinds_of(p) for p in files}
-    left, chosen = set().union(*kinds.values()), []
-    while left:
-        best = max(sorted(files), key=lambda p: len(kinds[p] & left))
-        chosen.append(best)
-        left -= kinds[best]
-    return sorted(chosen)
-
-
-# The comparisons that read every fixture whole, several times over (each `trace-cmd report -R`,
-# each conversion, each walk), run in make test on one fixture of each kind (9 of 64 files,
-# 2026-11-28) and on all of them in make test-full: `trace-cmd convert` of every fixture four
-# ways took 209 s of a fresh make test beside the guests.
+# The comparisons and damage sweeps that read every fixture whole, several times over (each
+# `trace-cmd report -R`, each conversion, each walk, each damaged copy), run in make test on one
+# fixture of each kind (9 of 67 files, 2026-11-28) and on all of them in make test-full:
+# `trace-cmd convert` of every fixture four ways took 209 s of a fresh make test beside the
+# guests; the fuzz, cut and stretch sweeps of every fixture 180 s at load 2 (test_reporttext's
+# report comparisons read this sample too).
 @pytest.fixture(
     scope="session",
     params=sample_and_full("kinds", "every", ids=("one-of-each-kind", "every-fixture")),
@@ -378,7 +371,7 @@ def one_of_each_kind(files):
 def swept_dats(request, dat_files):
     if request.param == "every":
         return dat_files
-    chosen = one_of_each_kind(dat_files)
+    chosen = one_of_each_kind(dat_files, kinds_of)
     print(f"one of each kind: {len(chosen)} of {len(dat_files)} files")
     return chosen
 
@@ -389,7 +382,7 @@ def swept_dats(request, dat_files):
 def test_the_sample_holds_every_kind(dat_files):
     """The sample that make test's comparisons read is smaller than the whole, and misses no
     kind of the whole (the greedy cover's own promise, checked)."""
-    chosen = one_of_each_kind(dat_files)
+    chosen = one_of_each_kind(dat_files, kinds_of)
     assert set().union(*map(kinds_of, chosen)) == set().union(*map(kinds_of, dat_files))
     assert len(chosen) < len(dat_files) or len(dat_files) == 1
 
@@ -686,8 +679,8 @@ def _data_ranges(path):
     return [(off, off + size) for _, off, size in t.file.buf.cpus if size]
 
 
-def test_truncated(dat_files, tmp_path):
-    for dat in dat_files:
+def test_truncated(swept_dats, tmp_path):
+    for dat in swept_dats:
         events = present_events(dat)
         data = Path(dat).read_bytes()
         ranges = _data_ranges(dat)
@@ -711,11 +704,11 @@ def test_truncated(dat_files, tmp_path):
 
 
 @pytest.mark.slow
-def test_corrupt_bytes_fuzz(dat_files, tmp_path):
+def test_corrupt_bytes_fuzz(swept_dats, tmp_path):
     """Seeded random damage in headers, metadata and ring-buffer data."""
     rnd = random.Random(20240607)
-    per_file = max(30, 240 // len(dat_files))
-    for dat in dat_files:
+    per_file = max(30, 240 // len(swept_dats))
+    for dat in swept_dats:
         events = present_events(dat)
         data = Path(dat).read_bytes()
         regions = [(0, min(len(data), 4096))] + _data_ranges(dat)
@@ -1230,23 +1223,30 @@ def read_both_ways(path, events, monkeypatch):
     return got
 
 
+# Each damaged copy is read twice whole, once by python-zstandard (108 s for every stream of
+# the three chunkiest traces at load 2): make test damages the stream of the most chunks of the
+# chunkiest trace in each of the five ways (the kinds the inflate tells apart), make test-full
+# every stream of the three.
 @needs_inflate
-def test_inflate_equals_python_zstd_on_damaged_chunks(dat_files, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "sweep", sample_and_full((1, 1), (3, None), ids=("one-stream", "three-traces"))
+)
+def test_inflate_equals_python_zstd_on_damaged_chunks(dat_files, tmp_path, monkeypatch, sweep):
     """Chunks damaged in each way the inflate tells apart (implausible size, data past the
     stream's end, a frame of another size, corrupt data, a frame that gives less than the
     file says): both paths keep the same events and name the same damage
     (libzstd and python-zstandard word the corruption itself differently)."""
     import struct
 
+    n_traces, n_streams = sweep
     seen = set()
-    for dat in chunky(dat_files):
+    for dat in chunky(dat_files, n_traces):
         events = present_events(dat)
         t, streams = zstd_chunks(dat)
         data = Path(dat).read_bytes()
         P = t.file.buf.page_size
-        for _, chunks in streams:
-            if len(chunks) < 3:
-                continue
+        long_ones = sorted((c for _, c in streams if len(c) >= 3), key=len, reverse=True)
+        for chunks in long_ones[:n_streams]:
             pos, csize, usize = chunks[len(chunks) // 2]
             hdr = lambda c, u, t=t: struct.pack(t.layout.endian + "II", c, u)  # noqa: E731
             cases = {
@@ -1284,13 +1284,15 @@ def test_inflate_equals_python_zstd_on_damaged_chunks(dat_files, tmp_path, monke
     assert seen == set(cases), seen
 
 
+# make test reads the chunkiest trace in both sizes of block, make test-full the three chunkiest.
 @needs_inflate
-def test_inflate_in_blocks_smaller_and_larger_than_a_chunk(dat_files, monkeypatch):
+@pytest.mark.parametrize("n_traces", sample_and_full(1, 3, ids=("chunkiest", "three-chunkiest")))
+def test_inflate_in_blocks_smaller_and_larger_than_a_chunk(dat_files, monkeypatch, n_traces):
     """Blocks of one page (every chunk larger: the block grows) and of a few chunks: the
     same frames as the usual blocks."""
     from nfsreaddir.trace import streams
 
-    for dat in chunky(dat_files):
+    for dat in chunky(dat_files, n_traces):
         events = present_events(dat)
         _, want = read_all(dat, events=events)
         for size in (4096, 3 * max(u for _, ch in zstd_chunks(dat)[1] for _, _, u in ch)):
@@ -1346,7 +1348,7 @@ def test_streams_are_cut_where_whole_ones_would_leave_threads_idle():
 
 
 @needs_compiled
-def test_stretches_of_a_stream_read_as_the_whole_stream(dat_files, tmp_path, monkeypatch):
+def test_stretches_of_a_stream_read_as_the_whole_stream(swept_dats, tmp_path, monkeypatch):
     """Each CPU's stream cut at every zstd chunk or page and read by two threads (so that
     a trace whose events sit on one CPU is not read by one thread): the same rows, fields,
     lost-events markers, and pieces in the same order as each stream read whole."""
@@ -1358,7 +1360,7 @@ def test_stretches_of_a_stream_read_as_the_whole_stream(dat_files, tmp_path, mon
         streams.Streams, "stretches", lambda self, *a: cut.append(stretches(self, *a)) or cut[-1]
     )
     streams_cut = 0
-    for dat in with_uncompressed(dat_files, tmp_path):
+    for dat in with_uncompressed(swept_dats, tmp_path):
         req = extractable(open_trace(dat), present_events(dat))
         cut.clear()
         whole = read_request(dat, req, monkeypatch, None)
@@ -1377,7 +1379,7 @@ def test_stretches_of_a_stream_read_as_the_whole_stream(dat_files, tmp_path, mon
 
 
 @needs_compiled
-def test_stretches_stop_where_the_stream_is_damaged(dat_files, tmp_path, monkeypatch):
+def test_stretches_stop_where_the_stream_is_damaged(swept_dats, tmp_path, monkeypatch):
     """A damaged zstd chunk in the middle of a stream (corrupt data, an implausible size), a
     page with a garbage header and a file cut short: read in stretches, the events before
     the damage and nothing after it, with the message of the stream read whole (pages
@@ -1385,7 +1387,7 @@ def test_stretches_stop_where_the_stream_is_damaged(dat_files, tmp_path, monkeyp
     import struct
 
     seen = set()
-    for dat in with_uncompressed(dat_files, tmp_path):
+    for dat in with_uncompressed(swept_dats, tmp_path):
         data = Path(dat).read_bytes()
         t = open_trace(dat)
         req = extractable(t, present_events(dat))
