@@ -139,10 +139,9 @@ test-bisect: setup-build
 # test: 3) and its lossy captures with two seeds (make test: one); every trace.dat fixture
 # decoded against `trace-cmd report -R`, converted four ways, walked both ways, fuzzed, cut and
 # read in stretches, and its report texts compared (make test: one fixture of each kind, print
-# formats too for the texts); the inflate on damaged chunks of every stream of the three
-# chunkiest traces (make test: one stream); 120 line edits of each style of the bad report (make
-# test: 4 of each kind of edit); 40 and 24 damaged captures against tshark (make test: each
-# kind of damage twice); and the export of every readdir run (make test: one of each kind).
+# formats too for the texts); 120 line edits of each style of the bad report (make test: 4 of
+# each kind of edit); 40 and 24 damaged captures against tshark (make test: each kind of damage
+# twice); and the export of every readdir run (make test: one of each kind).
 test-full: setup
 	NFSRT_TEST_FULL=1 $(PYTEST) -ra --durations=0 -m full
 
