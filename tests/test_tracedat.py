@@ -362,8 +362,8 @@ def kinds_of(path):
 # `trace-cmd report -R`, each conversion, each walk, each damaged copy), run in make test on one
 # fixture of each kind (9 of 67 files, 2026-11-28) and on all of them in make test-full:
 # `trace-cmd convert` of every fixture four ways took 209 s of a fresh make test beside the
-# guests; the fuzz, cut and stretch sweeps of every fixture 180 s at load 2 (test_reporttext's
-# report comparisons read this sample too).
+# guests; the fuzz, cut and stretch sweeps of every fixture 203 s at load 2, two workers
+# (test_reporttext's report comparisons take a sample of their own: print formats too).
 @pytest.fixture(
     scope="session",
     params=sample_and_full("kinds", "every", ids=("one-of-each-kind", "every-fixture")),
