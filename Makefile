@@ -133,11 +133,15 @@ test-bisect: setup-build
 	NFSRT_TEST_BISECT=1 $(PYTEST) -ra -s tests/test_bisect.py::test_bisect_names_the_cookie_resume_fix
 
 # Opt-in: the sweeps at full size where make test runs a sample of every kind (the `full`
-# marker, conftest.FULL): every 97th bit of the bad fixture flipped in each copy (make test:
-# every 997th), every number edited three lines around each restart (make test: one), 8 bits
-# flipped in each of test_one_answer's traces (make test: 3), and every trace.dat fixture
-# decoded against `trace-cmd report -R`, converted four ways and walked both ways (make test:
-# one fixture of each kind, test_tracedat.one_of_each_kind).
+# marker, conftest.FULL; the samples chosen by conftest.one_of_each_kind): every 97th bit of the
+# bad fixture flipped in each copy (make test: every 997th), every number edited three lines
+# around each restart (make test: one), 8 bits flipped in each of test_one_answer's traces (make
+# test: 3) and its lossy captures with two seeds (make test: one); every trace.dat fixture
+# decoded against `trace-cmd report -R`, converted four ways, walked both ways, fuzzed, cut and
+# read in stretches, and its report texts compared (make test: one fixture of each kind, print
+# formats too for the texts); 120 line edits of each style of the bad report (make test: 4 of
+# each kind of edit); 40 and 24 damaged captures against tshark (make test: each kind of damage
+# twice); and the export of every readdir run (make test: one of each kind).
 test-full: setup
 	NFSRT_TEST_FULL=1 $(PYTEST) -ra --durations=0 -m full
 

@@ -1,3 +1,5 @@
+import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -154,34 +156,47 @@ def editcap():
     return installed("editcap")
 
 
-# `trace-cmd report` of a fixture, made once in a session however many tests read it (several
-# tests start from the same fixture's text; each report of a fixture takes seconds on 2 busy
-# cores): {(trace, raw, only): text file}, in a directory removed when the session ends.
-_REPORTS: dict = {}
-_REPORTS_DIR = tempfile.TemporaryDirectory(prefix="nfsrt-reports-")
+# `trace-cmd report` of a trace, made once in a run however many tests, in however many
+# pytest-xdist workers, read it (several tests start from the same fixture's text; the 104 MB of
+# record-5.10-ringloss's `report -R` take 3 s): a file per (the trace's bytes, trace-cmd, the
+# options) in a directory of the run, which the run's first process makes (pytest_configure:
+# before it starts its workers, which find it in REPORTS_ENV) and removes when it ends. A report
+# is made under a lock, so that two workers that want it make it once, into a temporary file
+# renamed when whole.
+REPORTS_ENV = "NFSRT_TEST_REPORTS"
+_OWN_REPORTS = pytest.StashKey[str]()
 
 
-def report_text(trace_cmd, dat, out, raw=False, only=()):
-    """`trace-cmd report [-R]` of a trace, as a user would paste it into a bug report; with
-    `only` (events as SYSTEM/NAME, `-F` filters), as if only those events were recorded. Written
-    to ``out`` (a copy of the session's one report of that trace: a test may edit its copy)."""
-    st = os.stat(dat)
-    key = (os.path.realpath(dat), st.st_mtime_ns, st.st_size, trace_cmd, bool(raw), tuple(only))
-    if key not in _REPORTS:
-        made = os.path.join(_REPORTS_DIR.name, f"{len(_REPORTS)}.txt")
-        with open(made, "w") as f:
-            subprocess.run(
-                [trace_cmd, "report"]
-                + (["-R"] if raw else [])
-                + [a for ev in only for a in ("-F", ev)]
-                + [dat],
-                stdout=f,
-                stderr=subprocess.DEVNULL,
-                check=True,
-                timeout=600,
-            )
-        _REPORTS[key] = made
-    shutil.copyfile(_REPORTS[key], out)
+def report_text(trace_cmd, dat, out, raw=False, only=(), nanoseconds=False):
+    """`trace-cmd report [-R] [-t]` of a trace, as a user would paste it into a bug report
+    (``nanoseconds``: time stamps to the nanosecond, -t); with `only` (events as SYSTEM/NAME,
+    `-F` filters), as if only those events were recorded. Written to ``out`` (a copy of the
+    run's one report of that trace: a test may edit its copy)."""
+    args = (
+        (["-R"] if raw else [])
+        + (["-t"] if nanoseconds else [])
+        + [a for ev in only for a in ("-F", ev)]
+    )
+    with open(dat, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    key = hashlib.sha256(repr((digest, os.path.realpath(trace_cmd), args)).encode()).hexdigest()
+    made = os.path.join(os.environ[REPORTS_ENV], f"{key[:32]}.txt")
+    if not os.path.exists(made):
+        with open(made + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not os.path.exists(made):
+                with tempfile.NamedTemporaryFile(
+                    "w", dir=os.path.dirname(made), suffix=".partial", delete=False
+                ) as f:
+                    subprocess.run(
+                        [trace_cmd, "report"] + args + [str(dat)],
+                        stdout=f,
+                        stderr=subprocess.DEVNULL,
+                        check=True,
+                        timeout=600,
+                    )
+                os.replace(f.name, made)
+    shutil.copyfile(made, out)
     return out
 
 
@@ -215,6 +230,10 @@ def series_tree(branch, tree=KERNEL_TREE):
 
 
 def pytest_configure(config):
+    if not os.environ.get(REPORTS_ENV):
+        config.stash[_OWN_REPORTS] = os.environ[REPORTS_ENV] = tempfile.mkdtemp(
+            prefix="nfsrt-reports-"
+        )
     config.addinivalue_line(
         "markers",
         "guest(NAME): runs in the guest that boots its kernel once for every selected test's "
@@ -249,6 +268,12 @@ def pytest_collection_modifyitems(config, items):
 
 OPT_IN = pytest.StashKey[list]()
 
+
+def pytest_unconfigure(config):
+    if _OWN_REPORTS in config.stash:
+        shutil.rmtree(os.environ.pop(REPORTS_ENV), ignore_errors=True)
+
+
 # The whole sweeps and every fixture where `make test` takes a sample of each kind: over its
 # budget on a busy 2-core machine (docs/measurements/fresh-test.md), run by `make test-full`.
 FULL = [pytest.mark.opt_in("NFSRT_TEST_FULL", "make test-full"), pytest.mark.full]
@@ -259,6 +284,20 @@ def sample_and_full(sample, full, ids=("sample", "full")):
     test-full`. The sample covers every kind the full sweep does (every copy, every fixture
     kind), with fewer instances of each."""
     return [pytest.param(sample, id=ids[0]), pytest.param(full, id=ids[1], marks=FULL)]
+
+
+def one_of_each_kind(items, kinds_of):
+    """The fewest of ``items`` (chosen greedily, the most new kinds first, ties by name) that
+    hold every kind any of them holds (``kinds_of``: a set of kinds): a fixture recorded with a
+    new event, a new layout, a new format, a new kernel or a new kind of loss joins the sample
+    by itself."""
+    kinds = {p: kinds_of(p) for p in items}
+    left, chosen = set().union(*kinds.values()), []
+    while left:
+        best = max(sorted(items), key=lambda p: len(kinds[p] & left))
+        chosen.append(best)
+        left -= kinds[best]
+    return sorted(chosen)
 
 
 def pytest_terminal_summary(terminalreporter, config):

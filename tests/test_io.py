@@ -9,7 +9,17 @@ import sys
 
 import pytest
 
-from conftest import FIXTURES, NFS_READDIR, TOP, fixture_dirs, report_text, run_cli
+from conftest import (
+    FIXTURES,
+    NFS_READDIR,
+    TOP,
+    fixture_dirs,
+    key_values,
+    one_of_each_kind,
+    report_text,
+    run_cli,
+    sample_and_full,
+)
 from nfsreaddir.status import ERROR as EXIT_ERROR
 
 BAD = os.path.join(FIXTURES, "5.10-v4.1")
@@ -150,28 +160,46 @@ def test_a_full_disk_names_the_file_and_what_to_do(tmp_path):
     assert "Traceback" not in p.stderr and os.listdir(small) == []
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    """The Parquet export of every readdir fixture into one folder, and what analyze says."""
+def run_kinds(name):
+    """What a run's tables can differ by: its kernel, NFS version, file system and reproducer
+    (its facts)."""
+    facts = key_values(os.path.join(FIXTURES, name, "facts"))
+    return {(k, facts[k]) for k in ("run.kernel", "run.nfs", "run.fs", "run.name")}
+
+
+# Each run is exported and analyzed whole: make test exports one run of each kind (every
+# kernel, NFS version, file system and reproducer: 5 of 12 runs, 2026-11-28), make test-full
+# every run.
+@pytest.fixture(
+    scope="module", params=sample_and_full("kinds", "every", ids=("one-of-each-kind", "every-run"))
+)
+def dataset(request, tmp_path_factory):
+    """The Parquet export of the readdir fixtures into one folder, what analyze says, and the
+    runs exported."""
     out = tmp_path_factory.mktemp("export") / "tables"
+    names = fixture_dirs() + fixture_dirs("readdir-multi")
+    if request.param == "kinds":
+        names = one_of_each_kind(names, run_kinds)
+        print(f"one run of each kind: {names}")
     printed, truth = [], {}
-    for name in fixture_dirs() + fixture_dirs("readdir-multi"):
+    for name in names:
         d = os.path.join(FIXTURES, name)
         p = run_cli("export", d, "-o", out, "--format", "parquet", check=0)
         printed += p.stdout.split()
         for a in json.loads(run_cli("analyze", "--json", d, check=0).stdout):
             truth[a["trace"]["path"]] = a["listings"]
-    return out, printed, truth
+    return out, printed, truth, names
 
 
 @pytest.mark.slow
 def test_exports_of_many_traces_never_overwrite(dataset, tmp_path):
-    out, printed, truth = dataset
+    out, printed, truth, names = dataset
     files = [os.path.join(r, f) for r, _, fs in os.walk(out) for f in fs]
     assert sorted(files) == sorted(printed) and len(set(printed)) == len(printed)
     assert not [f for f in files if f.endswith(".partial")]
     # The same trace again: nothing rewritten, and export says so of every file.
-    again = run_cli("export", BAD, "-o", out, "--format", "parquet", check=0)
+    first = os.path.join(FIXTURES, names[0])
+    again = run_cli("export", first, "-o", out, "--format", "parquet", check=0)
     lines = again.stdout.splitlines()
     assert lines and all(
         x.endswith(": left as it was (already this export, byte for byte)") for x in lines
@@ -181,7 +209,7 @@ def test_exports_of_many_traces_never_overwrite(dataset, tmp_path):
 def test_every_table_has_one_schema_for_every_kernel(dataset):
     import pyarrow.parquet as pq
 
-    out, _, _ = dataset
+    out, _, _, _ = dataset
     for table in os.listdir(out):
         schemas = {
             str(pq.read_schema(os.path.join(out, table, f)))
@@ -196,7 +224,7 @@ def test_duckdb_answers_restarts_and_readdirs_per_listing(dataset):
     """The README's query, over the export of every fixture at once, equals analyze --json."""
     import duckdb
 
-    out, _, truth = dataset
+    out, _, truth, _ = dataset
     rows = duckdb.sql(f"""
         SELECT l.kernel, l.trace, l.listing, l.restarts, count(r.ts) AS readdirs
         FROM read_parquet('{out}/listings/*.parquet') l

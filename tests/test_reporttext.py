@@ -12,11 +12,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import conftest
+from conftest import one_of_each_kind, sample_and_full
 from nfsreaddir.trace import TraceError, field_column, open_trace
 from nfsreaddir.trace.arrays import Strs
 from nfsreaddir.trace.base import Trace
 from nfsreaddir.trace.text import ReportText, looks_like_report
-from test_tracedat import FIXTURES, TRACE_CMD, dat_files, host_trace, needs_trace_cmd, report_text  # noqa: F401
+from test_tracedat import (  # noqa: F401 (the fixtures)
+    FIXTURES,
+    TRACE_CMD,
+    dat_files,
+    host_trace,
+    kinds_of,
+    needs_trace_cmd,
+    report_text,
+)
 
 NFS_SYSTEMS = ("nfs", "nfs4", "sunrpc")
 
@@ -27,12 +37,35 @@ def _names_by_system(dat):
     return t, present
 
 
+def printed_kinds_of(path):
+    """test_tracedat's kinds of a trace, and the print format of each event with records: the
+    default report writes each event's line by its print format, -R by its layout."""
+    t = open_trace(path)
+    return kinds_of(path) | {("print", ev, t.event_format(ev).print_fmt) for ev in t.event_counts()}
+
+
+# The comparisons below parse each report of every fixture whole (328 s for the three at load 2,
+# most of the time of test_reporttext): make test reads one fixture of each kind (every event
+# layout and print format, format, page size, instance and kind of loss: 12 of 67 files,
+# 2026-11-28), make test-full every fixture.
+@pytest.fixture(
+    scope="session",
+    params=sample_and_full("kinds", "every", ids=("one-of-each-kind", "every-fixture")),
+)
+def swept_reports(request, dat_files):
+    if request.param == "every":
+        return dat_files
+    chosen = one_of_each_kind(dat_files, printed_kinds_of)
+    print(f"one of each kind (print formats too): {len(chosen)} of {len(dat_files)} files")
+    return chosen
+
+
 @pytest.mark.slow
 @needs_trace_cmd
-def test_default_and_raw_agree(dat_files, tmp_path):
+def test_default_and_raw_agree(swept_reports, tmp_path):
     """Both report styles give the same records; NFS/SUNRPC compound forms of
     the default style normalise to the -R field values."""
-    for dat in dat_files:
+    for dat in swept_reports:
         t, present = _names_by_system(dat)
         raw = ReportText(str(report_text(dat, tmp_path / "r.txt", raw=True)))
         dflt = ReportText(str(report_text(dat, tmp_path / "d.txt", raw=False)))
@@ -79,9 +112,9 @@ def test_default_and_raw_agree(dat_files, tmp_path):
 
 @pytest.mark.slow
 @needs_trace_cmd
-def test_text_matches_binary(dat_files, tmp_path):
+def test_text_matches_binary(swept_reports, tmp_path):
     """Typed -R parse equals the binary decode for integer and string fields."""
-    for dat in dat_files:
+    for dat in swept_reports:
         t, present = _names_by_system(dat)
         rt = ReportText(str(report_text(dat, tmp_path / "r.txt", raw=True)))
         fr_t = rt.read({n: None for n in present})
@@ -117,20 +150,9 @@ def test_text_matches_binary(dat_files, tmp_path):
 
 @pytest.mark.slow
 @needs_trace_cmd
-def test_six_decimal_timestamps(dat_files, tmp_path):
-    for dat in dat_files:
-        txt = tmp_path / "six.txt"
-        import subprocess
-
-        with open(txt, "wb") as f:
-            subprocess.run(
-                [TRACE_CMD, "report", "-i", str(dat)],
-                check=True,
-                stdout=f,
-                stderr=subprocess.PIPE,
-                timeout=900,
-            )
-        six = ReportText(str(txt))
+def test_six_decimal_timestamps(swept_reports, tmp_path):
+    for dat in swept_reports:
+        six = ReportText(str(conftest.report_text(TRACE_CMD, dat, tmp_path / "six.txt")))
         nine = ReportText(str(report_text(dat, tmp_path / "nine.txt", raw=False)))
         names = sorted(six.event_names())
         a = six.read({n: [] for n in names})

@@ -23,7 +23,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import installed, needs_setup, no_tracefs, run_cli, sample_and_full
+import conftest
+from conftest import (
+    installed,
+    needs_setup,
+    no_tracefs,
+    one_of_each_kind,
+    run_cli,
+    sample_and_full,
+)
 from nfsreaddir.trace import BASE_COLUMNS, TraceError, field_column, open_trace
 from nfsreaddir.trace.text import ReportText
 
@@ -48,14 +56,10 @@ def fixture_files():
     return sorted(p for p in FIXTURES.rglob("*.dat") if p.is_file())
 
 
-def report_text(dat, out_txt, raw=True, instance=None):
-    """`trace-cmd report [-R] -t` of ``dat`` into ``out_txt``."""
-    cmd = [TRACE_CMD, "report", "-t", "-i", str(dat)]
-    if raw:
-        cmd.insert(2, "-R")
-    with open(out_txt, "wb") as f:
-        subprocess.run(cmd, check=True, stdout=f, stderr=subprocess.PIPE, timeout=900)
-    return out_txt
+def report_text(dat, out_txt, raw=True):
+    """`trace-cmd report [-R] -t` of ``dat`` into ``out_txt`` (the run's one report of it:
+    conftest.report_text)."""
+    return conftest.report_text(TRACE_CMD, dat, out_txt, raw=raw, nanoseconds=True)
 
 
 def trace_cmd_compressions():
@@ -230,12 +234,17 @@ def compare_with_report(dat, tmp_path, instance=None):
 
 
 def frames_equal(a, b, what):
+    """Equal frames: the same columns, types and values, exactly. (Exactly, as the readers give
+    the same numbers and strings: without check_exact pandas compares a categorical column an
+    element at a time, "almost equal", which was 90% of this file's stretch tests, 61 of 66 s
+    on record-5.10-ringloss's 711,892 events.)"""
     assert set(a) == set(b), what
     for k in a:
         pd.testing.assert_frame_equal(
             a[k].reset_index(drop=True),
             b[k].reset_index(drop=True),
             check_dtype=True,
+            check_exact=True,
             obj=f"{what} {k}",
         )
 
@@ -349,23 +358,12 @@ def kinds_of(path):
     return out
 
 
-def one_of_each_kind(files):
-    """The fewest of ``files`` (chosen greedily, the most new kinds first, ties by name) that
-    hold every kind any of them holds: a fixture recorded with a new event, a new layout, a
-    new format or a new kind of loss joins the sample by itself."""
-    kinds = {p: kinds_of(p) for p in files}
-    left, chosen = set().union(*kinds.values()), []
-    while left:
-        best = max(sorted(files), key=lambda p: len(kinds[p] & left))
-        chosen.append(best)
-        left -= kinds[best]
-    return sorted(chosen)
-
-
-# The comparisons that read every fixture whole, several times over (each `trace-cmd report -R`,
-# each conversion, each walk), run in make test on one fixture of each kind (9 of 64 files,
-# 2026-11-28) and on all of them in make test-full: `trace-cmd convert` of every fixture four
-# ways took 209 s of a fresh make test beside the guests.
+# The comparisons and damage sweeps that read every fixture whole, several times over (each
+# `trace-cmd report -R`, each conversion, each walk, each damaged copy), run in make test on one
+# fixture of each kind (9 of 67 files, 2026-11-28) and on all of them in make test-full:
+# `trace-cmd convert` of every fixture four ways took 209 s of a fresh make test beside the
+# guests; the fuzz, cut and stretch sweeps of every fixture 203 s at load 2, two workers
+# (test_reporttext's report comparisons take a sample of their own: print formats too).
 @pytest.fixture(
     scope="session",
     params=sample_and_full("kinds", "every", ids=("one-of-each-kind", "every-fixture")),
@@ -373,7 +371,7 @@ def one_of_each_kind(files):
 def swept_dats(request, dat_files):
     if request.param == "every":
         return dat_files
-    chosen = one_of_each_kind(dat_files)
+    chosen = one_of_each_kind(dat_files, kinds_of)
     print(f"one of each kind: {len(chosen)} of {len(dat_files)} files")
     return chosen
 
@@ -384,7 +382,7 @@ def swept_dats(request, dat_files):
 def test_the_sample_holds_every_kind(dat_files):
     """The sample that make test's comparisons read is smaller than the whole, and misses no
     kind of the whole (the greedy cover's own promise, checked)."""
-    chosen = one_of_each_kind(dat_files)
+    chosen = one_of_each_kind(dat_files, kinds_of)
     assert set().union(*map(kinds_of, chosen)) == set().union(*map(kinds_of, dat_files))
     assert len(chosen) < len(dat_files) or len(dat_files) == 1
 
@@ -681,8 +679,8 @@ def _data_ranges(path):
     return [(off, off + size) for _, off, size in t.file.buf.cpus if size]
 
 
-def test_truncated(dat_files, tmp_path):
-    for dat in dat_files:
+def test_truncated(swept_dats, tmp_path):
+    for dat in swept_dats:
         events = present_events(dat)
         data = Path(dat).read_bytes()
         ranges = _data_ranges(dat)
@@ -706,11 +704,11 @@ def test_truncated(dat_files, tmp_path):
 
 
 @pytest.mark.slow
-def test_corrupt_bytes_fuzz(dat_files, tmp_path):
+def test_corrupt_bytes_fuzz(swept_dats, tmp_path):
     """Seeded random damage in headers, metadata and ring-buffer data."""
     rnd = random.Random(20240607)
-    per_file = max(30, 240 // len(dat_files))
-    for dat in dat_files:
+    per_file = max(30, 240 // len(swept_dats))
+    for dat in swept_dats:
         events = present_events(dat)
         data = Path(dat).read_bytes()
         regions = [(0, min(len(data), 4096))] + _data_ranges(dat)
@@ -1341,7 +1339,7 @@ def test_streams_are_cut_where_whole_ones_would_leave_threads_idle():
 
 
 @needs_compiled
-def test_stretches_of_a_stream_read_as_the_whole_stream(dat_files, tmp_path, monkeypatch):
+def test_stretches_of_a_stream_read_as_the_whole_stream(swept_dats, tmp_path, monkeypatch):
     """Each CPU's stream cut at every zstd chunk or page and read by two threads (so that
     a trace whose events sit on one CPU is not read by one thread): the same rows, fields,
     lost-events markers, and pieces in the same order as each stream read whole."""
@@ -1353,7 +1351,7 @@ def test_stretches_of_a_stream_read_as_the_whole_stream(dat_files, tmp_path, mon
         streams.Streams, "stretches", lambda self, *a: cut.append(stretches(self, *a)) or cut[-1]
     )
     streams_cut = 0
-    for dat in with_uncompressed(dat_files, tmp_path):
+    for dat in with_uncompressed(swept_dats, tmp_path):
         req = extractable(open_trace(dat), present_events(dat))
         cut.clear()
         whole = read_request(dat, req, monkeypatch, None)
@@ -1372,7 +1370,7 @@ def test_stretches_of_a_stream_read_as_the_whole_stream(dat_files, tmp_path, mon
 
 
 @needs_compiled
-def test_stretches_stop_where_the_stream_is_damaged(dat_files, tmp_path, monkeypatch):
+def test_stretches_stop_where_the_stream_is_damaged(swept_dats, tmp_path, monkeypatch):
     """A damaged zstd chunk in the middle of a stream (corrupt data, an implausible size), a
     page with a garbage header and a file cut short: read in stretches, the events before
     the damage and nothing after it, with the message of the stream read whole (pages
@@ -1380,7 +1378,7 @@ def test_stretches_stop_where_the_stream_is_damaged(dat_files, tmp_path, monkeyp
     import struct
 
     seen = set()
-    for dat in with_uncompressed(dat_files, tmp_path):
+    for dat in with_uncompressed(swept_dats, tmp_path):
         data = Path(dat).read_bytes()
         t = open_trace(dat)
         req = extractable(t, present_events(dat))
