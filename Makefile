@@ -13,7 +13,7 @@ CHECKS := check-ruff check-format check-shell check-types check-tests
 # mypy's incremental cache, kept across clones (a cold run takes a minute on 2 busy cores).
 MYPY_CACHE ?= $(shell reproducers/cache-dir mypy)
 
-.PHONY: setup setup-build demo check $(CHECKS) test-fast test test-guests test-builds test-analyzer test-builds-logged test-analyzer-logged fetch-guests fetch-series test-kernel test-prometheus test-bisect test-full bench \
+.PHONY: setup setup-build demo check $(CHECKS) test-fast test test-guests test-builds test-analyzer test-builds-logged test-analyzer-logged fetch-guests fetch-series fetch-tools test-kernel test-prometheus test-bisect test-full bench \
 	fixtures clean
 
 setup:
@@ -77,7 +77,7 @@ test-fast: setup
 # which in a run would hold up its tests, and two runs unpacking one kernel at once would remove
 # each other's half-made tree (debian-fetch takes a lock per suite; vm-run's unpacking none).
 test:
-	$(MAKE) --no-print-directory -j3 setup-build fetch-series fetch-guests
+	$(MAKE) --no-print-directory -j3 setup-build fetch-series fetch-guests fetch-tools
 	$(MAKE) --no-print-directory -k -j3 test-guests test-builds-logged test-analyzer-logged
 
 # The kernels the guests of make test boot (tests/vmrun.py's SCENARIOS, and test_vm.py's own).
@@ -86,6 +86,12 @@ fetch-guests:
 	for k in $(GUEST_KERNELS); do \
 		reproducers/vm-run --fetch-only --kernel debian:$$k --results $(RESULTS) >/dev/null || exit 1; \
 	done
+
+# trixie's trace-cmd (tests/tools/trace-cmd-trixie: the zlib conversions of test_cli and
+# test_tracedat), unpacked into the cache: fetched in the analyzer's run, it held up a worker
+# for 156 s of the fresh run (docs/measurements/fresh-test.md).
+fetch-tools:
+	tests/tools/trace-cmd-trixie list -c >/dev/null
 
 fetch-series:
 	kernel-patches/prepare-tree --fetch >/dev/null
