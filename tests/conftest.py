@@ -1,3 +1,4 @@
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -134,6 +135,20 @@ def pytest_runtest_setup(item):
         available, what = mark.args
         if not available:
             pytest.fail(f"{what}: run reproducers/setup-host (as root)", pytrace=False)
+
+
+# The lock every part of the project takes while it changes the host's top-level tracefs state
+# and puts it back (analyzer/bench/make-trace takes it too): two tests on two workers, or in two
+# checkouts, would otherwise each put back what they saw while the other had it changed.
+TRACEFS_LOCK = "/run/lock/nfs-readdir-trace.tracefs"
+
+
+@contextlib.contextmanager
+def host_tracefs():
+    """The host's tracefs to change and put back, no other user of the lock changing it."""
+    with open(TRACEFS_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def no_tracefs():

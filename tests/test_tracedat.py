@@ -25,6 +25,7 @@ import pytest
 
 import conftest
 from conftest import (
+    host_tracefs,
     installed,
     needs_setup,
     no_tracefs,
@@ -287,49 +288,51 @@ def host_trace(tmp_path_factory):
     out = tmp_path_factory.mktemp("host") / "host.dat"
     inst = TRACEFS / "instances" / HOST_INSTANCE
     events = ["kmem/kmem_cache_free", "sched/sched_switch", "sched/sched_wakeup"]
-    on0 = (TRACEFS / "tracing_on").read_text().strip()
-    enabled = []
-    made_inst = False
-    try:
-        _write(TRACEFS / "tracing_on", "0")
-        for e in events:
-            p = TRACEFS / "events" / e / "enable"
-            if p.read_text().strip() == "0":
-                _write(p, "1")
-                enabled.append(p)
-        if not inst.exists():
-            inst.mkdir()
-            made_inst = True
-            # a tiny buffer that overflows: lost events to check
-            _write(inst / "buffer_size_kb", "8")
-            for e in ("sched/sched_switch", "kmem/kmem_cache_free"):
-                _write(inst / "events" / e / "enable", "1")
-        _write(TRACEFS / "tracing_on", "1")
-        for i in range(3):
-            _write(TRACEFS / "trace_marker", f"nfsreaddir test marker {i}\n")
-            subprocess.run(["ls", "-la", "/usr/bin"], stdout=subprocess.DEVNULL)
-        _write(TRACEFS / "trace_marker", "no newline")
-        if made_inst:
-            _write(inst / "trace_marker", "marker in the instance\n")
-        time.sleep(0.05)
-        _write(TRACEFS / "tracing_on", "0")
-        if made_inst:
-            _write(inst / "tracing_on", "0")
-        cmd = [TRACE_CMD, "extract", "-o", str(out)]
-        if made_inst:
-            cmd += ["-t", "-B", HOST_INSTANCE]
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
-    finally:
-        for p in enabled:
-            _write(p, "0")
-        if made_inst and inst.exists():
-            try:
+    # (the top-level state is saved, changed and put back: no other user may change it between)
+    with host_tracefs():
+        on0 = (TRACEFS / "tracing_on").read_text().strip()
+        enabled = []
+        made_inst = False
+        try:
+            _write(TRACEFS / "tracing_on", "0")
+            for e in events:
+                p = TRACEFS / "events" / e / "enable"
+                if p.read_text().strip() == "0":
+                    _write(p, "1")
+                    enabled.append(p)
+            if not inst.exists():
+                inst.mkdir()
+                made_inst = True
+                # a tiny buffer that overflows: lost events to check
+                _write(inst / "buffer_size_kb", "8")
                 for e in ("sched/sched_switch", "kmem/kmem_cache_free"):
-                    _write(inst / "events" / e / "enable", "0")
-                inst.rmdir()
-            except OSError:
-                pass
-        _write(TRACEFS / "tracing_on", on0)
+                    _write(inst / "events" / e / "enable", "1")
+            _write(TRACEFS / "tracing_on", "1")
+            for i in range(3):
+                _write(TRACEFS / "trace_marker", f"nfsreaddir test marker {i}\n")
+                subprocess.run(["ls", "-la", "/usr/bin"], stdout=subprocess.DEVNULL)
+            _write(TRACEFS / "trace_marker", "no newline")
+            if made_inst:
+                _write(inst / "trace_marker", "marker in the instance\n")
+            time.sleep(0.05)
+            _write(TRACEFS / "tracing_on", "0")
+            if made_inst:
+                _write(inst / "tracing_on", "0")
+            cmd = [TRACE_CMD, "extract", "-o", str(out)]
+            if made_inst:
+                cmd += ["-t", "-B", HOST_INSTANCE]
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+        finally:
+            for p in enabled:
+                _write(p, "0")
+            if made_inst and inst.exists():
+                try:
+                    for e in ("sched/sched_switch", "kmem/kmem_cache_free"):
+                        _write(inst / "events" / e / "enable", "0")
+                    inst.rmdir()
+                except OSError:
+                    pass
+            _write(TRACEFS / "tracing_on", on0)
     if r.returncode != 0 or not out.exists():
         pytest.skip(f"trace-cmd extract failed: {r.stdout.decode(errors='replace')[-300:]}")
     return out
@@ -433,25 +436,28 @@ def extract_instances_only(out, names):
     installed("trace-cmd")
     if not os.access(TRACEFS / "tracing_on", os.W_OK):
         no_tracefs()
-    insts = [TRACEFS / "instances" / f"{n}_{os.getpid()}" for n in names]
-    try:
-        for inst in insts:
-            inst.mkdir()
-            _write(inst / "buffer_size_kb", "64")
-            _write(inst / "events" / "kmem" / "kmem_cache_alloc" / "enable", "1")
-        subprocess.run(["ls", "-la", "/usr/bin"], stdout=subprocess.DEVNULL)
-        for inst in insts:
-            _write(inst / "tracing_on", "0")
-        cmd = [TRACE_CMD, "extract", "-o", str(out)]
-        for inst in insts:
-            cmd += ["-B", inst.name]
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
-        assert r.returncode == 0, r.stdout
-    finally:
-        for inst in insts:
-            if inst.exists():
-                _write(inst / "events" / "kmem" / "kmem_cache_alloc" / "enable", "0")
-                inst.rmdir()
+    # (trace-cmd extract of instances reads the top-level buffer too: it emptied a make-trace
+    # recording beside it; conftest.host_tracefs)
+    with host_tracefs():
+        insts = [TRACEFS / "instances" / f"{n}_{os.getpid()}" for n in names]
+        try:
+            for inst in insts:
+                inst.mkdir()
+                _write(inst / "buffer_size_kb", "64")
+                _write(inst / "events" / "kmem" / "kmem_cache_alloc" / "enable", "1")
+            subprocess.run(["ls", "-la", "/usr/bin"], stdout=subprocess.DEVNULL)
+            for inst in insts:
+                _write(inst / "tracing_on", "0")
+            cmd = [TRACE_CMD, "extract", "-o", str(out)]
+            for inst in insts:
+                cmd += ["-B", inst.name]
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+            assert r.returncode == 0, r.stdout
+        finally:
+            for inst in insts:
+                if inst.exists():
+                    _write(inst / "events" / "kmem" / "kmem_cache_alloc" / "enable", "0")
+                    inst.rmdir()
     return [inst.name for inst in insts]
 
 
