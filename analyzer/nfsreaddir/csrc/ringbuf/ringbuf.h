@@ -48,29 +48,6 @@ static inline int plausible_geometry(Py_ssize_t P, Py_ssize_t commit_size, Py_ss
 	return 1;
 }
 
-static inline uint64_t rd(const struct layout *l, int64_t at, int size)
-{
-	uint64_t v = 0;
-	int i;
-
-	if (at < 0 || at + size > l->len)
-		return 0;
-	if (!l->big) {
-		switch (size) {
-		case 1: return l->b[at];
-		case 2: { uint16_t x; memcpy(&x, l->b + at, 2); return x; }
-		case 4: { uint32_t x; memcpy(&x, l->b + at, 4); return x; }
-		case 8: { uint64_t x; memcpy(&x, l->b + at, 8); return x; }
-		}
-		for (i = size - 1; i >= 0; i--)
-			v = (v << 8) | l->b[at + i];
-		return v;
-	}
-	for (i = 0; i < size; i++)
-		v = (v << 8) | l->b[at + i];
-	return v;
-}
-
 /* rd() of bytes known to lie inside the block: a field of a record that holds it (walk_page()
  * emits only records whose data end inside the block), read without rd()'s bounds check. */
 static inline uint64_t rd_in(const struct layout *l, int64_t at, int size)
@@ -92,6 +69,14 @@ static inline uint64_t rd_in(const struct layout *l, int64_t at, int size)
 	for (i = 0; i < size; i++)
 		v = (v << 8) | l->b[at + i];
 	return v;
+}
+
+/* The value of ``size`` bytes at ``at`` in the block's byte order; 0 past its end. */
+static inline uint64_t rd(const struct layout *l, int64_t at, int size)
+{
+	if (at < 0 || at + size > l->len)
+		return 0;
+	return rd_in(l, at, size);
 }
 
 /* The word after a record header; the last word of the block when that runs past it (as
