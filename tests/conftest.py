@@ -315,6 +315,25 @@ def one_of_each_kind(items, kinds_of):
     return sorted(chosen)
 
 
+def swept_fixture(name, kinds_of, what=""):
+    """A session fixture ``name`` of the trace.dat fixtures (the module's ``dat_files``) that a
+    sweep reads: one of each kind (``kinds_of``) in `make test`, every one in `make test-full`."""
+
+    @pytest.fixture(
+        scope="session",
+        name=name,
+        params=sample_and_full("kinds", "every", ids=("one-of-each-kind", "every-fixture")),
+    )
+    def swept(request, dat_files):
+        if request.param == "every":
+            return dat_files
+        chosen = one_of_each_kind(dat_files, kinds_of)
+        print(f"one of each kind{what}: {len(chosen)} of {len(dat_files)} files")
+        return chosen
+
+    return swept
+
+
 def pytest_terminal_summary(terminalreporter, config):
     if config.stash.get(OPT_IN, []):
         terminalreporter.write_line(

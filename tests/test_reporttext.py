@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import conftest
-from conftest import one_of_each_kind, sample_and_full
+from conftest import swept_fixture
 from nfsreaddir.trace import TraceError, field_column, open_trace
 from nfsreaddir.trace.arrays import Strs
 from nfsreaddir.trace.base import Trace
@@ -48,16 +48,7 @@ def printed_kinds_of(path):
 # most of the time of test_reporttext): make test reads one fixture of each kind (every event
 # layout and print format, format, page size, instance and kind of loss: 12 of 67 files,
 # 2026-11-28), make test-full every fixture.
-@pytest.fixture(
-    scope="session",
-    params=sample_and_full("kinds", "every", ids=("one-of-each-kind", "every-fixture")),
-)
-def swept_reports(request, dat_files):
-    if request.param == "every":
-        return dat_files
-    chosen = one_of_each_kind(dat_files, printed_kinds_of)
-    print(f"one of each kind (print formats too): {len(chosen)} of {len(dat_files)} files")
-    return chosen
+swept_reports = swept_fixture("swept_reports", printed_kinds_of, " (print formats too)")
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ from conftest import (
     no_tracefs,
     one_of_each_kind,
     run_cli,
-    sample_and_full,
+    swept_fixture,
 )
 from nfsreaddir.trace import BASE_COLUMNS, TraceError, field_column, open_trace
 from nfsreaddir.trace.text import ReportText
@@ -367,16 +367,7 @@ def kinds_of(path):
 # `trace-cmd convert` of every fixture four ways took 209 s of a fresh make test beside the
 # guests; the fuzz, cut and stretch sweeps of every fixture 203 s at load 2, two workers
 # (test_reporttext's report comparisons take a sample of their own: print formats too).
-@pytest.fixture(
-    scope="session",
-    params=sample_and_full("kinds", "every", ids=("one-of-each-kind", "every-fixture")),
-)
-def swept_dats(request, dat_files):
-    if request.param == "every":
-        return dat_files
-    chosen = one_of_each_kind(dat_files, kinds_of)
-    print(f"one of each kind: {len(chosen)} of {len(dat_files)} files")
-    return chosen
+swept_dats = swept_fixture("swept_dats", kinds_of)
 
 
 # -------------------------------------------------------------------- tests
