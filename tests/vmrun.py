@@ -47,19 +47,27 @@ def vm_run(kernel, results, *cmd, timeout=1200, again_if_lost=True):
         "--",
     ] + [str(c) for c in cmd]
     p = subprocess.run(args, text=True, capture_output=True, timeout=timeout + 60)
-    if again_if_lost and p.returncode == 125 and LOST.search(p.stderr):
-        lost = os.path.join(results, "lost-vm")
-        os.mkdir(lost)
-        for name in os.listdir(results):
-            if name != "lost-vm":
-                os.rename(os.path.join(results, name), os.path.join(lost, name))
-        warnings.warn(
-            f"{kernel}: the guest was lost, ran once more; vm-run said:\n" + p.stderr[-3000:],
-            pytest.PytestWarning,
-            stacklevel=2,
-        )
+    if again_if_lost and was_lost(kernel, results, p.returncode, p.stderr):
         p = subprocess.run(args, text=True, capture_output=True, timeout=timeout + 60)
     return p
+
+
+def was_lost(kernel, results, returncode, stderr):
+    """Whether vm-run's run was a lost guest (then to be run once more): if so its files move
+    to RESULTS/lost-vm and a warning keeps what vm-run said."""
+    if returncode != 125 or not LOST.search(stderr):
+        return False
+    lost = os.path.join(results, "lost-vm")
+    os.mkdir(lost)
+    for name in os.listdir(results):
+        if name != "lost-vm":
+            os.rename(os.path.join(results, name), os.path.join(lost, name))
+    warnings.warn(
+        f"{kernel}: the guest was lost, ran once more; vm-run said:\n" + stderr[-3000:],
+        pytest.PytestWarning,
+        stacklevel=3,
+    )
+    return True
 
 
 SCENARIOS_SCRIPT = os.path.join(TOP, "tests", "vm", "scenarios")
