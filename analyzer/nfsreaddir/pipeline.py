@@ -9,18 +9,24 @@ pipeline merges those requests, so a trace that two analyses read is decoded onc
 
 The readdir analysis and the verdict read numpy columns, not pandas (about 0.5 s to import); the
 dcache judgement and the slab analysis are imported where they are used, so that `check` and a
-command that analyzes nothing never pay for them.
+command that analyzes nothing never pay for them. The model's tables (and numpy with them) are
+imported only once a trace's hash has begun, which then runs on the second core while the
+first imports (a tenth of a second either way).
 """
 
 import glob
-import hashlib
 import json
+import mmap
 import os
+import stat
 import threading
+
+# hashlib's blake2b is this one; hashlib's import loads OpenSSL besides (_hashlib: a few ms of
+# a check's CPU) for a hash the project never takes from it
+from _blake2 import blake2b
 from dataclasses import dataclass
 
 from . import runs
-from .model import tables
 from .model.requires import requested
 from .rules.limits import MAX_RATIO
 from .trace import OnePass, is_capture, is_report_text, open_trace
@@ -83,10 +89,18 @@ def trace_id(path):
     64-bit number in JSON is rounded by jq and JavaScript), the same wherever the file lies and
     whatever its format. analyze --json, export and results.json all name a trace by it, and a
     listing by it and the listing's number within the trace."""
-    h = hashlib.blake2b(digest_size=8)
+    h = blake2b(digest_size=8)
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+        st = os.fstat(f.fileno())
+        if stat.S_ISREG(st.st_mode) and st.st_size:
+            # mapped and hashed in one call, which holds the GIL once, not once a chunk: the
+            # hash runs while the reader's thread imports and decodes, and each wait for the
+            # GIL could cost a switch interval (5 ms)
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                h.update(m)
+        else:  # (a pipe or an empty file: nothing to map)
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
     return h.hexdigest()
 
 
@@ -161,6 +175,8 @@ def _trace(path, shown, with_slab):
     window at a time."""
     tid = _hashing(path)
     t = open_trace(path)
+    from .model import tables  # (after the hash began: see the module's docstring)
+
     summarize = None
     if with_slab:  # (the slab analysis' modules are not imported for a check)
         from .model import slab
@@ -270,6 +286,8 @@ def finding(lst):
 
 def readdir_events(trace):
     """{event: fields} the readdir analysis reads from this trace (what watch enables)."""
+    from .model import tables
+
     return requested(trace, [tables.load])
 
 

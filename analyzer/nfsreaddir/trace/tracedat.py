@@ -23,7 +23,6 @@ from .records import OddRecords, nothing_odd
 from .ringbuf import PageWalker
 from .scan import Scan
 from .streams import RELEASE_ABOVE, Streams, drop_inflate_block
-from .windows import Windows
 
 
 class TraceDat:
@@ -233,6 +232,9 @@ class TraceDat:
         before it (:class:`.windows.Windows`). Raises :class:`.base.NotWindowed`, when made
         or while iterated, where only a whole read gives the answer (damage among them):
         then call read_pieces()."""
+        # (imported here: its thread pools' import, with logging's, is not a check's to pay)
+        from .windows import Windows
+
         want, empty = self._wanted(events)
 
         def done(lost, screens):
