@@ -4,7 +4,6 @@ turns into one line and status.ERROR.
 """
 
 import io
-import json
 import os
 import sys
 
@@ -200,6 +199,8 @@ def cmd_compare(args):
         ]
         paths = (shown(args.before), shown(args.after))
         if args.json:  # listings as records: no tuple keys, null where it cannot tell
+            import json  # (where used: a check need not pay its import)
+
             json.dump(compare.to_json(*sides, paths), sys.stdout, indent=2, default=str)
             sys.stdout.write("\n")
             return status.GOOD
@@ -270,6 +271,8 @@ def cmd_results(args):
             text = f.read()
         # vm-run and the reproducers take this exit status as the run's verdict; a
         # results.json whose content holds none (a run cut short writing it) cannot decide.
+        import json
+
         try:
             res = json.loads(text)
             code = status.code_of_result(res["verdict"])
@@ -298,6 +301,8 @@ def cmd_slab(args):
             + events.record_advice(None, {"slab"})
         )
     if args.json:
+        import json
+
         json.dump(s, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:

@@ -15,7 +15,6 @@ first imports (a tenth of a second either way).
 """
 
 import glob
-import json
 import mmap
 import os
 import stat
@@ -343,6 +342,8 @@ def dcache_saved(path):
     """The results of a dcache run as saved in its results.json, else made afresh."""
     saved = os.path.join(run_dir(path), "results.json")
     if os.path.exists(saved):
+        import json  # (here: a check need not pay its import)
+
         with open(saved) as f:
             return json.load(f)
     return dcache_results(path)

@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import threading
 
 import numpy as np
 
@@ -159,3 +160,40 @@ def reader_threads():
     except (AttributeError, OSError):
         n = os.cpu_count() or 1
     return max(1, min(n, 8))
+
+
+def in_threads(fn, items, nthreads, name="tracedat"):
+    """[fn(x) for x in items] on nthreads threads, the caller's one of them; where items
+    raised, the exception of the first, as a pool's map() gives it (items are taken in order,
+    and none is taken once one has raised). Plain threads, not concurrent.futures: its import,
+    with logging's and queue's, costs a check of a small trace more than reading the trace."""
+    items = list(items)
+    out = [None] * len(items)
+    failed = []
+    todo = iter(range(len(items)))
+    lock = threading.Lock()
+
+    def work():
+        while not failed:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            try:
+                out[i] = fn(items[i])
+            except BaseException as e:  # the caller's to raise, in item order
+                failed.append((i, e))
+
+    others = [
+        threading.Thread(target=work, name=name) for _ in range(min(nthreads, len(items)) - 1)
+    ]
+    for t in others:
+        t.start()
+    try:
+        work()
+    finally:
+        for t in others:
+            t.join()
+    if failed:
+        raise min(failed, key=lambda f: f[0])[1]
+    return out

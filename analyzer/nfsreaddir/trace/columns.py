@@ -98,13 +98,7 @@ class ColumnBuilder:
         nthreads = (
             min(len(big), tuning.reader_threads()) if sum(rows) <= _PARALLEL_BUILD_ROWS else 1
         )
-        if nthreads > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
-                done = list(pool.map(lambda j: self._build_event(*j), jobs))
-        else:
-            done = [self._build_event(*j) for j in jobs]
+        done = tuning.in_threads(lambda j: self._build_event(*j), jobs, nthreads)
         frames = {}
         for d in done:
             frames.update(d)

@@ -1,7 +1,6 @@
 """What kind of input a file is, from its first bytes: the one place every input format is told
 apart (trace.dat, `trace-cmd report` text, and packet captures, gzip'd or not)."""
 
-import gzip
 import os
 
 TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
@@ -17,6 +16,8 @@ def capture_format(path):
         with open(path, "rb") as f:
             head = f.read(4)
             if head[:2] == GZIP_MAGIC:
+                import gzip  # (here: most inputs are not gzip'd)
+
                 f.seek(0)
                 try:
                     inner = gzip.GzipFile(fileobj=f).read(4)

@@ -100,13 +100,7 @@ class Scan:
             def read(u):
                 return self.scan_cpu(*u[:3], plans, lut)
 
-        if nthreads > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(nthreads, thread_name_prefix="tracedat") as pool:
-                results = list(pool.map(read, units))
-        else:
-            results = [read(u) for u in units]
+        results = tuning.in_threads(read, units, nthreads)
         if extract:
             self.screens = [(cpu, res[4]) for (cpu, *_), res in zip(units, results)]
         for (cpu, *_), (part, lst, dmg, exc, *_) in zip(units, results):
