@@ -12,14 +12,20 @@ their own kprobe groups.
 """
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import NamedTuple
+
+# The declarations below are named tuples, not dataclasses: the dataclasses' generated methods
+# are compiled at every start, which was a tenth of a check of a small trace.
+
+_NO_CONSTANTS: Mapping = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(NamedTuple):
     event: str  # system:name; "*:name" matches a kprobe of any group
     fields: dict  # canonical column -> raw field name
-    constants: dict = field(default_factory=dict)  # canonical column -> fixed value
+    constants: Mapping = _NO_CONSTANTS  # canonical column -> fixed value
     where: tuple = ()  # (raw field, allowed values): rows to keep
     kernels: str = ""  # which kernels have it, for messages
     optional: tuple = ()  # canonical columns filled only when the event has them
@@ -29,8 +35,7 @@ class Source:
 KPROBE_SYSTEM = "nfsprobe"
 
 
-@dataclass(frozen=True)
-class Arg:
+class Arg(NamedTuple):
     """One value a kprobe fetches: the function's argument `argno` (1-based, C order), or the
     `type` value at `offset` bytes into what that argument points to; `btf` is the same by the
     parameter's name, for kernels whose probes read BTF (`ctx->pos`)."""
@@ -42,8 +47,7 @@ class Arg:
     btf: str = ""
 
 
-@dataclass(frozen=True)
-class ProbeSpec:
+class ProbeSpec(NamedTuple):
     """A function to probe where no tracepoint carries what a table needs, and the kernels
     whose signature the arguments were read from (inclusive; None: open-ended)."""
 

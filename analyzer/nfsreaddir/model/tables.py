@@ -29,7 +29,7 @@ time. What in the tables shows the trace damaged is found by :mod:`.damage`.
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -121,8 +121,7 @@ def _raw_fields(trace, src, name):
     return out
 
 
-@dataclass(frozen=True)
-class _Use:
+class _Use(NamedTuple):
     """One event of the trace standing for a source, with the fields it has."""
 
     src: Source

@@ -32,7 +32,7 @@ The thresholds are ratios of the listing's own evidence, not times tuned to one 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .. import events
 
@@ -66,8 +66,7 @@ ATTRIBUTE_OPS = {"GETATTR", "ACCESS"}
 LOOKUP_OPS = {"LOOKUP", "LOOKUPP"}
 
 
-@dataclass
-class Finding:
+class Finding(NamedTuple):  # (not a dataclass: see events.py)
     kind: str  # per_name_lookup, per_name_getattr, per_name_acl, per_name_other,
     # readdir_share, slow_readdir, small_readdirs, uncached_readdir
     ops: list  # the "NFS3.LOOKUP" keys it is about

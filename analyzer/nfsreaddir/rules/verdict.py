@@ -39,7 +39,7 @@ answer through judge().
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -53,8 +53,7 @@ from .limits import MAX_RATIO
 MIN_EXTRA_READDIRS = 10
 
 
-@dataclass
-class Finding:
+class Finding(NamedTuple):  # (not a dataclass: see events.py)
     listing: object  # analysis.Listing
     word: str  # bad, undecided, survived, unfinished, good, untested
     why: str

@@ -13,7 +13,7 @@ bits, a big-endian one in its high bits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 COMMIT_MASK = (1 << 27) - 1  # the commit word's bytes of data
 MISSED_EVENTS = 1 << 31  # RB_MISSED_EVENTS: events were lost before this page
@@ -24,8 +24,7 @@ TYPE_DATA_MAX = 28  # type_len 1..28: an event of type_len words
 TYPE_PADDING, TYPE_TIME_EXTEND, TYPE_TIME_STAMP = 29, 30, 31
 
 
-@dataclass(frozen=True)
-class PageLayout:
+class PageLayout(NamedTuple):
     """Where things are in one trace's pages: the header_page offsets, the byte order, the
     size of a long (a stored lost-events count) and the event id field (common_type)."""
 
