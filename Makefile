@@ -181,7 +181,8 @@ test-full: setup
 #
 # Last, check of three small recorded traces (a git bisect run step) against the interpreter's
 # start and numpy's import alone, 15 rounds interleaved: CPU, wall, peak RSS and issue 45's
-# targets; check.md and .json in $(RESULTS)/bench.
+# targets, and each process's instructions (callgrind: a count the load does not move);
+# check.md and .json in $(RESULTS)/bench.
 BENCH_NEEDED_DIR ?= $(shell reproducers/cache-dir bench)/needed
 bench: setup
 	analyzer/bench/make-trace
@@ -194,7 +195,7 @@ bench: setup
 		--out $(RESULTS)/bench/needed-50m $(BENCH_NEEDED_ARGS)
 	$(PY) analyzer/bench/needed-run --out $(RESULTS)/bench \
 		--from $(RESULTS)/bench/needed-10m/needed.json $(RESULTS)/bench/needed-50m/needed.json
-	$(PY) analyzer/bench/check-run --out $(RESULTS)/bench $(BENCH_CHECK_ARGS)
+	$(PY) analyzer/bench/check-run --instructions --out $(RESULTS)/bench $(BENCH_CHECK_ARGS)
 
 # Re-record the test fixtures with the reproducer (see tests/fixtures/*/COMMAND).
 fixtures: setup

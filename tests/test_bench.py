@@ -245,7 +245,8 @@ def test_the_check_bench_measures_check_against_the_floors(tmp_path):
     and judges issue 45's targets on what it measured: a bench that timed a failed check, or
     the wrong process, would judge nothing true."""
     p = subprocess.run(
-        [sys.executable, CHECK_RUN, "--rounds", "1", "--out", str(tmp_path), NFS_TRACE],
+        [sys.executable, CHECK_RUN, "--rounds", "1", "--instructions"]
+        + ["--out", str(tmp_path), NFS_TRACE],
         capture_output=True,
         text=True,
         timeout=300,
@@ -256,3 +257,7 @@ def test_the_check_bench_measures_check_against_the_floors(tmp_path):
     cpu = {n: got[n]["cpu"]["median"] for n in got}
     assert 0 < cpu["python"] < cpu["numpy"] < cpu[name], cpu
     assert f"- {name}: CPU {cpu[name]:.3f} s " in p.stdout
+    # callgrind's counts: the interpreter alone is tens of millions, numpy's import hundreds
+    ins = {n: got[n]["instructions"] for n in got}
+    assert 10e6 < ins["python"] < ins["numpy"] < ins[name] < 10 * ins["numpy"], ins
+    assert f"| {name} | {ins[name] / 1e6:.1f} M | {ins[name] / ins['numpy']:.2f}x |" in p.stdout
