@@ -187,50 +187,121 @@ static void sift_down(int *heap, int n, const struct run *runs, int i)
 }
 
 
-/* First pass, in column order: the keys checked, what does not depend on time order (sizes,
- * allocated bytes, failed allocations; the first and last time), and the runs: the stretches
- * of a piece whose times do not go back. */
+/* Whether every key of piece p names a cache or none: below its table, table[key] -1 or a
+ * cache below k (a key below 0: none).  The keys' range is found in a loop of its own (for
+ * int8 keys, the table's first 128 entries stand for it) and the table checked over that
+ * range; each key's entry is looked at only where the range is wider than the piece or holds
+ * a bad entry (which no key may use). */
+#define KEY_RANGE(T) do {                                                       \
+		const T *kp = p->key;                                           \
+		for (j = 0; j < p->n; j++) {                                    \
+			lo = kp[j] < lo ? kp[j] : lo;                           \
+			hi = kp[j] > hi ? kp[j] : hi;                           \
+		}                                                               \
+	} while (0)
+
+static int keys_ok(const struct piece *p, Py_ssize_t k)
+{
+	int64_t lo = INT64_MAX, hi = INT64_MIN, key;
+	Py_ssize_t j;
+
+	if (!p->key_size || !p->n)
+		return 1;
+	switch (p->key_size) {
+	case 1:
+		/* a name's codes: the table covers every int8 key (the keys are not read) */
+		if (p->ntable >= 128) {
+			lo = 0;
+			hi = 127;
+		} else {
+			KEY_RANGE(int8_t);
+		}
+		break;
+	case 2: KEY_RANGE(int16_t); break;
+	case 4: KEY_RANGE(int32_t); break;
+	default: KEY_RANGE(int64_t); break;
+	}
+	if (hi >= p->ntable)
+		return 0;
+	lo = lo < 0 ? 0 : lo;
+	if (hi - lo < p->n) {   /* (a range wider than the piece: its keys are fewer) */
+		for (key = lo; key <= hi; key++)
+			if (p->table[key] < -1 || p->table[key] >= k)
+				break;
+		if (key > hi)
+			return 1;
+	}
+	for (j = 0; j < p->n; j++) {
+		key = key_at(p, j);
+		if (key >= 0 && (p->table[key] < -1 || p->table[key] >= k))
+			return 0;
+	}
+	return 1;
+}
+#undef KEY_RANGE
+
+/* An allocation piece's bytes per cache and the size of each of its caches (the last
+ * allocation's in the columns' order: bytes_alloc is s->size, constant within a cache), the
+ * key (the piece has one) read as ``key_size`` says (a constant where inlined: one loop per
+ * key width). */
+static inline void alloc_sizes(const struct piece *p, struct tally *c, int key_size)
+{
+	Py_ssize_t j, cap = c->cap;
+	int64_t *bytes = &c->out[R_ALLOC_BYTES * cap], *size = &c->out[R_OBJECT_SIZE * cap];
+
+	for (j = 0; j < p->n; j++) {
+		int64_t key;
+		int32_t cache;
+
+		switch (key_size) {
+		case 1: key = ((const int8_t *)p->key)[j]; break;
+		case 2: key = ((const int16_t *)p->key)[j]; break;
+		case 4: key = ((const int32_t *)p->key)[j]; break;
+		default: key = ((const int64_t *)p->key)[j]; break;
+		}
+		if (key < 0 || (cache = p->table[key]) < 0)
+			continue;
+		bytes[cache] += p->bytes[j];
+		if (p->rank >= c->size_rank[cache]) {
+			size[cache] = p->bytes[j];
+			c->size_rank[cache] = p->rank;
+		}
+	}
+}
+
+/* First pass, in column order: the keys checked (before anything is counted), what does not
+ * depend on time order (sizes, allocated bytes, failed allocations), the runs: the stretches
+ * of a piece whose times do not go back, and from them the first and last time.  Each a loop
+ * of its own over the piece. */
 enum pass_result first_pass(struct piece *pieces, Py_ssize_t np_, struct tally *c,
 			    struct run **runs_out, Py_ssize_t *nruns_out)
 {
 	struct run *runs = NULL;
-	Py_ssize_t i, nruns = 0, k = c->k, cap = c->cap;
+	Py_ssize_t i, nruns = 0;
 
+	*runs_out = NULL;
+	for (i = 0; i < np_; i++)
+		if (!keys_ok(&pieces[i], c->k))
+			return PASS_BAD_KEY;
 	for (i = 0; i < np_; i++) {
 		struct piece *p = &pieces[i];
-		Py_ssize_t j;
+		const int64_t *ts = p->ts;
+		Py_ssize_t j, failed = 0;
 
+		if (p->alloc) {
+			for (j = 0; j < p->n; j++)
+				failed += p->ptr[j] <= NO_OBJECT;
+			c->failed += failed;
+			switch (p->key_size) {
+			case 0: break;
+			case 1: alloc_sizes(p, c, 1); break;
+			case 2: alloc_sizes(p, c, 2); break;
+			case 4: alloc_sizes(p, c, 4); break;
+			default: alloc_sizes(p, c, 8); break;
+			}
+		}
 		for (j = 0; j < p->n; j++) {
-			int64_t ts = p->ts[j];
-			int32_t cache;
-
-			if (p->key_size) {
-				int64_t key = key_at(p, j);
-
-				if (key >= p->ntable || (key >= 0 && (p->table[key] < -1 ||
-								      p->table[key] >= k))) {
-					*runs_out = runs;
-					return PASS_BAD_KEY;
-				}
-			}
-			if (ts < c->t0)
-				c->t0 = ts;
-			if (ts > c->t1)
-				c->t1 = ts;
-			if (p->alloc) {
-				cache = cache_at(p, j);
-				if (cache >= 0) {
-					c->out[R_ALLOC_BYTES * cap + cache] += p->bytes[j];
-					/* the size the last allocation in the columns' order gives
-					 * (constant within a cache: bytes_alloc is s->size) */
-					if (p->rank >= c->size_rank[cache]) {
-						c->out[R_OBJECT_SIZE * cap + cache] = p->bytes[j];
-						c->size_rank[cache] = p->rank;
-					}
-				}
-				c->failed += p->ptr[j] <= NO_OBJECT;
-			}
-			if (j && ts >= p->ts[j - 1])
+			if (j && ts[j] >= ts[j - 1])
 				continue;
 			if (!(nruns & (nruns - 1))) {           /* at 0 and each power of two */
 				struct run *r = realloc(runs, (nruns ? 2 * nruns : 1) * sizeof(*r));
@@ -243,8 +314,15 @@ enum pass_result first_pass(struct piece *pieces, Py_ssize_t np_, struct tally *
 			}
 			if (nruns && runs[nruns - 1].p == p)
 				runs[nruns - 1].end = j;       /* a run of this piece ends here */
-			runs[nruns++] = (struct run){ p, j, p->n, ts };
+			runs[nruns++] = (struct run){ p, j, p->n, ts[j] };
 		}
+	}
+	/* the first and last time: a run's first and last (its times do not go back) */
+	for (i = 0; i < nruns; i++) {
+		if (runs[i].ts < c->t0)
+			c->t0 = runs[i].ts;
+		if (runs[i].p->ts[runs[i].end - 1] > c->t1)
+			c->t1 = runs[i].p->ts[runs[i].end - 1];
 	}
 	*runs_out = runs;
 	*nruns_out = nruns;
