@@ -6,8 +6,8 @@
  * and the live objects, whatever the trace's length.
  *
  * The columns come in pieces, per event kind and CPU as the trace.dat reader decoded them
- * (read_windows(), read_pieces()), so each is one run in time order or a few.  Merging the runs with a
- * heap keyed by (time, run) visits the events in the order a stable sort of the
+ * (read_windows(), read_pieces()), so each is one run in time order or a few.  Merging the runs
+ * by (time, run) visits the events in the order a stable sort of the
  * concatenated columns gives (the allocation kinds are passed first, so at equal times an
  * allocation comes before a free): the order of the numpy version, which slab.py keeps as
  * the fallback and as the tests' oracle.

@@ -1,11 +1,13 @@
 /*
  * The two passes of nfsreaddir._slab's Tally.feed() over one window's pieces (the analysis is
  * described in analyzer/nfsreaddir/_slab.c): the first in column order, the second the runs
- * merged in time order with a heap, each event visited once against the table of live
- * pointers, which is kept with the counters from window to window.  The table,
- * the visit and the heap are static here so that they stay inlined into the passes' loops.
+ * merged in time order (a sorted array of the runs, or a heap where there are many), each
+ * event visited once against the table of live pointers, which is kept with the counters from
+ * window to window.  The table, the visit and the queue are static here so that they stay
+ * inlined into the passes' loops.
  */
 #include "slab.h"
+#include <string.h>
 
 /* ZERO_SIZE_PTR is 16: pointers at or below it are no objects (failed allocs, kfree(NULL)) */
 #define NO_OBJECT 16
@@ -329,36 +331,61 @@ enum pass_result first_pass(struct piece *pieces, Py_ssize_t np_, struct tally *
 	return PASS_OK;
 }
 
+/* Up to this many runs the merge keeps them in an array sorted by (time, run), beyond in a
+ * heap: a window's pieces are a few runs (one per event kind and CPU: 5 to 9 in the bench's
+ * trace), and the run that was on top finds its new place a step or two down the array, with
+ * one compare a step where the heap makes two a level. */
+#define FEW_RUNS 16
+
+/* The sorted q[0, n) again after q[0]'s run moved on (to a later place: it is after q[1]). */
+static inline void resort_top(int *q, int n, const struct run *runs)
+{
+	int x = q[0], i = 1;
+
+	while (i < n && before(runs, q[i], x)) {
+		q[i - 1] = q[i];
+		i++;
+	}
+	q[i - 1] = x;
+}
+
 /* Second pass: the runs merged by (time, run), each event visited once.  The run on top of
- * the heap stays there while its next event comes before the best of the others (the top's
- * children): the heap is sifted only when another run's turn comes, not at every event. */
+ * the queue (a sorted array or a heap) stays there while its next event comes before the best
+ * of the others: the queue is put in order again only when another run's turn comes, not at
+ * every event. */
 enum pass_result merge_pass(struct tally *c, struct run *runs, Py_ssize_t nruns)
 {
 	struct table *t = &c->t;
-	int *heap;
-	int nheap = (int)nruns;
+	int *q;
+	int nq = (int)nruns, sorted = nruns <= FEW_RUNS;
 	Py_ssize_t i;
 
 	if (!nruns)
 		return PASS_OK;
-	heap = malloc(nruns * sizeof(*heap));
-	if (!heap)
+	q = malloc(nruns * sizeof(*q));
+	if (!q)
 		return PASS_NO_MEMORY;
 	for (i = 0; i < nruns; i++)
-		heap[i] = (int)i;
-	for (i = nheap / 2 - 1; i >= 0; i--)
-		sift_down(heap, nheap, runs, (int)i);
-	while (nheap) {
-		int top = heap[0], next = -1;
+		q[i] = (int)i;
+	if (sorted) {
+		/* (the runs come in (piece, place) order: sorted by insertion) */
+		for (i = nq - 2; i >= 0; i--)
+			resort_top(q + i, nq - (int)i, runs);
+	} else {
+		for (i = nq / 2 - 1; i >= 0; i--)
+			sift_down(q, nq, runs, (int)i);
+	}
+	while (nq) {
+		int top = q[0], next = -1;
 		struct run *r = &runs[top];
 		const struct piece *p = r->p;
 		Py_ssize_t at = r->at, end = r->end;
 		int64_t ts = r->ts, bound = INT64_MAX;
 
-		if (nheap > 1)
-			next = heap[1];
-		if (nheap > 2 && before(runs, heap[2], next))
-			next = heap[2];
+		if (nq > 1)
+			next = q[1];
+		if (!sorted && nq > 2 && before(runs, q[2], next))
+			next = q[2];
 		if (next >= 0)
 			bound = runs[next].ts;
 		for (;;) {
@@ -367,7 +394,7 @@ enum pass_result merge_pass(struct tally *c, struct run *runs, Py_ssize_t nruns)
 			if (at + AHEAD < end)
 				__builtin_prefetch(&t->s[home_of(p->ptr[at + AHEAD], t->bits)]);
 			if (!visit(c, t, p, at, ts)) {
-				free(heap);
+				free(q);
 				return PASS_NO_MEMORY;
 			}
 			if (++at == end)
@@ -379,12 +406,19 @@ enum pass_result merge_pass(struct tally *c, struct run *runs, Py_ssize_t nruns)
 				break;
 		}
 		r->at = at;
-		if (at == end)
-			heap[0] = heap[--nheap];
-		else
+		if (at < end) {
 			r->ts = ts;
-		sift_down(heap, nheap, runs, 0);
+			if (sorted)
+				resort_top(q, nq, runs);
+			else
+				sift_down(q, nq, runs, 0);
+		} else if (sorted) {
+			memmove(q, q + 1, --nq * sizeof(*q));
+		} else {
+			q[0] = q[--nq];
+			sift_down(q, nq, runs, 0);
+		}
 	}
-	free(heap);
+	free(q);
 	return PASS_OK;
 }
