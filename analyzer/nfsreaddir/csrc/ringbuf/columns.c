@@ -308,8 +308,16 @@ __attribute__((flatten)) PyObject *extract_walk(PyObject *self, PyObject *args)
 			end = start + size;
 			for (k = 0; k < x->nslots; k++)
 				undo[k] = x->slots[k].n;
-			r = walk_page(&l, start, end, page_ts, min_dlen, id_off, (int)id_size,
-				      extract_record, x);
+			/* one walk per byte order, in which it is a constant (l escapes to
+			 * lost_marker: its byte order is read at each use) */
+			if (big)
+				r = walk_page(&(const struct layout){ l.b, l.len, 1 }, start, end,
+					      page_ts, min_dlen, id_off, (int)id_size, extract_record,
+					      x);
+			else
+				r = walk_page(&(const struct layout){ l.b, l.len, 0 }, start, end,
+					      page_ts, min_dlen, id_off, (int)id_size, extract_record,
+					      x);
 			if (r < 0) {
 				nomem = 1;
 				break;
