@@ -171,30 +171,31 @@ test-full: setup
 #   make bench BENCH_CAPTURE_ARGS="--sizes 1000000 --repeat 3 --with-tshark-analyze"
 #
 # Then issue 45's targets (needed-run): reading what the readdir analysis needs of traces of
-# about 10 and 50 M events of which 99.9% are not needed, against `trace-cmd report` in the
-# same run: the ratio, peak memory and time per event, with the load average beside them;
+# about 10, 50 and 100 M events of which 99.9% are not needed, against `trace-cmd report` in
+# the same run: the ratio, peak memory and time per event, with the load average beside them;
 # needed.md and .json in $(RESULTS)/bench (`trace-cmd report` is timed at 10 M only: at 50 M
-# it alone takes 25 minutes). Its traces: one make-trace recording of 50 M events
-# (3.2 GB of ring buffer on 2 CPUs while it records), the smaller cut from it. (A recording of
-# 100 M, BENCH_SCALES="4 20 40", stopped without a message on the 2-core machine of
-# docs/measurements/needed.md.)
+# it alone takes 25 minutes). Its traces: one make-trace recording of 100 M events (6.4 GB of
+# ring buffer on 2 CPUs while it records, about 6 minutes of workload), the smaller cut from
+# it. Extracted by trixie's trace-cmd 3.3: bookworm's 3.1.6 writes no trace data for more
+# than about 2 GB of ring buffer per CPU.
 #
 # Last, check of three small recorded traces (a git bisect run step) against the interpreter's
 # start and numpy's import alone, 15 rounds interleaved: CPU, wall, peak RSS and issue 45's
 # targets, and each process's instructions (callgrind: a count the load does not move);
 # check.md and .json in $(RESULTS)/bench.
 BENCH_NEEDED_DIR ?= $(shell reproducers/cache-dir bench)/needed
-bench: setup
+bench: setup fetch-tools
 	analyzer/bench/make-trace
 	$(PY) analyzer/bench/run --out $(RESULTS)/bench $(BENCH_ARGS)
 	$(PY) analyzer/bench/capture-run --out $(RESULTS)/bench $(BENCH_CAPTURE_ARGS)
-	BENCH_BUFFER_KB=80000 BENCH_SCALES="4 20" analyzer/bench/make-trace $(BENCH_NEEDED_DIR)
+	TRACE_CMD=$(CURDIR)/tests/tools/trace-cmd-trixie BENCH_BUFFER_KB=80000 \
+		BENCH_SCALES="4 20 40" analyzer/bench/make-trace $(BENCH_NEEDED_DIR)
 	$(PY) analyzer/bench/needed-run --dir $(BENCH_NEEDED_DIR) --scales 4 --repeat 3 \
 		--out $(RESULTS)/bench/needed-10m $(BENCH_NEEDED_ARGS)
-	$(PY) analyzer/bench/needed-run --dir $(BENCH_NEEDED_DIR) --scales 20 --tools analyze,need \
-		--out $(RESULTS)/bench/needed-50m $(BENCH_NEEDED_ARGS)
+	$(PY) analyzer/bench/needed-run --dir $(BENCH_NEEDED_DIR) --scales 20,40 \
+		--tools analyze,need --out $(RESULTS)/bench/needed-large $(BENCH_NEEDED_ARGS)
 	$(PY) analyzer/bench/needed-run --out $(RESULTS)/bench \
-		--from $(RESULTS)/bench/needed-10m/needed.json $(RESULTS)/bench/needed-50m/needed.json
+		--from $(RESULTS)/bench/needed-10m/needed.json $(RESULTS)/bench/needed-large/needed.json
 	$(PY) analyzer/bench/check-run --instructions --out $(RESULTS)/bench $(BENCH_CHECK_ARGS)
 
 # Re-record the test fixtures with the reproducer (see tests/fixtures/*/COMMAND).
