@@ -142,12 +142,10 @@ def test_text_matches_binary(swept_reports):
 @needs_trace_cmd
 def test_six_decimal_timestamps(swept_reports):
     for dat in swept_reports:
-        six = ReportText(conftest.report_made(TRACE_CMD, dat))
-        names = sorted(six.event_names())
-        a = six.read({n: [] for n in names})
-        _, b = parsed_report(dat, raw=False)
-        for n in names:
-            ts6, ts9 = a[n]["ts"].to_numpy(), b[bare_name(n)]["ts"].to_numpy()
+        _, nine = parsed_report(dat, raw=False)
+        six = ReportText(conftest.report_made(TRACE_CMD, dat)).read({n: [] for n in nine})
+        for n in nine:
+            ts6, ts9 = six[n]["ts"].to_numpy(), nine[n]["ts"].to_numpy()
             assert (ts6 % 1000 == 0).all()
             assert (np.abs(ts6 - ts9) <= 500).all(), n
 
