@@ -45,7 +45,8 @@ def printed_kinds_of(path):
 
 
 # The comparisons below parse each report of every fixture whole (328 s for the three at load 2,
-# most of the time of test_reporttext): make test reads one fixture of each kind (every event
+# most of the time of test_reporttext, when each parsed its own: now each report is parsed once
+# in a run, conftest.report_frames): make test reads one fixture of each kind (every event
 # layout and print format, format, page size, instance and kind of loss: 12 of 67 files,
 # 2026-11-28), make test-full every fixture.
 swept_reports = swept_fixture("swept_reports", printed_kinds_of, " (print formats too)")
