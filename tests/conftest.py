@@ -3,6 +3,7 @@ import fcntl
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -177,16 +178,30 @@ def editcap():
 # options) in a directory of the run, which the run's first process makes (pytest_configure:
 # before it starts its workers, which find it in REPORTS_ENV) and removes when it ends. A report
 # is made under a lock, so that two workers that want it make it once, into a temporary file
-# renamed when whole.
+# renamed when whole. What the text reader makes of a report is kept there too (report_frames).
 REPORTS_ENV = "NFSRT_TEST_REPORTS"
 _OWN_REPORTS = pytest.StashKey[str]()
 
 
-def report_text(trace_cmd, dat, out, raw=False, only=(), nanoseconds=False):
-    """`trace-cmd report [-R] [-t]` of a trace, as a user would paste it into a bug report
-    (``nanoseconds``: time stamps to the nanosecond, -t); with `only` (events as SYSTEM/NAME,
-    `-F` filters), as if only those events were recorded. Written to ``out`` (a copy of the
-    run's one report of that trace: a test may edit its copy)."""
+def _made_once(name, write):
+    """The file ``name`` in the run's directory of reports, written by ``write(file)`` (a file
+    open for writing bytes) by the first process of the run that asks for it."""
+    made = os.path.join(os.environ[REPORTS_ENV], name)
+    if not os.path.exists(made):
+        with open(made + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not os.path.exists(made):
+                with tempfile.NamedTemporaryFile(
+                    "wb", dir=os.path.dirname(made), suffix=".partial", delete=False
+                ) as f:
+                    write(f)
+                os.replace(f.name, made)
+    return made
+
+
+def report_made(trace_cmd, dat, raw=False, only=(), nanoseconds=False):
+    """The path of the run's one `trace-cmd report` of a trace (the options: report_text), to
+    read, never to edit."""
     args = (
         (["-R"] if raw else [])
         + (["-t"] if nanoseconds else [])
@@ -195,24 +210,49 @@ def report_text(trace_cmd, dat, out, raw=False, only=(), nanoseconds=False):
     with open(dat, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     key = hashlib.sha256(repr((digest, os.path.realpath(trace_cmd), args)).encode()).hexdigest()
-    made = os.path.join(os.environ[REPORTS_ENV], f"{key[:32]}.txt")
-    if not os.path.exists(made):
-        with open(made + ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not os.path.exists(made):
-                with tempfile.NamedTemporaryFile(
-                    "w", dir=os.path.dirname(made), suffix=".partial", delete=False
-                ) as f:
-                    subprocess.run(
-                        [trace_cmd, "report"] + args + [str(dat)],
-                        stdout=f,
-                        stderr=subprocess.DEVNULL,
-                        check=True,
-                        timeout=600,
-                    )
-                os.replace(f.name, made)
-    shutil.copyfile(made, out)
+
+    def write(f):
+        subprocess.run(
+            [trace_cmd, "report"] + args + [str(dat)],
+            stdout=f,
+            stderr=subprocess.DEVNULL,
+            check=True,
+            timeout=600,
+        )
+
+    return _made_once(f"{key[:32]}.txt", write)
+
+
+def report_text(trace_cmd, dat, out, raw=False, only=(), nanoseconds=False):
+    """`trace-cmd report [-R] [-t]` of a trace, as a user would paste it into a bug report
+    (``nanoseconds``: time stamps to the nanosecond, -t); with `only` (events as SYSTEM/NAME,
+    `-F` filters), as if only those events were recorded. Written to ``out`` (a copy of the
+    run's one report of that trace: a test may edit its copy)."""
+    shutil.copyfile(report_made(trace_cmd, dat, raw=raw, only=only, nanoseconds=nanoseconds), out)
     return out
+
+
+def report_frames(trace_cmd, dat, raw=False, nanoseconds=False, typed=True, instance=None):
+    """What the text reader reads in the run's one report of a trace (report_made's options):
+    ``(info, frames)`` of ``ReportText(report, instance).read(...)`` of every event the text
+    holds, by the name it prints (system:name is the binary's), with every field, ``typed`` or
+    not, and its ``info`` as the read left it. Parsed once in a run however many tests, in
+    however many workers, compare it with something (record-5.10-ringloss's reports take 14-23 s
+    a parse, test_reporttext and test_tracedat read each 2-3 times): pickled beside the report,
+    and each call unpickles a copy of its own, which its test may change."""
+    from nfsreaddir.trace.base import bare_name
+    from nfsreaddir.trace.text import ReportText
+
+    text = report_made(trace_cmd, dat, raw=raw, nanoseconds=nanoseconds)
+
+    def write(f):
+        rt = ReportText(text, instance=instance)
+        frames = rt.read({bare_name(n): None for n in sorted(rt.event_names())}, typed=typed)
+        pickle.dump((rt.info, frames), f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    key = hashlib.sha256(repr((text, instance, typed)).encode()).hexdigest()
+    with open(_made_once(f"{key[:32]}.pickle", write), "rb") as f:
+        return pickle.load(f)
 
 
 # The project's one cache, where vm-run, check-series and build-kernel keep theirs

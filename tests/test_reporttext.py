@@ -16,7 +16,7 @@ import conftest
 from conftest import swept_fixture
 from nfsreaddir.trace import TraceError, field_column, open_trace
 from nfsreaddir.trace.arrays import Strs
-from nfsreaddir.trace.base import Trace
+from nfsreaddir.trace.base import Trace, bare_name
 from nfsreaddir.trace.text import ReportText, looks_like_report
 from test_tracedat import (  # noqa: F401 (the fixtures)
     FIXTURES,
@@ -25,7 +25,7 @@ from test_tracedat import (  # noqa: F401 (the fixtures)
     host_trace,
     kinds_of,
     needs_trace_cmd,
-    report_text,
+    parsed_report,
 )
 
 NFS_SYSTEMS = ("nfs", "nfs4", "sunrpc")
@@ -45,7 +45,8 @@ def printed_kinds_of(path):
 
 
 # The comparisons below parse each report of every fixture whole (328 s for the three at load 2,
-# most of the time of test_reporttext): make test reads one fixture of each kind (every event
+# most of the time of test_reporttext, when each parsed its own: now each report is parsed once
+# in a run, conftest.report_frames): make test reads one fixture of each kind (every event
 # layout and print format, format, page size, instance and kind of loss: 12 of 67 files,
 # 2026-11-28), make test-full every fixture.
 swept_reports = swept_fixture("swept_reports", printed_kinds_of, " (print formats too)")
@@ -53,22 +54,20 @@ swept_reports = swept_fixture("swept_reports", printed_kinds_of, " (print format
 
 @pytest.mark.slow
 @needs_trace_cmd
-def test_default_and_raw_agree(swept_reports, tmp_path):
+def test_default_and_raw_agree(swept_reports):
     """Both report styles give the same records; NFS/SUNRPC compound forms of
     the default style normalise to the -R field values."""
     for dat in swept_reports:
         t, present = _names_by_system(dat)
-        raw = ReportText(str(report_text(dat, tmp_path / "r.txt", raw=True)))
-        dflt = ReportText(str(report_text(dat, tmp_path / "d.txt", raw=False)))
-        assert raw.info["format"] == "report text -R"
-        assert dflt.info["format"] == "report text"
-        assert raw.info["cpus"] == dflt.info["cpus"]
-        names = sorted({n.split(":", 1)[1] for n in present})
-        fr_raw = raw.read({n: None for n in names})
-        fr_def = dflt.read({n: None for n in names})
+        raw_info, fr_raw = parsed_report(dat, raw=True)
+        def_info, fr_def = parsed_report(dat, raw=False)
+        assert raw_info["format"] == "report text -R"
+        assert def_info["format"] == "report text"
+        assert raw_info["cpus"] == def_info["cpus"]
         checked = 0
         for full, count in present.items():
             system, name = full.split(":", 1)
+            assert name in fr_raw and name in fr_def, (dat, full, "not in the report")
             a, b = fr_raw[name], fr_def[name]
             assert len(a) == len(b) == count, (dat, full, len(a), len(b), count)
             for c in ("ts", "cpu", "pid", "comm"):
@@ -103,16 +102,17 @@ def test_default_and_raw_agree(swept_reports, tmp_path):
 
 @pytest.mark.slow
 @needs_trace_cmd
-def test_text_matches_binary(swept_reports, tmp_path):
+def test_text_matches_binary(swept_reports):
     """Typed -R parse equals the binary decode for integer and string fields."""
     for dat in swept_reports:
         t, present = _names_by_system(dat)
-        rt = ReportText(str(report_text(dat, tmp_path / "r.txt", raw=True)))
-        fr_t = rt.read({n: None for n in present})
-        fr_s = rt.read({n: None for n in present}, typed=False)
+        _, fr_t = parsed_report(dat, raw=True)
+        _, fr_s = parsed_report(dat, raw=True, typed=False)
         fr_b = t.read({n: None for n in present})
         for full in present:
-            a, b = fr_t[full], fr_b[full]
+            name = bare_name(full)
+            assert name in fr_t, (dat, full, "not in the report")
+            a, b = fr_t[name], fr_b[full]
             assert len(a) == len(b)
             for c in ("ts", "cpu", "pid"):
                 assert (a[c].to_numpy() == b[c].to_numpy()).all(), (dat, full, c)
@@ -128,28 +128,25 @@ def test_text_matches_binary(swept_reports, tmp_path):
                     got = [int(v) % mod for v in x]
                     if got != want:
                         # -R prints %x fields without 0x: all-digit values are ambiguous
-                        raw = [str(v) for v in fr_s[full][col]]
+                        raw = [str(v) for v in fr_s[name][col]]
                         assert [int(v, 16) % mod for v in raw] == want, (
                             f"{dat} {full}.{f.name}: {got[:3]} vs {want[:3]}"
                         )
                 elif f.kind == "str":
                     # the text has no types: a string field of digits only (a file named
                     # "17") parses as integers when typed; compare the text as printed
-                    x = fr_s[full][col]
+                    x = fr_s[name][col]
                     assert [s.strip() for s in x] == [s.strip() for s in b[col]], (full, f.name)
 
 
 @pytest.mark.slow
 @needs_trace_cmd
-def test_six_decimal_timestamps(swept_reports, tmp_path):
+def test_six_decimal_timestamps(swept_reports):
     for dat in swept_reports:
-        six = ReportText(str(conftest.report_text(TRACE_CMD, dat, tmp_path / "six.txt")))
-        nine = ReportText(str(report_text(dat, tmp_path / "nine.txt", raw=False)))
-        names = sorted(six.event_names())
-        a = six.read({n: [] for n in names})
-        b = nine.read({n: [] for n in names})
-        for n in names:
-            ts6, ts9 = a[n]["ts"].to_numpy(), b[n]["ts"].to_numpy()
+        _, nine = parsed_report(dat, raw=False)
+        six = ReportText(conftest.report_made(TRACE_CMD, dat)).read({n: [] for n in nine})
+        for n in nine:
+            ts6, ts9 = six[n]["ts"].to_numpy(), nine[n]["ts"].to_numpy()
             assert (ts6 % 1000 == 0).all()
             assert (np.abs(ts6 - ts9) <= 500).all(), n
 
