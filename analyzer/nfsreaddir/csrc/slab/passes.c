@@ -14,14 +14,20 @@
 /* how many events of a run ahead the table slot is prefetched */
 #define AHEAD 16
 
+/* key i of keys of size bytes (where size is a constant, one load of that width) */
+static inline int64_t key_of(const void *key, int size, Py_ssize_t i)
+{
+	switch (size) {
+	case 1: return ((const int8_t *)key)[i];
+	case 2: return ((const int16_t *)key)[i];
+	case 4: return ((const int32_t *)key)[i];
+	default: return ((const int64_t *)key)[i];
+	}
+}
+
 static inline int64_t key_at(const struct piece *p, Py_ssize_t i)
 {
-	switch (p->key_size) {
-	case 1: return ((const int8_t *)p->key)[i];
-	case 2: return ((const int16_t *)p->key)[i];
-	case 4: return ((const int32_t *)p->key)[i];
-	default: return ((const int64_t *)p->key)[i];
-	}
+	return key_of(p->key, p->key_size, i);
 }
 
 /* the event's cache (-1: none); keys were checked against the table before the pass */
@@ -252,15 +258,9 @@ static inline void alloc_sizes(const struct piece *p, struct tally *c, int key_s
 	int64_t *bytes = &c->out[R_ALLOC_BYTES * cap], *size = &c->out[R_OBJECT_SIZE * cap];
 
 	for (j = 0; j < p->n; j++) {
-		int64_t key;
+		int64_t key = key_of(p->key, key_size, j);
 		int32_t cache;
 
-		switch (key_size) {
-		case 1: key = ((const int8_t *)p->key)[j]; break;
-		case 2: key = ((const int16_t *)p->key)[j]; break;
-		case 4: key = ((const int32_t *)p->key)[j]; break;
-		default: key = ((const int64_t *)p->key)[j]; break;
-		}
 		if (key < 0 || (cache = p->table[key]) < 0)
 			continue;
 		bytes[cache] += p->bytes[j];
