@@ -3,6 +3,6 @@ command is not installed (the reproducers' guests)."""
 
 import sys
 
-from .cli import main
+from .cli import run
 
-sys.exit(main())
+sys.exit(run())
