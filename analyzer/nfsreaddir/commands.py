@@ -85,7 +85,9 @@ def cmd_check(args):
     from .present import roundtrips
 
     try:
-        loaded = pipeline.load(args.traces, ports=args.port, shown=shown, progress=_reading)
+        loaded = pipeline.load(
+            args.traces, ports=args.port, shown=shown, progress=_reading, ids=False
+        )
         v = pipeline.judge(loaded, args.traces, args.max_restarts, args.max_ratio)
         progress(None)
     except AnalysisError as e:

@@ -99,11 +99,14 @@ def trace_id(path):
     return h.hexdigest()
 
 
-def _hashing(path):
+def _hashing(path, wanted=True):
     """trace_id(path), begun now in a thread of its own while the caller reads the file: the
     hash releases the GIL, so it takes the second core, not the reader's time (2.3 s of CPU
     for a 1.3 GB capture). Returns the function that waits for the id. A daemon thread: an
-    interrupted command does not wait for a hash it will never use."""
+    interrupted command does not wait for a hash it will never use. Not wanted: no thread, and
+    the id is None."""
+    if not wanted:
+        return lambda: None
     got: list = []  # the id, or the exception trace_id raised
 
     def run():
@@ -136,9 +139,10 @@ def _named(a, shown, tid):
     return a
 
 
-def readdir_analysis(path, ports=(), shown=None):
-    """(the readdir analysis of one trace or capture, the trace read or None for a capture)."""
-    tid = _hashing(path)
+def readdir_analysis(path, ports=(), shown=None, ids=True):
+    """(the readdir analysis of one trace or capture, the trace read or None for a capture);
+    ids: named by its trace id (else None)."""
+    tid = _hashing(path, ids)
     if is_capture(path):  # a packet capture: its own reader, the same listings
         from .model import wire
 
@@ -164,11 +168,11 @@ def round_trips(a):
     return a
 
 
-def _trace(path, shown, with_slab):
+def _trace(path, shown, with_slab, ids):
     """Loaded of one trace; with_slab: the slab analysis beside the readdir one, both served by
     one pass over the file when both apply, but a trace.dat's slab analysis, which reads it a
-    window at a time."""
-    tid = _hashing(path)
+    window at a time. ids: named by its trace id (else None)."""
+    tid = _hashing(path, ids)
     t = open_trace(path)
     from .model import tables  # (after the hash began: see the module's docstring)
 
@@ -196,22 +200,25 @@ def _trace(path, shown, with_slab):
     return Loaded(shown, a, summary, tid())
 
 
-def load(paths, with_slab=False, ports=(), shown=lambda p: p, progress=None):
+def load(paths, with_slab=False, ports=(), shown=lambda p: p, progress=None, ids=True):
     """Loaded of each trace the paths name (a results directory: its traces); with_slab: the
     slab analysis too, where a trace with kmem events but no READDIR has no readdir analysis.
     ports: NFS server ports of captures besides 2049. progress(n, total, path) is told of each
-    trace as it is read."""
+    trace as it is read. ids=False: the traces are named by their ids only where there are
+    several, which judge() tells apart by them (check of one trace does not hash its bytes:
+    3% of what it costs)."""
     out = []
     given = [(g, p) for g in paths for p in expand([g])]
     files = [p for _, p in given]
+    ids = ids or len(files) > 1
     for n, (g, path) in enumerate(given, 1):
         if progress is not None:
             progress(n, files, path)
         if is_capture(path):
-            a = readdir_analysis(path, ports, shown(path))[0]
+            a = readdir_analysis(path, ports, shown(path), ids)[0]
             x = Loaded(shown(path), a, trace_id=a.info.get("trace_id"))
         else:
-            x = _trace(path, shown(path), with_slab)
+            x = _trace(path, shown(path), with_slab, ids)
         x.given = g
         out.append(x)
     return out
