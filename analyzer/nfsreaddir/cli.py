@@ -15,7 +15,6 @@ import math
 import os
 import sys
 import textwrap
-import threading
 
 # No analysis does linear algebra, but numpy's OpenBLAS starts a thread per core at import,
 # whose spinning cost `analyze` of 8.4 M kmem events 0.15-0.2 s of CPU beside its own reader
@@ -437,28 +436,6 @@ def main(argv=None):
         stack.callback(SHOWN.clear)
         sys.stdout = GuardedOutput(sys.stdout)
         return _run(args, stack)
-
-
-def run():
-    """The `nfs-readdir` process: main(), then its exit. Once the output is flushed and no
-    thread of its own is left, the process ends without the interpreter's teardown: freeing
-    every module's objects one by one (numpy's, the analyses') is a sixth of what `check` of a
-    small trace costs, 40 M of its 570 M instructions, and gives back nothing the system does
-    not. Each command has undone what it did (tracefs, mounts, writers) before main returns,
-    and its temporary files are unlinked when made; where the output cannot be flushed, the
-    interpreter's own exit says so as it would."""
-    code = main()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        return code
-    me = threading.current_thread()
-    if not isinstance(code, int) or any(
-        t is not me and not t.daemon and t.is_alive() for t in threading.enumerate()
-    ):
-        return code  # (no command leaves a thread today: the interpreter would wait for it)
-    os._exit(code)
 
 
 def _run(args, stack):
