@@ -21,10 +21,10 @@ import threading
 # hashlib's blake2b is this one; hashlib's import loads OpenSSL besides (_hashlib: a few ms of
 # a check's CPU) for a hash the project never takes from it
 from _blake2 import blake2b
-from dataclasses import dataclass
 
 from . import runs
 from .model.requires import requested
+from .recordtype import record
 from .rules.limits import MAX_RATIO
 from .trace import OnePass, is_capture, is_report_text, open_trace
 
@@ -68,7 +68,7 @@ def split_dcache(paths):
 
 
 # ---------------------------------------------------------------------------- readdir listings
-@dataclass
+@record
 class Loaded:
     """One input read: its name as shown, its readdir analysis (None for a trace of kmem
     events alone), its slab summary (None without kmem events, or when not asked) and its id
@@ -306,13 +306,14 @@ def listings_so_far(trace):
 def live_summary(trace, keep=lambda lst: True):
     """(the analysis of a trace read so far, listings kept by keep, or None; its verdict), as
     watch ends."""
-    import dataclasses
+    import copy
 
     from .rules import verdict
 
     a = listings_so_far(trace)
     if a is not None:
-        a = dataclasses.replace(a, listings=[lst for lst in a.listings if keep(lst)])
+        a = copy.copy(a)  # (the listings kept in a copy: the trace's analysis stays whole)
+        a.listings = [lst for lst in a.listings if keep(lst)]
     return a, verdict.judge([a] if a is not None else [])
 
 
@@ -359,7 +360,7 @@ def dcache_markers(path):
     return dcache.read_trace(dcache.trace_of(run_dir(path)))[0]
 
 
-@dataclass
+@record
 class ReaddirRun:
     """A readdir reproducer's run as its results.json sees it: the analysis of every trace, the
     name check of each phase and the run's READDIR ratio limit."""

@@ -5,7 +5,7 @@ reproducers' shell (`python3 -m nfsreaddir.live.recordplan plan`).
 
 import os
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..events import (
     ARG_REGISTERS,
@@ -28,6 +28,7 @@ from ..events import (
     kernel_generation,
     kprobe_definition,
 )
+from ..recordtype import record
 
 TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 
@@ -36,8 +37,7 @@ class KernelLacks(Exception):
     """The running kernel cannot give what is asked; the message says what it lacks."""
 
 
-@dataclass(frozen=True)
-class Kprobe:
+class Kprobe(NamedTuple):
     """One kprobe to add: its event (group:function) and its definitions, best form first
     (a kernel that refuses one is given the next)."""
 
@@ -46,7 +46,7 @@ class Kprobe:
     definitions: tuple
 
 
-@dataclass
+@record
 class Plan:
     """What to record on the running kernel, and why."""
 

@@ -15,9 +15,10 @@ ambiguous, so a client's restarts and refetched READDIRs are the ones the captur
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 
 import pandas as pd
+
+from ..recordtype import record
 
 DIR_COLUMNS = [
     "client",
@@ -47,7 +48,7 @@ CLIENT_COLUMNS = [
 ]
 
 
-@dataclass
+@record
 class Triage:
     clients: pd.DataFrame  # one row per client connection, ranked (CLIENT_COLUMNS)
     dirs: pd.DataFrame  # one row per client and directory, in the clients' order (DIR_COLUMNS)

@@ -4,12 +4,12 @@ and invalidations (analysis.analyze and wire.analyze fill them in; the rules jud
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .. import events
+from ..recordtype import field, record
 from ..units import NS
 from .columns import Columns, isna
 from .reader import EOF, UNKNOWN, Restart  # noqa: F401 (a listing is made of Restarts)
@@ -25,7 +25,7 @@ class AnalysisError(Exception):
     """The input cannot answer the question; the message says what to record instead."""
 
 
-@dataclass
+@record
 class Invalidation:
     ts: int
     reason: str
@@ -38,7 +38,7 @@ class Invalidation:
     refilled_start: bool = False
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Listing:
     pid: int | None  # None: not known (a listing seen on the wire)
     comm: str
@@ -229,7 +229,7 @@ class LazyTables(dict):
         return self[name] if name in self else default
 
 
-@dataclass
+@record
 class Analysis:
     listings: Sequence  # a list; a capture's: a spool.ListingSpool, read back from disk
     run: dict

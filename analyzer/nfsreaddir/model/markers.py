@@ -14,12 +14,12 @@ counter they write; parse() reads them all, for either analysis.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..recordtype import field, record
 from ..units import NS
 from .columns import Columns, objects
 
@@ -53,7 +53,7 @@ SAMPLE_COLUMNS = [
 ]
 
 
-@dataclass
+@record
 class Phase:
     """One phase of a reproducer, from its start marker to its end marker, with the key=value
     pairs the two carry (the readdir reproducer's dir_fileid, status and entries; the dcache
@@ -87,7 +87,7 @@ class Phase:
         return self._int("entries")
 
 
-@dataclass
+@record
 class Markers:
     run: dict = field(default_factory=dict)
     phases: list = field(default_factory=list)

@@ -12,9 +12,9 @@ cookie, at each getdents) is a value compared with it, as the kernel compares it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+
+from ..recordtype import record
 
 # How a listing ended.
 EOF, ERROR, KILLED, CLOSED, CUT_OFF, UNKNOWN = (
@@ -198,7 +198,7 @@ class Pass:
             self.restart_rows = []
 
 
-@dataclass
+@record
 class Restart:
     ts: int
     rpc_index: int  # index of the READDIR that restarted within the listing

@@ -27,19 +27,19 @@ window and outside together are every call of that process or client in the inpu
 from __future__ import annotations
 
 import bisect
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..events import UNCACHED_READDIR
+from ..recordtype import as_dict, field, record
 from ..units import NS
 from .windows import READDIR_OPS, first_calls, first_readdir, window
 
 LEASE_RENEWALS = ("SEQUENCE", "RENEW")
 
 
-@dataclass
+@record
 class OpCount:
     """One program's operation during a listing."""
 
@@ -70,7 +70,7 @@ FINDINGS_ONLY = (
 )
 
 
-@dataclass
+@record
 class RoundTrips:
     """A listing's RPCs, accounted."""
 
@@ -118,7 +118,8 @@ class RoundTrips:
         return round(sum(known), 3) if known else None
 
     def to_dict(self):
-        d = asdict(self)
+        d = as_dict(self)
+        d["ops"] = [as_dict(o) for o in self.ops]
         # What the findings read beyond the accounting (rules/slowness) is said in their
         # evidence, not repeated here.
         for k in FINDINGS_ONLY:

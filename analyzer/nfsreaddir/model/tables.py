@@ -28,7 +28,6 @@ time. What in the tables shows the trace damaged is found by :mod:`.damage`.
 """
 
 import re
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -48,6 +47,7 @@ from ..events import (
     UNCACHED_READDIR,
     Source,
 )
+from ..recordtype import record
 from ..trace.arrays import Strs
 from ..trace.base import bare_name
 from .columns import Columns, concat, fill, inferred, isna
@@ -336,7 +336,7 @@ def stream_sources(trace):
 UNCACHED_SOURCES = [s for g in RPC_SOURCES for s in g if s.event in UNCACHED_READDIR]
 
 
-@dataclass
+@record
 class Tables:
     """What load() read: the canonical tables and what they were made from."""
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
 
 import numpy as np
 import pandas as pd
 
+from ..recordtype import names, record
 from . import reader
 from .listing import Listing
 from .spool import ListingSpool
@@ -89,7 +89,7 @@ def _rows_of(data, client):
     return Rows(np.frombuffer(data, dtype=ROW), client)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class WireListing(Listing):
     """A listing seen on the wire: a client and a directory filehandle, no process."""
 
@@ -118,7 +118,7 @@ class WireListing(Listing):
         )
 
     def summary(self):
-        # (Listing by name: a slots dataclass is a new class, which zero-argument super() misses.)
+        # (Listing by name: a slots record is a new class, which zero-argument super() misses.)
         s = Listing.summary(self)
         s.update(
             who=f"client {self.client}",
@@ -130,7 +130,7 @@ class WireListing(Listing):
         return s
 
 
-_STATE = [f.name for f in fields(WireListing) if f.name != "rpc_rows"]
+_STATE = [n for n in names(WireListing) if n != "rpc_rows"]
 
 # A listing's READDIRs until its pass ends: none.
 _UNREAD = Rows(np.zeros(0, dtype=ROW), "")

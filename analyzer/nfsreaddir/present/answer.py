@@ -6,9 +6,9 @@ words (restart, invalidation, change of the directory, READDIR), never in git bi
 count the trace cannot pin down is shown as the range it allows ("25-26")."""
 
 import re
-from dataclasses import dataclass, field
 
 from .. import events
+from ..recordtype import field, record
 from ..status import BAD, GOOD
 from .charts import changes
 from .render import lost_text
@@ -26,7 +26,7 @@ def word(code):
     return WORDS.get(code, CANNOT_TELL)
 
 
-@dataclass
+@record
 class Seen:
     """What the page shows of one listing, kept while its analysis' listings are gone through
     once (a capture's are read back from disk one at a time)."""

@@ -12,10 +12,10 @@ its name is "client" (the client's port changes with every mount). A listing wit
 counterpart is paired with None, and named so.
 """
 
-from dataclasses import dataclass
+from ..recordtype import record
 
 
-@dataclass
+@record
 class Pair:
     """One row of a before/after: who listed which directory, and the listing summary of each
     side (None where that side has no such listing)."""

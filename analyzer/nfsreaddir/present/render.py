@@ -4,9 +4,9 @@ lost, the restarts and invalidations of each listing that had any: `nfs-readdir 
 
 import os
 import sys
-from dataclasses import dataclass, field
 
 from .. import events
+from ..recordtype import field, record
 from ..units import NS
 from . import fleet, roundtrips
 from .glossary import TIME_SPANS
@@ -131,7 +131,7 @@ class _Quiet:
         )
 
 
-@dataclass
+@record
 class _Seen:
     """What the text says of an analysis' listings besides their rows."""
 

@@ -4,11 +4,10 @@ getdents calls of its process, its invalidations and restarts. Read from the ana
 pipeline made (the listing and the canonical tables it was built from), never from a trace.
 """
 
-from dataclasses import dataclass
-
 import pandas as pd
 
 from ..model.columns import frame
+from ..recordtype import record
 
 # The getdents64 syscall's entry and return, as the canonical calls table names them.
 GETDENTS_ENTER, GETDENTS_RETURN = "sys_getdents", "sys_getdents_ret"
@@ -16,7 +15,7 @@ GETDENTS_ENTER, GETDENTS_RETURN = "sys_getdents", "sys_getdents_ret"
 NFS_READDIR_CALL = "getdents"
 
 
-@dataclass
+@record
 class Readdir:
     ts: int
     n: int  # 1 for the listing's first READDIR

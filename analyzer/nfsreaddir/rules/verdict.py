@@ -38,13 +38,13 @@ also bad when a listing repeated or lost a name. `check`, results.json, vm-run a
 answer through judge().
 """
 
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .. import events, status
 from ..model import analysis
+from ..recordtype import record
 from ..status import BAD, GOOD, UNDECIDED
 from .limits import MAX_RATIO
 
@@ -59,7 +59,7 @@ class Finding(NamedTuple):  # (not a dataclass: see events.py)
     why: str
 
 
-@dataclass
+@record
 class Verdict:
     code: int  # 0 good, 1 bad, 125 cannot decide (git bisect run's meaning)
     reason: str  # one line: which listing and which evidence decided
@@ -265,7 +265,7 @@ def _ratio_rule(by_phase, max_ratio):
     return GOOD, text + f"; it met {_change(mod)} and reached the end"
 
 
-@dataclass
+@record
 class _Kind:
     """The findings of one word: how many, and the one that speaks for them (the first, or
     the one with the highest key, the first of those), with the analysis it is of."""

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..recordtype import field, record
 from .rpcops import CallLog
 from .tshark_fields import (
     COL,
@@ -61,7 +61,7 @@ def first(v, name):
     return v[COL[name]].split(",")[0]
 
 
-@dataclass
+@record
 class Capture:
     """What read() found: the tables and the facts that limit them."""
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import gzip
 import ipaddress
 import struct
-from dataclasses import dataclass, field
 
+from ..recordtype import field, record
 from .magic import capture_format
 from .tshark_fields import endpoint
 
@@ -35,7 +35,7 @@ _SHB, _IDB, _EPB = 0x0A0D0D0A, 1, 6
 _U32 = 1 << 32
 
 
-@dataclass
+@record
 class Holes:
     """What the walk found: holes as (client, from ns, to ns, snaplen: whether the snaplen
     cut it, not a drop), and the frames of NFS over UDP."""
