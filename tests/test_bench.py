@@ -261,3 +261,58 @@ def test_the_check_bench_measures_check_against_the_floors(tmp_path):
     ins = {n: got[n]["instructions"] for n in got}
     assert 10e6 < ins["python"] < ins["numpy"] < ins[name] < 10 * ins["numpy"], ins
     assert f"| {name} | {ins[name] / 1e6:.1f} M | {ins[name] / ins['numpy']:.2f}x |" in p.stdout
+
+
+def _needed_row(events, tool, wall, cpu, mib, ratio=None, trace="t.dat"):
+    return {
+        "trace": trace,
+        "events": events,
+        "tool": tool,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "wall_range": [wall, wall],
+        "peak_mib": mib,
+        "ns_per_event": wall / events * 1e9,
+        "kept": None if tool == "report" else 1000,
+        "load": [0.5, 0.6],
+        "ratio": ratio,
+        "cpu_ratio": ratio,
+    }
+
+
+def test_the_needed_bench_merges_runs_in_order_and_judges_them_together(tmp_path):
+    """needed-run --from: the rows of runs at other sizes (a 100 M-event size is measured
+    without report, in a run of its own) in one table by size, then tool, and the targets
+    judged over all of them: the memory target on the largest size, the ratio where report
+    ran, and the time per event from the smallest size to the largest."""
+    small = [
+        _needed_row(10e6, "analyze", 0.8, 1.2, 70, ratio=55.0),
+        _needed_row(10e6, "report", 44.0, 43.0, 12),
+    ]
+    large = [_needed_row(100e6, "analyze", 16.0, 20.0, 160)]  # 160 ns/event against 80
+    runs = []
+    for name, rows in (("large", large), ("small", small)):  # (the larger run first)
+        runs.append(tmp_path / f"{name}.json")
+        runs[-1].write_text(json.dumps({"rows": rows, "started": name, "ended": name}))
+    p = subprocess.run(
+        [sys.executable, NEEDED, "--from", *map(str, runs), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    text = (tmp_path / "needed.md").read_text()
+    order = [line.split("|")[1:3] for line in text.splitlines() if line.startswith("| ")]
+    assert [(e.strip(), t.strip()) for e, t in order[1:]] == [
+        ("10.0 M", "report"),
+        ("10.0 M", "analyze"),
+        ("100.0 M", "analyze"),
+    ], text
+    lines = text.splitlines()
+    assert "met: analyze >= 50x report from 9.5 M events (55.0x at 10.0 M)" in lines
+    assert (
+        "NOT met: analyze's peak <= 150 MiB at every size (70 at 10.0 M, 160 at 100.0 M)" in lines
+    )
+    (flat,) = [x for x in lines if "time per event flat" in x]
+    assert flat.startswith("NOT met: analyze's") and flat.endswith(": 2.00x)"), flat
+    assert (tmp_path / "needed.png").stat().st_size > 10_000  # (the three panels drawn)
