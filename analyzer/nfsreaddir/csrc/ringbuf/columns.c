@@ -112,6 +112,20 @@ static int32_t str_code(struct col *c, const uint8_t *sp, int32_t len)
 	return (int32_t)c->used++;
 }
 
+/* Whether the len bytes at sp hold the column's last string (up to its NUL, if any): a
+ * cache's events often come in runs of one name, whose code is then known without the NUL
+ * search, the hash and the probe of str_code(). */
+static inline int same_last(const struct col *c, const uint8_t *sp, int64_t len)
+{
+	int64_t n;
+
+	if (c->last_code < 0)
+		return 0;
+	n = c->vlen[c->last_code];
+	return same_bytes((const uint8_t *)c->arena + c->vat[c->last_code], sp, n) &&
+	       (n == len || sp[n] == 0);
+}
+
 /* The string column's codes made wide enough for ``code`` (int8 -> int16 -> int32), in place:
  * cache and function names are few, so most columns stay a byte a row; 0: no memory. */
 static int widen(struct eslot *s, struct col *c, int32_t code)
@@ -200,11 +214,17 @@ static int put(struct eslot *s, const struct layout *l, int64_t dpos, int64_t dl
 				len = 0;
 			}
 			sp = l->b + at;
-			len = nul_at(sp, len);
-			code = str_code(c, sp, (int32_t)len);
-			if (code < 0 || (c->isz < 4 && code >= (1 << (8 * c->isz - 1)) &&
-					 !widen(s, c, code)))
-				return 0;
+			if (len == c->last_len && same_last(c, sp, len)) {
+				code = c->last_code;
+			} else {
+				c->last_len = len;
+				len = nul_at(sp, len);
+				code = str_code(c, sp, (int32_t)len);
+				c->last_code = code;
+				if (code < 0 || (c->isz < 4 && code >= (1 << (8 * c->isz - 1)) &&
+						 !widen(s, c, code)))
+					return 0;
+			}
 			if (c->isz == 1)
 				((int8_t *)c->data)[i] = (int8_t)code;
 			else if (c->isz == 2)

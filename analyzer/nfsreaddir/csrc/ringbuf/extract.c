@@ -165,6 +165,7 @@ static int extract_init(PyObject *self, PyObject *args, PyObject *kw)
 			}
 			c->off = off;
 			c->size = size;
+			c->last_code = -1;
 			if (c->kind < 0 || c->kind > 3 || off < 0 || size < 1 || size > 8 ||
 			    (c->kind == 0 && c->isz != 8 && c->isz != 4) ||
 			    (c->kind != 0 && c->isz != 1)) {

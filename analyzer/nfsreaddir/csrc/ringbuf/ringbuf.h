@@ -271,6 +271,10 @@ struct col {
 	int64_t alen, acap;
 	int64_t *vat;           /* per code: offset in arena; length in vlen */
 	int32_t *vlen;
+	/* the last string put: its code (-1: none yet) and the length it was given in (its
+	 * NUL, if any, within) */
+	int32_t last_code;
+	int64_t last_len;
 };
 
 struct eslot {
