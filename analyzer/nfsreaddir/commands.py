@@ -92,11 +92,8 @@ def cmd_check(args):
     from .present import roundtrips
 
     try:
-        loaded = pipeline.load(
-            args.traces, ports=args.port, shown=shown, progress=_reading, ids=False
-        )
+        loaded = load(args.traces, ports=args.port, ids=False)
         v = pipeline.judge(loaded, args.traces, args.max_restarts, args.max_ratio)
-        progress(None)
     except AnalysisError as e:
         # Read, but what is in it cannot decide (no READDIR, a capture cut by its snaplen): no
         # answer either way. An input that is not a trace, or cannot be read at all, is no
