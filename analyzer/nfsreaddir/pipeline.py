@@ -9,9 +9,10 @@ pipeline merges those requests, so a trace that two analyses read is decoded onc
 
 The readdir analysis and the verdict read numpy columns, not pandas (about 0.5 s to import); the
 dcache judgement and the slab analysis are imported where they are used, so that `check` and a
-command that analyzes nothing never pay for them. The model's tables (and numpy with them) are
-imported only once a trace's hash has begun, which then runs on the second core while the
-first imports (a tenth of a second either way).
+command that analyzes nothing never pay for them. Where a trace is hashed (its id named in the
+output, or several inputs told apart), the model's tables (and numpy with them) are imported
+only once the hash has begun, which then runs on the second core while the first imports (a
+tenth of a second either way).
 """
 
 import glob
@@ -99,7 +100,7 @@ def trace_id(path):
     return h.hexdigest()
 
 
-def _hashing(path, wanted=True):
+def _hashing(path, wanted):
     """trace_id(path), begun now in a thread of its own while the caller reads the file: the
     hash releases the GIL, so it takes the second core, not the reader's time (2.3 s of CPU
     for a 1.3 GB capture). Returns the function that waits for the id. A daemon thread: an
