@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 from conftest import FIXTURES, TOP
-from vmrun import SCENARIOS_SCRIPT, StallWatch, outcome
+from vmrun import SCENARIOS_SCRIPT, ConsoleWatch, outcome
 
 
 def test_a_guest_whose_cpu_stopped_is_found_hung():
@@ -18,7 +18,7 @@ def test_a_guest_whose_cpu_stopped_is_found_hung():
     less than that is not hung."""
     with gzip.open(os.path.join(TOP, "tests", "consoles", "rcu-stall-6.1.log.gz")) as f:
         console = f.read()
-    watch = StallWatch()
+    watch = ConsoleWatch()
     for i in range(0, len(console), 4000):  # as the pipe delivers it: lines cut anywhere
         watch.feed(console[i : i + 4000])
     assert watch.hung == ("30917", 252.047737), watch.hung
@@ -28,7 +28,7 @@ def test_a_guest_whose_cpu_stopped_is_found_hung():
     numbers = iter(range(10**6))
     renumbered = re.sub(rb"g=30917", lambda m: b"g=%d" % next(numbers), cut)
     for text in (cut, renumbered):
-        watch = StallWatch()
+        watch = ConsoleWatch()
         watch.feed(text)
         assert watch.hung is None
 
@@ -39,12 +39,12 @@ def test_a_5_10_guest_whose_grace_period_never_ended_is_found_hung():
     1,952 s of guest time on is found hung at its fifth report, 252 s after the first."""
     with gzip.open(os.path.join(TOP, "tests", "consoles", "rcu-stall-5.10.log.gz")) as f:
         console = f.read()
-    watch = StallWatch()
+    watch = ConsoleWatch()
     for i in range(0, len(console), 4000):
         watch.feed(console[i : i + 4000])
     assert watch.hung is not None and watch.hung[0] == "328469", watch.hung
     assert round(watch.hung[1], 3) == round(2204.638182 - 1952.553280, 3), watch.hung
-    watch = StallWatch()
+    watch = ConsoleWatch()
     watch.feed(console[: console.index(b"[ 2204.638182]")])
     assert watch.hung is None
 
@@ -55,18 +55,42 @@ def test_a_guest_whose_kernel_never_started_is_told_from_one_that_did():
     kernel did start, cut anywhere after its first line, does not count as one."""
     with open(os.path.join(TOP, "tests", "consoles", "boot-hang-5.10.log"), "rb") as f:
         hung = f.read()
-    watch = StallWatch()
+    watch = ConsoleWatch()
     watch.feed(hung)
     assert not watch.kernel_started
     with gzip.open(os.path.join(TOP, "tests", "consoles", "rcu-stall-6.1.log.gz")) as f:
         started = f.read(20000)
     first = started.index(b"\n[") + 1  # where the kernel's first line begins
     for cut in (first, first + 40, started.index(b"\n", first) + 1, len(started)):
-        watch = StallWatch()
+        watch = ConsoleWatch()
         for i in range(0, cut, 7):  # as the pipe delivers it: lines cut anywhere
             watch.feed(started[i : min(i + 7, cut)])
         # (a line counts once whole)
         assert watch.kernel_started == (b"\n" in started[first:cut]), cut
+
+
+def test_a_kernel_that_panicked_is_told_from_one_that_did_not():
+    """A Debian 6.1 that panicked 1.3 s into its boot (tests/consoles/boot-panic-6.1.log.gz):
+    vm-run boots such a guest again when the command never ran. The consoles of guests that
+    stalled or hung without a panic, and the panicked one cut before its panic line ends, do
+    not count as one."""
+    with gzip.open(os.path.join(TOP, "tests", "consoles", "boot-panic-6.1.log.gz")) as f:
+        panicked = f.read()
+    watch = ConsoleWatch()
+    for i in range(0, len(panicked), 7):  # as the pipe delivers it: lines cut anywhere
+        watch.feed(panicked[i : i + 7])
+    assert watch.kernel_started and watch.panicked
+    line = panicked.index(b"Kernel panic - not syncing")
+    others = [panicked[: panicked.index(b"\n", line)]]
+    for name in ("rcu-stall-6.1.log.gz", "rcu-stall-5.10.log.gz"):
+        with gzip.open(os.path.join(TOP, "tests", "consoles", name)) as f:
+            others.append(f.read())
+    with open(os.path.join(TOP, "tests", "consoles", "boot-hang-5.10.log"), "rb") as f:
+        others.append(f.read())
+    for text in others:
+        watch = ConsoleWatch()
+        watch.feed(text)
+        assert not watch.panicked
 
 
 def test_each_scenario_in_a_guest_gets_its_own_answer(tmp_path):

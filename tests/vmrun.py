@@ -31,7 +31,7 @@ def _script_module(path, name):
 
 
 _VM_RUN_SCRIPT = _script_module(VM_RUN, "vm_run_script")
-StallWatch = _VM_RUN_SCRIPT.StallWatch
+ConsoleWatch = _VM_RUN_SCRIPT.ConsoleWatch
 
 
 def vm_run(kernel, results, *cmd, timeout=1200, again_if_lost=True):
