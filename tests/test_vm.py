@@ -108,6 +108,7 @@ def test_a_reproducers_255_is_not_a_lost_vm(tmp_path):
 def test_a_guest_that_dies_leaves_its_console(tmp_path):
     """A guest that panics is no verdict (125), and what its kernel said last reaches the
     user: the console is kept in RESULTS/console.log and its last lines are printed."""
+    (tmp_path / "console.boot1.log").write_text("an earlier run's first boot\n")
     p = vm_run(
         "debian:6.1", tmp_path, os.path.join(TOP, "tests", "vm", "panic"), again_if_lost=False
     )
@@ -116,7 +117,8 @@ def test_a_guest_that_dies_leaves_its_console(tmp_path):
     assert "Kernel panic" in p.stderr.split("from its last report:")[-1], p.stderr
     assert "sysrq: Trigger a crash" in (tmp_path / "console.log").read_text()
     assert not (tmp_path / ".vm-status").exists()
-    # The command had begun: booting again could run it twice.
+    # The command had begun: booting again could run it twice. (An earlier run's kept console
+    # is gone: it would read as a boot of this one.)
     assert "booting it again" not in p.stderr and not (tmp_path / "console.boot1.log").exists()
 
 
