@@ -142,7 +142,7 @@ RPC_SOURCES = [
         Source(
             ev,
             {"dev": "dev", "fileid": "fileid", "cookie": "cookie", "dtsize": "dtsize"},
-            optional=("version", "error"),
+            optional=("version", "error", "index"),
             kernels=kernels,
         )
         for ev, kernels in (
@@ -182,7 +182,14 @@ OPTIONAL_FIELDS = {
     "plus": ("plus",),
     "version": ("version",),
     "error": ("error",),
+    "index": ("index",),
 }
+
+# Upstream's cache fill (5.18+) fills the page of the readdir cache that its cookie hashes to,
+# and the hash of cookie 0 is page 0 (fs/nfs/dir.c, nfs_readdir_page_cookie_hash): a fill
+# event at cookie 0 with another index is a row no kernel writes (an edited or damaged field).
+# (The uncached read logs no page: -1. The series' v1-v2 events of that name have no index.)
+COOKIE_ZERO_FILLS_PAGE_ZERO = ("nfs:nfs_readdir_cache_fill",)
 
 # Stock 5.10's nfs4:nfs4_readdir (no cookie) follows each NFSv4 READDIR of the same task: it
 # names the directory and the error of the RPC the cookie kprobe saw.

@@ -6,6 +6,7 @@ say that its listings cannot decide.
 
 import numpy as np
 
+from .. import events
 from .columns import Columns, concat, groups, isin, isna
 
 
@@ -151,6 +152,32 @@ def position_back(calls):
     return out
 
 
+def _cookie_zero_elsewhere(rpc):
+    """Cache fills at cookie 0 that name a page other than the first, as damage: the kernel
+    fills page 0 for cookie 0 (events.COOKIE_ZERO_FILLS_PAGE_ZERO), so one of the two fields
+    was edited or damaged, and a restart read from that cookie alone would be made up (the
+    model then counts it as ambiguous, near_loss)."""
+    if not len(rpc) or "index" not in rpc or isna(rpc["index"]).all():
+        return []
+    out = []
+    index, cookie = rpc["index"], rpc["cookie"]
+    fills = isin(rpc["source"], list(events.COOKIE_ZERO_FILLS_PAGE_ZERO))
+    for i in np.flatnonzero(fills & ~isna(index) & ~isna(cookie)).tolist():
+        if int(cookie[i]) != 0 or int(index[i]) == 0:
+            continue
+        ts = int(rpc["ts"][i])
+        out.append(
+            {
+                "from": ts,
+                "to": ts,
+                "pid": int(rpc["pid"][i]),
+                "what": f"a READDIR cache fill at {ts / 1e9:.6f} s asks for cookie 0 but fills "
+                f"page {int(index[i])}, not page 0: a field is damaged",
+            }
+        )
+    return out
+
+
 # The kernel's PID_MAX_LIMIT on 64-bit (include/linux/threads.h): no task has a larger pid.
 PID_MAX_LIMIT = 4 * 1024 * 1024
 
@@ -176,6 +203,7 @@ def impossible_values(tables):
                 }
             )
     rpc = tables["rpc"]
+    out += _cookie_zero_elsewhere(rpc)
     if not len(rpc) or isna(rpc["fileid"]).all():
         return out
     named: dict[tuple, int] = {}

@@ -55,7 +55,15 @@ class Pass:
                      follows (a cookie above the position, or a getdents at or past it) shows
                      the kernel filled that page again and went on;
         ambiguous    a restart that a rewind, a new open or lost evidence would look the same
-                     as, or one that nothing follows: counted as neither (a range);
+                     as, one that nothing follows, or one that what follows contradicts:
+                     counted as neither (a range);
+
+    A restart is claimed on agreeing evidence, never on one field: where the reader's position
+    is not known, a cookie-0 READDIR is a restart only once the next READDIR of the pass walks
+    back from the start (a cookie at or below the highest asked before, where the cookies
+    grew). One that carries on above everything asked before continued the old chain: the
+    cookie-0 READDIR did not send the reader back (a damaged field, or a first page dropped
+    alone and filled again), so it is ambiguous, as is one that nothing follows (no catch-up).
 
     and keeps the reader's position known (targets: restart -> where the reader was)."""
 
@@ -75,9 +83,13 @@ class Pass:
         self.searched = False  # this getdents already restarted
         self.below = None  # its last READDIR below the position, if it was below
         self.asked = 0  # the highest cookie asked since the start or a rewind
+        self.grew = True  # ... and the cookies asked (but 0) never went down
+        self.last_asked = 0  # the last cookie (but 0) asked
         # A cookie-0 READDIR after the start, until what follows settles it: (row, the reader's
-        # position then, whether a restart would be visible as one, not as a rewind).
-        self.zero = None
+        # position then or None where not known, whether a restart would be visible as one,
+        # not as a rewind, and the highest cookie asked before it where the cookies grew, else
+        # None).
+        self.zero: tuple | None = None
         self.unsure = False  # the evidence before the next READDIR was lost
         self.mixed = False  # another pass's READDIRs came in between: no restart is sure
 
@@ -88,7 +100,8 @@ class Pass:
             # The getdents that asked for cookie 0 returned without another READDIR: the
             # refilled page held the position if the reader goes on from there.
             p = None if pos is None else pos & _U64
-            self._settle(None if p is None or p == 0 else p >= self.zero[1])
+            held = self.zero[1]
+            self._settle(None if p is None or p == 0 or held is None else p >= held)
         self.searched = False
         self.below = None
         self.pos = None
@@ -115,7 +128,7 @@ class Pass:
         self._settle(None)
         self.at_start = True
         self.pos, self.last_pos = None, 0
-        self.asked = 0
+        self.asked, self.grew, self.last_asked = 0, True, 0
 
     def read_entries(self):
         """A getdents returned entries: the reader is past the start."""
@@ -143,22 +156,25 @@ class Pass:
         if cookie is None:
             return False
         if self.zero is not None:
-            self._settle(cookie > self.zero[1])
+            self._settle(_refilled(self.zero, cookie))
         went = False
         if cookie == 0:
             if self.at_start:
                 self.at_start = False
             elif self.pos is None and self.asked:
                 # Where the reader is is not known, only that it had needed more than the
-                # first page: going back to cookie 0 can only be a restart (or a new pass).
-                (self.restart_rows if visible else self.ambiguous_rows).append(row)
+                # first page: going back to cookie 0 is a restart (or a new pass) if what
+                # follows walks back from the start (_refilled).
+                self.zero = (row, None, visible, self.asked if self.grew else None)
                 self.searched = True
             else:
-                self.zero = (row, self.pos or 0, visible)
+                self.zero = (row, self.pos or 0, visible, None)
                 self.searched = True
         else:
             self.at_start = False
             self.asked = max(self.asked, cookie)
+            self.grew = self.grew and cookie >= self.last_asked
+            self.last_asked = cookie
             if self.pos is not None and not self.searched and self.below_restarts is not False:
                 # A READDIR below where the reader is fills the page that holds its position,
                 # unless the next one still starts at or below it: then that page lay wholly
@@ -180,12 +196,14 @@ class Pass:
         look the same); None, the input does not tell."""
         if self.zero is None:
             return
-        row, _, visible = self.zero
+        row, _, visible, _ = self.zero
         self.zero = None
         if refill:
             self.refills.append(row)
         elif refill is False and visible:
             self.restart_rows.append(row)
+            # The walk back from the start: cookies grow again from there.
+            self.grew, self.last_asked = True, 0
         else:
             self.ambiguous_rows.append(row)
 
@@ -196,6 +214,21 @@ class Pass:
         if self.mixed and self.restart_rows:
             self.ambiguous_rows = sorted({*self.ambiguous_rows, *self.restart_rows})
             self.restart_rows = []
+
+
+def _refilled(zero, cookie):
+    """What the READDIR after a pending cookie-0 one (zero: Pass.zero), asking cookie, says of
+    it: where the reader's position was known, a cookie above it shows the page that held it
+    was filled again (True), else the reader was walked back (False). Where it was not known,
+    a walk back from the start asks at or below the highest cookie asked before (False); a
+    cookie above all of them, in cookies that grew, carries on the old chain, which a restart
+    does not do (None: not a restart that the trace agrees on)."""
+    _, held, _, highest = zero
+    if held is not None:
+        return cookie > held
+    if highest is not None and cookie > highest:
+        return None
+    return False
 
 
 @record

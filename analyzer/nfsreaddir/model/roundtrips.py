@@ -26,7 +26,6 @@ window and outside together are every call of that process or client in the inpu
 
 from __future__ import annotations
 
-import bisect
 from typing import Any
 
 import numpy as np
@@ -34,9 +33,14 @@ import numpy as np
 from ..events import UNCACHED_READDIR
 from ..recordtype import as_dict, field, record
 from ..units import NS
-from .windows import READDIR_OPS, first_calls, first_readdir, window
-
-LEASE_RENEWALS = ("SEQUENCE", "RENEW")
+from .windows import (
+    LEASE_RENEWALS,
+    PER_NAME_OPS,
+    READDIR_OPS,
+    first_calls,
+    first_readdir,
+    window,
+)
 
 
 @record
@@ -76,7 +80,7 @@ class RoundTrips:
 
     who: str  # "ls[375]" or "client 127.0.0.1:956"
     start: int  # the window: the listing's first READDIR call
-    end: int  # its end (trace), or the client's last call before its next listing (capture)
+    end: int  # its end: its close (trace), its reader's last call (capture: windows.wire_end)
     seconds: float
     calls_from: str  # the evidence: which events or which decoding
     window: str  # how the window was cut, in words
@@ -85,6 +89,9 @@ class RoundTrips:
     server_time_from: str | None  # None: the input gives no server time
     ops: list[OpCount] = field(default_factory=list)  # most calls first
     outside: dict = field(default_factory=dict)  # "NFS3.GETATTR" -> calls outside the window
+    # Calls of the same client in the window that are not the listing's (a capture): READDIRs
+    # of another pass, another program's operations; its per-name calls may be partly theirs.
+    shared: dict = field(default_factory=dict)
     readdirs: int = 0
     readdir_entries: int | None = None  # entries the READDIR replies carried (each time)
     max_dtsize: int | None = None  # the largest READDIR size asked (bytes)
@@ -135,16 +142,21 @@ def program_name(name, version):
     return f"{str(name).upper()}{int(version) if known else '?'}"
 
 
-def _ops(program, op, server_ns, names, seconds):
-    """OpCounts of the window's calls (arrays), most calls first."""
+def _ops(program, op, server_ns, names, seconds, ts):
+    """OpCounts of the window's calls (arrays; ts: when each was sent), most calls first. A
+    share is the part of the window in which at least one call of that operation waited for
+    the server: calls sent side by side (two passes, readahead) overlap, and their summed
+    server time can outrun the window, but the time they took of it cannot."""
     out = []
     keys = np.array([f"{p}\0{o}" for p, o in zip(program, op)], dtype=object)
     for key in sorted(set(keys.tolist())):
         m = keys == key
         p, o = key.split("\0")
         st = server_ns[m]
-        known = st[~np.isnan(st)]
+        replied = ~np.isnan(st)
+        known = st[replied]
         server = float(known.sum()) / NS if len(known) else None
+        busy = _busy_ns(np.asarray(ts, dtype=np.int64)[m][replied], known) / NS
         n = int(m.sum())
         out.append(
             OpCount(
@@ -154,11 +166,24 @@ def _ops(program, op, server_ns, names, seconds):
                 int(len(known)),
                 round(server, 3) if server is not None else None,
                 round(n / names, 3) if names else None,
-                round(server / seconds, 3) if server is not None and seconds > 0 else None,
+                round(min(busy / seconds, 1.0), 3) if server is not None and seconds > 0 else None,
             )
         )
     out.sort(key=lambda c: (-c.calls, c.program, c.op))
     return out
+
+
+def _busy_ns(start, length):
+    """The length of the union of the spans [start, start + length) (ns)."""
+    if not len(start):
+        return 0
+    order = np.argsort(start, kind="stable")
+    a = start[order].astype(np.int64)
+    b = a + length[order].astype(np.int64)
+    # Each span's end, or the furthest end before it where that reaches further.
+    reach = np.maximum.accumulate(b)
+    gap = np.maximum(a[1:] - reach[:-1], 0)
+    return int(reach[-1] - a[0] - gap.sum())
 
 
 def _outside(program, op):
@@ -293,7 +318,7 @@ def from_trace(
         names=names,
         names_from=names_from,
         server_time_from="sunrpc:rpc_stats_latency (rtt)" if latencies is not None else None,
-        ops=_ops(program_arr[inside], op[inside], server[inside], names, seconds),
+        ops=_ops(program_arr[inside], op[inside], server[inside], names, seconds, ts[inside]),
         outside=_outside(program_arr[~held], op[~held]),
         readdirs=int(sum(o in READDIR_OPS for o in op[inside])),
         max_dtsize=max(sizes, default=None),
@@ -335,33 +360,32 @@ def latency_ns(requests, latencies):
     return out
 
 
-def from_capture(lst, calls, next_start=None, kernel=None):
-    """The RoundTrips of a capture's listing from the capture's calls (rpcops.CallLog.table()),
-    the client's calls from its first READDIR to next_start (its next listing's first READDIR,
-    None: the capture's end)."""
+def from_capture(lst, calls, kernel=None):
+    """The RoundTrips of a capture's listing from the capture's calls (rpcops.CallLog.table()):
+    the client's calls in the listing's window, from its first READDIR call to its end
+    (windows.wire_end: its last READDIR's reply, or its reader's last per-name call). In that
+    window the READDIRs of another pass of the same client, and operations no directory reader
+    sends (another program's REMOVE, WRITE...), are not the listing's: they are said beside
+    it (`shared`), as its per-name calls may then be partly theirs."""
     client = getattr(lst, "client", None)
     if calls is None or not client:
         return None
-    start = first_readdir(lst)
+    start, end = window(first_readdir(lst), lst.start, lst.end)
     mine = calls[calls["client"].to_numpy() == client]
     ts = mine["ts"].to_numpy()
     program = mine["program"].to_numpy(dtype=object)
     op = mine["op"].to_numpy(dtype=object)
-    # An NFSv4 client's lease renewals (a COMPOUND of SEQUENCE alone; RENEW on 4.0) come from
-    # its state manager on a timer, never from a lister: left outside, they would otherwise
-    # stretch a window that runs to the capture's end by up to a lease period.
     renewal = np.char.startswith(program.astype(str), "NFS4") & np.isin(op, LEASE_RENEWALS)
-    within = ts >= start
-    if next_start is not None:
-        within &= ts < next_start
-    inside = within & ~renewal
+    within = (ts >= start) & (ts <= end)
+    frames = mine["frame"].to_numpy(dtype=np.int64, na_value=-1)
+    own: Any = np.isin(frames, np.asarray(lst.rpcs["frame"])) if len(lst.rpcs) else []
+    readdir = np.isin(op, READDIR_OPS)
+    others = within & ((readdir & ~own) | ~(readdir | np.isin(op, PER_NAME_OPS) | renewal))
+    inside = within & ~renewal & ~others
     # Integer ns (an epoch in ns through a float is rounded by up to 256 ns); a duration is
     # small enough for a float.
     reply = mine["reply_ts"].to_numpy(dtype=np.int64, na_value=-1)
     server = np.where(reply >= 0, reply - ts, np.nan).astype(float)
-    end = int(np.maximum(reply, ts)[inside].max()) if inside.any() else start
-    frames = mine["frame"].to_numpy(dtype=np.int64, na_value=-1)
-    own: Any = np.isin(frames, np.asarray(lst.rpcs["frame"])) if len(lst.rpcs) else []
     entries = mine["entries"].to_numpy(dtype=float, na_value=np.nan)[own] if len(own) else []
     counted = [e for e in entries if not np.isnan(e)]
     readdir_entries = int(sum(counted)) if counted else None
@@ -383,15 +407,15 @@ def from_capture(lst, calls, next_start=None, kernel=None):
         end=end,
         seconds=round(seconds, 3),
         calls_from="the capture's NFS and NFSACL calls and replies",
-        window="the client's calls from the listing's first READDIR to "
-        + ("its next listing" if next_start is not None else "the end of the capture")
+        window="the client's calls from the listing's first READDIR to its end"
         + (", its lease renewals aside" if (renewal & within).any() else ""),
         names=names,
         names_from=names_from,
         server_time_from="the capture's call to reply times",
-        ops=_ops(program[inside], op[inside], server[inside], names, seconds),
-        outside=_outside(program[~inside], op[~inside]),
-        readdirs=int(sum(o in READDIR_OPS for o in op[inside])),
+        ops=_ops(program[inside], op[inside], server[inside], names, seconds, ts[inside]),
+        outside=_outside(program[~within & ~renewal], op[~within & ~renewal]),
+        shared=_outside(program[others], op[others]),
+        readdirs=int(np.count_nonzero(inside & readdir)),
         readdir_entries=readdir_entries,
         max_dtsize=max(sizes, default=None),
         dtsizes=sizes,
@@ -432,21 +456,9 @@ def account(analysis, calls=None):
         return out
     listings = list(analysis.listings)
     kernel = getattr(analysis, "kernel", None)
-    # Each client's calls, and the first READDIR of each of its listings: a listing's window
-    # ends where the same client's next listing begins.
     by_client = {c: df for c, df in calls.groupby("client", sort=False)}
-    firsts: dict[str, list[int]] = {}
-    for lst in listings:
-        firsts.setdefault(getattr(lst, "client", ""), []).append(first_readdir(lst))
-    for f in firsts.values():
-        f.sort()
     for n, lst in enumerate(listings):
-        client = getattr(lst, "client", "")
-        mine = firsts.get(client, [])
-        i = bisect.bisect_right(mine, first_readdir(lst))
-        rt = from_capture(
-            lst, by_client.get(client), mine[i] if i < len(mine) else None, kernel=kernel
-        )
+        rt = from_capture(lst, by_client.get(getattr(lst, "client", "")), kernel=kernel)
         if rt is not None:
             out[n] = rt
     return out

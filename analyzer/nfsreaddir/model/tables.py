@@ -58,7 +58,7 @@ from .requires import requires_events
 # of them where a table, a plot or an export is shown.
 
 TABLE_COLUMNS = {
-    "rpc": ["dev", "fileid", "cookie", "dtsize", "plus", "version", "error"],
+    "rpc": ["dev", "fileid", "cookie", "dtsize", "plus", "version", "error", "index"],
     "invalidations": ["dev", "fileid", "reason"],
     "revalidations": ["dev", "fileid", "step", "cache_validity", "version"],
     "calls": [

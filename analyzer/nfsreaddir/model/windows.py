@@ -1,7 +1,9 @@
-"""A trace's listing's window, the span its RPCs are counted in (model/roundtrips, and watch's
-live/attribution as the events come): from its first READDIR's call to its end. Where its
-READDIR events fire at the reply, that call comes before the first of them, and is found by
-pairing the process's READDIR events with its READDIR calls (ReplyCalls)."""
+"""A listing's window, the span its time and its RPCs are counted in (the table's time, and
+model/roundtrips, and watch's live/attribution as the events come): from its first READDIR's
+call to its end. A trace's listing ends with its last event (its close); where its READDIR
+events fire at the reply, their call comes before the first of them, and is found by pairing
+the process's READDIR events with its READDIR calls (ReplyCalls). A capture's listing has no
+close on the wire: it ends with its reader's last call (wire_end)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,39 @@ REPLY_TIME_READDIR = (
     "nfs:nfs_readdir_uncached_page_filled",
 )
 MAX_PENDING_CALLS = 64  # a process's READDIR calls not paired yet (its READDIRs are one by one)
+
+
+# The calls a directory's reader makes for the names it lists (ls -l's stat and ACL of each, a
+# lookup), by operation name in every NFS version and NFSACL: a listing on the wire goes on
+# through them after its last READDIR. An NFSv4 client's lease renewals (a COMPOUND of SEQUENCE
+# alone; RENEW on 4.0) come from its state manager on a timer, never from a reader: they
+# neither end a listing nor belong to one. Any other operation (REMOVE, WRITE, CREATE...) is
+# another program's work on the same client.
+PER_NAME_OPS = ("GETATTR", "LOOKUP", "LOOKUPP", "ACCESS", "READLINK", "GETACL")
+LEASE_RENEWALS = ("SEQUENCE", "RENEW")
+# A reader that stats each name sends the next call within a round trip of the last reply:
+# a client quiet this long after its listing's last call has finished with that listing.
+IDLE_NS = 10**9
+
+
+def wire_end(readdir_end, ts, reply_ts, op, frame, own):
+    """A capture's listing's end: its last READDIR's reply (readdir_end), or, where the client
+    goes on with the names (per-name calls, PER_NAME_OPS), the last reply of those that follow
+    it with no gap longer than IDLE_NS, up to the client's first call that is neither (a READDIR
+    of another pass, another program's operation: from there the client's calls cannot be told
+    apart). ts, reply_ts (-1: none), op, frame (-1 but for READDIRs): the client's calls in the
+    capture's order; own: the frames of the listing's READDIR calls."""
+    end = int(readdir_end)
+    k = int(np.searchsorted(ts, end, side="right"))
+    last = end
+    for t, r, o, f in zip(ts[k:].tolist(), reply_ts[k:].tolist(), op[k:], frame[k:].tolist()):
+        if f in own or o in LEASE_RENEWALS:
+            continue
+        if o not in PER_NAME_OPS or t - last > IDLE_NS:
+            break
+        last = t
+        end = max(end, r if r >= 0 else t)
+    return end
 
 
 def window(first_readdir, start, end):

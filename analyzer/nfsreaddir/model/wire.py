@@ -37,7 +37,7 @@ import pandas as pd
 from ..trace import capture as capture_mod
 from ..trace import pcapng, tcpholes
 from ..units import int_or_none
-from . import fleet, reader, wire_passes
+from . import fleet, reader, windows, wire_passes
 from .listing import Analysis, AnalysisError, LazyTables
 from .wire_passes import ROW, Passes, listings
 
@@ -83,6 +83,7 @@ def analyze(path, tshark=None, ports=()):
     _refuse_unusable(cap, path)
     phase, facts = _phase_facts(path)
     damage, placed, dropped = _capture_damage(cap, path, phase, facts)
+    damage, at_end = _cut_at_end(damage, cap.calls)
     by_client: dict[str, list] = {}
     for d in placed:
         by_client.setdefault(d["client"], []).append(d)
@@ -91,28 +92,27 @@ def analyze(path, tshark=None, ports=()):
     # capture of many clients (readdir-fleet) has one lister per client, none of them it.
     main = out.largest() if phase and out.clients == 1 else None
     fileids = cap.passes.fileids  # (the passes themselves, and their cookies, are not kept)
+    # The XIDs of every client's calls, where a hole needs them (_hiding_calls).
+    xids = cap.calls.xids() if placed and cap.calls is not None else None
+    # Every client's calls, for where each listing ends (windows.wire_end).
+    calls = cap.calls.by_client() if cap.calls is not None else {}
 
     def finish(lst, number):
         """What a listing read back from the spool gets once the whole capture is read."""
         if lst.fileid is None:  # the directory's inode number, where a reply gave it
             lst.fileid = fileids.get(lst.fh)
-        mine = by_client.get(lst.client, ())
-        lst.damage = damage + [d for d in mine if d["from"] <= lst.end and d["to"] >= lst.start]
+        mine_calls = calls.get(lst.client)
+        if mine_calls is not None and len(lst.rpcs):
+            lst.end = windows.wire_end(lst.end, *mine_calls, set(lst.rpcs.a["frame"].tolist()))
+        mine = [*by_client.get(lst.client, ()), *at_end]
+        seen = (xids[0].get(lst.client, _NO_XIDS), xids[1]) if xids is not None else None
+        lst.damage = damage + _hiding_calls(lst, mine, seen)
         if lst.damage and lst.restart_rows:
             # Frames lost (dropped, cut by the snaplen): the eof reply that ended a pass, or
             # the READDIRs that did, may be among them, and a "restart" the first READDIR of
             # a new pass. Those next to a loss are possible, none certain.
             ts = lst.rpcs.a["ts"]
             wire_passes.count(lst, lost=reader.near_loss(ts, lst.restart_rows, lst.damage))
-        if lst.missing_replies:
-            lst.damage.append(
-                {
-                    "from": lst.start,
-                    "to": lst.end,
-                    "what": f"{lst.missing_replies} READDIR replies missing from the capture "
-                    "or not saying how the READDIR went",
-                }
-            )
         if number == main:
             lst.phase = phase
             lst.status = int_or_none(facts.get(f"{phase}.status"))
@@ -164,6 +164,67 @@ def analyze(path, tshark=None, ports=()):
     return a
 
 
+# Two READDIR calls of one pass further apart than this in XIDs are not from a client that
+# numbers its calls one by one (another client's XIDs are random): what lies between is not
+# known.
+MAX_XID_STEP = 1 << 16
+
+
+_NO_XIDS = np.zeros(0, dtype=np.int64)
+
+
+def _hiding_calls(lst, holes, xids=None):
+    """The holes of the listing's client (placed: {"from", "to", "to_server", ...}) that may
+    hide a restart of its pass. A restart is a call (a READDIR back at cookie 0), so only
+    bytes lost on the way to the server between the pass's first call and its last (or after
+    that, where the pass did not end with eof or an error) can hide one; however few, they
+    may hold that one call, with the calls that walk back after it visible and looking like
+    the pass going on. A reply lost on the way back is no hole in the pass: it is a READDIR
+    without its reply, which the reader model places on that call (reader.Pass.lost: a
+    cookie-0 call after it is a restart or a new pass), or a reply of another call, which
+    hides nothing of the pass but a change of its directory (fewer changes met: never a
+    restart, never a survived change). Where a hole's direction is not known it may be
+    either.
+
+    xids: (the XIDs of the client's calls seen, sorted; {READDIR call frame: its XID}), or
+    None. A Linux client numbers its calls on a connection one by one, and a pass's READDIRs
+    are sent one at a time, so a call sent between two of them has an XID between theirs:
+    where the capture has a call of every XID between the two calls around a hole, nothing
+    was lost between them, and the hole (a reply's bytes, a retransmission's) hides none."""
+    if not holes or not len(lst.rpcs):
+        return []
+    a = lst.rpcs.a
+    ts = a["ts"]
+    ended = lst.ending in (reader.EOF, reader.ERROR)
+    first, last = int(ts[0]), int(ts[-1]) if ended else 1 << 62
+    out = []
+    for d in holes:
+        if d.get("to_server", True) is False or d["from"] > last or d["to"] < first:
+            continue
+        # The hole lies before the first of the pass's calls at or after its end.
+        k = int(np.searchsorted(ts, d["to"], side="left"))
+        if 0 < k < len(ts) and xids is not None and _all_seen(a["frame"][k - 1 : k + 1], *xids):
+            continue
+        out.append(d)
+    return out
+
+
+def _all_seen(frames, seen, xid_of):
+    """Whether the capture has a call of every XID between those of the two READDIR calls in
+    frames (their XIDs known, and close enough to be one client's count)."""
+    lo, hi = xid_of.get(int(frames[0])), xid_of.get(int(frames[1]))
+    if lo is None or hi is None:
+        return False
+    step = (hi - lo) % (1 << 32)
+    if not 0 < step <= MAX_XID_STEP:
+        return False
+    if lo < hi:
+        inside = np.searchsorted(seen, hi) - np.searchsorted(seen, lo + 1)
+    else:  # the count wrapped around
+        inside = len(seen) - np.searchsorted(seen, lo + 1) + np.searchsorted(seen, hi)
+    return int(inside) == step - 1
+
+
 def _refuse_unusable(cap, path):
     """An AnalysisError naming what the capture lacks and how to capture again, where it has
     no READDIR to analyze."""
@@ -196,6 +257,21 @@ def _refuse_unusable(cap, path):
         )
 
 
+def _cut_at_end(damage, calls):
+    """(the damage over the whole capture, less a cut last record; that cut placed at the
+    capture's end, on every client). A file cut short in the middle of its last packet
+    (tshark says so) lost that packet's bytes and nothing before them: only a listing still
+    under way when the capture ends can miss a call there."""
+    cut = [d for d in damage if "cut short" in d["what"]]
+    if not cut:
+        return damage, []
+    last = 0
+    if calls is not None and len(calls):
+        last = max(max(calls.ts), max(calls.reply_ts))
+    placed = [dict(d, **{"from": int(last), "to": 1 << 62}) for d in cut]
+    return [d for d in damage if d not in cut], placed
+
+
 def _capture_damage(cap, path, phase, facts):
     """(damage over the whole capture, damage placed on one client's connection and in time,
     packets the kernel dropped while capturing or None)."""
@@ -209,7 +285,7 @@ def _capture_damage(cap, path, phase, facts):
         # Bytes of a TCP stream that were not captured show where they were lost
         # (trace/tcpholes): only the READDIRs next to them are in doubt.
         found = tcpholes.walk(path, set(cap.ports))
-        for client, since, until, cut in found.holes:
+        for client, since, until, cut, to_server in found.holes:
             what = (
                 f"{cap.truncated_frames} frames cut to {cap.snaplen} bytes by the snaplen"
                 if cut
@@ -217,7 +293,15 @@ def _capture_damage(cap, path, phase, facts):
                 if dropped
                 else "TCP segments missing from the capture"
             )
-            placed.append({"from": since, "to": until, "client": client, "what": what})
+            placed.append(
+                {
+                    "from": since,
+                    "to": until,
+                    "client": client,
+                    "to_server": to_server,
+                    "what": what,
+                }
+            )
         if found.udp and (dropped or cap.truncated_frames):
             # NFS over UDP numbers nothing: its losses cannot be placed.
             damage.append(_whole(f"{dropped or cap.truncated_frames} frames lost, over UDP"))

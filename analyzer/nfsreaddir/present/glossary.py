@@ -34,8 +34,9 @@ TIME_SPANS = {
     "syscalls": "from the first getdents64 to the one that returned 0",
     "phases": "from the reproducer's phase marker to the next (the lister's start-up included)",
     "readdirs": "from the first READDIR to the last",
-    "wire": "from the first READDIR call to the reply that ended the listing (no getdents on "
-    "the wire)",
+    "wire": "from the first READDIR call to the reply that ended the listing, or to the last "
+    "per-name call (a stat or ACL of each name, as ls -l makes) that follows it with no pause "
+    "over 1 s (no getdents or close on the wire)",
 }
 
 EXPORT_COLUMNS = {

@@ -60,6 +60,13 @@ def _listing(a, n, rt, out):
             + ", ".join(f"{k} {v:,}" for k, v in rt.outside.items())
             + "\n"
         )
+    if rt.shared:
+        out.write(
+            "  in this window but not this listing's (another pass of the same client, "
+            "another program's work), so its per-name calls may be partly theirs: "
+            + ", ".join(f"{k} {v:,}" for k, v in rt.shared.items())
+            + "\n"
+        )
     for f in slowness.findings(rt):
         out.write(f"  finding: {f.evidence}\n    change: {f.change}\n")
 

@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import events, status
-from ..model import analysis
+from ..model.reader import ENDINGS, EOF, UNKNOWN
 from ..recordtype import record
 from ..status import BAD, GOOD, UNDECIDED
 from .limits import MAX_RATIO
@@ -54,7 +54,7 @@ MIN_EXTRA_READDIRS = 10
 
 
 class Finding(NamedTuple):  # (not a dataclass: see events.py)
-    listing: object  # analysis.Listing
+    listing: object  # model.listing.Listing
     word: str  # bad, undecided, survived, unfinished, good, untested
     why: str
 
@@ -164,8 +164,8 @@ def judge_listing(lst, max_restarts=0):
     if lst.cookies_known and len(lst.restarts) > max_restarts:
         inv = sum(bool(i.followed_by_restart) for i in lst.invalidations)
         why = _restarted(lst, lst.restarts, inv, len(lst.possible_restarts))
-        if lst.ending != analysis.EOF:
-            why += f", and did not reach the end of the directory ({analysis.ENDINGS[lst.ending]})"
+        if lst.ending != EOF:
+            why += f", and did not reach the end of the directory ({ENDINGS[lst.ending]})"
         return Finding(lst, "bad", why)
     if lst.damage:
         lo, hi = lst.restart_range or (0, 0)
@@ -208,7 +208,7 @@ def judge_listing(lst, max_restarts=0):
         else ""
     )
     if not lst.complete:
-        why = "began before the trace" if lst.began_before_trace else analysis.ENDINGS[lst.ending]
+        why = "began before the trace" if lst.began_before_trace else ENDINGS[lst.ending]
         if survival_counts(lst) and not lst.restarts:
             return Finding(
                 lst,
@@ -328,7 +328,7 @@ class _Tally:
 
 
 def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
-    """One answer from one or more analysed traces (analysis.Analysis) of one run. names: per
+    """One answer from one or more analysed traces (model.listing.Analysis) of one run. names: per
     phase, {"duplicates": n, "missing": n or None} from a reproducer's name check."""
     t = _Tally(max_restarts)
     for a in analyses:
@@ -428,7 +428,7 @@ def _advice(a, finding):
     missing = set()
     if not lst.cookies_known:
         missing.add("rpc")
-    if lst.ambiguous_rows or (not lst.complete and lst.ending == analysis.UNKNOWN):
+    if lst.ambiguous_rows or (not lst.complete and lst.ending == UNKNOWN):
         missing.add("calls")
     if not missing:
         return ""

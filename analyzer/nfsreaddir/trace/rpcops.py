@@ -72,13 +72,13 @@ def _entries(v, op, plus):
 
 
 class CallLog:
-    """The calls as columns in typed arrays (a big capture has millions of calls: 22 bytes
+    """The calls as columns in typed arrays (a big capture has millions of calls: 30 bytes
     each): ts, reply_ts (-1: no reply in the capture), client (its number in `clients`), op
-    (its number in `names`, (program, operation) pairs); a READDIR's frame and its reply's
-    entries, kept for READDIRs alone, by row."""
+    (its number in `names`, (program, operation) pairs), xid (-1: not read); a READDIR's frame
+    and its reply's entries, kept for READDIRs alone, by row."""
 
     def __init__(self):
-        self.ts, self.reply_ts = array("q"), array("q")
+        self.ts, self.reply_ts, self.xid = array("q"), array("q"), array("q")
         self.client, self.op = array("i"), array("h")
         self.clients: dict[str, int] = {}
         self.ops: dict[tuple, int] = {}
@@ -110,6 +110,7 @@ class CallLog:
             self.pending[key] = row
             self.ts.append(ts)
             self.reply_ts.append(-1)
+            self.xid.append(xid if xid is not None else -1)
             self.client.append(self.clients.setdefault(client, len(self.clients)))
             self.op.append(self.ops[name])
             if name[1] in READDIR_OPS and frame is not None:
@@ -124,6 +125,58 @@ class CallLog:
             if op in READDIR_OPS and ok:
                 plus = None if label.startswith("NFS4") else op == "READDIRPLUS"
                 self.entries[i] = _entries(v, op, plus)
+
+    def xids(self):
+        """({client: the numbers of its calls seen, sorted, each once}, {a READDIR call's
+        frame: its number}): a Linux client numbers its calls on a connection one by one (its
+        transport's xid counter), so the numbers between two of its calls that the capture has
+        no call of are calls it sent that the capture lost (model/wire.py). Linux writes the
+        counter as it is in memory (xprt_alloc_xid), so a little-endian client's XIDs count
+        in their last byte first: per client, the byte order in which its XIDs run one by one
+        is the count."""
+        import numpy as np
+
+        n = len(self.ts)
+        xid = np.frombuffer(self.xid, dtype=np.int64) if n else np.zeros(0, np.int64)
+        client = np.frombuffer(self.client, dtype=np.int32) if n else np.zeros(0, np.int32)
+        known = xid >= 0
+        swapped = np.where(known, xid, 0).astype(">u4").view("<u4").astype(np.int64)
+        count = xid.copy()
+        seen = {}
+        for name, c in self.clients.items():
+            mine = known & (client == c)
+            raw, other = np.unique(xid[mine]), np.unique(swapped[mine])
+            if np.count_nonzero(np.diff(other) == 1) > np.count_nonzero(np.diff(raw) == 1):
+                raw = other
+                count[mine] = swapped[mine]
+            seen[name] = raw
+        return seen, {f: int(count[row]) for row, f in self.frames.items() if known[row]}
+
+    def by_client(self):
+        """{client: (ts, reply_ts (-1: none), op name, frame (-1 but for READDIRs))} of its
+        calls, in the capture's order, as arrays (model/windows.wire_end reads them)."""
+        import numpy as np
+
+        n = len(self.ts)
+        if not n:
+            return {}
+        ts = np.frombuffer(self.ts, dtype=np.int64)
+        reply = np.frombuffer(self.reply_ts, dtype=np.int64)
+        client = np.frombuffer(self.client, dtype=np.int32)
+        names = np.array([op for _, op in self.names], dtype=object)
+        op = names[np.frombuffer(self.op, dtype=np.int16)]
+        frame = np.full(n, -1, dtype=np.int64)
+        if self.frames:
+            frame[np.fromiter(self.frames.keys(), np.int64)] = np.fromiter(
+                self.frames.values(), np.int64
+            )
+        order = np.argsort(client, kind="stable")
+        bounds = np.searchsorted(client[order], np.arange(len(self.clients) + 1))
+        out = {}
+        for name, c in self.clients.items():
+            rows = order[bounds[c] : bounds[c + 1]]
+            out[name] = (ts[rows], reply[rows], op[rows], frame[rows])
+        return out
 
     def table(self):
         """The calls as a DataFrame: ts, frame (NA but for READDIRs), client, program, op,

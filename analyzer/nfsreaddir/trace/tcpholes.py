@@ -38,7 +38,8 @@ _U32 = 1 << 32
 @record
 class Holes:
     """What the walk found: holes as (client, from ns, to ns, snaplen: whether the snaplen
-    cut it, not a drop), and the frames of NFS over UDP."""
+    cut it, not a drop, to_server: whether the bytes lost were on their way to the server,
+    where calls go, not replies), and the frames of NFS over UDP."""
 
     holes: list = field(default_factory=list)
     udp: int = 0
@@ -166,7 +167,7 @@ def walk(path, ports):
     out = Holes()
     # Per direction (src, sport, dst, dport): the next byte's position (sequence numbers
     # unwrapped), its last sequence number, the time of its last segment with bytes, and its
-    # gaps not filled yet: [first byte, end, since, until, client].
+    # gaps not filled yet: [first byte, end, since, until, client, to the server].
     state: dict[tuple, list] = {}
     gaps: dict[tuple, list] = {}
     with opener(path, "rb") as f:
@@ -202,14 +203,14 @@ def walk(path, ports):
                 delta = (seq - want + _U32 // 2) % _U32 - _U32 // 2
                 at = nxt + delta
                 if delta > 0:
-                    gaps.setdefault(key, []).append([nxt, at, since, ts, client])
+                    gaps.setdefault(key, []).append([nxt, at, since, ts, client, dport in ports])
                 elif key in gaps:
                     _fill(gaps[key], at, at + step)
                 if at + step > nxt:
                     st[0], st[1] = at + step, (seq + step) % _U32
                 st[2] = ts
             if captured < payload and caplen < length:
-                out.holes.append((client, ts, ts, True))
+                out.holes.append((client, ts, ts, True, dport in ports))
     for g in gaps.values():
         _flush(out, g)
     return out
@@ -227,5 +228,5 @@ def _fill(gaps, a, b):
 
 
 def _flush(out, gaps):
-    for _, _, since, until, client in gaps:
-        out.holes.append((client, since, until, False))
+    for _, _, since, until, client, to_server in gaps:
+        out.holes.append((client, since, until, False, to_server))
