@@ -101,9 +101,10 @@ def analyze(path, tshark=None, ports=()):
         """What a listing read back from the spool gets once the whole capture is read."""
         if lst.fileid is None:  # the directory's inode number, where a reply gave it
             lst.fileid = fileids.get(lst.fh)
-        mine_calls = calls.get(lst.client)
-        if mine_calls is not None and len(lst.rpcs):
-            lst.end = windows.wire_end(lst.end, *mine_calls, set(lst.rpcs.a["frame"].tolist()))
+        if lst.client in calls and len(lst.rpcs):
+            ts, reply_ts, op, frame = calls[lst.client]
+            own = set(lst.rpcs.a["frame"].tolist())
+            lst.end = windows.wire_end(lst.end, ts, reply_ts, op, frame, own)
         mine = [*by_client.get(lst.client, ()), *at_end]
         seen = (xids[0].get(lst.client, _NO_XIDS), xids[1]) if xids is not None else None
         lst.damage = damage + _hiding_calls(lst, mine, seen)
