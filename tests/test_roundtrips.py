@@ -113,7 +113,7 @@ def test_trace_and_capture_agree_on_the_window(name):
     lc = ac.listings[nc]
     assert (lc.start, lc.end) == (c.start, c.end)
     tail = (t.end - t.start) - (c.end - c.start)
-    assert -10**6 <= tail <= 10**8 + 0.01 * (t.end - t.start), (t.end - t.start, tail)
+    assert -(10**6) <= tail <= 10**8 + 0.01 * (t.end - t.start), (t.end - t.start, tail)
     assert all(o.share is None or 0 <= o.share <= 1 for o in (*t.ops, *c.ops))
 
 
