@@ -130,26 +130,9 @@ def _input(path, streams, stack):
 
 
 def _spool(path, stack):
-    import shutil  # (here: only a stream is copied; check of a file imports neither)
-    import tempfile
+    from .trace import spool  # (here: only a stream is copied; check of a file reads none)
 
-    name = "standard input" if path == "-" else path
-    try:
-        src = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
-    copy = stack.enter_context(tempfile.TemporaryFile(prefix="nfs-readdir-"))
-    progress(f"reading {name}")
-    try:
-        shutil.copyfileobj(src, copy, 1 << 20)
-        copy.flush()
-    except OSError as e:
-        raise UsageError(
-            f"cannot copy {name} into {tempfile.gettempdir()}: "
-            f"{e.strerror or e} (free space there, or set TMPDIR to a place "
-            "with room, or give a file instead of a stream)"
-        ) from None
-    progress(None)
+    copy = stack.enter_context(spool(path, progress))
     spooled = f"/proc/{os.getpid()}/fd/{copy.fileno()}"
     SHOWN[spooled] = path
     return spooled
