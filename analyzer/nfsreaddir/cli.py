@@ -411,7 +411,7 @@ def input_errors():
     errors = [UsageError, TraceError, runs.NotARun]
     for module, name in (
         ("pipeline", "InputError"),
-        ("model.analysis", "AnalysisError"),
+        ("model.listing", "AnalysisError"),
         ("model.dcache", "DcacheError"),
         ("present.export", "ExportError"),
         ("live.recordplan", "KernelLacks"),
@@ -423,6 +423,42 @@ def input_errors():
     return tuple(errors)
 
 
+def _parse(argv):
+    """The parsed arguments; a misspelled command or an option the command lacks is one usage
+    error that says what to type instead (argparse gives the top-level usage and the list of
+    every command)."""
+    import difflib  # (argparse imports it too)
+
+    p = parser(argv)
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        near = difflib.get_close_matches(argv[0], COMMANDS, n=1)
+        p.error(
+            f"no command {argv[0]!r}"
+            + (f": did you mean {near[0]}?" if near else f"; the commands: {', '.join(COMMANDS)}")
+        )
+    args, extra = p.parse_known_args(argv)
+    (sub,) = [a for a in p._actions if isinstance(a, _Commands)]
+    command = sub.choices[args.cmd]
+    unknown = [a.split("=", 1)[0] for a in extra if a.startswith("-") and a != "-"]
+    if unknown:
+        have = _commands_with(unknown[0])
+        near = difflib.get_close_matches(unknown[0], command._option_string_actions, n=1)
+        command.error(
+            f"{args.cmd} has no {unknown[0]} option"
+            + (f": did you mean {near[0]}?" if near and not have else "")
+            + (f"; {', '.join(have)} {'has' if len(have) == 1 else 'have'} it" if have else "")
+        )
+    if extra:
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _commands_with(option):
+    """The commands that take option (e.g. --json)."""
+    (sub,) = [a for a in parser()._actions if isinstance(a, _Commands)]
+    return [name for name, p in sub.choices.items() if option in p._option_string_actions]
+
+
 def main(argv=None):
     # File names are bytes: one that is not UTF-8 is written back as the bytes it was.
     for stream in (sys.stdout, sys.stderr):
@@ -430,7 +466,7 @@ def main(argv=None):
             stream.reconfigure(errors="surrogateescape")
     if argv is None:
         argv = sys.argv[1:]
-    args = parser(argv).parse_args(argv)
+    args = _parse(argv)
     with contextlib.ExitStack() as stack:
         stack.callback(setattr, sys, "stdout", sys.stdout)
         stack.callback(SHOWN.clear)
