@@ -29,6 +29,7 @@ from .commandio import (
     UsageError,
     open_inputs,
     os_error_text,
+    outputs_have_directories,
     reader_left,
     said,
     shown,
@@ -88,6 +89,12 @@ def _port_option(parser):
         help="captures: another NFS server port to decode as ONC RPC (2049 "
         "always is); repeat for more",
     )
+
+
+def _output_option(parser, metavar, what, **kw):
+    """-o, for every command that writes one file (commandio: its directory must exist)."""
+    what += "; a file there is kept as NAME~"
+    parser.add_argument("-o", "--output", metavar=metavar, help=what, **kw)
 
 
 def _count(v):
@@ -227,10 +234,12 @@ def _add_export(sub):
         "-o",
         "--output",
         required=True,
-        metavar="DIR",
-        help="the dataset folder: one folder per table, one file per trace named by its id "
-        "(made if missing; a table already there as this export writes it is left, one that "
-        "differs is replaced)",
+        metavar="DIR|FILE.json|-",
+        help="csv, parquet: the dataset folder, one folder per table and one file per trace "
+        "named by its id (made if missing, in a directory that exists; a table already there "
+        "as this export writes it is left, one that differs is replaced). chrome-trace of one "
+        "trace: that file (- : standard output), or where -o names a directory (one that "
+        "exists, or a name ending in /) DIR/chrome-trace/ID.json, as for several traces",
     )
     s.add_argument(
         "--format",
@@ -251,14 +260,8 @@ def _add_plot(sub):
         "dentries over time, one panel per run (PNG or SVG)",
     )
     s.add_argument("traces", nargs="+", metavar="TRACE", help=TRACE_HELP)
-    s.add_argument(
-        "-o",
-        "--output",
-        required=True,
-        metavar="FILE.png|FILE.svg|FILE.pdf|-",
-        help="the image, its format from the extension; - writes a PNG to standard output; "
-        "an existing file is replaced, and plot says so",
-    )
+    what = "the image, its format from the extension; - writes a PNG to standard output"
+    _output_option(s, "FILE.png|FILE.svg|FILE.pdf|-", what, required=True)
     _port_option(s)
     s.set_defaults(func=commands.cmd_plot)
 
@@ -288,7 +291,7 @@ def _add_report(sub):
     s.add_argument(
         "traces", nargs="+", metavar="TRACE", help="traces, captures or results directories"
     )
-    s.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write")
+    _output_option(s, "FILE.html|-", "the page (- : standard output)", required=True)
     _port_option(s)
     s.set_defaults(func=commands.cmd_report)
 
@@ -300,9 +303,7 @@ def _add_record(sub):
         "kprobes its kernel has (root; tracefs is put back as "
         "it was)",
     )
-    s.add_argument(
-        "-o", "--output", default="trace.dat", metavar="FILE", help="trace file (default trace.dat)"
-    )
+    _output_option(s, "FILE", "trace file (default trace.dat)", default="trace.dat")
     s.add_argument(
         "--dcache",
         action="store_true",
@@ -423,42 +424,6 @@ def input_errors():
     return tuple(errors)
 
 
-def _parse(argv):
-    """The parsed arguments; a misspelled command or an option the command lacks is one usage
-    error that says what to type instead (argparse gives the top-level usage and the list of
-    every command)."""
-    import difflib  # (argparse imports it too)
-
-    p = parser(argv)
-    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
-        near = difflib.get_close_matches(argv[0], COMMANDS, n=1)
-        p.error(
-            f"no command {argv[0]!r}"
-            + (f": did you mean {near[0]}?" if near else f"; the commands: {', '.join(COMMANDS)}")
-        )
-    args, extra = p.parse_known_args(argv)
-    (sub,) = [a for a in p._actions if isinstance(a, _Commands)]
-    command = sub.choices[args.cmd]
-    unknown = [a.split("=", 1)[0] for a in extra if a.startswith("-") and a != "-"]
-    if unknown:
-        have = _commands_with(unknown[0])
-        near = difflib.get_close_matches(unknown[0], command._option_string_actions, n=1)
-        command.error(
-            f"{args.cmd} has no {unknown[0]} option"
-            + (f": did you mean {near[0]}?" if near and not have else "")
-            + (f"; {', '.join(have)} {'has' if len(have) == 1 else 'have'} it" if have else "")
-        )
-    if extra:
-        command.error(f"unrecognized arguments: {' '.join(extra)}")
-    return args
-
-
-def _commands_with(option):
-    """The commands that take option (e.g. --json)."""
-    (sub,) = [a for a in parser()._actions if isinstance(a, _Commands)]
-    return [name for name, p in sub.choices.items() if option in p._option_string_actions]
-
-
 def main(argv=None):
     # File names are bytes: one that is not UTF-8 is written back as the bytes it was.
     for stream in (sys.stdout, sys.stderr):
@@ -466,7 +431,7 @@ def main(argv=None):
             stream.reconfigure(errors="surrogateescape")
     if argv is None:
         argv = sys.argv[1:]
-    args = _parse(argv)
+    args = parser(argv).parse_args(argv)
     with contextlib.ExitStack() as stack:
         stack.callback(setattr, sys, "stdout", sys.stdout)
         stack.callback(SHOWN.clear)
@@ -478,6 +443,7 @@ def _run(args, stack):
     """The command's exit status; every error is one line on stderr and status.ERROR, never a
     traceback and never a status git bisect run would take for an answer."""
     try:
+        outputs_have_directories(args)
         open_inputs(args, stack)
         code = args.func(args)
         sys.stdout.flush()
