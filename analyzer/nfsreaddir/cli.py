@@ -21,7 +21,7 @@ import textwrap
 # threads (1.84+0.44 s -> 1.63+0.40 s user+system). Set before anything imports numpy.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from . import __version__, commands, runs, status
+from . import __version__, commands, mistakes, runs, status
 from .commandio import (
     SHOWN,
     GuardedOutput,
@@ -431,7 +431,7 @@ def main(argv=None):
             stream.reconfigure(errors="surrogateescape")
     if argv is None:
         argv = sys.argv[1:]
-    args = parser(argv).parse_args(argv)
+    args = mistakes.parse(parser(argv), argv, parser)
     with contextlib.ExitStack() as stack:
         stack.callback(setattr, sys, "stdout", sys.stdout)
         stack.callback(SHOWN.clear)
