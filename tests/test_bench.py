@@ -243,7 +243,8 @@ CHECK_RUN = os.path.join(TOP, "analyzer", "bench", "check-run")
 def test_the_check_bench_measures_check_against_the_floors(tmp_path):
     """check-run times check of a real small trace beside the interpreter's and numpy's start,
     and judges issue 45's targets on what it measured: a bench that timed a failed check, or
-    the wrong process, would judge nothing true."""
+    the wrong process, would judge nothing true. Its CPU times are printed, never compared
+    here: on a busy machine one round of check can take less CPU than numpy's import did."""
     p = subprocess.run(
         [sys.executable, CHECK_RUN, "--rounds", "1", "--instructions"]
         + ["--out", str(tmp_path), NFS_TRACE],
@@ -255,7 +256,7 @@ def test_the_check_bench_measures_check_against_the_floors(tmp_path):
     got = json.load(open(tmp_path / "check.json"))["results"]
     (name,) = [n for n in got if n.startswith("check")]
     cpu = {n: got[n]["cpu"]["median"] for n in got}
-    assert 0 < cpu["python"] < cpu["numpy"] < cpu[name], cpu
+    assert all(v > 0 for v in cpu.values()), cpu
     assert f"- {name}: CPU {cpu[name]:.3f} s " in p.stdout
     # callgrind's counts: the interpreter alone is tens of millions, numpy's import hundreds
     ins = {n: got[n]["instructions"] for n in got}

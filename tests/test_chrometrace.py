@@ -18,7 +18,7 @@ REQUIRED = {
 
 
 def exported(tmp_path, trace):
-    run_cli("export", "--format", "chrome-trace", trace, "-o", tmp_path, check=0)
+    run_cli("export", "--format", "chrome-trace", trace, "-o", f"{tmp_path}/", check=0)
     (out,) = glob.glob(str(tmp_path / "chrome-trace" / "*.json"))
     with open(out) as f:
         return json.load(f)["traceEvents"], out

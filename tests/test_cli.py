@@ -1,5 +1,6 @@
 """nfs-readdir as users run it: every input form, every output, and bad input."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -165,6 +166,51 @@ def test_text_that_is_not_trace_cmd_output(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("Dear NFS list,\nmy ls is slow.\n" * 20)
     assert_clean_error(run_cli("analyze", f), EXIT_ERROR, "trace-cmd report", "trace-cmd record")
+
+
+THE_KINDS = (
+    "give a trace.dat (`trace-cmd record`), `trace-cmd report` text, or a pcap or pcapng capture "
+    "(`tcpdump -s 0 -w FILE port 2049`), each gzip'd or not"
+)
+
+
+@pytest.mark.parametrize(
+    "name,data,what",
+    [
+        ("empty.pcap.gz", b"", "is empty"),
+        ("notes.pcap.gz", gzip.compress(b"my ls\n", mtime=0), "is gzip'd, but what it holds"),
+        ("notes.dat", b"Dear NFS list,\nmy ls is slow.\n", "is none of the kinds"),
+    ],
+    ids=["empty", "gzip-of-text", "text"],
+)
+def test_a_file_of_none_of_the_kinds_names_the_three(tmp_path, name, data, what):
+    """A .pcap.gz that is empty or holds no capture was told it is neither a trace.dat nor
+    report text: a capture was never named."""
+    f = tmp_path / name
+    f.write_bytes(data)
+    p = run_cli("analyze", f)
+    assert p.returncode == EXIT_ERROR and p.stderr.startswith(f"nfs-readdir: '{f}' {what}"), p
+    assert p.stderr.endswith(f": {THE_KINDS}\n") and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_a_misspelled_command_gets_did_you_mean():
+    p = run_cli("analyse", os.path.join(BAD, "modified.dat"))
+    assert p.returncode == EXIT_ERROR and p.stderr.endswith(
+        "nfs-readdir: error: no command 'analyse': did you mean analyze?\n"
+    ), p.stderr
+
+
+def test_an_option_the_command_lacks_names_the_commands_that_have_it():
+    """`check --json` gave the top-level usage and "unrecognized arguments" alone."""
+    p = run_cli("check", "--json", os.path.join(BAD, "modified.dat"))
+    assert p.returncode == EXIT_ERROR and p.stdout == "", p
+    assert p.stderr.startswith("usage: nfs-readdir check "), p.stderr
+    assert p.stderr.endswith(
+        "nfs-readdir check: error: check has no --json option; analyze, compare, watch, slab "
+        "have it\n"
+    ), p.stderr
+    p = run_cli("analyze", "--jsn", os.path.join(BAD, "modified.dat"))
+    assert p.stderr.endswith("analyze has no --jsn option: did you mean --json?\n"), p.stderr
 
 
 @pytest.mark.parametrize("fraction", [0.02, 0.3, 0.7, 0.95])

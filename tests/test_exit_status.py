@@ -237,3 +237,30 @@ def test_check_and_analyze_give_one_status_for_a_file_that_is_not_a_trace(tmp_pa
         r = run_cli(command, p)
         assert r.returncode == status.ERROR, (command, r.returncode, r.stdout, r.stderr)
         assert str(p) in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_capture_without_nfs_traffic_gets_one_answer_on_every_command(tmp_path):
+    """A capture of the TCP connection's packets alone (the 5.10 fixture's idle capture without
+    a packet that carries data): check cannot decide (125), and every other command says the
+    same sentence and stops (128), as the README's table says. analyze, report and compare
+    called it an internal error, export "nothing to export"."""
+    sys.path.insert(0, os.path.join(TOP, "tests"))
+    import pcapedit
+
+    head, packets = pcapedit.read(os.path.join(FIXTURES, "5.10-v3-cap", "idle.pcap.gz"))
+    cap = tmp_path / "no-nfs.pcap"
+    pcapedit.write(str(cap), head, [p for p in packets if not p.payload()])
+    why = f"{cap}: no ONC RPC (NFS) message in this capture; capture the NFS traffic with "
+    p = run_cli("check", cap)
+    assert p.returncode == status.UNDECIDED and p.stdout.startswith(f"cannot decide: {why}"), p
+    for args in (
+        ["analyze", cap],
+        ["report", cap, "-o", tmp_path / "r.html"],
+        ["compare", cap, os.path.join(BAD, "modified.dat")],
+        ["export", cap, "-o", tmp_path / "tables"],
+        ["plot", cap, "-o", tmp_path / "p.png"],
+    ):
+        p = run_cli(*args)
+        assert p.returncode == status.ERROR and p.stdout == "", (args, p)
+        assert p.stderr.startswith(f"nfs-readdir: {why}") and p.stderr.count("\n") == 1, p
+    assert os.listdir(tmp_path) == ["no-nfs.pcap"]

@@ -6,6 +6,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -316,7 +317,7 @@ def test_a_dcache_run_exports_phases_not_listings(dcache_dataset):
 def test_export_of_a_trace_without_readdirs_says_so(tmp_path):
     p = run_cli("export", os.path.join(FIXTURES, "kmem-host", "kmem.dat"), "-o", tmp_path / "x")
     assert p.returncode == EXIT_ERROR
-    assert "nothing to export" in p.stderr and "no READDIR" in p.stderr
+    assert "kmem.dat: no READDIR in this trace" in p.stderr, p.stderr
     assert not os.path.exists(tmp_path / "x") or not os.listdir(tmp_path / "x")
 
 
@@ -449,7 +450,141 @@ def test_report_to_standard_output_writes_no_file(tmp_path):
 def test_an_unwritable_page_is_named_as_asked(tmp_path):
     page = tmp_path / "no-such-dir" / "x.html"
     p = run_cli("report", BAD, "-o", page)
-    assert (
-        p.returncode == EXIT_ERROR
-        and p.stderr == f"nfs-readdir: {page}: No such file or directory\n"
+    assert p.returncode == EXIT_ERROR and p.stderr == (
+        f"nfs-readdir: cannot write {page}: {page.parent} does not exist (make it first, or "
+        "write elsewhere)\n"
     )
+
+
+# ------------------------------------------------------------- inputs that never end, outputs
+@pytest.mark.parametrize(
+    "how",
+    ["nfs-readdir check /dev/zero", "nfs-readdir check - < /dev/zero"],
+    ids=["named", "stdin"],
+)
+def test_a_device_is_refused_not_read(how, tmp_path):
+    """/dev/zero has no end: it was copied into TMPDIR until the disk was full."""
+    p = shell(f"export TMPDIR={tmp_path}; {how}")
+    assert p.returncode == EXIT_ERROR and p.stdout == "", (p.returncode, p.stderr)
+    assert "is a device, not a file or a stream: name a file, or pipe one in" in p.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_stream_of_none_of_the_kinds_is_refused_after_its_first_bytes(tmp_path):
+    """An endless stream of zeros is refused from its first 4 KiB: its writer is the one left
+    with no reader (cat ends by SIGPIPE, 141), not a check copying it for ever."""
+    p = shell(
+        f'export TMPDIR={tmp_path}; cat /dev/zero | nfs-readdir check -; echo "${{PIPESTATUS[*]}}"'
+    )
+    assert p.stdout.split() == ["141", str(EXIT_ERROR)], (p.stdout, p.stderr)
+    assert p.stderr == (
+        "nfs-readdir: standard input is none of the kinds nfs-readdir reads: give a trace.dat "
+        "(`trace-cmd record`), `trace-cmd report` text, or a pcap or pcapng capture "
+        "(`tcpdump -s 0 -w FILE port 2049`), each gzip'd or not\n"
+    )
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_fifo_no_program_writes_is_refused(tmp_path):
+    """A FIFO whose writer never comes: opening it waited for ever."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    p = run_cli("check", fifo)
+    assert p.returncode == EXIT_ERROR and p.stdout == "", p
+    assert p.stderr == (
+        f"nfs-readdir: no program wrote to '{fifo}' within 10 s: start the program that "
+        "writes it first, or give a file\n"
+    )
+
+
+def test_a_fifo_whose_writer_holds_it_open_is_read_to_its_end(tmp_path):
+    """A writer that has the FIFO open but writes only later is a writer: the FIFO is read
+    when it writes, however late (here: after a `read` that waits on the test)."""
+    fifo, go = tmp_path / "fifo", tmp_path / "go"
+    os.mkfifo(fifo)
+    os.mkfifo(go)
+    p = subprocess.Popen(
+        ["bash", "-c", f"exec 3>{fifo}; read < {go}; cat {DAT} >&3"], stdin=subprocess.DEVNULL
+    )
+    reader = subprocess.Popen(
+        NFS_READDIR + ["check", str(fifo)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # The writer is let go once the reader has waited past FIFO_WAIT (10 s) or so; on a busy
+    # machine it may not have got that far, and the test asks less of it, never more.
+    time.sleep(12)
+    with open(go, "w") as f:
+        f.write("\n")
+    out, err = reader.communicate(timeout=300)
+    assert p.wait(timeout=60) == 0
+    assert reader.returncode == 1 and out.startswith("bad"), (out, err)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["export", DAT],
+        ["export", "--format", "chrome-trace", DAT],
+        ["report", DAT],
+        ["plot", DAT],
+    ],
+    ids=["export", "chrome-trace", "report", "plot"],
+)
+def test_an_output_in_a_missing_directory_is_refused(args, tmp_path):
+    """export -o /nonexistent/x made the whole tree and exited 0."""
+    out = tmp_path / "missing" / "x"
+    p = run_cli(*args, "-o", out)
+    assert p.returncode == EXIT_ERROR and p.stdout == "", p
+    assert p.stderr == (
+        f"nfs-readdir: cannot write {out}: {out.parent} does not exist (make it first, or "
+        "write elsewhere)\n"
+    )
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_page_written_over_a_file_keeps_it_as_name_tilde(tmp_path):
+    page = tmp_path / "r.html"
+    page.write_text("the page before")
+    p = run_cli("report", DAT, "-o", page, check=0)
+    assert p.stdout == f"{page} (the file that was there is kept as {page}~)\n"
+    assert open(f"{page}~").read() == "the page before"
+    assert open(page).read().startswith("<!DOCTYPE html>")
+
+
+def test_chrome_trace_of_one_trace_is_the_file_named(tmp_path):
+    """`-o x.json` made a directory x.json/ with a file named by the trace's id inside."""
+    out = tmp_path / "x.json"
+    assert run_cli("export", "--format", "chrome-trace", DAT, "-o", out, check=0).stdout == (
+        f"{out}\n"
+    )
+    assert json.load(open(out))["traceEvents"]
+    p = run_cli("export", "--format", "chrome-trace", DAT, "-o", "-", check=0)
+    assert json.loads(p.stdout) == json.load(open(out))
+    # A directory where one is named (a trailing /): a file per trace, named by its id.
+    printed = run_cli("export", "--format", "chrome-trace", BAD, "-o", f"{tmp_path}/d/", check=0)
+    made = sorted(printed.stdout.split())
+    assert len(made) == 2 and all(
+        os.path.dirname(m) == f"{tmp_path}/d/chrome-trace" for m in made
+    ), made
+    assert sorted(os.listdir(tmp_path)) == ["d", "x.json"]
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["export", DAT, "-o", "-"], "csv is a file per table: name a directory"),
+        (["export", "--format", "chrome-trace", BAD, "-o", "-"], "of 2 traces is 2 files"),
+        (["export", "--format", "chrome-trace", BAD, "-o", "x.json"], "-o x.json/"),
+        (["export", DAT, "-o", "file"], "file is a file, and csv tables go into a directory"),
+    ],
+    ids=["tables", "chrome-traces", "chrome-traces-to-a-file", "tables-to-a-file"],
+)
+def test_an_export_that_an_output_cannot_hold_is_refused(args, words, tmp_path, monkeypatch):
+    """`export -o -` made a directory named -."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("mine")
+    p = run_cli(*args)
+    assert p.returncode == EXIT_ERROR and words in p.stderr and p.stdout == "", p
+    assert os.listdir(tmp_path) == ["file"] and (tmp_path / "file").read_text() == "mine"

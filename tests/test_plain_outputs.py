@@ -279,8 +279,10 @@ def test_plot_to_standard_output_and_over_a_file_says_so(tmp_path):
     assert p.stdout.startswith(b"\x89PNG") and len(p.stdout) > 20000
     out, idle = tmp_path / "p.png", os.path.join(BAD, "idle.dat")
     assert run_cli("plot", idle, "-o", out, check=0).stdout == f"{out}\n"
+    first = out.read_bytes()
     again = run_cli("plot", idle, "-o", out, check=0).stdout
-    assert again == f"{out}: replaced the file that was there\n"
+    assert again == f"{out} (the file that was there is kept as {out}~)\n"
+    assert open(f"{out}~", "rb").read() == first
 
 
 def test_json_written_as_it_is_made_is_json_dump_byte_for_byte():

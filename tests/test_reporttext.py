@@ -332,7 +332,7 @@ def test_not_report_text(tmp_path):
     p = tmp_path / "x.txt"
     p.write_text("just some\nlog file\n")
     assert not looks_like_report(p.read_bytes())
-    with pytest.raises(TraceError, match="neither"):
+    with pytest.raises(TraceError, match="none of the kinds"):
         open_trace(p)
     with pytest.raises(TraceError):
         ReportText(str(p))

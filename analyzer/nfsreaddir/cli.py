@@ -21,7 +21,7 @@ import textwrap
 # threads (1.84+0.44 s -> 1.63+0.40 s user+system). Set before anything imports numpy.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from . import __version__, commands, runs, status
+from . import __version__, commands, mistakes, runs, status
 from .commandio import (
     SHOWN,
     GuardedOutput,
@@ -29,6 +29,7 @@ from .commandio import (
     UsageError,
     open_inputs,
     os_error_text,
+    outputs_have_directories,
     reader_left,
     said,
     shown,
@@ -88,6 +89,12 @@ def _port_option(parser):
         help="captures: another NFS server port to decode as ONC RPC (2049 "
         "always is); repeat for more",
     )
+
+
+def _output_option(parser, metavar, what, **kw):
+    """-o, for every command that writes one file (commandio: its directory must exist)."""
+    what += "; a file there is kept as NAME~"
+    parser.add_argument("-o", "--output", metavar=metavar, help=what, **kw)
 
 
 def _count(v):
@@ -227,10 +234,12 @@ def _add_export(sub):
         "-o",
         "--output",
         required=True,
-        metavar="DIR",
-        help="the dataset folder: one folder per table, one file per trace named by its id "
-        "(made if missing; a table already there as this export writes it is left, one that "
-        "differs is replaced)",
+        metavar="DIR|FILE.json|-",
+        help="csv, parquet: the dataset folder, one folder per table and one file per trace "
+        "named by its id (made if missing, in a directory that exists; a table already there "
+        "as this export writes it is left, one that differs is replaced). chrome-trace of one "
+        "trace: that file (- : standard output), or where -o names a directory (one that "
+        "exists, or a name ending in /) DIR/chrome-trace/ID.json, as for several traces",
     )
     s.add_argument(
         "--format",
@@ -251,14 +260,8 @@ def _add_plot(sub):
         "dentries over time, one panel per run (PNG or SVG)",
     )
     s.add_argument("traces", nargs="+", metavar="TRACE", help=TRACE_HELP)
-    s.add_argument(
-        "-o",
-        "--output",
-        required=True,
-        metavar="FILE.png|FILE.svg|FILE.pdf|-",
-        help="the image, its format from the extension; - writes a PNG to standard output; "
-        "an existing file is replaced, and plot says so",
-    )
+    what = "the image, its format from the extension; - writes a PNG to standard output"
+    _output_option(s, "FILE.png|FILE.svg|FILE.pdf|-", what, required=True)
     _port_option(s)
     s.set_defaults(func=commands.cmd_plot)
 
@@ -288,7 +291,7 @@ def _add_report(sub):
     s.add_argument(
         "traces", nargs="+", metavar="TRACE", help="traces, captures or results directories"
     )
-    s.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write")
+    _output_option(s, "FILE.html|-", "the page (- : standard output)", required=True)
     _port_option(s)
     s.set_defaults(func=commands.cmd_report)
 
@@ -300,9 +303,7 @@ def _add_record(sub):
         "kprobes its kernel has (root; tracefs is put back as "
         "it was)",
     )
-    s.add_argument(
-        "-o", "--output", default="trace.dat", metavar="FILE", help="trace file (default trace.dat)"
-    )
+    _output_option(s, "FILE", "trace file (default trace.dat)", default="trace.dat")
     s.add_argument(
         "--dcache",
         action="store_true",
@@ -411,7 +412,7 @@ def input_errors():
     errors = [UsageError, TraceError, runs.NotARun]
     for module, name in (
         ("pipeline", "InputError"),
-        ("model.analysis", "AnalysisError"),
+        ("model.listing", "AnalysisError"),
         ("model.dcache", "DcacheError"),
         ("present.export", "ExportError"),
         ("live.recordplan", "KernelLacks"),
@@ -430,7 +431,7 @@ def main(argv=None):
             stream.reconfigure(errors="surrogateescape")
     if argv is None:
         argv = sys.argv[1:]
-    args = parser(argv).parse_args(argv)
+    args = mistakes.parse(parser(argv), argv, parser)
     with contextlib.ExitStack() as stack:
         stack.callback(setattr, sys, "stdout", sys.stdout)
         stack.callback(SHOWN.clear)
@@ -442,6 +443,7 @@ def _run(args, stack):
     """The command's exit status; every error is one line on stderr and status.ERROR, never a
     traceback and never a status git bisect run would take for an answer."""
     try:
+        outputs_have_directories(args)
         open_inputs(args, stack)
         code = args.func(args)
         sys.stdout.flush()

@@ -1,7 +1,8 @@
 """The streams of a command: the inputs it names, checked and (standard input, pipes, FIFOs)
-spooled into files before anything is read, with the names the user gave them; standard output
-guarded so that a closed pipe or a full disk is told from the files a command reads or writes;
-and the progress line on a terminal."""
+spooled into files before anything is read, with the names the user gave them; the files it
+writes, refused where their directory is missing and the file each replaces kept as NAME~;
+standard output guarded so that a closed pipe or a full disk is told from the files a command
+reads or writes; and the progress line on a terminal."""
 
 import errno
 import os
@@ -130,29 +131,45 @@ def _input(path, streams, stack):
 
 
 def _spool(path, stack):
-    import shutil  # (here: only a stream is copied; check of a file imports neither)
-    import tempfile
+    from .trace import spool  # (here: only a stream is copied; check of a file reads none)
 
-    name = "standard input" if path == "-" else path
-    try:
-        src = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
-    copy = stack.enter_context(tempfile.TemporaryFile(prefix="nfs-readdir-"))
-    progress(f"reading {name}")
-    try:
-        shutil.copyfileobj(src, copy, 1 << 20)
-        copy.flush()
-    except OSError as e:
-        raise UsageError(
-            f"cannot copy {name} into {tempfile.gettempdir()}: "
-            f"{e.strerror or e} (free space there, or set TMPDIR to a place "
-            "with room, or give a file instead of a stream)"
-        ) from None
-    progress(None)
+    copy = stack.enter_context(spool(path, progress))
     spooled = f"/proc/{os.getpid()}/fd/{copy.fileno()}"
     SHOWN[spooled] = path
     return spooled
+
+
+def outputs_have_directories(args):
+    """A usage error unless the directory each output goes into exists (-o, watch's
+    --textfile), before any input is read: nothing is made that the user did not name."""
+    textfile = getattr(args, "textfile", None)
+    for path in (getattr(args, "output", None), textfile and os.path.join(textfile, "x")):
+        if path is None or path == "-":
+            continue
+        where = os.path.dirname(path.rstrip("/")) or "."
+        if os.path.isdir(where):
+            continue
+        what = "is not a directory" if os.path.lexists(where) else "does not exist"
+        raise UsageError(f"cannot write {path}: {where} {what} (make it first, or write elsewhere)")
+
+
+def keep_old(path):
+    """Move a file that an output is about to replace aside to NAME~ (an older NAME~ goes),
+    just before the output is written; the name it is kept as, or None where there was none.
+    A device or a FIFO (-o /dev/null) is written in place, never moved."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        return None
+    os.replace(path, path + "~")
+    return path + "~"
+
+
+def kept_as(path, kept):
+    """The line that names an output written, and where the file it replaced is kept."""
+    return f"{path} (the file that was there is kept as {kept})" if kept else path
 
 
 # Above this many bytes of traces, or for several traces, say what is being read.

@@ -8,7 +8,16 @@ import os
 import sys
 
 from . import events, runs, status
-from .commandio import PROGRESS_BYTES, OutputLost, UsageError, progress, said, shown
+from .commandio import (
+    PROGRESS_BYTES,
+    OutputLost,
+    UsageError,
+    keep_old,
+    kept_as,
+    progress,
+    said,
+    shown,
+)
 
 # The analyses, renderers and capture reader import pandas (about 0.5 s): each command imports
 # what it uses, so `--help`, `results --verdict` and the like do not pay for it.
@@ -115,10 +124,17 @@ def cmd_check(args):
 
 def cmd_export(args):
     from . import pipeline
-    from .model.analysis import AnalysisError
     from .present import export
 
     dcache_runs, traces = pipeline.split_dcache(pipeline.expand(args.traces))
+    if export.one_file(args.output, args.format, len(dcache_runs) + len(traces)) and traces:
+        (x,) = load(traces, ports=args.port)
+        done = export.write_one(x.analysis, args.output)
+        if done is not None and done.backups:
+            print(kept_as(args.output, done.backups[0]))
+        elif done is not None:
+            _say_exported(done)
+        return status.GOOD
     for path in dcache_runs:
         res, markers = pipeline.dcache_with_markers(path)
         _say_exported(
@@ -127,13 +143,9 @@ def cmd_export(args):
             )
         )
     for path in traces:
-        try:
-            a, _ = pipeline.readdir_analysis(path, ports=args.port, shown=shown(path))
-        except AnalysisError as e:
-            raise AnalysisError(
-                f"{shown(path)}: nothing to export: {e} (slab figures are in `analyze --json`)"
-            ) from None
-        _say_exported(export.write(a, args.output, args.format, pipeline.finding))
+        # (what cannot be judged, a capture without NFS traffic, says why as on every command)
+        (x,) = load([path], ports=args.port)
+        _say_exported(export.write(x.analysis, args.output, args.format, pipeline.finding))
     return status.GOOD
 
 
@@ -160,16 +172,15 @@ def cmd_plot(args):
     if dcache_runs and traces:
         raise UsageError("plot readdir traces and dcache runs separately (one kind per figure)")
     to_stdout = args.output == "-"
-    replaced = not to_stdout and os.path.isfile(args.output)
     image = io.BytesIO() if to_stdout else None
     if dcache_runs:
-        plot.dcache_runs(
-            [(pipeline.dcache_saved(p), pipeline.dcache_markers(p)) for p in dcache_runs],
-            args.output,
-            image,
-        )
+        runs_read = [(pipeline.dcache_saved(p), pipeline.dcache_markers(p)) for p in dcache_runs]
+        kept = None if to_stdout else keep_old(args.output)
+        plot.dcache_runs(runs_read, args.output, image)
     else:
-        plot.listings([x.analysis for x in load(traces, ports=args.port)], args.output, image)
+        analyses = [x.analysis for x in load(traces, ports=args.port)]
+        kept = None if to_stdout else keep_old(args.output)
+        plot.listings(analyses, args.output, image)
     if to_stdout:
         sys.stdout.flush()
         try:
@@ -177,10 +188,8 @@ def cmd_plot(args):
             sys.stdout.buffer.flush()
         except OSError as e:
             raise OutputLost(e) from None
-    elif replaced:  # an image is remade in place as a build does; the user is told, not asked
-        print(f"{args.output}: replaced the file that was there")
     else:
-        print(args.output)
+        print(kept_as(args.output, kept))
     return status.GOOD
 
 
@@ -252,9 +261,11 @@ def cmd_report(args):
     if len(verdicts) > 1:  # what a reader sees first: every input's verdict
         sections.insert(0, html.verdicts_section(verdicts))
     title = f"nfs-readdir report: {', '.join(map(shown, args.traces))}"
-    replaced = html.write(args.output, html.page(sections, title))
+    page = html.page(sections, title)
+    kept = None if args.output == "-" else keep_old(args.output)
+    html.write(args.output, page)
     if args.output != "-":  # (the page itself went to standard output)
-        print(args.output + (" (replaced the file that was there)" if replaced else ""))
+        print(kept_as(args.output, kept))
     return status.GOOD
 
 
@@ -324,6 +335,9 @@ def cmd_record(args):
     if args.output == "-":
         # trace-cmd writes a trace.dat by seeking in it: a pipe cannot hold one.
         raise UsageError("record -o - : record writes a trace.dat file; name one (-o FILE)")
+    kept = keep_old(args.output)
+    if kept:
+        print(f"nfs-readdir: the {args.output} that was there is kept as {kept}", file=sys.stderr)
     return record.run(args.output, args.command, args.duration, args.dcache, args.slab)
 
 

@@ -177,6 +177,7 @@ class Written:
 
     def __init__(self):
         self.new, self.replaced, self.kept = [], [], []
+        self.backups = []  # where the files replaced of those the user named are kept
 
     def __len__(self):
         return len(self.new) + len(self.replaced)
@@ -212,14 +213,20 @@ def _write_tables(tables, columns, tid, outdir, fmt, done=None):
     return done
 
 
-def put(out, data, done):
+def put(out, data, done, keep=False):
     """Write data to out whole (through a .partial file renamed when whole) unless out already
-    holds exactly it; note in done (a Written) which of the three it was."""
+    holds exactly it; note in done (a Written) which of the three it was. keep: a file the user
+    named, the one that was there moved to NAME~ first (a dataset's own files are replaced)."""
     there = os.path.lexists(out)
     if there and _same(out, data):
         done.kept.append(out)
         return
-    d = os.path.dirname(out)
+    if there and keep:
+        from ..commandio import keep_old
+
+        done.backups.append(keep_old(out))
+        there = False
+    d = os.path.dirname(out) or "."
     tmp = os.path.join(d, f".{os.path.basename(out)}.partial")
     try:
         os.makedirs(d, exist_ok=True)
@@ -274,6 +281,56 @@ def write(analysis, outdir, fmt, finding=None):
         t: df.assign(**common) for t, df in frames(analysis, finding).items() if df is not None
     }
     return _write_tables(tables, lambda t: TRACE_COLUMNS + SCHEMA[t], tid, outdir, fmt)
+
+
+def one_file(output, fmt, count):
+    """Whether export writes one file at output (or standard output for -) rather than a
+    dataset folder: chrome-trace of one trace, where output names no directory (an existing
+    one, or a name ending in /). csv and parquet tables are a file per table, always in a
+    folder; an ExportError where output cannot hold what fmt makes."""
+    folder = output.endswith("/") or os.path.isdir(output)
+    if fmt == "chrome-trace" and not folder and count == 1:
+        return True
+    if output == "-":
+        raise ExportError(
+            f"-o - (standard output) holds one chrome-trace document; {fmt} "
+            + (
+                f"of {count} traces is {count} files"
+                if fmt == "chrome-trace"
+                else "is a file per table"
+            )
+            + ": name a directory"
+        )
+    if folder:
+        return False
+    if os.path.lexists(output):
+        raise ExportError(
+            f"{_shown(output)} is a file, and {fmt} tables go into a directory: name one"
+        )
+    if fmt == "chrome-trace":
+        raise ExportError(
+            f"chrome-trace of {count} traces is a file per trace: name a directory "
+            f"(-o {_shown(output)}/), or export one trace to one file"
+        )
+    return False
+
+
+def write_one(analysis, output):
+    """chrome-trace of one trace into the file output (- : standard output), written whole (a
+    file there that differs goes to NAME~ first, commandio.keep_old); the Written, or None for
+    standard output."""
+    from . import chrometrace
+
+    data = chrometrace.document(analysis)
+    if output == "-":
+        import sys
+
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        return None
+    done = Written()
+    put(output, data, done, keep=True)
+    return done
 
 
 def _flat(x, key=""):

@@ -48,7 +48,6 @@ import contextlib
 import os
 import stat
 import sys
-import time
 
 __all__ = [
     "open_trace",
@@ -60,6 +59,7 @@ __all__ = [
     "is_report_text",
 ]
 
+from . import magic
 from .base import BASE_COLUMNS, NotWindowed, TraceError, columns_of, field_column, one_piece
 from .magic import TRACE_DAT_MAGIC, is_capture
 
@@ -67,44 +67,108 @@ from .magic import TRACE_DAT_MAGIC, is_capture
 _SPOOLED = []
 
 
-def _progress(done, total=None, what="read"):
-    """One line of progress, rewritten in place, on a terminal only (never into a pipe)."""
-    if not sys.stderr.isatty():
-        return
-    mb = done / (1 << 20)
-    of = f" of {total / (1 << 20):,.0f}" if total else ""
-    sys.stderr.write(f"\rnfs-readdir: {what} {mb:,.0f}{of} MiB")
-    sys.stderr.flush()
+# How long a FIFO may wait for a program to open it for writing before it is refused: a FIFO
+# that no program writes would block for ever.
+FIFO_WAIT = 10
+# The first bytes of a stream, read before any is copied: a stream that is none of the kinds
+# read (cat /dev/zero |) is refused after them, not copied until the disk is full.
+HEAD = 4096
 
 
-def _spool(path):
-    """Copy a stream (stdin as "-", a pipe, a FIFO, <(...)) once into an unlinked temporary
-    file: the readers need to read a trace more than once (the text reader scans it per pass,
-    trace.dat is mapped), and a stream can be read only once. The copy is reached through
-    /proc/self/fd, so nothing is left behind whatever ends the process."""
+def spool(path, progress=None):
+    """Copy a stream (standard input as "-", a pipe, a FIFO, <(...)) once into an unlinked
+    temporary file, returned open: the readers read a trace more than once (the text reader
+    scans it per pass, trace.dat is mapped, tshark opens a capture by name), and a stream can
+    be read only once. Nothing is left behind whatever ends the process. A device (a terminal,
+    /dev/zero) is refused, a FIFO that no program opens for writing within FIFO_WAIT seconds
+    too, and a stream whose first HEAD bytes are none of the kinds read (magic.THE_KINDS).
+    progress(text or None) is told what is being read."""
+    name = "standard input" if path == "-" else repr(path)
     try:
-        src = sys.stdin.buffer if path == "-" else open(path, "rb")
+        st = os.fstat(0) if path == "-" else os.stat(path)
     except OSError as e:
-        raise TraceError(f"cannot open trace {path!r}: {e.strerror or e}") from None
+        raise TraceError(f"cannot open {name}: {e.strerror or e}") from None
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        what = "a terminal" if path == "-" and sys.stdin.isatty() else "a device"
+        raise TraceError(f"{name} is {what}, not a file or a stream: name a file, or pipe one in")
+    if path == "-":
+        src = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
+        head = _head(src.read, b"")
+    else:
+        with _nonblocking(path, name) as (fd, first):
+            head = _head(lambda n: os.read(fd, n), first)
+            return _copy(head, lambda n: os.read(fd, n), name, progress)
+    return _copy(head, src.read, name, progress)
+
+
+@contextlib.contextmanager
+def _nonblocking(path, name):
+    """(descriptor, first bytes read) of a stream named by path, opened without waiting for a
+    writer: a FIFO that no program writes within FIFO_WAIT seconds is refused. Left blocking
+    once a writer is there, so that reading it ends at the writer's end."""
+    import fcntl  # (here: only a stream is opened so)
+    import select
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise TraceError(f"cannot open {name}: {e.strerror or e}") from None
+    try:
+        poll = select.poll()
+        poll.register(fd, select.POLLIN)
+        poll.poll(FIFO_WAIT * 1000)  # until a writer writes or closes, or the time is up
+        try:
+            # without a writer a read gives nothing at once; with one that has not written
+            # yet, EAGAIN
+            first = os.read(fd, HEAD)
+        except BlockingIOError:
+            first = None
+        if first == b"":
+            raise TraceError(
+                f"no program wrote to {name} within {FIFO_WAIT} s: start the program that "
+                "writes it first, or give a file"
+            )
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        yield fd, first or b""
+    finally:
+        os.close(fd)
+
+
+def _head(read, first):
+    """The first HEAD bytes of a stream (fewer only where it ends before), first already read."""
+    head = first
+    while len(head) < HEAD:
+        chunk = read(HEAD - len(head))
+        if not chunk:
+            break
+        head += chunk
+    return head
+
+
+def _copy(head, read, name, progress):
+    """The temporary copy of a stream whose first bytes are head and the rest read(n)'s."""
+    if not magic.looks_like_input(head):
+        raise TraceError(magic.not_an_input(name, head))
     import tempfile  # (here: a file is read where it is; only a stream is copied)
 
     tmp = tempfile.TemporaryFile(prefix="nfs-readdir-")
-    done, last = 0, time.monotonic()
-    with contextlib.nullcontext() if path == "-" else src:
-        while True:
-            chunk = src.read(1 << 20)
-            if not chunk:
-                break
+    if progress is not None:
+        progress(f"reading {name}")
+    try:
+        chunk = head
+        while chunk:
             tmp.write(chunk)
-            done += len(chunk)
-            if time.monotonic() - last > 1:
-                _progress(done, what=f"reading {'standard input' if path == '-' else path}:")
-                last = time.monotonic()
-    if done and sys.stderr.isatty():
-        sys.stderr.write("\n")
-    tmp.flush()
-    _SPOOLED.append(tmp)
-    return f"/proc/self/fd/{tmp.fileno()}"
+            chunk = read(1 << 20)
+        tmp.flush()
+    except OSError as e:
+        tmp.close()
+        raise TraceError(
+            f"cannot copy {name} into {tempfile.gettempdir()}: {e.strerror or e} (free space "
+            "there, or set TMPDIR to a place with room, or give a file instead of a stream)"
+        ) from None
+    if progress is not None:
+        progress(None)
+    return tmp
 
 
 def _is_stream(path):
@@ -125,7 +189,9 @@ def open_trace(path, instance=None):
     """
     shown = path = os.fspath(path)
     if _is_stream(path):
-        path = _spool(path)
+        copy = spool(path)
+        _SPOOLED.append(copy)
+        path = f"/proc/self/fd/{copy.fileno()}"
     t = _open(path, instance, shown)
     t.info["path"] = shown
     return t
@@ -149,10 +215,6 @@ def _open(path, instance, shown):
             head = f.read(4096)
     except OSError as e:
         raise TraceError(f"cannot open trace {shown!r}: {e.strerror or e}") from None
-    if not head:
-        raise TraceError(
-            f"{shown!r} is empty: expected a trace.dat file or the output of `trace-cmd report`"
-        )
     if head.startswith(TRACE_DAT_MAGIC[:3]):
         if not head.startswith(TRACE_DAT_MAGIC):
             raise TraceError(
@@ -166,11 +228,7 @@ def _open(path, instance, shown):
 
     if looks_like_report(head):
         return ReportText(path, instance=instance)
-    raise TraceError(
-        f"{shown!r} is neither a trace.dat file (no trace-cmd magic) nor "
-        "`trace-cmd report` text (no line like 'comm-pid [cpu] ts: event: ...'); "
-        "record with `trace-cmd record`, or give the output of `trace-cmd report [-R]`"
-    )
+    raise TraceError(magic.not_an_input(repr(shown), head))
 
 
 class OnePass:
