@@ -39,10 +39,12 @@ struct run {
  * NPARTS parts, so a slot keeps only h's REM_BITS below them, with the cache above (its code
  * + 2: a slot of 0 is empty, a cache of -1 is none).  Each part is an open-addressing table
  * of its own (linear probing in Robin Hood order, deletion by backward shift) that doubles
- * when it is 7/8 full: a part grows while the others stay, so the table never holds two
- * copies of itself (one of 2^22 slots and the one it grew to were 72 of the 95-99 MiB that
- * `analyze` of the 10 M-event bench trace took, for 1.59 M live objects).  At 7/8 full at
- * most, half that after a doubling, a live object costs 9 to 18 bytes. */
+ * when it is 3/4 full: a part grows while the others stay, so the table never holds two
+ * copies of itself (one of 2^22 12-byte slots and the one it grew to were 72 of the 95-99
+ * MiB that `analyze` of the 10 M-event bench trace took, for 1.59 M live objects).  At 3/4
+ * full at most, half that after a doubling, a live object costs 10.7 to 21.3 bytes (fuller
+ * parts would cost less, but an insertion moves the run after it: at 7/8, 32 slots on
+ * average where the part is fullest). */
 #define PART_BITS 12
 #define NPARTS (1 << PART_BITS)
 #define REM_BITS (64 - PART_BITS)
@@ -51,7 +53,7 @@ struct run {
  * slot has above REM_BITS, and 0 there means empty */
 #define MAX_CACHES ((1 << PART_BITS) - 2)
 /* a part's first size (slots, as a power of two) */
-#define PART_MIN_BITS 4
+#define PART_MIN_BITS 3
 
 struct part {
 	uint64_t *s;            /* NULL: no object has come to this part yet */

@@ -99,10 +99,10 @@ static inline void erase(struct part *q, size_t i)
 	q->used--;
 }
 
-/* Whether part q has no room for one more entry: no slots yet, or 7/8 of them used. */
+/* Whether part q has no room for one more entry: no slots yet, or 3/4 of them used. */
 static inline int full(const struct part *q)
 {
-	return !q->s || ((size_t)q->used + 1) * 8 > ((size_t)7 << q->bits);
+	return !q->s || ((size_t)q->used + 1) * 4 > ((size_t)3 << q->bits);
 }
 
 /* Room in the full part q: its first slots, or twice as many; 0 when out of memory. */
