@@ -9,6 +9,7 @@ the events) is also checked on the host trace with the name field hidden.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import installed, needs_setup
-from nfsreaddir.model import slab
+from nfsreaddir.model import slab, slab_sorted
 from nfsreaddir.present import render
 from nfsreaddir.trace import open_trace
 from nfsreaddir.trace.arrays import Strs
@@ -278,7 +279,16 @@ def _reread(path):
     return request, t.read_pieces(request, base=("ts",))
 
 
-KMEM_FIXTURES = [HOST, FIXTURES / "kmem-lost" / "kmem.dat", *KMALLOC, NFS]
+KMEM_FIXTURES = [
+    HOST,
+    FIXTURES / "kmem-lost" / "kmem.dat",
+    *KMALLOC,
+    FIXTURES / "dcache-memcg-grid-5.10" / "dcache.dat",
+    FIXTURES / "dcache-memcg-touch-5.10" / "dcache.dat",
+    # (the most objects of the fixtures: 27,086 at once, kmalloc's by size)
+    FIXTURES / "record-5.10-ringloss" / "t.dat",
+    NFS,
+]
 
 
 @needs_setup(slab._slab is not None, "the compiled slab pass is not built")
@@ -414,3 +424,74 @@ def test_windows_that_stop_give_way_to_the_whole_read():
             raise NotWindowed("cpu 0: time stamps run back past a window")
 
     assert slab.summarize(Stops(open_trace(HOST))) == slab.summarize(_Whole(open_trace(HOST)))
+
+
+def _live_one_by_one(dat):
+    """(live at the end, most live at once) of the trace's kmem events, one at a time with a
+    set of pointers: in time order, at equal times the allocation kinds first, and otherwise in
+    the reader's order of the pieces (the order the compiled pass merges them in)."""
+    t = open_trace(dat)
+    read = t.read_pieces(slab.read_request(t), base=("ts",))
+    events = []
+    for ev in (*slab.ALLOC_EVENTS, *slab.FREE_EVENTS):
+        for piece in read.get(ev, ()):
+            alloc = itertools.repeat(ev in slab.ALLOC_EVENTS)
+            events += zip(piece["ts"].tolist(), alloc, piece["ptr"].tolist())
+    live, most = set(), 0
+    for _, alloc, ptr in sorted(events, key=lambda e: e[0]):  # (stable)
+        if ptr <= 16:  # no object: a failed allocation, kfree(NULL)
+            continue
+        if alloc:
+            live.add(ptr)
+            most = max(most, len(live))
+        else:
+            live.discard(ptr)
+    return len(live), most
+
+
+@needs_setup(slab._slab is not None, "the compiled slab pass is not built")
+@pytest.mark.parametrize("dat", KMEM_FIXTURES[:-1], ids=lambda p: p.parent.name)
+def test_live_objects_are_the_ones_counted_one_by_one(dat):
+    """The compiled table of live objects (8-byte slots in parts that grow one at a time) holds
+    what a set of pointers holds, event by event, on every kmem fixture: the objects live at
+    the end, and the most at once; by cache name and (the 5.10 way) by object size alike, and
+    the summary's live objects are the table's (every allocation of these names a cache)."""
+    want = _live_one_by_one(dat)
+    for wrap in (lambda t: t, _NoName):
+        live, most, table_bytes = slab.live_objects(wrap(open_trace(dat)))
+        assert (live, most) == want
+        assert slab.summarize(wrap(open_trace(dat)))["total"]["live"] == live
+        assert table_bytes > 8 * most
+    assert 0 < want[0] <= want[1]
+
+
+def test_the_needed_bench_prints_the_live_objects():
+    """needed-run's live objects beside analyze's peak memory are the tally's, from a process
+    of its own."""
+    bench = Path(__file__).resolve().parent.parent / "analyzer" / "bench" / "needed-run"
+    p = subprocess.run(
+        [sys.executable, str(bench), "--_live", str(HOST)], capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert (got["live"], got["most"]) == _live_one_by_one(HOST)
+    assert got["table_bytes"] == slab.live_objects(open_trace(HOST))[2]
+
+
+@needs_setup(slab._slab is not None, "the compiled slab pass is not built")
+def test_more_caches_than_a_slot_can_name(monkeypatch):
+    """A slot of the compiled table names MAX_CACHES caches at most: past that, numpy's sorts
+    make the summary (the same one), and the compiled Tally refuses such a count itself."""
+    want = slab.summarize(open_trace(HOST))
+    used = []
+
+    def spy(*args):
+        used.append(len(args[0]))
+        return slab_sorted.tally(*args)
+
+    monkeypatch.setattr(slab, "tally_sorted", spy)
+    assert slab.summarize(open_trace(HOST)) == want and not used
+    monkeypatch.setattr(slab._slab, "MAX_CACHES", len(want["caches"]) - 1)
+    assert slab.summarize(open_trace(HOST)) == want and used
+    with pytest.raises(ValueError, match="more than the 4094 a table slot can name"):
+        slab._slab.Tally().feed([], 4095)

@@ -20,9 +20,11 @@
  * made either.  The GIL is released while the loops run; only the buffer protocol is used.
  *
  * This file is the module's entry: the Tally type (its state, feed()'s arguments, result()),
- * and PyInit; the passes are csrc/slab/passes.c, and csrc/slab/slab.h what the two share.
+ * and PyInit; the passes are csrc/slab/passes.c, the table's operations csrc/slab/table.h,
+ * and csrc/slab/slab.h what they share.
  */
 #include "csrc/slab/slab.h"
+#include "csrc/slab/table.h"
 #include <limits.h>
 #include <string.h>
 
@@ -126,21 +128,20 @@ static int reserve(struct tally *c, Py_ssize_t k)
 	return 1;
 }
 
-static int tally_init(PyObject *self, PyObject *args, PyObject *kw)
+static int tally_init(PyObject *self, PyObject *args, PyObject *Py_UNUSED(kw))
 {
 	struct tally *c = &((Tally *)self)->c;
 
 	if (!PyArg_ParseTuple(args, ":Tally"))
 		return -1;
-	if (c->t.s) {
+	if (c->t.parts) {
 		PyErr_SetString(PyExc_RuntimeError, "Tally: already initialised");
 		return -1;
 	}
 	c->t0 = INT64_MAX;
 	c->t1 = INT64_MIN;
-	c->t.bits = 16;
-	c->t.s = calloc((size_t)1 << c->t.bits, sizeof(struct slot));
-	if (!c->t.s) {
+	c->t.parts = calloc(NPARTS, sizeof(*c->t.parts));
+	if (!c->t.parts) {
 		PyErr_NoMemory();
 		return -1;
 	}
@@ -150,8 +151,11 @@ static int tally_init(PyObject *self, PyObject *args, PyObject *kw)
 static void tally_dealloc(PyObject *self)
 {
 	struct tally *c = &((Tally *)self)->c;
+	Py_ssize_t i;
 
-	free(c->t.s);
+	for (i = 0; c->t.parts && i < NPARTS; i++)
+		free(c->t.parts[i].s);
+	free(c->t.parts);
 	free(c->out);
 	free(c->live_now);
 	free(c->net_now);
@@ -165,9 +169,9 @@ PyDoc_STRVAR(feed_doc,
 "Count the events of ``pieces``, a window of the trace: a sequence of (alloc, ts, ptr, bytes,\n"
 "key, table, rank), the allocation kinds first, each kind's columns (ts int64, ptr uint64,\n"
 "bytes int64 or None for frees) in any order; an event's cache is table[key] (table int32 of\n"
-"cache codes below ncaches, key an integer column; a key of -1 or no key: no cache); rank,\n"
-"the piece's place in the order of the trace's columns (per kind and CPU: the object size of\n"
-"a cache is the one its last allocation in that order gives).  Every event of a window comes\n"
+"cache codes below ncaches, ncaches at most MAX_CACHES; key an integer column; a key of -1\n"
+"or no key: no cache); rank, the piece's place in the order of the trace's columns (per kind\n"
+"and CPU: the object size of a cache is the one its last allocation in that order gives).  Every event of a window comes\n"
 "after every event of the windows fed before it (in time; at equal times a window is never\n"
 "cut): the events are then counted as if all the windows were one.");
 
@@ -182,12 +186,17 @@ static PyObject *tally_feed(PyObject *self, PyObject *args)
 
 	if (!PyArg_ParseTuple(args, "On", &seq_obj, &k))
 		return NULL;
-	if (!c->t.s) {
+	if (!c->t.parts) {
 		PyErr_SetString(PyExc_RuntimeError, "Tally: not initialised");
 		return NULL;
 	}
 	if (k < c->k) {
 		PyErr_SetString(PyExc_ValueError, "tally: fewer caches than before");
+		return NULL;
+	}
+	if (k > MAX_CACHES) {
+		PyErr_Format(PyExc_ValueError, "tally: %zd caches, more than the %d a table slot can "
+			     "name (MAX_CACHES)", k, MAX_CACHES);
 		return NULL;
 	}
 	seq = PySequence_Fast(seq_obj, "tally: pieces must be a sequence");
@@ -250,10 +259,11 @@ static PyObject *tally_result(PyObject *self, PyObject *args)
 	Py_buffer vo = {0};
 	Py_ssize_t r, i, k = c->k;
 	int64_t *out, t0 = c->t0, t1 = c->t1;
+	size_t j;
 
 	if (!PyArg_ParseTuple(args, "O", &out_obj))
 		return NULL;
-	if (!c->t.s) {
+	if (!c->t.parts) {
 		PyErr_SetString(PyExc_RuntimeError, "Tally: not initialised");
 		return NULL;
 	}
@@ -268,10 +278,18 @@ static PyObject *tally_result(PyObject *self, PyObject *args)
 	for (r = 0; r < N_ROWS; r++)
 		for (i = 0; i < k; i++)
 			out[r * k + i] = r == R_LIVE ? 0 : c->out[r * c->cap + i];
-	/* the objects allocated and never freed */
-	for (i = 0; i < ((Py_ssize_t)1 << c->t.bits); i++)
-		if (c->t.s[i].ptr && c->t.s[i].cache >= 0)
-			out[R_LIVE * k + c->t.s[i].cache]++;
+	/* the objects allocated and never freed (every slot's cache is below k: the keys were
+	 * checked against it; checked again here, where a miss would write past out) */
+	for (i = 0; i < NPARTS; i++) {
+		const struct part *q = &c->t.parts[i];
+
+		for (j = 0; q->s && j < ((size_t)1 << q->bits); j++) {
+			int32_t cache = cache_of(q->s[j]);
+
+			if (q->s[j] && cache >= 0 && cache < k)
+				out[R_LIVE * k + cache]++;
+		}
+	}
 	PyBuffer_Release(&vo);
 	if (t0 > t1)
 		t0 = t1 = 0;
@@ -279,9 +297,29 @@ static PyObject *tally_result(PyObject *self, PyObject *args)
 			     (long long)t0, (long long)t1);
 }
 
+PyDoc_STRVAR(objects_doc,
+"objects() -> (live, most, table_bytes)\n"
+"\n"
+"The objects allocated and not freed yet (of every cache, and of none), the most there were\n"
+"at once, and the bytes their table takes now (its slots and its parts).");
+
+static PyObject *tally_objects(PyObject *self, PyObject *Py_UNUSED(args))
+{
+	const struct table *t = &((Tally *)self)->c.t;
+
+	if (!t->parts) {
+		PyErr_SetString(PyExc_RuntimeError, "Tally: not initialised");
+		return NULL;
+	}
+	return Py_BuildValue("nnn", (Py_ssize_t)t->used, (Py_ssize_t)t->most,
+			     (Py_ssize_t)(t->slots * sizeof(*t->parts->s) +
+					  NPARTS * sizeof(*t->parts)));
+}
+
 static PyMethodDef tally_methods[] = {
 	{"feed", tally_feed, METH_VARARGS, feed_doc},
 	{"result", tally_result, METH_VARARGS, result_doc},
+	{"objects", tally_objects, METH_NOARGS, objects_doc},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -303,8 +341,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-	PyModuleDef_HEAD_INIT, "nfsreaddir._slab",
-	"The slab analysis' counts in one compiled pass in time order.", -1, methods,
+	PyModuleDef_HEAD_INIT,
+	.m_name = "nfsreaddir._slab",
+	.m_doc = "The slab analysis' counts in one compiled pass in time order.",
+	.m_size = -1,
+	.m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__slab(void)
@@ -337,6 +378,8 @@ PyMODINIT_FUNC PyInit__slab(void)
 		Py_DECREF(rows);
 		goto fail;
 	}
+	if (PyModule_AddIntConstant(m, "MAX_CACHES", MAX_CACHES) < 0)
+		goto fail;
 	return m;
 fail:
 	Py_DECREF(m);

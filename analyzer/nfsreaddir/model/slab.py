@@ -201,6 +201,17 @@ def _summarize_windows(trace, request):
     each tallied as it comes by one compiled Tally, which keeps the live objects and the
     counts between windows: memory is a window's columns and the live objects. Raises
     NotWindowed where the windows cannot give what the whole read gives."""
+    tally, caches, counts = _tally_windows(trace, request)
+    if not counts:
+        return None
+    k = len(caches.labels)
+    return _summary(trace, request, counts, caches, *_result(tally, k))
+
+
+def _tally_windows(trace, request):
+    """(the compiled Tally, the caches, {event: count} of the events seen) of the trace fed a
+    window at a time. Raises NotWindowed where the windows cannot give what the whole read
+    gives, and where the caches are more than the Tally's slots can name."""
     caches = _Caches()
     tally = _slab.Tally()
     counts = dict.fromkeys(request, 0)
@@ -208,13 +219,19 @@ def _summarize_windows(trace, request):
         for ev, pieces in window.items():
             counts[ev] += sum(len(p["ts"]) for _, p in pieces)
         pieces = _pieces(window, caches)
+        if len(caches.labels) > _slab.MAX_CACHES:
+            raise NotWindowed(f"more than {_slab.MAX_CACHES} caches")
         tally.feed(pieces, len(caches.labels))
         del pieces, window
-    counts = {ev: n for ev, n in counts.items() if n}
-    if not counts:
-        return None
-    k = len(caches.labels)
-    return _summary(trace, request, counts, caches, *_result(tally, k))
+    return tally, caches, {ev: n for ev, n in counts.items() if n}
+
+
+def live_objects(trace):
+    """(live at the end, most live at once, bytes of the table that held them) of the
+    compiled tally of ``trace`` read in windows, as summarize() makes it (the bench prints
+    them beside the peak memory); None where the trace has no kmem events."""
+    request = read_request(trace)
+    return _tally_windows(trace, request)[0].objects() if request else None
 
 
 def _summarize(trace, request, read):
@@ -228,7 +245,9 @@ def _summarize(trace, request, read):
     read.clear()
     pieces = _pieces(ranked, caches)
     k = len(caches.labels)
-    tally, scalars = (_tally_compiled if _slab is not None else tally_sorted)(pieces, k)
+    # (more caches than the compiled table's slots can name: numpy's sorts, which have no limit)
+    compiled = _slab is not None and k <= _slab.MAX_CACHES
+    tally, scalars = (_tally_compiled if compiled else tally_sorted)(pieces, k)
     del pieces
     return _summary(trace, request, counts, caches, tally, scalars)
 

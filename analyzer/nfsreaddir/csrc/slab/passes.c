@@ -3,10 +3,11 @@
  * described in analyzer/nfsreaddir/_slab.c): the first in column order, the second the runs
  * merged in time order (a sorted array of the runs, or a heap where there are many), each
  * event visited once against the table of live pointers, which is kept with the counters from
- * window to window.  The table, the visit and the queue are static here so that they stay
- * inlined into the passes' loops.
+ * window to window.  The visit and the queue are static here, and the table's operations in
+ * csrc/slab/table.h, so that they stay inlined into the passes' loops.
  */
 #include "slab.h"
+#include "table.h"
 #include <string.h>
 
 /* ZERO_SIZE_PTR is 16: pointers at or below it are no objects (failed allocs, kfree(NULL)) */
@@ -41,64 +42,6 @@ static inline int32_t cache_at(const struct piece *p, Py_ssize_t i)
 	return key < 0 ? -1 : p->table[key];
 }
 
-static inline size_t home_of(uint64_t ptr, int bits)
-{
-	/* Fibonacci hashing: object pointers differ in their middle bits */
-	return (ptr * 0x9E3779B97F4A7C15ull) >> (64 - bits);
-}
-
-/* The slot holding ptr, or the empty slot where it would go. */
-static inline size_t find(const struct table *t, uint64_t ptr)
-{
-	size_t mask = ((size_t)1 << t->bits) - 1, s = home_of(ptr, t->bits);
-
-	while (t->s[s].ptr && t->s[s].ptr != ptr)
-		s = (s + 1) & mask;
-	return s;
-}
-
-/* Empty slot s, moving later entries of the probe chain back (linear probing's deletion,
- * which leaves no tombstones to slow later probes). */
-static void erase(struct table *t, size_t s)
-{
-	size_t mask = ((size_t)1 << t->bits) - 1, j = s, k = s;
-
-	for (;;) {
-		t->s[j].ptr = 0;
-		for (;;) {
-			size_t home;
-
-			k = (k + 1) & mask;
-			if (!t->s[k].ptr) {
-				t->used--;
-				return;
-			}
-			home = home_of(t->s[k].ptr, t->bits);
-			/* the entry at k may fill the hole at j if its home is not in (j, k] */
-			if (j <= k ? (home <= j || home > k) : (home <= j && home > k))
-				break;
-		}
-		t->s[j] = t->s[k];
-		j = k;
-	}
-}
-
-/* Double the table; 0 when out of memory. */
-static int grow(struct table *t)
-{
-	size_t i, cap = (size_t)1 << t->bits;
-	struct table n = { calloc(cap * 2, sizeof(struct slot)), t->bits + 1, t->used };
-
-	if (!n.s)
-		return 0;
-	for (i = 0; i < cap; i++)
-		if (t->s[i].ptr)
-			n.s[find(&n, t->s[i].ptr)] = t->s[i];
-	free(t->s);
-	*t = n;
-	return 1;
-}
-
 static inline void rise(struct tally *c, int32_t cache, int64_t ts)
 {
 	int64_t *live = &c->out[R_PEAK_LIVE * c->cap + cache];
@@ -116,43 +59,51 @@ static inline void rise(struct tally *c, int32_t cache, int64_t ts)
 static int visit(struct tally *c, struct table *t, const struct piece *p, Py_ssize_t i,
 		 int64_t ts)
 {
-	uint64_t ptr = p->ptr[i];
+	uint64_t ptr = p->ptr[i], h, rem;
 	int32_t cache = cache_at(p, i), was;
+	struct part *q;
 	size_t s;
+	int found;
 
 	if (ptr <= NO_OBJECT)
 		return 1;
-	s = find(t, ptr);
+	h = hash_of(ptr);
+	q = part_of(t, h);
+	rem = h & REM_MASK;
+	found = q->s && lookup(q, rem, &s);
 	if (p->alloc) {
-		if (t->s[s].ptr) {
+		if (found) {
 			/* allocated again with no free between: a free the trace did not see,
 			 * counted just before this allocation, for the first one's cache */
-			was = t->s[s].cache;
+			was = cache_of(q->s[s]);
 			c->unpaired++;
 			if (was >= 0) {
 				c->out[R_UNTRACED_FREES * c->cap + was]++;
 				c->live_now[was]--;
 				c->net_now[was]--;
 			}
+			q->s[s] = slot_of(rem, cache);
 		} else {
-			t->s[s].ptr = ptr;
-			if (++t->used * 2 > ((size_t)1 << t->bits)) {
-				if (!grow(t))
+			if (full(q)) {
+				if (!room(t, q))
 					return 0;
-				s = find(t, ptr);
+				lookup(q, rem, &s);     /* (its place in the new slots) */
 			}
+			insert(q, s, slot_of(rem, cache));
+			if (++t->used > t->most)
+				t->most = t->used;
 		}
-		t->s[s].cache = cache;
 		if (cache >= 0) {
 			c->out[R_ALLOCS * c->cap + cache]++;
 			rise(c, cache, ts);
 		}
 		return 1;
 	}
-	if (t->s[s].ptr) {
+	if (found) {
 		/* the free of an object allocated in the trace counts for the allocation's cache */
-		was = t->s[s].cache;
-		erase(t, s);
+		was = cache_of(q->s[s]);
+		erase(q, s);
+		t->used--;
 		if (cache >= 0 && cache != was)
 			c->mismatch++;
 		if (was < 0) {
@@ -391,8 +342,13 @@ enum pass_result merge_pass(struct tally *c, struct run *runs, Py_ssize_t nruns)
 		for (;;) {
 			/* pointers are scattered over the table: ask for the slot of this run's
 			 * event AHEAD on, so that memory is not waited for when it comes */
-			if (at + AHEAD < end)
-				__builtin_prefetch(&t->s[home_of(p->ptr[at + AHEAD], t->bits)]);
+			if (at + AHEAD < end) {
+				uint64_t h = hash_of(p->ptr[at + AHEAD]);
+				const struct part *q = part_of(t, h);
+
+				if (q->s)
+					__builtin_prefetch(&q->s[home_of(q, h)]);
+			}
 			if (!visit(c, t, p, at, ts)) {
 				free(q);
 				return PASS_NO_MEMORY;

@@ -34,17 +34,37 @@ struct run {
 	int64_t ts;             /* ts[at] */
 };
 
-/* 12 bytes, not 16: the table is most of what the tally keeps (the live objects: 600,000 at the
- * end of the 50 M-event bench trace, a table of 2^21 slots) */
-struct __attribute__((packed)) slot {
-	uint64_t ptr;           /* 0: empty (no object has it) */
-	int32_t cache;
+/* The table of live objects: 8 bytes an object's slot.  A pointer is known by h = ptr * an odd
+ * constant (a bijection: no two pointers share an h); the top PART_BITS of h pick one of
+ * NPARTS parts, so a slot keeps only h's REM_BITS below them, with the cache above (its code
+ * + 2: a slot of 0 is empty, a cache of -1 is none).  Each part is an open-addressing table
+ * of its own (linear probing in Robin Hood order, deletion by backward shift) that doubles
+ * when it is 3/4 full: a part grows while the others stay, so the table never holds two
+ * copies of itself (one of 2^22 12-byte slots and the one it grew to were 72 of the 95-99
+ * MiB that `analyze` of the 10 M-event bench trace took, for 1.59 M live objects).  At 3/4
+ * full at most, half that after a doubling, a live object costs 10.7 to 21.3 bytes (fuller
+ * parts would cost less, but an insertion moves the run after it: at 7/8, 32 slots on
+ * average where the part is fullest). */
+#define PART_BITS 12
+#define NPARTS (1 << PART_BITS)
+#define REM_BITS (64 - PART_BITS)
+#define REM_MASK ((UINT64_C(1) << REM_BITS) - 1)
+/* the caches a slot can name (codes 0 to MAX_CACHES - 1, and -1): the cache field is what the
+ * slot has above REM_BITS, and 0 there means empty */
+#define MAX_CACHES ((1 << PART_BITS) - 2)
+/* a part's first size (slots, as a power of two) */
+#define PART_MIN_BITS 3
+
+struct part {
+	uint64_t *s;            /* NULL: no object has come to this part yet */
+	uint32_t used;
+	uint8_t bits;           /* 2^bits slots */
 };
 
 struct table {
-	struct slot *s;
-	int bits;
-	size_t used;
+	struct part *parts;     /* NPARTS of them */
+	size_t used, most;      /* live objects now, and the most there were at once */
+	size_t slots;           /* of all the parts */
 };
 
 /* What the tally keeps from window to window: per cache (``k`` of them, room for ``cap``)
