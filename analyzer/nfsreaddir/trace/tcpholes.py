@@ -10,16 +10,18 @@ the READDIRs next to it are in doubt (model/wire.py), not every READDIR of the c
 segment that arrives late, out of order, counts as a hole too: that only widens a range.
 Bytes lost after a stream's last captured segment leave no gap, and hide nothing that was
 seen before them. NFS over UDP numbers nothing: `udp` counts its frames, whose loss cannot be
-placed.
+placed. A file (or its gzip stream) cut short is walked up to the cut.
 
-Headers only are read, never the payloads, in Python: it runs only on captures that lost
-something (a drop count, a snaplen, a decoder that met a hole)."""
+Headers only are read, never the payloads, in Python: it runs only on captures tshark decoded
+that lost something (a drop count, a snaplen); the compiled decoder finds the same holes as it
+reads (trace/wiredecode, Capture.holes)."""
 
 from __future__ import annotations
 
 import gzip
 import ipaddress
 import struct
+import zlib
 
 from ..recordtype import field, record
 from .magic import capture_format
@@ -38,7 +40,7 @@ _U32 = 1 << 32
 @record
 class Holes:
     """What the walk found: holes as (client, from ns, to ns, snaplen: whether the snaplen
-    cut it, not a drop), and the frames of NFS over UDP."""
+    cut it, not a drop, bytes lost), and the frames of NFS over UDP."""
 
     holes: list = field(default_factory=list)
     udp: int = 0
@@ -170,7 +172,7 @@ def walk(path, ports):
     state: dict[tuple, list] = {}
     gaps: dict[tuple, list] = {}
     with opener(path, "rb") as f:
-        for linktype, ts, caplen, length, data in _packets(f, kind.removeprefix("gzip-")):
+        for linktype, ts, caplen, length, data in _cut(_packets(f, kind.removeprefix("gzip-"))):
             ip = _ip(linktype, data)
             seg = _tcp(ip) if ip is not None else None
             if seg is None:
@@ -209,10 +211,19 @@ def walk(path, ports):
                     st[0], st[1] = at + step, (seq + step) % _U32
                 st[2] = ts
             if captured < payload and caplen < length:
-                out.holes.append((client, ts, ts, True))
+                out.holes.append((client, ts, ts, True, payload - captured))
     for g in gaps.values():
         _flush(out, g)
     return out
+
+
+def _cut(packets):
+    """The packets up to where a gzip stream ends before its end, or its bytes are damaged:
+    those are the capture's (its decoder reports the cut)."""
+    try:
+        yield from packets
+    except (EOFError, zlib.error, gzip.BadGzipFile):
+        return
 
 
 def _fill(gaps, a, b):
@@ -227,5 +238,5 @@ def _fill(gaps, a, b):
 
 
 def _flush(out, gaps):
-    for _, _, since, until, client in gaps:
-        out.holes.append((client, since, until, False))
+    for a, b, since, until, client in gaps:
+        out.holes.append((client, since, until, False, b - a))
