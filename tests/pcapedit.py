@@ -162,3 +162,56 @@ def set_rpc_version(packets, old, new, program=100003):
                 d = bytes(b)
         out.append(Packet(p.sec, p.frac, d, p.orig_len))
     return out
+
+
+def _with_payload(p, seq, body):
+    """The packet with its TCP payload and sequence number replaced (the IPv4 total length
+    with them)."""
+    off, ip = p.payload_offset(), ETH_LEN
+    d = bytearray(p.data[:off] + body)
+    struct.pack_into("!H", d, ip + 2, len(d) - ip)
+    struct.pack_into("!I", d, p._tcp() + 4, seq)
+    return Packet(p.sec, p.frac, bytes(d), len(d))
+
+
+def _seq(p):
+    return struct.unpack_from("!I", p.data, p._tcp() + 4)[0]
+
+
+def nfs_segments(packets):
+    """The indexes of the packets that carry TCP payload to or from the NFS port."""
+    return [i for i, p in enumerate(packets) if p.payload() and NFS_PORT in (p.ports() or ())]
+
+
+def drop(packets, indexes):
+    """The packets without those at `indexes`: segments the capture lost, as tcpdump's drops
+    lose them."""
+    gone = set(indexes)
+    return [p for i, p in enumerate(packets) if i not in gone]
+
+
+def drop_every(packets, n, first=0):
+    """Every n-th NFS segment (nfs_segments) from the `first`-th on, dropped."""
+    return drop(packets, nfs_segments(packets)[first::n])
+
+
+def snap(packets, i, keep):
+    """Packet i cut after `keep` bytes of its TCP payload, its length on the wire kept: a
+    frame cut by the snaplen."""
+    p = packets[i]
+    out = list(packets)
+    out[i] = Packet(p.sec, p.frac, p.data[: p.payload_offset() + keep], p.orig_len)
+    return out
+
+
+def overlap(packets, i, n):
+    """Packet i sent again with the first n bytes of the next segment of its direction: a
+    retransmission that overlaps data not seen yet, in place of the segment it overlaps the
+    start of (whose rest follows as a segment of its own)."""
+    p, out = packets[i], list(packets)
+    later = range(i + 1, len(packets))
+    j = next(k for k in later if packets[k].ports() == p.ports() and packets[k].payload())
+    q = packets[j]
+    out[j] = _with_payload(q, _seq(q) + n, q.payload()[n:])
+    out.insert(j, _with_payload(p, _seq(p), p.payload() + q.payload()[:n]))
+    return out

@@ -2,6 +2,7 @@
 the same tables, facts and verdicts on every fixture capture, and on captures damaged by cut,
 flipped and reordered segments never a verdict tshark's decoding would not give."""
 
+import gzip
 import json
 import os
 import random
@@ -13,7 +14,7 @@ import pandas as pd
 import pytest
 
 import pcapedit
-from conftest import FIXTURES, FULL, needs_setup, run_cli
+from conftest import FIXTURES, FULL, NFS_READDIR, needs_setup, run_cli
 from nfsreaddir.model import analysis, wire, wire_passes
 from nfsreaddir.rules import verdict
 from nfsreaddir.trace import capture, rpcmatch, tcpholes, wiredecode
@@ -41,7 +42,7 @@ def _dropped(capture_path):
 
 
 # Captures taken the way a busy machine takes them: tcpdump dropped packets, so their TCP
-# streams have holes, which the compiled decoder leaves to tshark (tested below).
+# streams have holes, which the compiled decoder reads through (tested below).
 LOSSY = [c for c in CAPTURES if _dropped(c)]
 # A capture where tshark is known to read less than the clients did (see the test of it below):
 # the oracle's other captures are every fixture capture but this one.
@@ -121,19 +122,61 @@ def test_the_decoder_and_tshark_give_the_same_tables_and_verdicts(name, monkeypa
     assert _judged_by("compiled", [path], monkeypatch) == by_tshark
 
 
+def _read_through(path, capfd):
+    """(tshark's Capture, the compiled decoder's) of a capture that lost packets: the
+    decoder reads it through, never leaving it to tshark."""
+    a = capture.read(path, decoder="tshark")
+    capfd.readouterr()
+    b = capture.read(path, decoder="compiled")
+    err = capfd.readouterr().err
+    assert (b.decoder, b.fallback) == ("compiled", None) and "with tshark" not in err, err
+    return a, b
+
+
+CALL = ["ts", "frame", "fh", "vers", "plus", "cookie", "verifier", "dircount", "maxcount"]
+REPLY = ["reply_ts", "status", "entries", "last_cookie", "eof", "fileid"]
+
+
+def _within(part, whole, calls=CALL):
+    """Each READDIR of the table `part` is one of `whole`: the same call (its `calls`
+    columns) and, where both have its reply, the same reply. The READDIRs whose reply `part`
+    has and `whole` has not, as a mask over part's rows."""
+    key = ["client", "xid"]
+    p, w = part.set_index(key), whole.set_index(key)
+    assert p.index.isin(w.index).all(), list(p.index.difference(w.index))
+    w = w.loc[p.index]
+    pd.testing.assert_frame_equal(p[calls], w[calls], check_index_type=False)
+    both = (p["reply_ts"].notna() & w["reply_ts"].notna()).to_numpy()
+    pd.testing.assert_frame_equal(p.loc[both, REPLY], w.loc[both, REPLY], check_index_type=False)
+    return (p["reply_ts"].notna() & w["reply_ts"].isna()).to_numpy()
+
+
+def _as_tshark_reads_it(a, b):
+    """Each READDIR (call and reply) and attribute reply tshark decodes in a capture that lost
+    packets, the compiled decoder decodes alike. It may read more: a record tshark's
+    reassembly gives up on after a hole or an overlapping retransmission (the tests that can
+    check those against the whole capture do). It reads less in one case: a reply a snaplen
+    cut, of which tshark gives what is left (a status, the first entries, no eof) and the
+    decoder nothing (a call without its reply): returns how many such replies."""
+    missed = int(_within(a.readdirs, b.readdirs).sum())
+    rows = [set(map(tuple, x.attrs.astype(str).to_numpy())) for x in (a, b)]
+    assert missed or rows[0] <= rows[1], rows[0] - rows[1]
+    return missed
+
+
 @built
 @pytest.mark.parametrize("name", LOSSY)
-def test_a_capture_with_holes_is_decoded_by_tshark_and_its_loss_is_placed(name, capfd):
+def test_a_capture_with_holes_is_read_through_and_its_loss_is_placed(name, capfd):
     """tcpdump dropped packets while taking these (its log says how many): the compiled
-    decoder meets the holes, says so and leaves the capture to tshark. The holes are placed on
-    their connection and in time (trace/tcpholes: as many as tshark finds segments "not
-    captured" before others, the capture's first aside), and every listing of that connection
-    that overlaps one carries the loss as damage, none else."""
+    decoder reads through the holes (it gives what tshark gives) and places each on its
+    connection and in time as trace/tcpholes' walk of the file does (as many as tshark finds
+    segments "not captured" before others, the capture's first aside); every listing of that
+    connection that overlaps one carries the loss as damage, none else."""
     path = os.path.join(FIXTURES, name)
-    cap = capture.read(path, decoder="compiled")
-    assert cap.decoder == "tshark" and "lost" in (cap.fallback or ""), cap.fallback
-    assert "TCP segment lost" in capfd.readouterr().err
-    holes = tcpholes.walk(path, {2049}).holes
+    a, cap = _read_through(path, capfd)
+    assert _as_tshark_reads_it(a, cap) == 0
+    holes = cap.holes.holes
+    assert sorted(holes) == sorted(tcpholes.walk(path, {2049}).holes)
     flagged = subprocess.run(
         ["tshark", "-r", path, "-n", "-Y", "tcp.analysis.lost_segment"],
         capture_output=True,
@@ -141,17 +184,105 @@ def test_a_capture_with_holes_is_decoded_by_tshark_and_its_loss_is_placed(name, 
         check=True,
     ).stdout.count("\n")
     assert flagged - 1 <= len(holes) <= flagged and holes, (len(holes), flagged)
+    assert all(b > 0 and not cut and since <= until for _, since, until, cut, b, _ in holes)
     a = wire.analyze(path)
+    assert a.info["decoder_fallback"] is None
     for lst in a.listings:
         # Only bytes lost on the way to the server, while its pass was under way, can hide a
         # call of it (model/wire._hiding_calls).
         near = any(
             c == lst.client and to_server and since <= lst.end and until >= lst.start
-            for c, since, until, _, to_server in holes
+            for c, since, until, _, _, to_server in holes
         )
         assert near or not lst.damage, lst.label()
     damaged = [bool(lst.damage) for lst in a.listings]
     assert len(damaged) == 1 or not all(damaged), damaged
+
+
+def _lose(packets, how):
+    """The packets of a whole capture with some lost, as `how` says: every 7th NFS segment
+    dropped (from the first, second or third on), the payload of every 5th reply segment over
+    200 bytes cut to 120 bytes by a snaplen, or every 9th segment sent again overlapping the
+    start of the next one of its direction."""
+    if how.startswith("drop"):
+        return pcapedit.drop_every(packets, 7, int(how[-1]))
+    nfs = pcapedit.nfs_segments(packets)
+    if how == "snaplen":
+        big = [i for i in nfs if packets[i].ports()[0] == 2049 and len(packets[i].payload()) > 200]
+        for i in big[::5]:
+            packets = pcapedit.snap(packets, i, 120)
+        return packets
+    for i in reversed(nfs[::9]):
+        if any(p.ports() == packets[i].ports() and p.payload() for p in packets[i + 1 :]):
+            packets = pcapedit.overlap(packets, i, 10)
+    return packets
+
+
+@built
+@pytest.mark.parametrize("how", ["drop0", "drop1", "drop2", "snaplen", "overlap"])
+@pytest.mark.parametrize("name", ["6.1-v3-cap/modified.pcap.gz", "5.10-v4.1-cap/modified.pcap.gz"])
+def test_the_decoder_reads_through_packets_lost_as_tshark_does(name, how, tmp_path, capfd):
+    """Whole fixture captures with segments dropped, cut by a snaplen or sent again over the
+    next one: the decoder reads them through, gives what tshark gives where tshark decodes and
+    what tshark gives of the whole capture where it reads more (a reply after a snaplen cut or
+    an overlapping retransmission, where tshark's reassembly gives up), counts the frames the
+    snaplen cut as tshark does, and reports the holes tcpholes' walk of the file finds
+    (snaplen cuts as such), with the bytes each lost."""
+    whole = os.path.join(FIXTURES, name)
+    head, packets = pcapedit.read(whole)
+    path = str(tmp_path / f"{how}.pcap")
+    pcapedit.write(path, head, _lose(packets, how))
+    a, b = _read_through(path, capfd)
+    missed = _as_tshark_reads_it(a, b)
+    assert missed <= b.truncated_frames if how == "snaplen" else missed == 0
+    # What it reads beyond tshark is what the whole capture says (frames move with drops).
+    recorded = capture.read(whole, decoder="tshark").readdirs
+    assert not _within(b.readdirs, recorded, [c for c in CALL if c != "frame"]).any()
+    assert (b.truncated_frames, b.snaplen) == (a.truncated_frames, a.snaplen)
+    holes = b.holes.holes
+    assert sorted(holes) == sorted(tcpholes.walk(path, {2049}).holes)
+    assert bool(holes) == (how != "overlap") and b.retransmitted_segments >= (how == "overlap")
+    assert all(cut == (how == "snaplen") for _, _, _, cut, _, _ in holes)
+
+
+def _cut_gzip(src, out, at):
+    """The gzip'd capture src cut after `at` of its bytes: a copy stopped mid-way."""
+    with open(src, "rb") as f:
+        data = f.read()
+    with open(out, "wb") as f:
+        f.write(data[: int(len(data) * at)])
+
+
+@built
+@pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
+@pytest.mark.parametrize("decoder", ["compiled", "tshark"])
+def test_a_cut_gzip_stream_is_a_cut_capture_never_a_traceback(
+    decoder, fmt, tmp_path, monkeypatch, editcap
+):
+    """A .pcap.gz or .pcapng.gz whose gzip stream ends before its end (a copy stopped mid-way)
+    is read up to the cut, as a plain capture cut short is, whichever decoder reads it: the cut
+    is a warning, tcpholes' walk stops at it, and check answers (0, 1 or 125) without a
+    traceback."""
+    monkeypatch.setenv("NFSRT_DECODER", decoder)
+    src = os.path.join(FIXTURES, "6.12-v4.2-ext4-cap-drops", "modified.pcap.gz")
+    if fmt == "pcapng":
+        ng = str(tmp_path / "whole.pcapng")
+        subprocess.run([editcap, "-F", "pcapng", src, ng], check=True)
+        with open(ng, "rb") as f, gzip.open(ng + ".gz", "wb") as g:
+            g.write(f.read())
+        src = ng + ".gz"
+    for at in (0.3, 0.77):
+        path = str(tmp_path / f"cut{at}.{fmt}.gz")
+        _cut_gzip(src, path, at)
+        cap = capture.read(path)
+        assert cap.decoder == decoder and cap.messages, cap.fallback
+        assert any("cut short" in w for w in cap.warnings), cap.warnings
+        assert tcpholes.walk(path, {2049}).holes is not None
+        p = subprocess.run(
+            [*NFS_READDIR, "check", path], capture_output=True, text=True, timeout=600
+        )
+        assert p.returncode in (0, 1, 125) and "Traceback" not in p.stderr, p.stderr
+        assert "internal error" not in p.stdout + p.stderr, p.stdout + p.stderr
 
 
 @built
@@ -311,8 +442,9 @@ def test_nfs_over_udp_gives_the_same_tables_as_tshark(tmp_path):
 @built
 def test_retransmitted_and_reordered_segments_reach_the_text_and_json(tmp_path):
     """A capture with one segment sent twice and two segments of one direction swapped: the
-    decoder's counts (1 and 1) in analyze's notes and its JSON trace block, and the READDIRs
-    of the capture as it was recorded."""
+    late one fills the hole the other left (no hole is reported), the decoder's counts (1 and
+    1) in analyze's notes and its JSON trace block, and the READDIRs of the capture as it was
+    recorded."""
     name = os.path.join(FIXTURES, "6.1-v4.1-cap/idle.pcap.gz")
     head, packets = pcapedit.read(name)
     nfs = [i for i, p in enumerate(packets) if p.payload()]
@@ -328,6 +460,7 @@ def test_retransmitted_and_reordered_segments_reach_the_text_and_json(tmp_path):
     pcapedit.write(path, head, ps)
     cap = capture.read(path, decoder="compiled")
     assert (cap.decoder, cap.retransmitted_segments, cap.reordered_segments) == ("compiled", 1, 1)
+    assert cap.holes.holes == []
     # Every call and reply as recorded (tshark, not reassembling out of order, loses a reply
     # here); the swapped and copied frames move frame numbers and completion times only.
     moved = ["frame", "ts", "reply_ts"]
@@ -338,6 +471,64 @@ def test_retransmitted_and_reordered_segments_reach_the_text_and_json(tmp_path):
     trace = json.loads(run_cli("analyze", "--json", path).stdout)[0]["trace"]
     assert trace["retransmitted_segments"] == 1 and trace["reordered_segments"] == 1
     assert trace["decoder_fallback"] is None
+
+
+def _starts_record(p):
+    """Whether a segment's payload begins an ONC RPC record: a last fragment's mark, an XID,
+    a message type."""
+    body = p.payload()
+    return len(body) >= 12 and body[0] & 0x80 and body[8:11] == b"\0\0\0" and body[11] <= 1
+
+
+def _whole_record(p):
+    """Whether a segment's payload is one ONC RPC record, whole."""
+    body = p.payload()
+    return _starts_record(p) and struct.unpack_from("!I", body)[0] & 0x7FFFFFFF == len(body) - 4
+
+
+# Two segments of one direction, one after the other, that a capture may swap: the two parts
+# of one record (the late one in its middle), the first part of a record and the next one,
+# two whole records (server replies: the READDIR table stays in call order).
+LATE = {
+    "middle": ("6.1-v4.1-cap/idle.pcap.gz", lambda a, b: not _starts_record(b)),
+    "start": (
+        "5.10-v4.1-cap/idle.pcap.gz",
+        lambda a, b: _starts_record(a) and not _whole_record(a) and not _starts_record(b),
+    ),
+    "whole": (
+        "5.10-v4.1-cap/modified.pcap.gz",
+        lambda a, b: a.ports()[0] == 2049 and _whole_record(a) and _whole_record(b),
+    ),
+}
+
+
+@built
+@pytest.mark.parametrize("where", LATE)
+def test_a_segment_that_comes_late_is_read_in_its_place(where, tmp_path, capfd):
+    """Two segments swapped, the first late: the decoder has read on past the hole it left (at
+    each message's own frame, never holding the stream back), and the late one, coming into
+    it, is read in its place: into the record that kept its place for it (the middle of a
+    record), before the bytes the hunt for a record mark passed over (the start of one), or
+    alone (a whole record). Every READDIR as recorded, no hole, one segment out of order, and
+    everything tshark reads (it loses the record where the late segment is part of one)."""
+    name, pair = LATE[where]
+    head, packets = pcapedit.read(os.path.join(FIXTURES, name))
+    nfs = [i for i, p in enumerate(packets) if p.payload()]
+    i = next(
+        a
+        for a, b in zip(nfs, nfs[1:])
+        if b == a + 1 and packets[a].ports() == packets[b].ports() and pair(packets[a], packets[b])
+    )
+    ps = list(packets)
+    ps[i], ps[i + 1] = ps[i + 1], ps[i]
+    path = str(tmp_path / "swapped.pcap")
+    pcapedit.write(path, head, ps)
+    a, b = _read_through(path, capfd)
+    assert (b.reordered_segments, b.holes.holes) == (1, [])
+    assert _as_tshark_reads_it(a, b) == 0
+    moved = ["frame", "ts", "reply_ts"]
+    recorded = capture.read(os.path.join(FIXTURES, name), decoder="compiled").readdirs
+    pd.testing.assert_frame_equal(b.readdirs.drop(columns=moved), recorded.drop(columns=moved))
 
 
 def _listings(cap):

@@ -12,16 +12,19 @@
  * calls and replies (rpcmatch) reads both decoders' rows alike and tshark stays the oracle.
  * One exception: a reply's entry cookies are one bytes object of native 64-bit integers.
  *
- * What it does not know it says instead of guessing: decode() returns the reason in
- * stats["unknown"] (a lost segment, a frame cut by the snaplen, RPCSEC_GSS, a body it cannot
- * parse...), and the caller decodes the whole capture with tshark instead.
+ * What the capture lost it reads through and reports: stats["holes"], the bytes of each TCP
+ * stream not captured (a packet dropped, a frame cut by the snaplen: csrc/wiredecode/tcp.c),
+ * and stats["cut"], a file (or its gzip stream) that ends inside a packet. What it does not
+ * know it says instead of guessing: decode() returns the reason in stats["unknown"] (IP
+ * fragments, RPCSEC_GSS, a body it cannot parse...), and the caller decodes the whole capture
+ * with tshark instead.
  *
  * This file holds the module's glue (decode(), its method table and PyInit); the parts are in
  * csrc/wiredecode/, what they share in csrc/wiredecode/wiredecode.h.
  */
 #include "csrc/wiredecode/wiredecode.h"
 
-static PyObject *decode(PyObject *self, PyObject *args)
+static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	const char *path;
 	PyObject *ports, *cols, *cb;
@@ -66,24 +69,41 @@ static PyObject *decode(PyObject *self, PyObject *args)
 			set_unknown(&r, "not a pcap or pcapng file");
 	}
 	int errnum;
-	const char *gzerr = gzerror(in.f, &errnum);
-	int cut = !r.unknown && errnum != Z_OK && errnum != Z_BUF_ERROR ? 1 : 0;
+	gzerror(in.f, &errnum);
+	/* zlib says Z_BUF_ERROR where the gzip stream ends before its end, an error of its own
+	 * where its bytes are damaged: the packets read up to there are the capture's. */
+	if (errnum == Z_BUF_ERROR)
+		r.cut = "the capture's gzip stream is cut short";
+	else if (errnum != Z_OK && errnum != Z_STREAM_END)
+		r.cut = "the capture's gzip stream is damaged";
 	gzclose(in.f);
 	free(in.buf);
 	for (int c = 0; c < N_COLS; c++)
 		free(r.t[c].p);
-	if (!rc && streams_have_holes(&r))
-		set_unknown(&r, "a TCP segment lost (a hole never filled)");
+	if (!rc && streams_end(&r))
+		rc = -1;
 	stream_free_all(&r);
-	if (rc)
+	PyObject *holes = rc ? NULL : PyList_New((Py_ssize_t)r.nholes);
+	for (size_t i = 0; holes && i < r.nholes; i++) {
+		const struct hole *h = &r.holes[i];
+		PyObject *t = Py_BuildValue("(sKKOKO)", h->client, h->from, h->to,
+					    h->cut ? Py_True : Py_False, h->bytes,
+					    h->to_server ? Py_True : Py_False);
+		if (!t)
+			Py_CLEAR(holes);
+		else
+			PyList_SET_ITEM(holes, (Py_ssize_t)i, t);
+	}
+	free(r.holes);
+	if (!holes)
 		return NULL;
-	if (cut)
-		set_unknown(&r, gzerr);
-	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:s}", "frames", r.frame, "port_frames",
-			     r.port_frames, "rpc_frames", r.rpc_frames, "split_frames", r.split_frames,
-			     "messages", r.messages,
+	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:s,s:s,s:N,s:K,s:K,s:I}", "frames",
+			     r.frame, "port_frames", r.port_frames, "rpc_frames", r.rpc_frames,
+			     "split_frames", r.split_frames, "messages", r.messages,
 			     "retransmitted_segments", r.retransmitted, "reordered_segments",
-			     r.reordered, "versions", r.versions, "unknown", r.unknown);
+			     r.reordered, "versions", r.versions, "unknown", r.unknown, "cut", r.cut,
+			     "holes", holes, "udp_frames", r.udp_frames, "truncated_frames",
+			     r.truncated, "snaplen", r.snaplen);
 }
 
 static PyMethodDef methods[] = {
@@ -93,7 +113,9 @@ static PyMethodDef methods[] = {
 	{NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_wiredecode", NULL, -1, methods};
+static struct PyModuleDef module = {
+	PyModuleDef_HEAD_INIT, "_wiredecode", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
 
 PyMODINIT_FUNC PyInit__wiredecode(void)
 {

@@ -282,30 +282,31 @@ def _capture_damage(cap, path, phase, facts):
     if dropped is None and "pcapng" in cap.kind:
         dropped = pcapng.pcapng_drops(path)
     placed = []
-    if dropped or cap.truncated_frames or cap.fallback or cap.decoder != "compiled":
-        # Bytes of a TCP stream that were not captured show where they were lost
-        # (trace/tcpholes): only the READDIRs next to them are in doubt.
-        found = tcpholes.walk(path, set(cap.ports))
-        for client, since, until, cut, to_server in found.holes:
-            what = (
-                f"{cap.truncated_frames} frames cut to {cap.snaplen} bytes by the snaplen"
-                if cut
-                else f"{dropped} packets dropped by the kernel while capturing"
-                if dropped
-                else "TCP segments missing from the capture"
-            )
-            placed.append(
-                {
-                    "from": since,
-                    "to": until,
-                    "client": client,
-                    "to_server": to_server,
-                    "what": what,
-                }
-            )
-        if found.udp and (dropped or cap.truncated_frames):
-            # NFS over UDP numbers nothing: its losses cannot be placed.
-            damage.append(_whole(f"{dropped or cap.truncated_frames} frames lost, over UDP"))
+    # Bytes of a TCP stream that were not captured show where they were lost: only the
+    # READDIRs next to them are in doubt. The compiled decoder found them as it read
+    # (cap.holes); after tshark, trace/tcpholes walks the capture for them.
+    found = cap.holes if cap.holes is not None else tcpholes.walk(path, set(cap.ports))
+    for client, since, until, cut, lost, to_server in found.holes:
+        what = (
+            f"{cap.truncated_frames} frames cut to {cap.snaplen} bytes by the snaplen"
+            if cut
+            else f"{dropped} packets dropped by the kernel while capturing"
+            if dropped
+            else "TCP segments missing from the capture"
+        )
+        way = "to the server" if to_server else "to the client"
+        placed.append(
+            {
+                "from": since,
+                "to": until,
+                "client": client,
+                "to_server": to_server,
+                "what": f"{what} ({lost:,} bytes {way})",
+            }
+        )
+    if found.udp and (dropped or cap.truncated_frames):
+        # NFS over UDP numbers nothing: its losses cannot be placed.
+        damage.append(_whole(f"{dropped or cap.truncated_frames} frames lost, over UDP"))
     for w in cap.warnings:
         damage.append(_whole(w))
     if cap.unsplit_frames:

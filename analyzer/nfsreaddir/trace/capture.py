@@ -201,10 +201,6 @@ def read(path, tshark=None, ports=(), decoder=None, passes=None, tables=True):
             f"nfs-readdir: {path}: the compiled decoder met {unknown}, a case it does not "
             "decode; decoding this capture with tshark\n"
         )
-    elif wiredecode.available():
-        # What the compiled decoder meets in it (a hole in a TCP stream) is the capture's,
-        # whichever decoder reads it: tshark's fields do not say it.
-        unknown = wiredecode.read(path, kind, ports, None, False)[1]
     tshark = tshark or shutil.which("tshark")
     if not tshark:
         raise CaptureError(

@@ -86,8 +86,11 @@ class Capture:
     ports: tuple = (NFS_PORT,)  # the server ports decoded as ONC RPC
     decoder: str = "tshark"  # or "compiled" (wiredecode)
     retransmitted_segments: int = 0  # TCP data seen again (compiled decoder only)
-    reordered_segments: int = 0  # TCP segments ahead of a hole, held until it filled
+    reordered_segments: int = 0  # TCP segments that came late into a hole and filled it
     fallback: str | None = None  # what the compiled decoder met that it does not decode
+    # The bytes of TCP streams the capture lost, as the compiled decoder read through them (a
+    # tcpholes.Holes); None where tshark decoded.
+    holes: object = None
     # What followed the READDIRs' passes as they were read (read()'s `passes`), or None.
     passes: object = None
     calls: CallLog | None = None  # every NFS and NFSACL call (rpcops), for the round trips

@@ -10,16 +10,18 @@ the READDIRs next to it are in doubt (model/wire.py), not every READDIR of the c
 segment that arrives late, out of order, counts as a hole too: that only widens a range.
 Bytes lost after a stream's last captured segment leave no gap, and hide nothing that was
 seen before them. NFS over UDP numbers nothing: `udp` counts its frames, whose loss cannot be
-placed.
+placed. A file (or its gzip stream) cut short is walked up to the cut.
 
-Headers only are read, never the payloads, in Python: it runs only on captures that lost
-something (a drop count, a snaplen, a decoder that met a hole)."""
+Headers only are read, never the payloads, in Python: it runs only on captures tshark decoded
+that lost something (a drop count, a snaplen); the compiled decoder finds the same holes as it
+reads (trace/wiredecode, Capture.holes)."""
 
 from __future__ import annotations
 
 import gzip
 import ipaddress
 import struct
+import zlib
 
 from ..recordtype import field, record
 from .magic import capture_format
@@ -38,7 +40,7 @@ _U32 = 1 << 32
 @record
 class Holes:
     """What the walk found: holes as (client, from ns, to ns, snaplen: whether the snaplen
-    cut it, not a drop, to_server: whether the bytes lost were on their way to the server,
+    cut it, not a drop, bytes lost, to_server: whether they were on their way to the server,
     where calls go, not replies), and the frames of NFS over UDP."""
 
     holes: list = field(default_factory=list)
@@ -171,7 +173,7 @@ def walk(path, ports):
     state: dict[tuple, list] = {}
     gaps: dict[tuple, list] = {}
     with opener(path, "rb") as f:
-        for linktype, ts, caplen, length, data in _packets(f, kind.removeprefix("gzip-")):
+        for linktype, ts, caplen, length, data in _cut(_packets(f, kind.removeprefix("gzip-"))):
             ip = _ip(linktype, data)
             seg = _tcp(ip) if ip is not None else None
             if seg is None:
@@ -210,10 +212,19 @@ def walk(path, ports):
                     st[0], st[1] = at + step, (seq + step) % _U32
                 st[2] = ts
             if captured < payload and caplen < length:
-                out.holes.append((client, ts, ts, True, dport in ports))
+                out.holes.append((client, ts, ts, True, payload - captured, dport in ports))
     for g in gaps.values():
         _flush(out, g)
     return out
+
+
+def _cut(packets):
+    """The packets up to where a gzip stream ends before its end, or its bytes are damaged:
+    those are the capture's (its decoder reports the cut)."""
+    try:
+        yield from packets
+    except (EOFError, zlib.error, gzip.BadGzipFile):
+        return
 
 
 def _fill(gaps, a, b):
@@ -228,5 +239,5 @@ def _fill(gaps, a, b):
 
 
 def _flush(out, gaps):
-    for _, _, since, until, client, to_server in gaps:
-        out.holes.append((client, since, until, False, to_server))
+    for a, b, since, until, client, to_server in gaps:
+        out.holes.append((client, since, until, False, b - a, to_server))

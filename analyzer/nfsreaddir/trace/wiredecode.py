@@ -4,15 +4,19 @@ the NFS READDIR and GETATTR calls and replies, given to rpcmatch as the rows tsh
 gives, so that one matcher makes the tables from either decoder and tshark stays the oracle.
 
 It reads a capture in one pass without dissecting what the wire analysis does not read, at
-the speed of the disk rather than of Wireshark's full dissection. What it does not know (a
-lost TCP segment, frames cut by the snaplen, IP fragments, RPCSEC_GSS, a compound it cannot
-rank, a file cut short) it says instead of guessing; capture.read then decodes that capture
+the speed of the disk rather than of Wireshark's full dissection. It reads through what the
+capture lost: the bytes of a TCP stream never captured (a packet dropped, a frame cut by the
+snaplen) are the Capture's `holes`, placed as tcpholes.walk places them, and the stream is
+read on from the next record mark; a file or gzip stream cut short is read up to the cut,
+which is one of the Capture's warnings. What it does not know (IP fragments, RPCSEC_GSS, a
+compound it cannot rank) it says instead of guessing; capture.read then decodes that capture
 with tshark.
 """
 
 from __future__ import annotations
 
 from .rpcmatch import Capture, CaptureReader
+from .tcpholes import Holes
 from .tshark_fields import FIELDS
 
 try:
@@ -51,4 +55,9 @@ def read(path, kind, ports, passes=None, tables=True) -> tuple[Capture | None, s
     cap.retransmitted_segments = stats["retransmitted_segments"]
     cap.reordered_segments = stats["reordered_segments"]
     cap.versions |= versions(stats["versions"])
+    cap.truncated_frames = stats["truncated_frames"]
+    cap.snaplen = stats["snaplen"] or None
+    cap.holes = Holes(holes=stats["holes"], udp=stats["udp_frames"])
+    if stats["cut"]:
+        cap.warnings.append(stats["cut"])
     return reader.finish(), None

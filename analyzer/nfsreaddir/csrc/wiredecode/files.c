@@ -1,8 +1,10 @@
 /*
  * The capture files: pcap and pcapng (gzip'd or not, through zlib), each packet record
- * given to frame().
+ * given to frame(). A file that ends inside a record is read up to that record (run.cut).
  */
 #include "wiredecode.h"
+
+#define CUT "the capture is cut short in the middle of a packet"
 
 static int need(struct in *in, size_t n)
 {
@@ -36,7 +38,7 @@ int read_pcap(struct run *r, struct in *in, const uint8_t *head)
 		int end = need(in, 16);
 		if (end) {
 			if (end == 2)
-				set_unknown(r, "a capture cut short");
+				r->cut = CUT;
 			return 0;
 		}
 		uint32_t sec = rd32(in->buf, swap), frac = rd32(in->buf + 4, swap);
@@ -47,7 +49,7 @@ int read_pcap(struct run *r, struct in *in, const uint8_t *head)
 			return 0;
 		}
 		if (need(in, r->caplen)) {
-			set_unknown(r, "a capture cut short");
+			r->cut = CUT;
 			return 0;
 		}
 		if (frame(r, linktype, in->buf, r->caplen) || r->unknown)
@@ -158,7 +160,7 @@ int read_pcapng(struct run *r, struct in *in)
 		int end = need(in, 8);
 		if (end) {
 			if (end == 2)
-				set_unknown(r, "a capture cut short");
+				r->cut = CUT;
 			return 0;
 		}
 		h = in->buf;
@@ -174,7 +176,7 @@ int read_pcapng(struct run *r, struct in *in)
 			return 0;
 		}
 		if (need(in, blen - 8)) {
-			set_unknown(r, "a capture cut short");
+			r->cut = CUT;
 			return 0;
 		}
 		const uint8_t *b = in->buf;

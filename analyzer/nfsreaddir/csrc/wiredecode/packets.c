@@ -15,7 +15,7 @@ static int is_port(struct run *r, unsigned p)
 static int ip_packet(struct run *r, const uint8_t *p, size_t n)
 {
 	const uint8_t *l4;
-	size_t n4;
+	size_t n4, wire4; /* the layer 4 bytes captured, and on the wire */
 	int proto;
 	uint64_t h = 1469598103934665603ULL;
 	if (n < 1)
@@ -30,6 +30,7 @@ static int ip_packet(struct run *r, const uint8_t *p, size_t n)
 			set_unknown(r, "IP fragments");
 			return 0;
 		}
+		wire4 = tot - hl;
 		if (tot > n)
 			tot = n;
 		proto = p[9];
@@ -49,6 +50,7 @@ static int ip_packet(struct run *r, const uint8_t *p, size_t n)
 		inet_ntop(AF_INET6, p + 8, r->src, sizeof r->src);
 		inet_ntop(AF_INET6, p + 24, r->dst, sizeof r->dst);
 		r->v6 = 1;
+		wire4 = pl;
 		l4 = p + 40, n4 = pl < n - 40 ? pl : n - 40;
 		for (int i = 8; i < 40; i++)
 			h = mix(h, p[i]);
@@ -65,15 +67,26 @@ static int ip_packet(struct run *r, const uint8_t *p, size_t n)
 	r->udp = proto == 17;
 	if (r->udp) {
 		r->port_frames++;
+		r->udp_frames++;
+		if (n4 < wire4)
+			return 0; /* cut by the snaplen: the message is lost (counted in truncated) */
 		return rpc_message(r, l4 + 8, n4 - 8, to_server);
 	}
 	size_t off = (size_t)(l4[12] >> 4) * 4;
 	if (off < 20 || off > n4)
 		return 0;
 	r->port_frames++;
+	size_t payload = wire4 - off; /* off <= n4 <= wire4 */
+	if (n4 < wire4 && r->caplen < r->len) { /* the snaplen took the rest of the payload */
+		char client[56];
+		frame_client(r, to_server, client, sizeof client);
+		if (hole_add(r, client, r->ts_ns, r->ts_ns, wire4 - n4, 1, to_server))
+			return -1;
+	}
 	uint32_t seq = (uint32_t)l4[4] << 24 | (uint32_t)l4[5] << 16 | (uint32_t)l4[6] << 8 | l4[7];
 	h = mix(h, (uint64_t)r->sport << 16 | r->dport);
-	return tcp_segment(r, h ? h : 1, seq, l4[13] & 2, l4[13] & 5, l4 + off, n4 - off, to_server);
+	return tcp_segment(r, h ? h : 1, seq, l4[13] & 2, l4[13] & 1, l4 + off, n4 - off, payload,
+			   to_server);
 }
 
 static int link_packet(struct run *r, int linktype, const uint8_t *p, size_t n)
@@ -128,8 +141,11 @@ int frame(struct run *r, int linktype, const uint8_t *p, size_t n)
 	unsigned long long before = r->port_frames;
 	if (link_packet(r, linktype, p, n))
 		return -1;
-	if (r->caplen < r->len && r->port_frames != before)
-		set_unknown(r, "frames cut short by the snaplen");
+	if (r->caplen < r->len && r->port_frames != before) {
+		r->truncated++;
+		if (r->caplen > r->snaplen)
+			r->snaplen = r->caplen;
+	}
 	if (r->frame_had_rpc)
 		r->rpc_frames++;
 	if (r->frame_had_rpc > 1)

@@ -87,6 +87,7 @@ struct run {
 	struct text t[N_COLS];
 	char raw[N_COLS]; /* the column holds raw_add's values (bytes), not text */
 	const char *unknown; /* why tshark must decode this capture instead */
+	const char *cut;     /* how the file ends before its end: the packets after are not in it */
 	int failed;	     /* a Python error is set */
 	/* the frame being read */
 	unsigned long long frame, ts_ns;
@@ -96,6 +97,8 @@ struct run {
 	unsigned sport, dport;
 	/* what the capture holds */
 	unsigned long long port_frames, rpc_frames, split_frames, messages, retransmitted, reordered;
+	unsigned long long udp_frames, truncated; /* truncated: frames cut by the snaplen */
+	uint32_t snaplen;			  /* the longest of them */
 	int frame_had_rpc; /* RPC messages the frame completed */
 	unsigned versions; /* bit 2: v2, 3: v3, 8 + minor: v4.minor */
 	uint16_t ports[64];
@@ -106,6 +109,19 @@ struct run {
 	size_t ncalls, calls_cap;
 	struct stream *streams;
 	size_t nstreams, streams_cap;
+	/* the bytes the capture lost, in the order they are known (tcp.c) */
+	struct hole *holes;
+	size_t nholes, holes_cap;
+};
+
+/* Bytes of a TCP stream the capture lost: its client ("addr:port"), from the last segment
+ * with bytes before them to the one after (ns), how many, whether the snaplen cut them from a
+ * frame (then from = to, that frame's time) rather than a packet was not captured, and
+ * whether they were on their way to the server (calls) rather than to the client (replies). */
+struct hole {
+	char client[56];
+	unsigned long long from, to, bytes;
+	int cut, to_server;
 };
 
 /* K_OTHER: any other NFS or NFSACL call, counted (model/roundtrips) but its body not read */
@@ -132,6 +148,72 @@ static inline uint64_t mix(uint64_t h, uint64_t v)
 	h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
 	return h * 0xff51afd7ed558ccdULL;
 }
+
+/* A big-endian word (a record mark, an RPC header's) at p. */
+static inline uint32_t be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* ------------------------------------------------------------------ TCP streams (tcp.c, gaps.c) */
+#define HEAD 28 /* a record mark and the longest header a hunt for one reads (tcp.c) */
+
+/* Bytes of a stream not seen, not yet filled by a segment coming late: [from, to) in the
+ * stream's unwrapped positions, between the segments at since and until (ns). aligned: the
+ * stream stood between two records at `from`, so a late segment beginning there begins one. */
+struct gap {
+	uint64_t from, to;
+	unsigned long long since, until;
+	int aligned;
+};
+
+struct stream {
+	uint64_t key; /* 0: free */
+	uint32_t next_seq;	     /* the next byte's sequence number */
+	uint64_t pos;		     /* and its position, unwrapped */
+	unsigned long long last_ts;  /* the last segment with bytes (or SYN, FIN) */
+	int seen, synced, dead;
+	/* the record under way lost bytes: 1, read to its end and dropped; 2, its rec keeps their
+	 * place (hole_len bytes at hole_off, the stream's bytes from hole_at on), so that a
+	 * segment coming late with them makes it whole again, before its end or (pend) after */
+	int broken;
+	size_t hole_off;
+	uint32_t hole_len;
+	uint64_t hole_at;
+	uint8_t *pend; /* a record whole but for its hole, waiting for the late segment */
+	size_t npend, pend_off;
+	uint32_t pend_len;
+	uint64_t pend_at;
+	uint8_t mark[4];
+	int nmark;
+	uint32_t frag_left;
+	int last_frag;
+	uint8_t *rec;
+	size_t nrec, caprec;
+	/* hunting (not synced): the last bytes seen, ending at next_seq, whose offsets from
+	 * HEAD - 1 on are not tried yet; bit i of starts: tail[i] began a segment */
+	uint8_t tail[HEAD];
+	size_t ntail;
+	uint32_t starts;
+	struct gap *gaps;
+	size_t ngaps, capgaps;
+	/* After a gap where the stream stood between two records: the bytes past it, from
+	 * orph_at on, that the hunt for a record mark passed over (orph_state 1 while it hunts, 2
+	 * once it found one, 0 none kept), for the gap's segment if it comes late (gaps_fill). */
+	uint8_t *orph;
+	size_t norph, caporph;
+	uint64_t orph_at;
+	int orph_state;
+	int late_age; /* in-order segments since the bytes kept for a late one were */
+	size_t resync_back; /* a hunt's find: bytes from it to the end of what the hunt was given */
+	char client[56];    /* "addr:port", as tshark_fields.endpoint names it */
+	int to_server;	    /* the stream's bytes go to the server */
+};
+
+#define MAX_ORPHAN (1u << 20) /* past this the bytes after a gap are not kept */
+/* A segment comes late by a few segments where a capture reorders (two queues of a bridge):
+ * what is kept for it is freed after this many more in order. */
+#define LATE_WINDOW 8
 
 /* the state of the file being read (files.c) */
 struct in {
@@ -165,10 +247,21 @@ int reply4(struct run *r, struct xdr *x);
 int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server);
 
 /* tcp.c: TCP reassembly and record marking */
-int tcp_segment(struct run *r, uint64_t key, uint32_t seq, int syn, int fin_rst, const uint8_t *p,
-		size_t n, int to_server);
-int streams_have_holes(struct run *r);
+int tcp_segment(struct run *r, uint64_t key, uint32_t seq, int syn, int fin, const uint8_t *p,
+		size_t n, size_t wire, int to_server);
+int stream_bytes(struct run *r, struct stream *s, const uint8_t *p, size_t n, int to_server);
+void record_reset(struct stream *s);
 void stream_free_all(struct run *r);
+
+/* gaps.c: the holes of the streams, and segments that come late into them */
+int hole_add(struct run *r, const char *client, unsigned long long from, unsigned long long to,
+	     unsigned long long bytes, int cut, int to_server);
+void frame_client(const struct run *r, int to_server, char *out, size_t size);
+int gap_add(struct stream *s, struct gap g);
+int gaps_flush(struct run *r, struct stream *s);
+int gaps_fill(struct run *r, struct stream *s, uint64_t at, const uint8_t *p, size_t n,
+	      size_t step, int to_server);
+int streams_end(struct run *r);
 
 /* packets.c: link, IP and port layers of one frame */
 int frame(struct run *r, int linktype, const uint8_t *p, size_t n);
