@@ -260,10 +260,11 @@ def _refuse_unusable(cap, path):
 
 def _cut_at_end(damage, calls):
     """(the damage over the whole capture, less a cut last record; that cut placed at the
-    capture's end, on every client). A file cut short in the middle of its last packet
-    (tshark says so) lost that packet's bytes and nothing before them: only a listing still
-    under way when the capture ends can miss a call there."""
-    cut = [d for d in damage if "cut short" in d["what"]]
+    capture's end, on every client). A file cut short in the middle of its last packet (or
+    its gzip stream cut or damaged: the decoders read up to there) lost what came after and
+    nothing before: only a listing still under way where the capture ends can miss a call
+    there."""
+    cut = [d for d in damage if "cut short" in d["what"] or "stream is damaged" in d["what"]]
     if not cut:
         return damage, []
     last = 0
@@ -388,12 +389,17 @@ def _notes(cap, dropped):
         "directory"
     ]
     if cap.decoder == "compiled":
-        # A lost segment is never in this count: the compiled decoder gives such a capture
-        # to tshark (the note below).
+        holes = cap.holes.holes if cap.holes is not None else []
+        lost = sum(h[4] for h in holes)
         out.append(
             f"TCP: {cap.retransmitted_segments:,} retransmitted segments (their data read "
-            f"once), {cap.reordered_segments:,} out of order (held until the hole before them "
-            "filled), none lost"
+            f"once), {cap.reordered_segments:,} out of order (came late into a hole), "
+            + (
+                f"{len(holes):,} holes ({lost:,} bytes never captured; read on from the next "
+                "record mark)"
+                if holes
+                else "none lost"
+            )
         )
     elif cap.fallback:
         out.append(f"decoded by tshark: the compiled decoder met {cap.fallback}")

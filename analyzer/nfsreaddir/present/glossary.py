@@ -143,10 +143,12 @@ EXPORT_COLUMNS = {
 
 # The lines under a capture's header (analyze's text; "notes" in the JSON trace block).
 CAPTURE_NOTES = {
-    "TCP: ... retransmitted, ... out of order, none lost": "the compiled decoder's reassembly "
+    "TCP: ... retransmitted, ... out of order, ... holes": "the compiled decoder's reassembly "
     "of the NFS connections: segments whose data it had already read (read once), segments "
-    "that came ahead of a hole and were held until it filled; a segment never seen makes it "
-    "hand the capture to tshark instead (retransmitted_segments, reordered_segments, "
+    "that came late into a hole and were read in their place, and holes: bytes never "
+    "captured (a packet dropped, a frame cut by the snaplen), which it reads on from the "
+    "next record mark and places on their connection, in time and direction, as damage of "
+    "the listings whose calls they could hide (retransmitted_segments, reordered_segments, "
     "decoder_fallback in --json; null where tshark decoded)",
 }
 
