@@ -8,6 +8,7 @@ each (tests/fixtures/*/COMMAND); the damaged copies are made from them here, by 
 (pcapedit, a cut, rounded time stamps), seeded."""
 
 import glob
+import json
 import os
 import random
 import re
@@ -495,3 +496,261 @@ def test_nfs_on_another_port_is_found_by_its_calls(tmp_path):
     pcapedit.write(str(path), head, pcapedit.set_port(packets, 2049, 3049))
     code, reason = _capture(str(path))
     assert code == BAD and "restarted 4 times" in reason, reason
+
+
+# ------------------------------------------ one answer from a trace.dat and its report text
+TRACE_CMD_TRIXIE = os.path.join(os.path.dirname(__file__), "tools", "trace-cmd-trixie")
+
+# Every trace.dat fixture of READDIRs (a dcache run's dcache.dat is judged by its own analysis,
+# which reads the run's directory beside it, and a kmem trace has no listing); `make test`
+# compares those the brief of issue 55 named (stock 5.10's phases, several readers, ties of the
+# `global` clock, a catch-up below the reader's position) and the series' and 6.1's, `make
+# test-full` every one (record-5.10-ringloss's loss too: 104 MB of text a form, minutes to read).
+ALL_DATS = [p for p in READDIR_INPUTS if p.endswith(".dat")]
+SAMPLE_DATS = [
+    os.path.join(FIXTURES, name)
+    for name in (
+        "5.10-v4.1/modified.dat",
+        "5.10-series-v4.1/modified.dat",
+        "6.1-v4.1/idle.dat",
+        "multi-5.10/multi.dat",
+        "record-5.10-catchup/t.dat",
+        "record-5.10-multi/t.dat",
+        "record-5.10-ties/t.dat",
+    )
+]
+# A time (a rewind is one) to the nanosecond in the trace.dat, to the microsecond in the text
+# (trace-cmd rounds):
+# a time agrees within half a microsecond, a span of two (or a sum of them) within a microsecond
+# each; seconds are printed to the millisecond.
+_NS_KEY = re.compile(r"(^|_)(ts|start|end|ns|first|last|rewinds)($|_)")
+
+
+def _route_differences(dat_js, text_js):
+    """Where analyze --json of a trace.dat and of its report text differ, as (path, dat, text).
+    Not compared: what names the input ("trace": its format, path and header, which the text
+    lacks), and the events named as evidence (the text shows only the events that fired, a
+    kprobe by its bare name); the verdict's sentence without its evidence clause is."""
+    out: list = []
+
+    def walk(a, b, path):
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b)):
+                if re.fullmatch(r"\[\d+\]", path) and k in ("trace", "evidence"):
+                    continue
+                if k not in a or k not in b:
+                    out.append((f"{path}/{k}", a.get(k, "<none>"), b.get(k, "<none>")))
+                else:
+                    walk(a[k], b[k], f"{path}/{k}")
+        elif isinstance(a, list) and isinstance(b, list):
+            if len(a) != len(b):
+                out.append((f"{path}[len]", len(a), len(b)))
+            for i, (x, y) in enumerate(zip(a, b)):
+                walk(x, y, f"{path}[{i}]")
+        elif isinstance(a, str) and isinstance(b, str):
+            if _without_evidence(a) != _without_evidence(b):
+                out.append((path, a, b))
+        elif (
+            isinstance(a, (int, float))
+            and isinstance(b, (int, float))
+            and not isinstance(a, bool)
+            and not isinstance(b, bool)
+        ):
+            key = path.rsplit("/", 1)[-1].split("[")[0]
+            tol = 0.0
+            if isinstance(a, float) or isinstance(b, float):
+                tol = 0.0011
+            elif _NS_KEY.search(key):
+                tol = 1000
+            if abs(a - b) > tol:
+                out.append((path, a, b))
+        elif a != b:
+            out.append((path, a, b))
+
+    walk(dat_js, text_js, "")
+    return out
+
+
+def _without_evidence(s):
+    """A sentence without its evidence clause and with its times to the millisecond."""
+    s = re.sub(r"evidence: [^)]*", "evidence", s)
+    return re.sub(r"(\d+\.\d{3})\d*", r"\1", s)
+
+
+def _never_fired(dat_js, text_js):
+    """The text's json with what only the trace.dat can know set as the trace.dat says it:
+    invalidation events recorded that never fired (the trace.dat lists what was recorded and
+    says 0; the text, which shows the events that fired, cannot tell: null), and the ring
+    buffer's lost-event total of the trace's CPU stats, where the text's loss lines do not all
+    give their count."""
+    for a, b in zip(dat_js, text_js):
+        for x, y in zip(a["listings"], b["listings"]):
+            if y["invalidations"] is None and x["invalidations"] == 0:
+                for k in [k for k in y if k.startswith("invalidations")]:
+                    assert y[k] is None, (k, y[k])
+                    y[k] = x[k]
+        b["invalidations"] = [
+            [] if y is None and x == [] else y
+            for x, y in zip(a["invalidations"], b["invalidations"])
+        ]
+        sa, sb = a.get("slab"), b.get("slab")
+        if sa and sb and sb.get("lost_total") is None and sa.get("lost_total") is not None:
+            sb["lost_total"] = sa["lost_total"]
+            sb["notes"] = [
+                n.replace("an unknown number of events lost", f"{sa['lost_total']} events lost")
+                for n in sb["notes"]
+            ]
+    return text_js
+
+
+# The texts that still differ, and what they wait on. Until model/analysis.py takes the kernel's
+# age from the tables where the input does not name its kernel (Tables.before_5_18, beside
+# cookie_is_position), the text of a stock 5.10 trace with no run marker cannot tell a READDIR
+# below the reader's position for a restart ("between 5 and 8 times" where the trace.dat, which
+# names its kernel, says 8), and its advice names upstream's events too. model/slab.py merges
+# the allocations and frees of one microsecond in the order of its pieces, not the text's (4 of
+# 96,532 frees). Such a text may only be less sure; one that no longer differs fails, to be
+# taken off.
+_WAITS = {
+    "record-5.10-catchup/t.dat": "model/analysis.py",
+    "record-5.10-ringloss/t.dat": "model/analysis.py (advice), model/slab.py (ties)",
+    "record-5.10-ties/t.dat": "model/analysis.py",
+}
+
+
+def _analyzed(path):
+    p = run_cli("analyze", "--json", path)
+    assert p.returncode in (GOOD, BAD, UNDECIDED), (path, p.returncode, p.stderr[-2000:])
+    return p.returncode, json.loads(p.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dats", sample_and_full(SAMPLE_DATS, ALL_DATS, ids=("sample", "every")))
+def test_a_trace_and_its_report_text_give_one_answer(tmp_path, trace_cmd, dats):
+    """Each trace.dat and its `trace-cmd report` text, default and -R, of Debian 12's trace-cmd
+    and (-R, whose line it prints differently: `[000]-0x0`) of trixie's: the same exit status
+    and the same analyze --json, listings, READDIRs, restarts, re-fetched READDIRs,
+    invalidations, endings and damage alike (before: the text of record-5.10-catchup said
+    "restarted between 5 and 8 times" where the trace.dat says 8, the text naming no kernel;
+    trixie's -R text was refused; the series' -R text named no invalidation reason). The number
+    of traces and texts compared is printed."""
+    compared = waiting = 0
+    for dat in dats:
+        code, want = _analyzed(dat)
+        for tool, raw in ((trace_cmd, False), (trace_cmd, True), (TRACE_CMD_TRIXIE, True)):
+            text = tmp_path / "r.txt"
+            report_text(tool, dat, text, raw=raw)
+            got_code, got = _analyzed(text)
+            got = _never_fired(want, got)
+            diff = _route_differences(want, got)
+            where = (os.path.relpath(dat, FIXTURES), os.path.basename(tool), raw)
+            if where[0] in _WAITS:
+                assert diff, (where, "gives the trace.dat's answer now: take it off _WAITS")
+                assert got_code in (code, UNDECIDED), (where, code, got_code)
+                waiting += 1
+                continue
+            assert got_code == code, (where, code, got_code)
+            assert not diff, (where, diff[:10])
+            compared += 1
+    print(
+        f"{len(dats)} traces, {compared} report texts: one answer each; {waiting} waiting "
+        f"({', '.join(sorted(set(_WAITS.values())))})"
+    )
+
+
+# ------------------------------------------- report text cut at a column, or garbled: damage
+# (text, its answer): stock 5.10 (bad), the series (good; its lines print cache_validity with its
+# flags' names, "0xa (INVALID_DATA|...)", past column 200), 6.1 (good) and several readers (bad).
+CUT_SOURCES = [
+    ("5.10-v4.1/modified.dat", BAD),
+    ("5.10-series-v4.1/modified.dat", GOOD),
+    ("6.1-v4.1/modified.dat", GOOD),
+    ("multi-5.10/multi.dat", BAD),
+]
+_READDIR_LINE = re.compile(
+    r":\s+(?:nfs4_proc_readdir|nfs3_proc_readdir|nfs_readdir_\w+|nfs4_readdir):"
+)
+
+
+def _garbled(line, how, rnd):
+    """One event line garbled: cut at a column of its payload, a value made letters, a field's
+    "=" dropped, the payload gone, or the cookie's value made letters."""
+    head, sep, payload = line.rstrip("\n").partition(": ")
+    head2, sep2, payload = payload.partition(": ")  # past the time stamp, the event's name
+    head, sep = head + sep + head2, sep2
+    pairs = list(re.finditer(r"(\w+)=(\S+)", payload))
+    if how == "cut":
+        return head + sep + payload[: rnd.randrange(len(payload) + 1)] + "\n"
+    if how == "gone" or not pairs:
+        return head + ":\n"
+    m = next((p for p in pairs if p.group(1) == "cookie"), None) if how == "cookie" else None
+    m = m or rnd.choice(pairs)
+    if how == "letters" or how == "cookie":
+        payload = payload[: m.start(2)] + "zq" + payload[m.end(2) :]
+    else:  # "no-equals"
+        payload = payload[: m.start() + len(m.group(1))] + payload[m.start(2) :]
+    return head + sep + payload + "\n"
+
+
+def _copies_of_text(lines, seed, readdir_events):
+    """Copies of a report text's lines: every line cut at 120, 200 and 230 columns (as a
+    terminal, a mail or an issue's code block cuts them), and seeded copies with READDIR lines
+    garbled (three lines a copy, a kind each; and copies where the cookies of two of the
+    READDIRs the answer counts, events ``readdir_events``, are letters)."""
+    for width in (120, 200, 230):
+        yield f"cut at {width} columns", [ln.rstrip("\n")[:width] + "\n" for ln in lines], False
+    rnd = random.Random(seed)
+    evidence = [i for i, ln in enumerate(lines) if _READDIR_LINE.search(ln)]
+    for k in range(8):
+        copy = list(lines)
+        kinds = []
+        for i in rnd.sample(evidence, 3):
+            how = rnd.choice(("cut", "letters", "no-equals", "gone"))
+            copy[i] = _garbled(copy[i], how, rnd)
+            kinds.append(how)
+        yield f"garbled {k} ({', '.join(kinds)})", copy, False
+    for k in range(2):
+        copy = list(lines)
+        counted = [
+            i
+            for i in evidence
+            if "cookie=" in lines[i] and any(f" {e}: " in lines[i] for e in readdir_events)
+        ]
+        for i in rnd.sample(counted, 2):
+            copy[i] = _garbled(copy[i], "cookie", rnd)
+        yield f"cookies garbled {k}", copy, True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sources", sample_and_full(CUT_SOURCES[:2], CUT_SOURCES, ids=("two-traces", "four-traces"))
+)
+def test_report_text_cut_or_garbled_is_damage_never_a_crash(tmp_path, trace_cmd, sources):
+    """Report text (default and -R) cut at 120, 200 and 230 columns, and with READDIR lines
+    garbled: an answer (exit 0, 1 or 125), never "internal error" (before: exit 128,
+    "ValueError: invalid literal for int() with base 10: '0xa (INVALID_D'" at 200 columns of
+    the series' text), and never another definite answer than the whole text's: a cut or a
+    garbled line is damage, which may make the answer uncertain, never make one. A READDIR
+    whose cookie is garbled is counted as damage. The answers are printed."""
+    codes: dict[tuple, int] = {}
+    for name, want in sources:
+        for raw in (False, True):
+            whole = report_text(trace_cmd, os.path.join(FIXTURES, name), tmp_path / "w.txt", raw)
+            (js,) = json.loads(run_cli("analyze", "--json", whole, check=0).stdout)
+            assert js["verdict"]["code"] == want, (name, raw)
+            counted = [e.split(":")[-1] for e in js["evidence"]["rpc"]]
+            lines = whole.read_text().splitlines(keepends=True)
+            for what, copy, cookie in _copies_of_text(lines, len(name) + raw, counted):
+                path = tmp_path / "copy.txt"
+                path.write_text("".join(copy))
+                p = run_cli("check", path)
+                where = (name, "-R" if raw else "", what)
+                assert "internal error" not in p.stderr, (where, p.stderr[-2000:])
+                assert p.returncode in (want, UNDECIDED), (where, p.returncode, p.stdout[-500:])
+                codes[want, p.returncode] = codes.get((want, p.returncode), 0) + 1
+                if cookie:
+                    js = json.loads(run_cli("analyze", "--json", path, check=0).stdout)
+                    damaged = js[0]["trace"]["damaged_events"]
+                    assert any("cookie" in d["what"] for d in damaged), (where, damaged[:3])
+    print("report text cut and garbled, (answer of the whole text, of the copy): count:", codes)
+    assert sum(codes.values()) == len(sources) * 2 * 13

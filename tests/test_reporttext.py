@@ -336,3 +336,42 @@ def test_not_report_text(tmp_path):
         open_trace(p)
     with pytest.raises(TraceError):
         ReportText(str(p))
+
+
+def test_trixie_raw_lines_and_lines_cut_short(tmp_path):
+    """trace-cmd 3.3's -R prints the flags after the CPU as "[000]-0x0" (before: "not
+    `trace-cmd report` text"). A line cut short (at a column, as a terminal or an issue's code
+    block cuts it) lacks the fields the event's other lines have: its last value may be cut too,
+    which is damage where it is read, unless something followed it after a space (a number and
+    the start of its name "0xa (INVALID_D", or of the next field's "5 page_in"), which keeps it
+    whole."""
+    p = tmp_path / "cut.txt"
+    p.write_text(
+        "cpus=2\n"
+        " ls-7  [000]-0x0   10.000001: nfs_readdir_exit:      error=0 fileid=12 pos=3 "
+        "cookie=700 page_index=1 eof=0 cache_validity=0xa (INVALID_DATA|INVALID_ATIME)\n"
+        " ls-7  [000]-0x0   10.000002: nfs_readdir_exit:      error=0 fileid=12 pos=4 "
+        "cookie=701 page_index=1 eof=0 cache_validity=0xa (INVALID_D\n"
+        " ls-7  [000]-0x0   10.000003: nfs_readdir_exit:      error=0 fileid=12 pos=5 "
+        "cookie=7021 page_in\n"
+        " ls-7  [000]-0x0   10.000004: nfs_readdir_exit:      error=0 fileid=12 pos=6 "
+        "cookie=70\n"
+    )
+    t = open_trace(p)
+    assert t.info["format"] == "report text -R"
+    fr = t.read({"nfs_readdir_exit": ["cookie", "cache_validity"]})["nfs_readdir_exit"]
+    assert fr["ts"].tolist() == [10_000_001_000, 10_000_002_000, 10_000_003_000, 10_000_004_000]
+    assert fr["cache_validity"].tolist()[:2] == [0xA, 0xA]
+    assert fr["cookie"].tolist()[:3] == [700, 701, 7021]
+    damaged = [(d["line"], d["field"], d["what"]) for d in t.info["damaged_events"]]
+    assert (
+        5,
+        "cookie",
+        "line 5: nfs_readdir_exit is cut short: its cookie='70' may be cut too",
+    ) in damaged
+    # the cut lines lack cache_validity (damage where read); no other value is damage
+    assert {(ln, f) for ln, f, _ in damaged} == {
+        (4, "cache_validity"),
+        (5, "cache_validity"),
+        (5, "cookie"),
+    }

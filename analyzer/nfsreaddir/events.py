@@ -219,6 +219,13 @@ INVALIDATION_SOURCES = [
     ),
 ]
 
+# The names an event's print format gives a field's numbers (its __print_symbolic), for input
+# that prints the number and has no print format (`trace-cmd report -R`): the series'
+# invalidation reasons (kernel-patches/v5.10, 0003's NFS_READDIR_INVALIDATE_*).
+PRINTED_NAMES = {
+    ("nfs:nfs_readdir_invalidate_cache", "reason"): {0: "REVALIDATE", 1: "REFILL", 2: "READDIRPLUS"}
+}
+
 # 5.18+ trims the readdir page cache instead of dropping it; recorded beside the drops.
 RANGE_INVALIDATION = Source(
     "nfs:nfs_readdir_invalidate_cache_range",

@@ -7,7 +7,8 @@ say that its listings cannot decide.
 import numpy as np
 
 from .. import events
-from .columns import Columns, concat, groups, isin, isna
+from ..trace.payload import int_of
+from .columns import Columns, concat, groups, inferred, isin, isna
 
 
 def unpaired_readdirs(rpc, paired, name):
@@ -235,3 +236,40 @@ def impossible_values(tables):
                     }
                 )
     return out
+
+
+# The canonical fields that hold text (or a name the print format gives a number); every other
+# one is an integer, whatever the input printed.
+TEXT_FIELDS = {"reason", "text", "program", "op"}
+
+
+def not_numbers(out, canon, event):
+    """Column ``canon`` of a table being made as integers: a report text's column that came
+    out as text (its lines cut or garbled in that field, in every row of the event or most)
+    keeps the integers it holds, and every other value is missing and damage (returned, at its
+    time, of its task), never text an analysis takes for a number."""
+    col = out[canon]
+    if col.dtype.kind != "O":
+        return []
+    damaged = []
+    fixed = np.empty(len(col), dtype=object)
+    for k, v in enumerate(col.tolist()):
+        if isinstance(v, str):
+            v = int_of(v.strip())
+            if v is None:
+                ts = int(out["ts"][k])
+                damaged.append(
+                    {
+                        "from": ts,
+                        "to": ts,
+                        "pid": int(out["pid"][k]),
+                        "event": event,
+                        "field": canon,
+                        "what": f"{event} at {ts / 1e9:.6f} s: its {canon} "
+                        f"({col[k]!r}) is not a number",
+                    }
+                )
+                v = np.nan
+        fixed[k] = v
+    out[canon] = inferred(fixed.tolist())
+    return damaged

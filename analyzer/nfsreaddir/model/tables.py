@@ -34,11 +34,13 @@ import numpy as np
 
 from ..events import (
     CALL_SOURCES,
+    COOKIE_KPROBES,
     INVALIDATION_SOURCES,
     LATENCY_SOURCE,
     MARKER_SOURCE,
     OPTIONAL_FIELDS,
     PAIRED_DIRECTORY,
+    PRINTED_NAMES,
     RANGE_INVALIDATION,
     REQUEST_SOURCE,
     REVALIDATION_SOURCES,
@@ -51,7 +53,7 @@ from ..recordtype import record
 from ..trace.arrays import Strs
 from ..trace.base import bare_name
 from .columns import Columns, concat, fill, inferred, isna
-from .damage import impossible_values, position_back, unpaired_readdirs
+from .damage import TEXT_FIELDS, impossible_values, not_numbers, position_back, unpaired_readdirs
 from .requires import requires_events
 
 # The tables are numpy columns (model/columns): pandas (0.5 s to import) is for the frames made
@@ -166,20 +168,34 @@ def _kept(col, allowed):
 
 
 def _frame(trace, use, frames):
-    """The canonical columns of one use's table (its columns already read)."""
+    """The canonical columns of one use's table (its columns already read); a value that is
+    not what its column holds is damage (the trace's damaged_events)."""
     raw = frames[use.name]
     rows = _kept(raw[use.src.where[0]], use.src.where[1]) if use.src.where else slice(None)
     out = Columns({c: values(raw[c])[rows] for c in ("ts", "pid", "comm", "cpu")})
+    found: list = []
     for canon, rawname in use.fields:
         out[canon] = values(raw[rawname])[rows]
+        if canon not in TEXT_FIELDS:
+            found += not_numbers(out, canon, use.name)
+        if canon in UNSIGNED and out[canon].dtype.kind == "i":
+            # report text types a column by its values (signed where all fit): a cookie is
+            # unsigned wherever it comes from, so that one compares with another exactly
+            out[canon] = out[canon].astype(np.uint64)
         if canon == "reason":
-            names = symbols(trace.event_format(use.name), rawname)
+            names: dict = symbols(trace.event_format(use.name), rawname) or PRINTED_NAMES.get(
+                (use.src.event, rawname), {}
+            )
             out[canon] = inferred(
                 [names.get(v, v) if isinstance(v, (int, np.integer)) else v for v in out[canon]]
             )
     for canon, value in use.src.constants.items():
         fill(out, canon, value)
     fill(out, "source", use.name)
+    if found:
+        damaged = trace.info.setdefault("damaged_events", [])
+        # (a use read for two tables is damaged once)
+        damaged.extend(d for d in found if d not in damaged)
     return out
 
 
@@ -350,6 +366,10 @@ class Tables:
     # The cookie a 5.18+ cache fill asks for is the reader's own position (the cache is indexed
     # by cookie), so a fill at cookie 0 means the reader was at the start.
     cookie_is_position: bool
+    # The READDIRs came from the 5.0-5.10 kprobe (events.COOKIE_KPROBES, whose arguments no
+    # later kernel's signature has): the kernel is older than 5.18, for a trace that does not
+    # name it (report text), as cookie_is_position says it is 5.18 or newer.
+    before_5_18: bool = False
 
 
 @requires_events(wanted, applies=has_readdir_source)
@@ -442,14 +462,17 @@ def load(trace):
     damaged = impossible_values(tables) + position_back(tables["calls"])
     if damaged:
         trace.info["damaged_events"] = list(trace.info.get("damaged_events") or []) + damaged
-    return Tables(
-        tables,
-        used,
-        recorded,
-        cookie_is_position=any(
-            u.name in used["rpc"]
-            and u.src.event.startswith("nfs:nfs_readdir_")
+    return Tables(tables, used, recorded, *_kernel_age(trace, uses, used["rpc"]))
+
+
+def _kernel_age(trace, uses, rpc):
+    """(cookie_is_position, before_5_18) of Tables, from the events the READDIRs came from."""
+    mine = [u for u in uses if u.name in rpc]
+    return (
+        any(
+            u.src.event.startswith("nfs:nfs_readdir_")
             and "index" in trace.event_format(u.name).user_fields()
-            for u in uses
+            for u in mine
         ),
+        any(u.src.event.startswith("*:") and bare_name(u.name) in COOKIE_KPROBES for u in mine),
     )

@@ -9,7 +9,9 @@ import re
 
 _KV_RE = re.compile(r"(?:^|(?<=[\s,]))([A-Za-z_][\w.]*(?::[A-Za-z_][\w.]*)*)=")
 _TASK_RE = re.compile(r"(?:^|\s)task:(?P<id>[0-9a-fA-Fx]+)@(?P<cl>-?[0-9a-fA-Fx]+)")
-_ERRNAME_RE = re.compile(r"^(-?\d+|0x[0-9a-fA-F]+)\s+\([^()]*\)$")
+# A number and its name, "-5 (EIO)" or "0xa (INVALID_DATA|INVALID_ATIME)"; in a line cut short
+# the name may lack its ")", and the number before it is still whole.
+_ERRNAME_RE = re.compile(r"^(-?\d+|0x[0-9a-fA-F]+)\s+\([^()]*\)?$")
 _FILEID_RE = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]+):(\d+)$")
 _DIR_NAME_RE = re.compile(r"^([0-9a-fA-F]{2,}):([0-9a-fA-F]{2,}):(\d+)/(.*)$", re.S)
 _DEV_RE = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]+)$")
@@ -26,7 +28,20 @@ _LATENCY_RE = re.compile(
 )
 # The events that print the program and its version as one word, and where
 _PROGRAM_RES = {"rpc_request": _RPC_RE, "rpc_stats_latency": _LATENCY_RE}
+_INT_RE = re.compile(r"^-?\d+$")
+_HEX_RE = re.compile(r"^-?0[xX][0-9a-fA-F]+$")
 _PROBE_IP_RE = re.compile(r"^\((?:0x)?(?P<ip>[0-9a-fA-F]{6,16})\)(?:\s|$)")
+
+
+def int_of(v):
+    """The integer a report value stands for, or None."""
+    if v == "(nil)":  # printk's %p of a NULL pointer (kfree's ptr=(nil)), a 0 in the record
+        return 0
+    if _INT_RE.match(v):
+        return int(v)
+    if _HEX_RE.match(v):
+        return int(v, 0)
+    return None
 
 
 def _split_kv(payload):

@@ -4,7 +4,13 @@ Event lines look like::
 
     [instance:] comm-pid [cpu] [flags] secs.frac: [(+delta)] event_name: payload
 
-(``--ts-diff`` adds the ``(+delta)``, ns since the previous event: the time is the event's own.)
+(``--ts-diff`` adds the ``(+delta)``, ns since the previous event: the time is the event's own;
+trace-cmd 3.3's ``-R`` prints the flags as ``[cpu]-0x0``.)  The events come in the order of
+their nanoseconds (ties: the lower CPU first, and on one CPU as its buffer holds them), which
+ties of the microseconds printed keep (textcolumns.event_frame).
+
+A line cut short (at a column, by an editor or a mail) or garbled is damage where its fields
+are read, never a value taken for another (textcolumns.cut_short).
 
 With ``-R`` the payload is ``field=value`` pairs with the exact field names.
 Without ``-R`` it is the event's print format; ``key=value`` tokens are taken
@@ -50,11 +56,11 @@ from .base import (
 )
 from .format import EventFormat, Field
 from .payload import normalised
-from .textcolumns import event_frame, typed_column
+from .textcolumns import cut_short, event_frame, typed_column
 
 _EVENT_RE = re.compile(
     r"^\s*(?:(?P<inst>[^\s:\[\]]+):\s+)?(?P<comm>.*?)-(?P<pid>-?\d+)\s+"
-    r"(?:\(\s*(?P<tgid>-?[\d-]+)\)\s+)?\[(?P<cpu>\d+)\]\s+(?:(?P<flags>\S+)\s+)?"
+    r"(?:\(\s*(?P<tgid>-?[\d-]+)\)\s+)?\[(?P<cpu>\d+)\](?:-0x[0-9a-fA-F]+)?\s+(?:(?P<flags>\S+)\s+)?"
     r"(?P<sec>\d+)\.(?P<frac>\d+):\s+(?:\(\+\d+\)\s+)?(?P<event>[^\s:]+):"
     r"(?:\s+(?P<payload>.*))?$"
 )
@@ -284,11 +290,15 @@ class ReportText:
             raise TraceError(f"{self.path}: no trace-cmd report event lines found")
         damaged = scan.closed_damage()
         self.info["lost_events"] = scan.lost
+        # (as the trace.dat reader counts them where the trace has no CPU stats)
+        counts = [x["count"] for x in scan.lost]
+        self.info["lost_total"] = sum(counts) if None not in counts else None
         self.info["instances"] = sorted(scan.insts)
         self.info["scanned"] = True
         frames = {}
         for name, keys in bykey.items():
             r = scan.rows[name]
+            cut = cut_short(r) if name != "print" else {}
             seen = list(dict.fromkeys(k for d in r["f"] for k in d))
             for key, fields in keys:
                 flist = seen if fields is None else fields
@@ -298,7 +308,7 @@ class ReportText:
                         f"event {name} has no field {missing[0]!r} in {self.path}; the fields "
                         f"seen are: {', '.join(seen) or '(none)'}"
                     )
-                df = event_frame(name, r, flist, typed, damaged)
+                df = event_frame(name, r, flist, typed, damaged, cut)
                 frames[key] = df[base + [field_column(f) for f in flist]]
         self.info["damaged_events"] = sorted(damaged, key=lambda d: d["line"])
         return frames
@@ -340,7 +350,7 @@ class _LineScan:
     def __init__(self, reader, names):
         self.reader = reader
         self.rows = {
-            name: {"ts": [], "cpu": [], "pid": [], "comm": [], "f": [], "line": []}
+            name: {"ts": [], "cpu": [], "pid": [], "comm": [], "f": [], "line": [], "whole": []}
             for name in names
         }
         self.lost = []
@@ -425,7 +435,11 @@ class _LineScan:
         r["cpu"].append(int(m.group("cpu")))
         r["pid"].append(int(m.group("pid")))
         r["comm"].append(m.group("comm").strip())
-        r["f"].append(self.reader._fields(name, m.group("payload") or ""))
+        payload = m.group("payload") or ""
+        r["f"].append(self.reader._fields(name, payload))
+        # whether the line's last value is whole even if the line was cut short: something
+        # follows it, after a space ("0xa (INVALID_D", "5 page_in")
+        r["whole"].append(" " in payload[payload.rfind("=") + 1 :].strip())
         r["line"].append(self.nlines)
 
     def closed_damage(self):

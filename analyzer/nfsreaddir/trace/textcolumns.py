@@ -13,21 +13,9 @@ import numpy as np
 import pandas as pd
 
 from .base import field_column
+from .payload import int_of
 
-_INT_RE = re.compile(r"^-?\d+$")
-_HEX_RE = re.compile(r"^-?0[xX][0-9a-fA-F]+$")
 _BAREHEX_RE = re.compile(r"^[0-9a-fA-F]+$")
-
-
-def _int_of(v):
-    """The integer a report value stands for, or None."""
-    if v == "(nil)":  # printk's %p of a NULL pointer (kfree's ptr=(nil)), a 0 in the record
-        return 0
-    if _INT_RE.match(v):
-        return int(v)
-    if _HEX_RE.match(v):
-        return int(v, 0)
-    return None
 
 
 def typed_column(values, name, bad=None):
@@ -36,7 +24,7 @@ def typed_column(values, name, bad=None):
     bits, is damage: it becomes missing and its index goes to `bad` (a list), never turning
     the whole column into text."""
     present = [v for v in values if v is not None]
-    ints = [_int_of(v) for v in present]
+    ints = [int_of(v) for v in present]
     n_int = sum(i is not None for i in ints)
     if (
         present
@@ -68,9 +56,38 @@ def typed_column(values, name, bad=None):
     return pd.array(full, dtype="Int64" if signed else "UInt64")
 
 
-def event_frame(name, r, flist, typed, damaged):
-    """The frame of event ``name``'s rows ``r`` with fields ``flist``, in time order (ties by
-    cpu); a field missing or not a 64-bit integer in a row goes onto ``damaged``."""
+# The last value of a line cut short, followed by the start of the next field's name
+# ("301930967826919994 page_in"): the value is whole.
+_CUT_NAME_RE = re.compile(r"^(\S+)\s+[A-Za-z_]\w*$")
+
+
+def cut_short(r):
+    """{row: its last field} of one event's rows ``r`` whose line was cut short (cut at a
+    column, or garbled): a row with fewer fields than the event's longest line, the ones it has
+    the same, in the same order. Its last field's value may be cut too (damage where it is
+    read), unless something followed it after a space (``r["whole"]``: "0xa (INVALID_D"); where
+    that is the start of the next field's name, it is kept without it (in ``r``)."""
+    fields = r["f"]
+    if not fields:
+        return {}
+    names = list(max(fields, key=len))
+    out = {}
+    for k, d in enumerate(fields):
+        if not d:
+            continue
+        last = next(reversed(d))
+        m = _CUT_NAME_RE.match(d[last])
+        if m and int_of(m.group(1)) is not None:
+            d[last] = m.group(1)  # (every line of the event may be cut there)
+        elif len(d) < len(names) and names[len(d) - 1] == last and not r["whole"][k]:
+            out[k] = last  # (a shorter line of another form is no cut)
+    return out
+
+
+def event_frame(name, r, flist, typed, damaged, cut=None):
+    """The frame of event ``name``'s rows ``r`` with fields ``flist``, in time order (ties in
+    the text's order); a field missing or not a 64-bit integer in a row, or the last field of
+    a line cut short (``cut``, of :func:`cut_short`), goes onto ``damaged``."""
     cols = {
         "ts": np.array(r["ts"], dtype=np.int64),
         "cpu": np.array(r["cpu"], dtype=np.int64),
@@ -80,11 +97,18 @@ def event_frame(name, r, flist, typed, damaged):
     for f in flist:
         vals = [d.get(f) for d in r["f"]]
         bad = [k for k, v in enumerate(vals) if v is None]
+        short = [k for k, last in (cut or {}).items() if last == f]
         cols[field_column(f)] = (
             typed_column(vals, f, bad) if typed else pd.array(vals, dtype=object)
         )
-        for k in sorted(set(bad)):
+        for k in sorted(set(bad) | set(short)):
             v = vals[k]
+            if v is None:
+                what = f"has no {f}="
+            elif k in short:
+                what = f"is cut short: its {f}={v!r} may be cut too"
+            else:
+                what = f"{f}={v!r} is not a 64-bit integer"
             damaged.append(
                 {
                     "line": r["line"][k],
@@ -93,12 +117,14 @@ def event_frame(name, r, flist, typed, damaged):
                     "pid": r["pid"][k],
                     "event": name,
                     "field": f,
-                    "what": f"line {r['line'][k]}: {name} "
-                    + (f"has no {f}=" if v is None else f"{f}={v!r} is not a 64-bit integer"),
+                    "what": f"line {r['line'][k]}: {name} {what}",
                 }
             )
     df = pd.DataFrame(cols)
     if len(df):
-        order = np.lexsort((df["cpu"].to_numpy(), df["ts"].to_numpy()))
+        # Ties by line: trace-cmd prints the events in the order of their nanoseconds (a
+        # tie: the lower CPU first; on one CPU, as its buffer holds them), the order the
+        # trace.dat reader gives, which the microseconds the text shows may tie.
+        order = np.lexsort((np.asarray(r["line"]), df["ts"].to_numpy()))
         df = df.iloc[order].reset_index(drop=True)
     return df
