@@ -309,10 +309,10 @@ __attribute__((flatten)) PyObject *extract_walk(PyObject *self, PyObject *args)
 			int64_t start, end;
 			int k, r;
 
-			if (size > limit) {
+			if (page_damage(commit, size, limit)) {
 				if (bad_page < 0) {
 					bad_page = p;
-					why = "size";
+					why = page_damage(commit, size, limit);
 					detail = size;
 				}
 				break;

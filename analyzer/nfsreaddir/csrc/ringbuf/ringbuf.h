@@ -50,6 +50,16 @@ static inline int plausible_geometry(Py_ssize_t P, Py_ssize_t commit_off, Py_ssi
 	return 1;
 }
 
+/* Why a page's header is damage, NULL where it is not: "size", a commit size past the page's
+ * room; "empty", a commit word of 0 (no data, no flag), which the ring buffer never hands out
+ * (a reader is given pages with data) but a zeroed page of a file reads as. */
+static inline const char *page_damage(uint64_t commit, int64_t size, int64_t limit)
+{
+	if (size > limit)
+		return "size";
+	return commit ? NULL : "empty";
+}
+
 /* rd() of bytes known to lie inside the block: a field of a record that holds it (walk_page()
  * emits only records whose data end inside the block), read without rd()'s bounds check. */
 static inline uint64_t rd_in(const struct layout *l, int64_t at, int size)

@@ -75,7 +75,8 @@ const char walk_doc[] = PyDoc_STR(
 	"``lost``: (page, page time stamp, count or None) of the pages before the first with\n"
 	"a garbage header that say events were lost.  ``bad_page``: the first damaged page\n"
 	"(records from it on are not listed) or -1; ``why``: 'size' (commit size larger than\n"
-	"the page, ``detail`` that size) or 'chain' (a record runs past the page's data).");
+	"the page, ``detail`` that size), 'empty' (a commit word of 0: a zeroed page) or 'chain'\n"
+	"(a record runs past the page's data).");
 
 /* Where a page's fields are, as walk() is given them. */
 struct page_geometry {
@@ -112,10 +113,10 @@ static int64_t list_pages(const struct layout *l, const struct page_geometry *g,
 
 		if (walking && n + P / 8 > cap)
 			break; /* the caller goes on from this page */
-		if (size > limit) {
+		if (page_damage(commit, size, limit)) {
 			if (end_at->bad_page < 0) { /* else a broken chain came first */
 				end_at->bad_page = p;
-				end_at->why = "size";
+				end_at->why = page_damage(commit, size, limit);
 				end_at->detail = size;
 			}
 			break;
