@@ -207,8 +207,8 @@ clean:
 
 # The C of the compiled readers, compiled with every warning an error (check-c) and in one
 # style (check-c-format, .clang-format). The lists grow as files are made clean: _wiredecode and
-# _slab (and the fuzz harness of _wiredecode, which includes its glue) join when their
-# -Wall -Wextra warnings are fixed and they are formatted.
+# _slab (and their fuzz harnesses, which include them) join when their -Wall -Wextra warnings
+# are fixed and they are formatted.
 C_STRICT ?= analyzer/nfsreaddir/_ringbuf.c analyzer/nfsreaddir/_zchunks.c \
 	$(wildcard analyzer/nfsreaddir/csrc/ringbuf/*.c) \
 	tests/fuzz/harness/ringbuf.c tests/fuzz/harness/zchunks.c
@@ -228,6 +228,6 @@ check-c-format:
 # each target for FUZZ_SECONDS, one after the other; prints each one's executions, and keeps
 # an input that crashes one in tests/fuzz/TARGET/ (which make test replays).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= ringbuf zchunks wiredecode text
+FUZZ_TARGETS ?= ringbuf zchunks wiredecode slab text
 fuzz: setup
 	nice $(PY) tests/fuzz/harness/run.py fuzz --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)

@@ -38,6 +38,10 @@ OPEN = {
         "csrc/wiredecode/tcp.c: the same NULL record of length 0, then handed on to rpc.c "
         "rpc_message(), whose p + n is undefined behaviour too"
     ),
+    ("slab", "crash-7bdc15cc4aa280d420078c01e04e6bfd916c71eb"): (
+        "csrc/slab/passes.c alloc_sizes(): bytes[cache] += bytes_alloc overflows int64 (signed: "
+        "undefined behaviour) for bytes_alloc values of a damaged trace"
+    ),
 }
 
 

@@ -6,7 +6,7 @@
     run.py replay [TARGET...]               every kept crash-* input, then a short sample (the
                                             seeds, and some inputs mutated from them)
 
-Targets: ringbuf, zchunks, wiredecode (libFuzzer, ASan and UBSan: needs clang) and text
+Targets: ringbuf, zchunks, wiredecode, slab (libFuzzer, ASan and UBSan: needs clang) and text
 (atheris). Their build, seeds and corpora go to build/fuzz (FUZZ_BUILD)."""
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ TOP = HERE.parents[2]
 KEPT = TOP / "tests" / "fuzz"  # tests/fuzz/TARGET/crash-*: every input that ever crashed one
 BUILD = Path(os.environ.get("FUZZ_BUILD", TOP / "build" / "fuzz"))
 PY = os.environ.get("PYTHON", str(TOP / ".venv" / "bin" / "python"))
-C_TARGETS = ("ringbuf", "zchunks", "wiredecode")
+C_TARGETS = ("ringbuf", "zchunks", "wiredecode", "slab")
 TARGETS = (*C_TARGETS, "text")
 # libFuzzer's longest input per target: a few 4 KiB pages, a few chunks, a capture's first
-# packets, a report's first lines
-MAX_LEN = {"ringbuf": 20000, "zchunks": 32768, "wiredecode": 16384, "text": 8192}
+# packets, four pieces of kmem columns, a report's first lines
+MAX_LEN = {"ringbuf": 20000, "zchunks": 32768, "wiredecode": 16384, "slab": 4096, "text": 8192}
 # inputs mutated in a replay's sample (the text reader runs some 20 a second under atheris)
-SAMPLE_RUNS = {"ringbuf": 2000, "zchunks": 2000, "wiredecode": 2000, "text": 100}
+SAMPLE_RUNS = {"ringbuf": 2000, "zchunks": 2000, "wiredecode": 2000, "slab": 2000, "text": 100}
 
 # Bugs found and not yet fixed in files this folder does not own, kept out of the way of the
 # fuzzing (never of the replay, which shows them): each with the kept input that shows it.

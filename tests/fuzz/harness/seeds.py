@@ -6,6 +6,7 @@ OUT/<target>/, one file an input, in each harness's input format (its source's h
     zchunks     the first zstd chunks of those CPU streams as stored, after 4 bytes of settings
     wiredecode  the start of some captures, as pcap and converted to pcapng (editcap), and a
                 whole small one gzip'd
+    slab        the first kmem allocations and frees of the kmem fixture as the tally's pieces
     text        the first lines of `trace-cmd report` of some trace.dat fixtures
 
 Usage: .venv/bin/python tests/fuzz/harness/seeds.py OUT"""
@@ -85,6 +86,46 @@ def trace_seeds(out):
                 (out / "text" / f"{tag}{''.join(opts)}-{at}").write_text(seed)
 
 
+def slab_seeds(out):
+    """Pieces of kmem_cache_alloc and _free columns (harness/slab.c's input): the cache of an
+    event is its object size's place among the sizes met (key), through a table of them."""
+    import numpy as np
+
+    from nfsreaddir.trace import open_trace
+
+    t = open_trace(str(FIX / "kmem-host" / "kmem.dat"))
+    read = t.read_pieces(
+        {"kmem:kmem_cache_alloc": ["ptr", "bytes_alloc"], "kmem:kmem_cache_free": ["ptr"]},
+        base=("ts",),
+    )
+    for at in (0, 1000):
+        body = b""
+        npieces = 0
+        sizes = []
+        for ev, alloc in (("kmem:kmem_cache_alloc", 1), ("kmem:kmem_cache_free", 0)):
+            for piece in read[ev][:2]:
+                cols = {k: np.asarray(v)[at : at + 31] for k, v in piece.items()}
+                n = len(cols["ts"])
+                if alloc:
+                    sizes += [s for s in cols["bytes_alloc"].tolist() if s not in sizes]
+                key = np.array(
+                    [
+                        sizes.index(s) if alloc else -1
+                        for s in (cols["bytes_alloc"] if alloc else cols["ts"])
+                    ],
+                    np.int16,
+                )
+                table = np.arange(16, dtype=np.int32) % 16
+                body += bytes([alloc | 2 | (1 << 2), n, len(table) - 1])
+                body += cols["ts"].astype("<i8").tobytes() + cols["ptr"].astype("<u8").tobytes()
+                if alloc:
+                    body += cols["bytes_alloc"].astype("<i8").tobytes()
+                body += key.astype("<i2").tobytes() + table.astype("<i4").tobytes()
+                npieces += 1
+        (out / "slab" / f"kmem-{at}").write_bytes(bytes([npieces - 1, 15]) + body)
+    t.close()
+
+
 def capture_seeds(out):
     editcap = shutil.which("editcap")
     for name in CAPTURES:
@@ -104,9 +145,10 @@ def capture_seeds(out):
 
 def main(argv):
     out = Path(argv[1])
-    for t in ("ringbuf", "zchunks", "wiredecode", "text"):
+    for t in ("ringbuf", "zchunks", "wiredecode", "slab", "text"):
         (out / t).mkdir(parents=True, exist_ok=True)
     trace_seeds(out)
+    slab_seeds(out)
     capture_seeds(out)
 
 
