@@ -38,6 +38,11 @@ OPEN = {
         "csrc/wiredecode/tcp.c: the same NULL record of length 0, then handed on to rpc.c "
         "rpc_message(), whose p + n is undefined behaviour too"
     ),
+    ("wiredecode", "crash-a10c84ae6c8fa16c38fda9769130f597027f8e1b"): (
+        "csrc/wiredecode/files.c:128 pcapng_packet(): (int)ifid >= nifs lets an interface id of "
+        "2**31 or more through (negative as an int): ifs[ifid] is read far outside the array, "
+        "a SEGV on a crafted pcapng (compare unsigned: ifid >= (uint32_t)nifs)"
+    ),
     ("slab", "crash-7bdc15cc4aa280d420078c01e04e6bfd916c71eb"): (
         "csrc/slab/passes.c alloc_sizes(): bytes[cache] += bytes_alloc overflows int64 (signed: "
         "undefined behaviour) for bytes_alloc values of a damaged trace"
