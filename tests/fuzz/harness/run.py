@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,7 +57,8 @@ def env(fuzzing):
 
 
 def build(targets):
-    """The C harnesses built where a source is newer than the harness; the seeds made once."""
+    """The C harnesses built where a source is newer than the harness; the seeds made where a
+    target has none yet."""
     srcs = [*HERE.glob("*.[ch]"), *(TOP / "analyzer" / "nfsreaddir").glob("_*.c")]
     srcs += (TOP / "analyzer" / "nfsreaddir" / "csrc").glob("*/*.[ch]")
     newest = max(p.stat().st_mtime for p in srcs)
@@ -67,8 +69,10 @@ def build(targets):
     ]
     if stale:
         subprocess.run([HERE / "build", BUILD, *stale], check=True)
-    if not (BUILD / "seeds").exists():
+    if not all((BUILD / "seeds" / t).exists() for t in targets):
+        shutil.rmtree(BUILD / "seeds.tmp", ignore_errors=True)
         subprocess.run([PY, HERE / "seeds.py", BUILD / "seeds.tmp"], check=True, env=env(False))
+        shutil.rmtree(BUILD / "seeds", ignore_errors=True)
         (BUILD / "seeds.tmp").rename(BUILD / "seeds")
 
 
