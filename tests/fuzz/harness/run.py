@@ -136,8 +136,11 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("mode", choices=("fuzz", "replay"))
     ap.add_argument("--seconds", type=int, default=60)
-    ap.add_argument("targets", nargs="*", choices=(*TARGETS, []), default=list(TARGETS))
-    a = ap.parse_args(argv)
+    ap.add_argument("targets", nargs="*", metavar="TARGET", help=", ".join(TARGETS))
+    a = ap.parse_intermixed_args(argv)
+    a.targets = a.targets or list(TARGETS)
+    if set(a.targets) - set(TARGETS):
+        ap.error(f"no target {sorted(set(a.targets) - set(TARGETS))[0]}: say {', '.join(TARGETS)}")
     build(a.targets)
     failed = 0
     for t in a.targets:
