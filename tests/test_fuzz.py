@@ -43,6 +43,10 @@ OPEN = {
         "2**31 or more through (negative as an int): ifs[ifid] is read far outside the array, "
         "a SEGV on a crafted pcapng (compare unsigned: ifid >= (uint32_t)nifs)"
     ),
+    ("wiredecode", "crash-c958a9d9e0a071fb2fddf922f582b35ff008973d"): (
+        "csrc/wiredecode/tcp.c:202 tcp_segment(): d = (int32_t)(seq - next_seq) is INT32_MIN for a "
+        "segment 2**31 bytes behind, and -d overflows (undefined behaviour)"
+    ),
     ("slab", "crash-7bdc15cc4aa280d420078c01e04e6bfd916c71eb"): (
         "csrc/slab/passes.c alloc_sizes(): bytes[cache] += bytes_alloc overflows int64 (signed: "
         "undefined behaviour) for bytes_alloc values of a damaged trace"
