@@ -9,11 +9,11 @@ DEMO_ARGS ?= --files 50000 --nfs 4.1 --fs ext4 --timeout 150
 # The quick tests of `make check`: each file under a few seconds (measured with --durations):
 # the golden outputs, the import layering, the habits, and the analyzer's rules on small inputs.
 QUICK_TESTS ?= tests/test_golden.py tests/test_imports.py tests/test_habits.py
-CHECKS := check-ruff check-format check-shell check-types check-tests
+CHECKS := check-ruff check-format check-shell check-types check-tests check-c check-c-format
 # mypy's incremental cache, kept across clones (a cold run takes a minute on 2 busy cores).
 MYPY_CACHE ?= $(shell reproducers/cache-dir mypy)
 
-.PHONY: setup setup-build demo check $(CHECKS) test-fast test test-guests test-builds test-analyzer test-builds-logged test-analyzer-logged fetch-guests fetch-series fetch-tools test-kernel test-prometheus test-bisect test-full bench \
+.PHONY: setup setup-build demo check $(CHECKS) fuzz test-fast test test-guests test-builds test-analyzer test-builds-logged test-analyzer-logged fetch-guests fetch-series fetch-tools test-kernel test-prometheus test-bisect test-full bench \
 	fixtures clean
 
 setup:
@@ -211,3 +211,30 @@ fixtures: setup
 
 clean:
 	rm -rf $(RESULTS) .pytest_cache
+
+# The C of the compiled readers, compiled with every warning an error (check-c) and in one
+# style (check-c-format, .clang-format). The lists grow as files are made clean: _wiredecode and
+# _slab (and their fuzz harnesses, which include them) join when their -Wall -Wextra warnings
+# are fixed and they are formatted.
+C_STRICT ?= analyzer/nfsreaddir/_ringbuf.c analyzer/nfsreaddir/_zchunks.c \
+	$(wildcard analyzer/nfsreaddir/csrc/ringbuf/*.c) \
+	tests/fuzz/harness/ringbuf.c tests/fuzz/harness/zchunks.c
+C_FORMATTED ?= $(sort $(C_STRICT) $(wildcard analyzer/nfsreaddir/csrc/ringbuf/*.h) \
+	$(wildcard tests/fuzz/harness/*.[ch]))
+PY_INCLUDE = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+
+check-c:
+	for f in $(C_STRICT); do \
+		cc -Wall -Wextra -Werror -fsyntax-only -I$(PY_INCLUDE) -Ianalyzer/nfsreaddir $$f || exit 1; \
+	done
+
+check-c-format:
+	clang-format --dry-run -Werror $(C_FORMATTED)
+
+# Coverage-guided fuzzing of the readers of other machines' files (tests/fuzz/harness/README.md):
+# each target for FUZZ_SECONDS, one after the other; prints each one's executions, and keeps
+# an input that crashes one in tests/fuzz/TARGET/ (which make test replays).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= ringbuf zchunks wiredecode slab text
+fuzz: setup
+	nice $(PY) tests/fuzz/harness/run.py fuzz --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)

@@ -1,8 +1,9 @@
 """The compiled ring-buffer walk (nfsreaddir._ringbuf), slab passes (nfsreaddir._slab), zstd
 chunk inflation (nfsreaddir._zchunks, which needs libzstd's header) and capture decoder
-(nfsreaddir._wiredecode, which needs zlib's header) are optional: without a C compiler, Python
-headers, zstd.h or zlib.h the build goes on without them, the reader and the slab analysis use
-their numpy and python-zstandard versions, and tshark decodes captures."""
+(nfsreaddir._wiredecode, which needs zlib's header), each built with -Wall -Wextra. An extension
+that does not compile fails the install: the numpy, python-zstandard and tshark readers run only
+where asked for (NFSRT_READER=numpy, NFSRT_DECODER=tshark), never in place of a build that
+failed unseen."""
 
 import glob
 
@@ -16,9 +17,8 @@ setup(
                 f"analyzer/nfsreaddir/{m}.c",
                 *sorted(glob.glob(f"analyzer/nfsreaddir/csrc/{m.lstrip('_')}/*.c")),
             ],
-            extra_compile_args=["-O2"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra"],
             libraries=libs,
-            optional=True,
         )
         for m, libs in (
             ("_ringbuf", []),

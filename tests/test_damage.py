@@ -203,6 +203,37 @@ def test_impossible_pid_is_damage(copies):
     )
 
 
+def test_zeroed_page_is_damage(tmp_path):
+    """One 4 KiB data page of a good trace zeroed (as a disk or a copy loses one): a page with
+    no commit is damage the reader names, and a listing whose events it could hold cannot
+    decide (before: its events silently gone, the answer good, damaged_events 0). The compiled
+    walk and the numpy one say the same of it."""
+    from nfsreaddir.trace import numpywalk
+
+    path = tmp_path / "none.dat"
+    subprocess.run(
+        [installed("trace-cmd"), "convert", "--compression", "none", "-i", str(SERIES_DAT)]
+        + ["-o", str(path)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert verdict_of_bytes(path.read_bytes())[0] == verdict.GOOD
+    t, recs = records(path, "nfs4:nfs4_readdir")
+    P = t.file.buf.page_size
+    at = recs[len(recs) // 2][0] // P * P  # a page in the middle of the listing
+    data = bytearray(path.read_bytes())
+    data[at : at + P] = bytes(P)
+    code, reason = verdict_of_bytes(bytes(data))
+    assert code == verdict.UNDECIDED, reason
+    assert _listings_damage(bytes(data))
+    cpu, off, size = next(c for c in t.file.buf.cpus if c[1] <= at < c[1] + c[2])
+    block = np.frombuffer(bytes(data[off : off + size]), np.uint8)
+    said = [d for _, d in t.walker.walk(block, None, cpu, [])][-1]
+    assert said == numpywalk.walk(block, t.layout, None, cpu, [])[1]
+    assert f"page {(at - off) // P} of its data is empty" in said
+
+
 def test_report_ts_diff_is_read(tmp_path):
     """`trace-cmd report --ts-diff` prints "(+delta)" before each event's name: the same
     verdict as the trace.dat (before: every line skipped, "no READDIR in this trace")."""

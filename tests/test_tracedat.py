@@ -1144,28 +1144,39 @@ def test_compiled_walk_takes_the_page_format_of_page_py():
         assert value == getattr(page, name), name
 
 
-def test_without_the_compiled_walk_one_notice(dat_files):
-    """Where the extension could not be built, the numpy walk reads the same events and says
-    so once on stderr."""
+def test_without_the_compiled_walk_an_error_unless_numpy_is_asked_for(dat_files):
+    """Where the extension is not built, reading a trace is an error that says so and how to
+    read without it (before: the numpy walk, a notice on stderr, whatever went wrong at the
+    build); NFSRT_READER=numpy reads the same events through the numpy walk, silently."""
     import json as _json
     import sys as _sys
 
     code = (
         "import sys; sys.modules['nfsreaddir._ringbuf'] = None\n"
-        "from nfsreaddir.trace import open_trace\n"
+        "from nfsreaddir.trace import open_trace, TraceError\n"
         "import json\n"
         "for p in sys.argv[1:]:\n"
         "    t = open_trace(p)\n"
-        "    cols = t.read(list(t.event_counts()))\n"
+        "    try:\n"
+        "        cols = t.read(list(t.event_counts()))\n"
+        "    except TraceError as e:\n"
+        "        sys.exit(str(e))\n"
         "    print(json.dumps({k: len(v) for k, v in cols.items()}))\n"
     )
     paths = [str(p) for p in dat_files[:2]]
     r = subprocess.run(
         [_sys.executable, "-c", code, *paths], capture_output=True, text=True, timeout=600
     )
-    assert r.returncode == 0, r.stderr
-    notice = r.stderr.splitlines()
-    assert len(notice) == 1 and "compiled trace reader is not built" in notice[0], r.stderr
+    assert r.returncode == 1 and not r.stdout, r.stderr
+    assert "nfsreaddir._ringbuf is not built" in r.stderr and "NFSRT_READER=numpy" in r.stderr
+    r = subprocess.run(
+        [_sys.executable, "-c", code, *paths],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, NFSRT_READER="numpy"),
+    )
+    assert r.returncode == 0 and not r.stderr, r.stderr
     for p, line in zip(paths, r.stdout.splitlines()):
         t = open_trace(p)
         assert _json.loads(line) == {k: len(v) for k, v in t.read(list(t.event_counts())).items()}
@@ -1417,25 +1428,37 @@ def test_stretches_stop_where_the_stream_is_damaged(swept_dats, tmp_path, monkey
     assert seen == {"cut short", "corrupt", "implausible size", "garbage header"}, seen
 
 
-def test_without_the_compiled_inflate_one_notice(dat_files):
-    """Where libzstd's header was missing at install, python-zstandard decompresses the
-    chunks, with one notice on stderr, and the events are the same."""
+def test_without_the_compiled_inflate_an_error_unless_numpy_is_asked_for(dat_files):
+    """Where the compiled inflate is not built, reading a zstd trace is an error that says so
+    (before: python-zstandard, a notice on stderr); NFSRT_READER=numpy reads the same events
+    through python-zstandard, silently."""
     import sys as _sys
 
     code = (
         "import sys; sys.modules['nfsreaddir._zchunks'] = None\n"
-        "from nfsreaddir.trace import open_trace\n"
+        "from nfsreaddir.trace import open_trace, TraceError\n"
         "for p in sys.argv[1:]:\n"
         "    t = open_trace(p)\n"
-        "    print(sorted((k, len(v)) for k, v in t.read(list(t.event_counts())).items()))\n"
+        "    try:\n"
+        "        cols = t.read(list(t.event_counts()))\n"
+        "    except TraceError as e:\n"
+        "        sys.exit(str(e))\n"
+        "    print(sorted((k, len(v)) for k, v in cols.items()))\n"
     )
     paths = [str(p) for p in dat_files[:2]]
     r = subprocess.run(
         [_sys.executable, "-c", code, *paths], capture_output=True, text=True, timeout=600
     )
-    assert r.returncode == 0, r.stderr
-    notice = r.stderr.splitlines()
-    assert len(notice) == 1 and "python-zstandard" in notice[0], r.stderr
+    assert r.returncode == 1 and not r.stdout, r.stderr
+    assert "nfsreaddir._zchunks is not built" in r.stderr, r.stderr
+    r = subprocess.run(
+        [_sys.executable, "-c", code, *paths],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, NFSRT_READER="numpy"),
+    )
+    assert r.returncode == 0 and not r.stderr, r.stderr
     for p, line in zip(paths, r.stdout.splitlines()):
         t = open_trace(p)
         assert line == str(sorted((k, len(v)) for k, v in t.read(list(t.event_counts())).items()))

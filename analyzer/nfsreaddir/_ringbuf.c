@@ -29,15 +29,18 @@
 #include "csrc/ringbuf/ringbuf.h"
 
 static PyMethodDef methods[] = {
-	{"walk", walk, METH_VARARGS, walk_doc},
-	{"ints", ints, METH_VARARGS, ints_doc},
-	{"strings", strings, METH_VARARGS, strings_doc},
-	{NULL, NULL, 0, NULL},
+	{ "walk", walk, METH_VARARGS, walk_doc },
+	{ "ints", ints, METH_VARARGS, ints_doc },
+	{ "strings", strings, METH_VARARGS, strings_doc },
+	{ NULL, NULL, 0, NULL },
 };
 
 static struct PyModuleDef module = {
-	PyModuleDef_HEAD_INIT, "nfsreaddir._ringbuf",
-	"The ring-buffer walk of nfsreaddir.trace, compiled.", -1, methods,
+	PyModuleDef_HEAD_INIT,
+	.m_name = "nfsreaddir._ringbuf",
+	.m_doc = "The ring-buffer walk of nfsreaddir.trace, compiled.",
+	.m_size = -1,
+	.m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__ringbuf(void)

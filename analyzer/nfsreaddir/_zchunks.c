@@ -56,20 +56,21 @@ static uint32_t u32(const uint8_t *p, int big)
 	return (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
 }
 
-PyDoc_STRVAR(inflate_doc,
-"inflate(src, pos, stop, nchunks, block, page_size, big_endian)\n"
-"    -> (pos, chunks, fill, why, a, b, text)\n"
-"\n"
-"Decompress chunks of ``src`` from offset ``pos`` (at most ``nchunks``; none read past\n"
-"``stop``) one after the other into ``block`` from its start, until the next would not fit.\n"
-"Gives the offset after the last chunk done, how many were done, the bytes filled and, when a\n"
-"chunk is damaged, why (0: none; 1 header cut short, 2 implausible size ``a``, 3 data cut\n"
-"short (``a`` bytes at offset ``b``), 4 the frame declares ``a`` bytes, 5 corrupt (libzstd's\n"
-"``text``), 6 gave ``a`` bytes; in 4 and 6 ``b`` is the size the file gives), the chunk being\n"
-"the one after those done.  Nothing done and no damage: the next chunk needs a block of ``a``\n"
-"bytes.");
+PyDoc_STRVAR(
+	inflate_doc,
+	"inflate(src, pos, stop, nchunks, block, page_size, big_endian)\n"
+	"    -> (pos, chunks, fill, why, a, b, text)\n"
+	"\n"
+	"Decompress chunks of ``src`` from offset ``pos`` (at most ``nchunks``; none read past\n"
+	"``stop``) one after the other into ``block`` from its start, until the next would not fit.\n"
+	"Gives the offset after the last chunk done, how many were done, the bytes filled and, when a\n"
+	"chunk is damaged, why (0: none; 1 header cut short, 2 implausible size ``a``, 3 data cut\n"
+	"short (``a`` bytes at offset ``b``), 4 the frame declares ``a`` bytes, 5 corrupt (libzstd's\n"
+	"``text``), 6 gave ``a`` bytes; in 4 and 6 ``b`` is the size the file gives), the chunk being\n"
+	"the one after those done.  Nothing done and no damage: the next chunk needs a block of ``a``\n"
+	"bytes.");
 
-static PyObject *inflate(PyObject *self, PyObject *args)
+static PyObject *inflate(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	Py_buffer src, blk;
 	Py_ssize_t pos, stop, nchunks, P;
@@ -118,7 +119,7 @@ static PyObject *inflate(PyObject *self, PyObject *args)
 		}
 		if (fill + (Py_ssize_t)usize > blk.len) {
 			if (!fill)
-				a = usize;      /* the block is too small for this chunk alone */
+				a = usize; /* the block is too small for this chunk alone */
 			break;
 		}
 		declared = ZSTD_getFrameContentSize(p + 8, csize);
@@ -132,7 +133,7 @@ static PyObject *inflate(PyObject *self, PyObject *args)
 		got = ZSTD_decompressDCtx(dctx, (uint8_t *)blk.buf + fill, usize, p + 8, csize);
 		if (ZSTD_isError(got)) {
 			why = CORRUPT;
-			text = ZSTD_getErrorName(got);      /* static strings */
+			text = ZSTD_getErrorName(got); /* static strings */
 			break;
 		}
 		if (got != usize) {
@@ -153,16 +154,17 @@ out:
 	return res;
 }
 
-PyDoc_STRVAR(chain_doc,
-"chain(src, pos, stop, nchunks, big_endian, step) -> list of (pos, index, inflated)\n"
-"\n"
-"Follow the headers of ``nchunks`` chunks from offset ``pos`` and give the offset and index of\n"
-"the first chunk after each further ``step`` bytes of the stream (never the first chunk nor\n"
-"one past the last), with the decompressed bytes of the chunks before it.  Stops at the\n"
-"first header that is cut short or whose chunk runs past ``stop``: inflate() reports that\n"
-"damage, in the part that holds it.");
+PyDoc_STRVAR(
+	chain_doc,
+	"chain(src, pos, stop, nchunks, big_endian, step) -> list of (pos, index, inflated)\n"
+	"\n"
+	"Follow the headers of ``nchunks`` chunks from offset ``pos`` and give the offset and index of\n"
+	"the first chunk after each further ``step`` bytes of the stream (never the first chunk nor\n"
+	"one past the last), with the decompressed bytes of the chunks before it.  Stops at the\n"
+	"first header that is cut short or whose chunk runs past ``stop``: inflate() reports that\n"
+	"damage, in the part that holds it.");
 
-static PyObject *chain(PyObject *self, PyObject *args)
+static PyObject *chain(PyObject *Py_UNUSED(self), PyObject *args)
 {
 	Py_buffer src;
 	Py_ssize_t pos, stop, nchunks, step, i, next;
@@ -204,14 +206,17 @@ out:
 }
 
 static PyMethodDef methods[] = {
-	{"inflate", inflate, METH_VARARGS, inflate_doc},
-	{"chain", chain, METH_VARARGS, chain_doc},
-	{NULL, NULL, 0, NULL},
+	{ "inflate", inflate, METH_VARARGS, inflate_doc },
+	{ "chain", chain, METH_VARARGS, chain_doc },
+	{ NULL, NULL, 0, NULL },
 };
 
 static struct PyModuleDef module = {
-	PyModuleDef_HEAD_INIT, "nfsreaddir._zchunks",
-	"trace.dat v7 zstd chunks decompressed by libzstd.", -1, methods,
+	PyModuleDef_HEAD_INIT,
+	.m_name = "nfsreaddir._zchunks",
+	.m_doc = "trace.dat v7 zstd chunks decompressed by libzstd.",
+	.m_size = -1,
+	.m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__zchunks(void)

@@ -179,8 +179,8 @@ def _quiet(err):
 def read(path, tshark=None, ports=(), decoder=None, passes=None, tables=True):
     """Decode a capture file into a Capture (see the module's text). ports: server ports
     besides 2049 whose traffic is NFS. decoder: "compiled" (wiredecode; tshark where it does
-    not know a case, said on stderr), "tshark", or None for $NFSRT_DECODER, else compiled
-    where it is built. passes: what makes the follower of the READDIRs' passes
+    not know a case, said on stderr; not built: an error), "tshark", or None for
+    $NFSRT_DECODER, else compiled. passes: what makes the follower of the READDIRs' passes
     (model/wire_passes.Passes), one for each decoding: it is given each reply's entry cookies,
     which the tables do not keep; the Capture's `passes` is it. tables: whether to keep the
     READDIR and attribute tables (Capture.readdirs, .attrs), one row a READDIR or attribute
@@ -192,8 +192,14 @@ def read(path, tshark=None, ports=(), decoder=None, passes=None, tables=True):
     decoder = decoder or os.environ.get("NFSRT_DECODER") or "compiled"
     if decoder not in ("compiled", "tshark"):
         raise CaptureError(f"decoder {decoder!r}: say compiled or tshark")
+    if decoder == "compiled" and not wiredecode.available():
+        raise CaptureError(
+            "the compiled capture decoder nfsreaddir._wiredecode is not built: install "
+            "nfs-readdir again (pip install -e ., with the C compiler and headers "
+            "reproducers/setup-host installs), or set NFSRT_DECODER=tshark"
+        )
     unknown = None
-    if decoder == "compiled" and wiredecode.available():
+    if decoder == "compiled":
         cap, unknown = wiredecode.read(path, kind, ports, passes, tables)
         if cap is not None:
             return cap

@@ -90,7 +90,9 @@ def _slow_steps(b32, cur, tl, end, min_dlen, slow, nxt, broken):
 
 class _Pages:
     """The headers of a block's pages: time stamps, commit words, data sizes, and the first
-    page whose header is garbage (``bad``, the number of pages when none)."""
+    page whose header is garbage (``bad``, the number of pages when none): a commit size past
+    the page (``why`` "size") or a commit word of 0 ("empty": a zeroed page, as the ring
+    buffer never hands out a page without data)."""
 
     def __init__(self, block, layout):
         P = layout.page_size
@@ -102,8 +104,9 @@ class _Pages:
             block, self.base + layout.commit_off, layout.commit_size, e
         ).astype(np.uint64)
         self.size = (self.commit & np.uint64(page.COMMIT_MASK)).astype(np.int64)
-        badsz = np.flatnonzero(self.size > layout.limit)
-        self.bad = int(badsz[0]) if len(badsz) else self.n
+        bad = np.flatnonzero((self.size > layout.limit) | (self.commit == 0))
+        self.bad = int(bad[0]) if len(bad) else self.n
+        self.why = "size" if self.bad < self.n and self.size[self.bad] > layout.limit else "empty"
 
     def lost_markers(self, block, layout, cpu, lost):
         """The lost-events markers of the pages before the first garbage header, onto
@@ -146,7 +149,7 @@ def walk(block, layout, lut, cpu, lost, first_page=0):
         return None, None
     bad_page, why, detail = (
         pages.bad,
-        "size",
+        pages.why,
         (int(pages.size[pages.bad]) if pages.bad < pages.n else 0),
     )
     pages.lost_markers(block, layout, cpu, lost)

@@ -84,13 +84,19 @@ class PageLayout(NamedTuple):
 
 
 def damage_text(cpu, why, bad, detail, limit):
-    """The message of damage a walk found: ``why`` "size" (a garbage commit size ``detail``)
-    or "chain" (a record runs past the page's data), ``bad`` the page counted from the start
-    of the CPU's data; None for no damage."""
+    """The message of damage a walk found: ``why`` "size" (a garbage commit size ``detail``),
+    "empty" (a commit word of 0) or "chain" (a record runs past the page's data), ``bad`` the
+    page counted from the start of the CPU's data; None for no damage."""
     if why == "size":
         return (
             f"cpu {cpu}: page {bad} of its data has a garbage header (commit size "
             f"{detail} > {limit})"
+        )
+    if why == "empty":
+        return (
+            f"cpu {cpu}: page {bad} of its data is empty (a commit word of 0, as a zeroed page "
+            "has; the ring buffer writes no page without data): its events, and the CPU's "
+            "after it, are not read"
         )
     if why == "chain":
         return (

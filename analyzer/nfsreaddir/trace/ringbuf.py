@@ -1,18 +1,17 @@
 """The one ring-buffer page walker, for trace.dat's pages and trace_pipe_raw's alike: the
-compiled :mod:`nfsreaddir._ringbuf` where it is built (``pip install -e .``, as
-``reproducers/setup-host`` runs it), else the numpy walk (:mod:`.numpywalk`) with a one-line
-notice on stderr; the numpy walk is also the tests' oracle (``NFSRT_READER=numpy`` selects it).
-The page format is :mod:`.page`'s."""
+compiled :mod:`nfsreaddir._ringbuf` (``pip install -e .``, as ``reproducers/setup-host`` runs
+it, builds it or fails), or the numpy walk (:mod:`.numpywalk`) where NFSRT_READER=numpy asks for
+the pure Python readers: the tests' oracle, and a reader where no C compiler is. A compiled part
+that is not built is an error, never a silent fallback. The page format is :mod:`.page`'s."""
 
 from __future__ import annotations
 
-import functools
 import os
-import sys
 import threading
 
 import numpy as np
 
+from .base import TraceError
 from .page import damage_text
 from .raw import Damage
 
@@ -26,23 +25,21 @@ _walk_local = threading.local()
 
 
 def compiled():
-    """The compiled walk's module when it is to be used: where it is built, unless
-    NFSRT_READER=numpy asks for the numpy walk; without it (None), one notice on stderr."""
-    return _ringbuf if _compiled_wanted() else None
+    """The compiled walk's module, or None where NFSRT_READER=numpy asks for the pure Python
+    readers (the numpy walk, python-zstandard for zstd chunks)."""
+    return None if os.environ.get("NFSRT_READER", "") == "numpy" else built(_ringbuf, "_ringbuf")
 
 
-@functools.lru_cache(maxsize=1)
-def _compiled_wanted():
-    if os.environ.get("NFSRT_READER", "") == "numpy":
-        return False
-    if _ringbuf is None:
-        sys.stderr.write(
-            "nfs-readdir: the compiled trace reader is not built (no C compiler "
-            "at install?); using the slower numpy reader (reproducers/setup-host "
-            "builds it)\n"
+def built(module, name):
+    """``module``, the compiled part nfsreaddir.NAME; where it is not built (an install that
+    failed, or a tree never built), the error that says so and what to do."""
+    if module is None:
+        raise TraceError(
+            f"the compiled reader nfsreaddir.{name} is not built: install nfs-readdir again "
+            "(pip install -e ., with the C compiler and headers reproducers/setup-host "
+            "installs), or set NFSRT_READER=numpy for the slower pure Python reader"
         )
-        return False
-    return True
+    return module
 
 
 def _walk_arrays():

@@ -1,16 +1,15 @@
 """The ring-buffer data of one CPU of a trace.dat as blocks of whole pages, 16 MiB of pages at a
 time (bounded memory): mmapped pages as they are, compressed chunks (v7 zlib/zstd) decompressed
-into a reused block: zstd straight into the block by :mod:`nfsreaddir._zchunks` (libzstd) where it
-is built and the compiled walk is used, else through python-zstandard chunk by chunk. A stream
+into a reused block: zstd straight into the block by :mod:`nfsreaddir._zchunks` (libzstd) with
+the compiled walk, through python-zstandard chunk by chunk with the pure Python readers
+(NFSRT_READER=numpy). A stream
 can be cut into stretches read apart (by parallel threads). Damage (truncation, a corrupt
 chunk) stops a stream: :class:`.raw.Damage` with the message."""
 
 from __future__ import annotations
 
-import functools
 import mmap
 import struct
-import sys
 import threading
 
 import numpy as np
@@ -45,23 +44,12 @@ def drop_inflate_block():
 
 
 def _inflate_wanted():
-    """Whether zstd chunks go through the compiled inflate: with the compiled walk, where
-    it is built; without it, one notice on stderr."""
+    """Whether zstd chunks go through the compiled inflate: with the compiled walk (not
+    built: an error); with the pure Python readers, python-zstandard."""
     if ringbuf.compiled() is None:
         return False
-    if _zchunks is None:
-        _no_inflate_notice()
-        return False
+    ringbuf.built(_zchunks, "_zchunks")
     return True
-
-
-@functools.cache
-def _no_inflate_notice():
-    sys.stderr.write(
-        "nfs-readdir: libzstd's header was not found at install; zstd chunks are "
-        "decompressed through python-zstandard (slower; reproducers/setup-host "
-        "installs libzstd-dev)\n"
-    )
 
 
 # why a compressed chunk stopped the stream (the numbers of _zchunks.inflate)

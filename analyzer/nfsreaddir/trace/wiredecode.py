@@ -21,7 +21,7 @@ from .tshark_fields import FIELDS
 
 try:
     from .. import _wiredecode  # type: ignore[attr-defined]
-except ImportError:  # built without a C compiler or zlib's header: tshark decodes
+except ImportError:  # not built: capture.read says so (NFSRT_DECODER=tshark needs it not)
     _wiredecode = None
 
 COLUMNS = [name for name, _ in FIELDS]

@@ -73,14 +73,15 @@ static int32_t str_code(struct col *c, const uint8_t *sp, int32_t len)
 			    same_bytes((const uint8_t *)c->arena + c->tab[j].at, sp, len))
 				return c->tab[j].code;
 	}
-	if (!c->tab || (c->used + 1) * 2 > c->tcap) {   /* kept at most half full */
+	if (!c->tab || (c->used + 1) * 2 > c->tcap) { /* kept at most half full */
 		if (!str_room(c))
 			return -1;
 		for (j = h & (c->tcap - 1); c->tab[j].at >= 0; j = (j + 1) & (c->tcap - 1))
 			;
 	}
-	if (c->alen + len > c->acap) {
-		int64_t ncap = (c->acap + len) * 2;
+	/* (an arena there even for a first string that is empty: no offset of a null pointer) */
+	if (!c->arena || c->alen + len > c->acap) {
+		int64_t ncap = (c->acap + len) * 2 + 64;
 		char *a = realloc(c->arena, ncap);
 
 		if (!a)
@@ -88,7 +89,7 @@ static int32_t str_code(struct col *c, const uint8_t *sp, int32_t len)
 		c->arena = a;
 		c->acap = ncap;
 	}
-	if ((c->used & (c->used - 1)) == 0) {   /* 0, 1, 2, 4, ...: double the value index */
+	if ((c->used & (c->used - 1)) == 0) { /* 0, 1, 2, 4, ...: double the value index */
 		int64_t ncap = c->used ? c->used * 2 : 1;
 		int64_t *va = realloc(c->vat, ncap * sizeof(*va));
 		int32_t *vl;
@@ -193,7 +194,7 @@ static int put(struct eslot *s, const struct layout *l, int64_t dpos, int64_t dl
 			const uint8_t *sp;
 			int32_t code;
 
-			if (c->kind == 3) {     /* char buf[]: the rest of the record */
+			if (c->kind == 3) { /* char buf[]: the rest of the record */
 				start = c->off < dl ? c->off : dl;
 				len = dl - start;
 			} else if (dl >= c->off + 4) {
@@ -257,12 +258,12 @@ static inline int extract_record(void *ctx, const struct layout *l, int64_t dpos
 }
 
 const char extract_walk_doc[] = PyDoc_STR(
-"walk(block, page_size, commit_off, commit_size, data_off, big_endian, long_size, id_off,\n"
-"     id_size) -> (lost, bad_page, why, detail)\n"
-"\n"
-"Walk all pages of ``block`` as walk() does and append each wanted record (its id's entry\n"
-"of the map is its slot) to its slot's columns.  ``lost``, ``bad_page``, ``why``, ``detail``\n"
-"as walk() gives them; records from the damaged page on are not appended.");
+	"walk(block, page_size, commit_off, commit_size, data_off, big_endian, long_size, id_off,\n"
+	"     id_size) -> (lost, bad_page, why, detail)\n"
+	"\n"
+	"Walk all pages of ``block`` as walk() does and append each wanted record (its id's entry\n"
+	"of the map is its slot) to its slot's columns.  ``lost``, ``bad_page``, ``why``, ``detail``\n"
+	"as walk() gives them; records from the damaged page on are not appended.");
 
 /* flatten: the page walk, the record and its column fills inlined into the loop, as gcc did
  * while the module was one file (in this smaller file its unit-growth limit declines). */
@@ -281,7 +282,7 @@ __attribute__((flatten)) PyObject *extract_walk(PyObject *self, PyObject *args)
 		PyErr_SetString(PyExc_RuntimeError, "Extract: not initialised");
 		goto out;
 	}
-	if (!plausible_geometry(P, commit_size, data_off, long_size, id_size))
+	if (!plausible_geometry(P, commit_off, commit_size, data_off, long_size, id_off, id_size))
 		goto out;
 	lost = PyList_New(0);
 	if (!lost)
@@ -292,7 +293,7 @@ __attribute__((flatten)) PyObject *extract_walk(PyObject *self, PyObject *args)
 		int64_t limit = P - data_off, min_dlen = id_off + id_size;
 		int64_t bad_page = -1, detail = 0;
 		const char *why = NULL;
-		int walking = 1;        /* until the first broken record chain */
+		int walking = 1; /* until the first broken record chain */
 		int64_t *undo = calloc(x->nslots ? x->nslots : 1, sizeof(int64_t));
 
 		if (!undo) {
@@ -308,10 +309,10 @@ __attribute__((flatten)) PyObject *extract_walk(PyObject *self, PyObject *args)
 			int64_t start, end;
 			int k, r;
 
-			if (size > limit) {
+			if (page_damage(commit, size, limit)) {
 				if (bad_page < 0) {
 					bad_page = p;
-					why = "size";
+					why = page_damage(commit, size, limit);
 					detail = size;
 				}
 				break;
@@ -332,12 +333,12 @@ __attribute__((flatten)) PyObject *extract_walk(PyObject *self, PyObject *args)
 			 * lost_marker: its byte order is read at each use) */
 			if (big)
 				r = walk_page(&(const struct layout){ l.b, l.len, 1 }, start, end,
-					      page_ts, min_dlen, id_off, (int)id_size, extract_record,
-					      x);
+					      page_ts, min_dlen, id_off, (int)id_size,
+					      extract_record, x);
 			else
 				r = walk_page(&(const struct layout){ l.b, l.len, 0 }, start, end,
-					      page_ts, min_dlen, id_off, (int)id_size, extract_record,
-					      x);
+					      page_ts, min_dlen, id_off, (int)id_size,
+					      extract_record, x);
 			if (r < 0) {
 				nomem = 1;
 				break;
@@ -345,7 +346,7 @@ __attribute__((flatten)) PyObject *extract_walk(PyObject *self, PyObject *args)
 			if (r > 0) {
 				bad_page = p;
 				why = "chain";
-				for (k = 0; k < x->nslots; k++)     /* drop this page's records */
+				for (k = 0; k < x->nslots; k++) /* drop this page's records */
 					x->slots[k].n = undo[k];
 				walking = 0;
 			}

@@ -6,21 +6,21 @@
 #include "ringbuf.h"
 
 const char ints_doc[] = PyDoc_STR(
-"ints(block, pos, dlen, offset, size, signed, big_endian, out)\n"
-"\n"
-"The integer field at ``offset`` (``size`` bytes) of the records whose data start at\n"
-"``pos`` (int32) and are ``dlen`` (int32) long, into ``out`` (8-byte or 4-byte items):\n"
-"sign-extended if ``signed``, 0 where the record is too short to hold it.");
+	"ints(block, pos, dlen, offset, size, signed, big_endian, out)\n"
+	"\n"
+	"The integer field at ``offset`` (``size`` bytes) of the records whose data start at\n"
+	"``pos`` (int32) and are ``dlen`` (int32) long, into ``out`` (8-byte or 4-byte items):\n"
+	"sign-extended if ``signed``, 0 where the record is too short to hold it.");
 
-PyObject *ints(PyObject *self, PyObject *args)
+PyObject *ints(PyObject *Py_UNUSED(self), PyObject *args)
 {
-	Py_buffer blk, vpos = {0}, vdlen = {0}, vout = {0};
+	Py_buffer blk, vpos = { 0 }, vdlen = { 0 }, vout = { 0 };
 	PyObject *pos_obj, *dlen_obj, *out_obj, *res = NULL;
 	Py_ssize_t off, size, i, n;
 	int sgn, big;
 
-	if (!PyArg_ParseTuple(args, "y*OOnnppO", &blk, &pos_obj, &dlen_obj, &off, &size, &sgn,
-			      &big, &out_obj))
+	if (!PyArg_ParseTuple(args, "y*OOnnppO", &blk, &pos_obj, &dlen_obj, &off, &size, &sgn, &big,
+			      &out_obj))
 		return NULL;
 	if (PyObject_GetBuffer(pos_obj, &vpos, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
 	    PyObject_GetBuffer(dlen_obj, &vdlen, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
@@ -57,33 +57,36 @@ PyObject *ints(PyObject *self, PyObject *args)
 	Py_INCREF(res);
 out:
 	PyBuffer_Release(&blk);
-	if (vpos.obj) PyBuffer_Release(&vpos);
-	if (vdlen.obj) PyBuffer_Release(&vdlen);
-	if (vout.obj) PyBuffer_Release(&vout);
+	if (vpos.obj)
+		PyBuffer_Release(&vpos);
+	if (vdlen.obj)
+		PyBuffer_Release(&vdlen);
+	if (vout.obj)
+		PyBuffer_Release(&vout);
 	return res;
 }
 
 struct slot {
 	uint64_t hash;
-	int64_t at;             /* offset of the string in the block; -1: empty slot */
+	int64_t at; /* offset of the string in the block; -1: empty slot */
 	int32_t len;
 	int32_t code;
 };
 
 const char strings_doc[] = PyDoc_STR(
-"strings(block, pos, dlen, offset, rel, big_endian, codes) -> values\n"
-"\n"
-"The __data_loc (``rel``: __rel_loc) string field whose location word is at ``offset``\n"
-"of the records at ``pos`` (int32, data lengths ``dlen``): ``codes`` (int32) gets the\n"
-"number of each record's string, ``values`` lists the strings (utf-8, bad bytes\n"
-"replaced) in order of first appearance.  A string ends at its first NUL, at its\n"
-"location's length or at the end of the record; a record too short for the word has \"\".");
+	"strings(block, pos, dlen, offset, rel, big_endian, codes) -> values\n"
+	"\n"
+	"The __data_loc (``rel``: __rel_loc) string field whose location word is at ``offset``\n"
+	"of the records at ``pos`` (int32, data lengths ``dlen``): ``codes`` (int32) gets the\n"
+	"number of each record's string, ``values`` lists the strings (utf-8, bad bytes\n"
+	"replaced) in order of first appearance.  A string ends at its first NUL, at its\n"
+	"location's length or at the end of the record; a record too short for the word has \"\".");
 
 /* Where the __data_loc (``rel``: __rel_loc) string of the record at ``pos`` (``dlen`` bytes
  * of data) lies in the block: its offset into ``*at`` and its length returned, up to its
  * first NUL; 0 (and offset 0) where the record has none. */
-static inline int64_t record_string(const struct layout *l, int64_t pos, int64_t dlen,
-				    int64_t off, int rel, int64_t *at)
+static inline int64_t record_string(const struct layout *l, int64_t pos, int64_t dlen, int64_t off,
+				    int rel, int64_t *at)
 {
 	int64_t start = 0, len = 0;
 
@@ -143,7 +146,8 @@ static int strdict_grow(struct strdict *d)
 	for (k = 0; k < old.cap; k++) {
 		if (old.tab[k].at < 0)
 			continue;
-		for (m = old.tab[k].hash & (d->cap - 1); d->tab[m].at >= 0; m = (m + 1) & (d->cap - 1))
+		for (m = old.tab[k].hash & (d->cap - 1); d->tab[m].at >= 0;
+		     m = (m + 1) & (d->cap - 1))
 			;
 		d->tab[m] = old.tab[k];
 	}
@@ -184,13 +188,13 @@ static int32_t strdict_code(struct strdict *d, const struct layout *l, int64_t a
 	return code;
 }
 
-PyObject *strings(PyObject *self, PyObject *args)
+PyObject *strings(PyObject *Py_UNUSED(self), PyObject *args)
 {
-	Py_buffer blk, vpos = {0}, vdlen = {0}, vcodes = {0};
+	Py_buffer blk, vpos = { 0 }, vdlen = { 0 }, vcodes = { 0 };
 	PyObject *pos_obj, *dlen_obj, *codes_obj, *values = NULL, *res = NULL;
 	Py_ssize_t off, i, n;
 	int rel, big;
-	struct strdict d = {0};
+	struct strdict d = { 0 };
 
 	if (!PyArg_ParseTuple(args, "y*OOnppO", &blk, &pos_obj, &dlen_obj, &off, &rel, &big,
 			      &codes_obj))
@@ -229,8 +233,11 @@ out:
 	free(d.tab);
 	Py_XDECREF(values);
 	PyBuffer_Release(&blk);
-	if (vpos.obj) PyBuffer_Release(&vpos);
-	if (vdlen.obj) PyBuffer_Release(&vdlen);
-	if (vcodes.obj) PyBuffer_Release(&vcodes);
+	if (vpos.obj)
+		PyBuffer_Release(&vpos);
+	if (vdlen.obj)
+		PyBuffer_Release(&vdlen);
+	if (vcodes.obj)
+		PyBuffer_Release(&vcodes);
 	return res;
 }

@@ -64,8 +64,11 @@ static void mem_dealloc(PyObject *self)
 static PyBufferProcs mem_as_buffer = { mem_getbuffer, NULL };
 
 PyTypeObject MemType = {
+	/* (the macro ends in a comma, which clang-format does not see) */
+	/* clang-format off */
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "nfsreaddir._ringbuf.Mem",
+	/* clang-format on */
 	.tp_basicsize = sizeof(Mem),
 	.tp_dealloc = mem_dealloc,
 	.tp_as_buffer = &mem_as_buffer,
@@ -100,10 +103,10 @@ static void extract_dealloc(PyObject *self)
 	Py_TYPE(self)->tp_free(self);
 }
 
-static int extract_init(PyObject *self, PyObject *args, PyObject *kw)
+static int extract_init(PyObject *self, PyObject *args, PyObject *Py_UNUSED(kw))
 {
 	Extract *x = (Extract *)self;
-	Py_buffer vmap = {0};
+	Py_buffer vmap = { 0 };
 	PyObject *plan, *seq = NULL;
 	int i, j, ok = -1;
 
@@ -202,12 +205,13 @@ static PyObject *extract_rows(PyObject *self, PyObject *args)
 	return PyLong_FromLongLong(s->n);
 }
 
-PyDoc_STRVAR(extract_take_doc,
-"take(slot, column) -> buffer\n"
-"\n"
-"The memory of a column of ``slot`` (-1: the raw time stamps, uint64), ``rows(slot)`` items\n"
-"(a string column's codes: 1, 2 or 4 bytes each, signed), handed over without a copy: the\n"
-"Extract forgets it (take it once).");
+PyDoc_STRVAR(
+	extract_take_doc,
+	"take(slot, column) -> buffer\n"
+	"\n"
+	"The memory of a column of ``slot`` (-1: the raw time stamps, uint64), ``rows(slot)`` items\n"
+	"(a string column's codes: 1, 2 or 4 bytes each, signed), handed over without a copy: the\n"
+	"Extract forgets it (take it once).");
 
 static PyObject *extract_take(PyObject *self, PyObject *args)
 {
@@ -235,7 +239,7 @@ static PyObject *extract_take(PyObject *self, PyObject *args)
 	if (!m)
 		return NULL;
 	if (s->n)
-		remap(data, mapped, s->n * isz);   /* give back the room beyond the rows */
+		remap(data, mapped, s->n * isz); /* give back the room beyond the rows */
 	else
 		unmap(data, mapped);
 	m->data = *data;
@@ -247,9 +251,9 @@ static PyObject *extract_take(PyObject *self, PyObject *args)
 }
 
 PyDoc_STRVAR(extract_values_doc,
-"values(slot, column) -> list of str\n"
-"\n"
-"The distinct strings of a string column, by code (utf-8, bad bytes replaced).");
+	     "values(slot, column) -> list of str\n"
+	     "\n"
+	     "The distinct strings of a string column, by code (utf-8, bad bytes replaced).");
 
 static PyObject *extract_values(PyObject *self, PyObject *args)
 {
@@ -281,11 +285,12 @@ static PyObject *extract_values(PyObject *self, PyObject *args)
 	return out;
 }
 
-PyDoc_STRVAR(extract_view_doc,
-"view(slot, column) -> memoryview\n"
-"\n"
-"The rows of a column of ``slot`` (-1: the raw time stamps) as take() would give them, read-only\n"
-"and without handing them over: valid until the next walk() or restart() only (copy them).");
+PyDoc_STRVAR(
+	extract_view_doc,
+	"view(slot, column) -> memoryview\n"
+	"\n"
+	"The rows of a column of ``slot`` (-1: the raw time stamps) as take() would give them, read-only\n"
+	"and without handing them over: valid until the next walk() or restart() only (copy them).");
 
 static PyObject *extract_view(PyObject *self, PyObject *args)
 {
@@ -304,19 +309,20 @@ static PyObject *extract_view(PyObject *self, PyObject *args)
 		PyErr_SetString(PyExc_ValueError, "Extract: column already taken");
 		return NULL;
 	}
-	return PyMemoryView_FromMemory(data ? data : (char *)"", s->n * (j < 0 ? 8 : s->cols[j].isz),
-				       PyBUF_READ);
+	return PyMemoryView_FromMemory(data ? data : (char *)"",
+				       s->n * (j < 0 ? 8 : s->cols[j].isz), PyBUF_READ);
 }
 
-PyDoc_STRVAR(extract_restart_doc,
-"restart()\n"
-"\n"
-"Start every slot's columns anew, empty: the rows of the next blocks walked are handed out\n"
-"apart from those before, a window of the stream at a time.  A slot none of whose columns was\n"
-"taken keeps its memory (its pages are not faulted in again); the string dictionaries and the\n"
-"screen go on: codes keep their meaning from window to window.");
+PyDoc_STRVAR(
+	extract_restart_doc,
+	"restart()\n"
+	"\n"
+	"Start every slot's columns anew, empty: the rows of the next blocks walked are handed out\n"
+	"apart from those before, a window of the stream at a time.  A slot none of whose columns was\n"
+	"taken keeps its memory (its pages are not faulted in again); the string dictionaries and the\n"
+	"screen go on: codes keep their meaning from window to window.");
 
-static PyObject *extract_restart(PyObject *self, PyObject *noargs)
+static PyObject *extract_restart(PyObject *self, PyObject *Py_UNUSED(noargs))
 {
 	Extract *x = (Extract *)self;
 	int i, j;
@@ -338,15 +344,16 @@ static PyObject *extract_restart(PyObject *self, PyObject *noargs)
 	Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(extract_screen_doc,
-"screen() -> (records, backwards, first_ts, last_ts, [(id, shortest), ...])\n"
-"\n"
-"What every record walked so far says of damage, wanted or not: how many, how many have a\n"
-"time stamp below the one before, the first and last raw time stamps, and per event id met\n"
-"the shortest record's data length (the id maplen - 1 stands for it and every larger id).\n"
-"TraceDat.check_records() needs no walk of its own where this shows nothing odd.");
+PyDoc_STRVAR(
+	extract_screen_doc,
+	"screen() -> (records, backwards, first_ts, last_ts, [(id, shortest), ...])\n"
+	"\n"
+	"What every record walked so far says of damage, wanted or not: how many, how many have a\n"
+	"time stamp below the one before, the first and last raw time stamps, and per event id met\n"
+	"the shortest record's data length (the id maplen - 1 stands for it and every larger id).\n"
+	"TraceDat.check_records() needs no walk of its own where this shows nothing odd.");
 
-static PyObject *extract_screen(PyObject *self, PyObject *noargs)
+static PyObject *extract_screen(PyObject *self, PyObject *Py_UNUSED(noargs))
 {
 	Extract *x = (Extract *)self;
 	PyObject *ids;
@@ -376,32 +383,36 @@ static PyObject *extract_screen(PyObject *self, PyObject *noargs)
 			     (unsigned long long)x->first_ts, (unsigned long long)x->last_ts, ids);
 }
 
-PyDoc_STRVAR(extract_last_ts_doc,
-"last_ts() -> int\n"
-"\n"
-"screen()'s last raw time stamp alone (0 before any record), without its list of ids: asked\n"
-"after each block by a reader a window at a time.");
+PyDoc_STRVAR(
+	extract_last_ts_doc,
+	"last_ts() -> int\n"
+	"\n"
+	"screen()'s last raw time stamp alone (0 before any record), without its list of ids: asked\n"
+	"after each block by a reader a window at a time.");
 
-static PyObject *extract_last_ts(PyObject *self, PyObject *noargs)
+static PyObject *extract_last_ts(PyObject *self, PyObject *Py_UNUSED(noargs))
 {
 	return PyLong_FromUnsignedLongLong(((Extract *)self)->last_ts);
 }
 
 static PyMethodDef extract_methods[] = {
-	{"screen", extract_screen, METH_NOARGS, extract_screen_doc},
-	{"last_ts", extract_last_ts, METH_NOARGS, extract_last_ts_doc},
-	{"walk", extract_walk, METH_VARARGS, extract_walk_doc},
-	{"restart", extract_restart, METH_NOARGS, extract_restart_doc},
-	{"view", extract_view, METH_VARARGS, extract_view_doc},
-	{"rows", extract_rows, METH_VARARGS, "rows(slot) -> the number of records appended"},
-	{"take", extract_take, METH_VARARGS, extract_take_doc},
-	{"values", extract_values, METH_VARARGS, extract_values_doc},
-	{NULL, NULL, 0, NULL},
+	{ "screen", extract_screen, METH_NOARGS, extract_screen_doc },
+	{ "last_ts", extract_last_ts, METH_NOARGS, extract_last_ts_doc },
+	{ "walk", extract_walk, METH_VARARGS, extract_walk_doc },
+	{ "restart", extract_restart, METH_NOARGS, extract_restart_doc },
+	{ "view", extract_view, METH_VARARGS, extract_view_doc },
+	{ "rows", extract_rows, METH_VARARGS, "rows(slot) -> the number of records appended" },
+	{ "take", extract_take, METH_VARARGS, extract_take_doc },
+	{ "values", extract_values, METH_VARARGS, extract_values_doc },
+	{ NULL, NULL, 0, NULL },
 };
 
 PyTypeObject ExtractType = {
+	/* (the macro ends in a comma, which clang-format does not see) */
+	/* clang-format off */
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "nfsreaddir._ringbuf.Extract",
+	/* clang-format on */
 	.tp_basicsize = sizeof(Extract),
 	.tp_dealloc = extract_dealloc,
 	.tp_flags = Py_TPFLAGS_DEFAULT,

@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>           /* (Python.h defines _GNU_SOURCE: mremap) */
+#include <sys/mman.h> /* (Python.h defines _GNU_SOURCE: mremap) */
 #include <unistd.h>
 
 #define COMMIT_MASK ((1u << 27) - 1)
@@ -32,20 +32,32 @@
 struct layout {
 	const uint8_t *b;
 	int64_t len;
-	int big;                /* file is big-endian */
+	int big; /* file is big-endian */
 };
 
 /* Whether the page geometry a walk is given (trace/page.py's) is one a ring buffer can have:
- * 0 with ValueError set where not, before any page is read by it. */
-static inline int plausible_geometry(Py_ssize_t P, Py_ssize_t commit_size, Py_ssize_t data_off,
-				     Py_ssize_t long_size, Py_ssize_t id_size)
+ * 0 with ValueError set where not, before any page is read by it.  (A negative event id offset
+ * would read before a record: walk_page() reads the id unchecked, found by the fuzzer.) */
+static inline int plausible_geometry(Py_ssize_t P, Py_ssize_t commit_off, Py_ssize_t commit_size,
+				     Py_ssize_t data_off, Py_ssize_t long_size, Py_ssize_t id_off,
+				     Py_ssize_t id_size)
 {
 	if (P < 64 || (commit_size != 4 && commit_size != 8) || id_size < 1 || id_size > 8 ||
-	    long_size < 1 || long_size > 8 || data_off >= P) {
+	    long_size < 1 || long_size > 8 || data_off >= P || commit_off < 0 || id_off < 0) {
 		PyErr_SetString(PyExc_ValueError, "walk: implausible layout");
 		return 0;
 	}
 	return 1;
+}
+
+/* Why a page's header is damage, NULL where it is not: "size", a commit size past the page's
+ * room; "empty", a commit word of 0 (no data, no flag), which the ring buffer never hands out
+ * (a reader is given pages with data) but a zeroed page of a file reads as. */
+static inline const char *page_damage(uint64_t commit, int64_t size, int64_t limit)
+{
+	if (size > limit)
+		return "size";
+	return commit ? NULL : "empty";
 }
 
 /* rd() of bytes known to lie inside the block: a field of a record that holds it (walk_page()
@@ -58,9 +70,21 @@ static inline uint64_t rd_in(const struct layout *l, int64_t at, int size)
 	if (!l->big) {
 		switch (size) {
 		case 1: return l->b[at];
-		case 2: { uint16_t x; memcpy(&x, l->b + at, 2); return x; }
-		case 4: { uint32_t x; memcpy(&x, l->b + at, 4); return x; }
-		case 8: { uint64_t x; memcpy(&x, l->b + at, 8); return x; }
+		case 2: {
+			uint16_t x;
+			memcpy(&x, l->b + at, 2);
+			return x;
+		}
+		case 4: {
+			uint32_t x;
+			memcpy(&x, l->b + at, 4);
+			return x;
+		}
+		case 8: {
+			uint64_t x;
+			memcpy(&x, l->b + at, 8);
+			return x;
+		}
 		}
 		for (i = size - 1; i >= 0; i--)
 			v = (v << 8) | l->b[at + i];
@@ -96,12 +120,11 @@ static inline uint64_t next_word(const struct layout *l, int64_t c)
  * of the page's data, 1 where the chain is broken (a record runs past the data or is too short
  * to hold an event id: the caller drops the page's records), -1 when emit failed.  Inlined
  * into each walk below with its own emit. */
-typedef int (*emit_fn)(void *ctx, const struct layout *l, int64_t dpos, int64_t dl,
-		       uint32_t id, uint64_t ts);
+typedef int (*emit_fn)(void *ctx, const struct layout *l, int64_t dpos, int64_t dl, uint32_t id,
+		       uint64_t ts);
 
-static inline int walk_page(const struct layout *l, int64_t start, int64_t end,
-			    uint64_t page_ts, int64_t min_dlen, int64_t id_off, int id_size,
-			    emit_fn emit, void *ctx)
+static inline int walk_page(const struct layout *l, int64_t start, int64_t end, uint64_t page_ts,
+			    int64_t min_dlen, int64_t id_off, int id_size, emit_fn emit, void *ctx)
 {
 	int big = l->big;
 	int64_t cur = start;
@@ -151,7 +174,8 @@ static inline int walk_page(const struct layout *l, int64_t start, int64_t end,
 		if (broken || nx > end)
 			return 1;
 		/* (a record too short for its id broke the chain above) */
-		if (dpos >= 0 && emit(ctx, l, dpos, dl, (uint32_t)rd_in(l, dpos + id_off, id_size), ts) < 0)
+		if (dpos >= 0 &&
+		    emit(ctx, l, dpos, dl, (uint32_t)rd_in(l, dpos + id_off, id_size), ts) < 0)
 			return -1;
 		if (nx >= end)
 			return 0;
@@ -206,7 +230,7 @@ static inline int64_t nul_at(const uint8_t *sp, int64_t len)
 	int64_t i = 0;
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define ZERO_BYTES(w) (((w) - 0x0101010101010101ull) & ~(w) & 0x8080808080808080ull)
+#define ZERO_BYTES(w) (((w)-0x0101010101010101ull) & ~(w)&0x8080808080808080ull)
 	uint64_t w, z;
 
 	for (; i + 8 <= len; i += 8) {
@@ -257,19 +281,23 @@ static inline int same_bytes(const uint8_t *a, const uint8_t *b, int64_t n)
 }
 
 struct col {
-	int kind;               /* 0 int, 1 __data_loc, 2 __rel_loc, 3 tail (char buf[]) string */
+	int kind; /* 0 int, 1 __data_loc, 2 __rel_loc, 3 tail (char buf[]) string */
 	int64_t off, size;
-	int sgn, isz;           /* sign-extend; bytes per output item (8, or 4 for the pid; codes:
+	int sgn, isz;  /* sign-extend; bytes per output item (8, or 4 for the pid; codes:
 				 * 1, 2 or 4, the narrowest that holds the dictionary so far) */
-	int pid;                /* the pid column: -1 where the record is too short */
-	uint8_t *data;          /* n * isz bytes, a mapping of ``mapped`` bytes */
+	int pid;       /* the pid column: -1 where the record is too short */
+	uint8_t *data; /* n * isz bytes, a mapping of ``mapped`` bytes */
 	size_t mapped;
 	/* the strings' dictionary: open addressing over the distinct values, kept in arena */
-	struct sslot { uint64_t hash; int64_t at; int32_t len, code; } *tab;
+	struct sslot {
+		uint64_t hash;
+		int64_t at;
+		int32_t len, code;
+	} * tab;
 	int64_t tcap, used;
 	char *arena;
 	int64_t alen, acap;
-	int64_t *vat;           /* per code: offset in arena; length in vlen */
+	int64_t *vat; /* per code: offset in arena; length in vlen */
 	int32_t *vlen;
 	/* the last string put: its code (-1: none yet) and the length it was given in (its
 	 * NUL, if any, within) */
@@ -278,7 +306,7 @@ struct col {
 };
 
 struct eslot {
-	int64_t n, cap;         /* rows, and rows every column has room for */
+	int64_t n, cap; /* rows, and rows every column has room for */
 	uint64_t *ts;
 	size_t ts_mapped;
 	int ncols;
@@ -289,7 +317,7 @@ typedef struct {
 	PyObject_HEAD
 	int nslots;
 	struct eslot *slots;
-	int16_t *map;           /* event id -> slot, -1: not wanted; ids >= maplen - 1 use the last */
+	int16_t *map; /* event id -> slot, -1: not wanted; ids >= maplen - 1 use the last */
 	int64_t maplen;
 	/* The screen of every record walked, wanted or not (screen()): the shortest record of
 	 * each id (as the map, the last entry for the larger ids), the records, those whose time
@@ -300,9 +328,8 @@ typedef struct {
 } Extract;
 
 /* csrc/ringbuf/walk.c */
-int lost_marker(PyObject *lost, const struct layout *l, int64_t p, int64_t base,
-		uint64_t page_ts, uint64_t commit, int64_t size, int64_t limit,
-		int64_t data_off, int64_t long_size);
+int lost_marker(PyObject *lost, const struct layout *l, int64_t p, int64_t base, uint64_t page_ts,
+		uint64_t commit, int64_t size, int64_t limit, int64_t data_off, int64_t long_size);
 PyObject *walk(PyObject *self, PyObject *args);
 extern const char walk_doc[];
 

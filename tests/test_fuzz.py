@@ -1,0 +1,90 @@
+"""The fuzz targets' inputs replayed (tests/fuzz/harness: libFuzzer under ASan and UBSan, and
+atheris): every input that ever crashed one (tests/fuzz/TARGET/crash-*), each alone, and a
+short sample of each target (its seeds from the fixtures and some inputs mutated from them,
+the same each run). `make fuzz` is the fuzzing itself."""
+
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+TOP = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TOP / "tests"))
+from conftest import needs_setup  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("fuzzrun", TOP / "tests/fuzz/harness/run.py")
+run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run)
+os.environ.setdefault("PYTHON", sys.executable)
+
+pytestmark = pytest.mark.slow
+needs_clang = needs_setup(shutil.which("clang"), "clang is not installed (libFuzzer, ASan)")
+needs_atheris = needs_setup(importlib.util.find_spec("atheris"), "atheris is not installed")
+
+# Found by the fuzzing in files whose fix is not merged yet: (target, input) -> the bug.
+OPEN = {
+    ("wiredecode", "crash-b8607b6d559bcdb450f1a47c7b079b6c2e3aff8e"): (
+        "_wiredecode.c decode(): gzerror()'s text is read (set_unknown, then Py_BuildValue) "
+        "after gzclose() freed it: heap use-after-free on a corrupt gzip'd capture"
+    ),
+    ("wiredecode", "crash-30c185bcd078208bed2faa2d61a7020071d51813"): (
+        "csrc/wiredecode/tcp.c stream_bytes(): memcpy(s->rec + s->nrec, p, 0) with rec still "
+        "NULL (a record-mark fragment of length 0): undefined behaviour"
+    ),
+    ("wiredecode", "crash-61e05e32ecb4405852e808818eafed53d531d0e4"): (
+        "csrc/wiredecode/tcp.c: the same NULL record of length 0, then handed on to rpc.c "
+        "rpc_message(), whose p + n is undefined behaviour too"
+    ),
+    ("wiredecode", "crash-a10c84ae6c8fa16c38fda9769130f597027f8e1b"): (
+        "csrc/wiredecode/files.c:128 pcapng_packet(): (int)ifid >= nifs lets an interface id of "
+        "2**31 or more through (negative as an int): ifs[ifid] is read far outside the array, "
+        "a SEGV on a crafted pcapng (compare unsigned: ifid >= (uint32_t)nifs)"
+    ),
+    ("wiredecode", "crash-c958a9d9e0a071fb2fddf922f582b35ff008973d"): (
+        "csrc/wiredecode/tcp.c:202 tcp_segment(): d = (int32_t)(seq - next_seq) is INT32_MIN for a "
+        "segment 2**31 bytes behind, and -d overflows (undefined behaviour)"
+    ),
+    ("slab", "crash-7bdc15cc4aa280d420078c01e04e6bfd916c71eb"): (
+        "csrc/slab/passes.c alloc_sizes(): bytes[cache] += bytes_alloc overflows int64 (signed: "
+        "undefined behaviour) for bytes_alloc values of a damaged trace"
+    ),
+}
+
+
+def _marks(target):
+    return [needs_atheris] if target == "text" else [needs_clang]
+
+
+def _crashes():
+    for t in run.TARGETS:
+        for p in run.kept_crashes(t):
+            bug = OPEN.get((t, p.name))
+            marks = _marks(t) + ([pytest.mark.xfail(reason=bug, strict=True)] if bug else [])
+            yield pytest.param(t, p, id=f"{t}/{p.name}", marks=marks)
+
+
+def _why(proc):
+    """The sanitizer's or the fuzzer's report, shortened."""
+    lines = proc.stderr.splitlines()
+    at = next((i for i, s in enumerate(lines) if "ERROR" in s or "runtime error" in s), 0)
+    return "\n".join(lines[at : at + 25])
+
+
+@pytest.mark.parametrize("target,path", list(_crashes()))
+def test_a_crash_found_once_stays_fixed(target, path):
+    run.build([target])
+    proc = run.replay(target, [path])
+    assert proc.returncode == 0, _why(proc)
+
+
+@pytest.mark.parametrize("target", [pytest.param(t, marks=_marks(t)) for t in run.TARGETS])
+def test_a_short_sample_of_each_target_finds_nothing(target):
+    run.build([target])
+    proc = run.replay(
+        target, [run.BUILD / "seeds" / target], fuzzing=True, runs=run.SAMPLE_RUNS[target]
+    )
+    assert proc.returncode == 0, _why(proc)
+    assert "Done" in proc.stderr  # (libFuzzer's last line: the runs were made)
