@@ -214,7 +214,8 @@ static inline void alloc_sizes(const struct piece *p, struct tally *c, int key_s
 
 		if (key < 0 || (cache = p->table[key]) < 0)
 			continue;
-		bytes[cache] += p->bytes[j];
+		/* unsigned: a damaged trace's sizes may overflow, which must stay defined */
+		bytes[cache] = (int64_t)((uint64_t)bytes[cache] + (uint64_t)p->bytes[j]);
 		if (p->rank >= c->size_rank[cache]) {
 			size[cache] = p->bytes[j];
 			c->size_rank[cache] = p->rank;
