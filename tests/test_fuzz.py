@@ -25,33 +25,7 @@ needs_clang = needs_setup(shutil.which("clang"), "clang is not installed (libFuz
 needs_atheris = needs_setup(importlib.util.find_spec("atheris"), "atheris is not installed")
 
 # Found by the fuzzing in files whose fix is not merged yet: (target, input) -> the bug.
-OPEN = {
-    ("wiredecode", "crash-b8607b6d559bcdb450f1a47c7b079b6c2e3aff8e"): (
-        "_wiredecode.c decode(): gzerror()'s text is read (set_unknown, then Py_BuildValue) "
-        "after gzclose() freed it: heap use-after-free on a corrupt gzip'd capture"
-    ),
-    ("wiredecode", "crash-30c185bcd078208bed2faa2d61a7020071d51813"): (
-        "csrc/wiredecode/tcp.c stream_bytes(): memcpy(s->rec + s->nrec, p, 0) with rec still "
-        "NULL (a record-mark fragment of length 0): undefined behaviour"
-    ),
-    ("wiredecode", "crash-61e05e32ecb4405852e808818eafed53d531d0e4"): (
-        "csrc/wiredecode/tcp.c: the same NULL record of length 0, then handed on to rpc.c "
-        "rpc_message(), whose p + n is undefined behaviour too"
-    ),
-    ("wiredecode", "crash-a10c84ae6c8fa16c38fda9769130f597027f8e1b"): (
-        "csrc/wiredecode/files.c:128 pcapng_packet(): (int)ifid >= nifs lets an interface id of "
-        "2**31 or more through (negative as an int): ifs[ifid] is read far outside the array, "
-        "a SEGV on a crafted pcapng (compare unsigned: ifid >= (uint32_t)nifs)"
-    ),
-    ("wiredecode", "crash-c958a9d9e0a071fb2fddf922f582b35ff008973d"): (
-        "csrc/wiredecode/tcp.c:202 tcp_segment(): d = (int32_t)(seq - next_seq) is INT32_MIN for a "
-        "segment 2**31 bytes behind, and -d overflows (undefined behaviour)"
-    ),
-    ("slab", "crash-7bdc15cc4aa280d420078c01e04e6bfd916c71eb"): (
-        "csrc/slab/passes.c alloc_sizes(): bytes[cache] += bytes_alloc overflows int64 (signed: "
-        "undefined behaviour) for bytes_alloc values of a damaged trace"
-    ),
-}
+OPEN: dict[tuple, str] = {}
 
 
 def _marks(target):

@@ -127,7 +127,7 @@ static int pcapng_packet(struct run *r, const struct iface *ifs, int nifs, uint3
 		orig = rd32(b, swap), data = b + 4;
 		cap = orig < body - 4 ? orig : (uint32_t)(body - 4);
 	}
-	if ((int)ifid >= nifs) {
+	if (nifs <= 0 || ifid >= (uint32_t)nifs) {
 		set_unknown(r, "a pcapng packet of no interface");
 		return 1;
 	}

@@ -86,7 +86,8 @@ int stream_bytes(struct run *r, struct stream *s, const uint8_t *p, size_t n, in
 				}
 				s->rec = q, s->caprec = cap;
 			}
-			memcpy(s->rec + s->nrec, p, take);
+			if (take) /* (an empty fragment: rec may be NULL) */
+				memcpy(s->rec + s->nrec, p, take);
 			s->nrec += take;
 		}
 		s->frag_left -= (uint32_t)take, p += take, n -= take;
@@ -96,7 +97,7 @@ int stream_bytes(struct run *r, struct stream *s, const uint8_t *p, size_t n, in
 				size_t len = s->nrec;
 				int broken = s->broken;
 				s->nrec = 0, s->broken = 0;
-				if (!broken && rpc_message(r, s->rec, len, to_server))
+				if (!broken && len && rpc_message(r, s->rec, len, to_server))
 					return -1;
 				if (broken == 2) { /* whole but for its hole: kept for a late segment */
 					free(s->pend);
