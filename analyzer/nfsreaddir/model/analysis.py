@@ -290,10 +290,6 @@ def analyze(trace):
     calls = tables["calls"]
     kinds = set(known(calls["call"]).tolist())
     first_page = events.searches_from_first_page(marks.run.get("kernel") or trace.info.get("uname"))
-    if first_page is None and read.before_5_18:
-        # A trace that does not name its kernel (report text) whose READDIRs came from the
-        # cookie kprobe of 5.0-5.10, which search from the first cached page.
-        first_page = True
     if first_page is None and read.cookie_is_position:
         # A trace that does not name its kernel (report text) but has upstream's readdir
         # events, which came with the cookie-indexed cache in 5.18.
