@@ -34,7 +34,6 @@ import numpy as np
 
 from ..events import (
     CALL_SOURCES,
-    COOKIE_KPROBES,
     INVALIDATION_SOURCES,
     LATENCY_SOURCE,
     MARKER_SOURCE,
@@ -366,10 +365,6 @@ class Tables:
     # The cookie a 5.18+ cache fill asks for is the reader's own position (the cache is indexed
     # by cookie), so a fill at cookie 0 means the reader was at the start.
     cookie_is_position: bool
-    # The READDIRs came from the 5.0-5.10 kprobe (events.COOKIE_KPROBES, whose arguments no
-    # later kernel's signature has): the kernel is older than 5.18, for a trace that does not
-    # name it (report text), as cookie_is_position says it is 5.18 or newer.
-    before_5_18: bool = False
 
 
 @requires_events(wanted, applies=has_readdir_source)
@@ -462,17 +457,14 @@ def load(trace):
     damaged = impossible_values(tables) + position_back(tables["calls"])
     if damaged:
         trace.info["damaged_events"] = list(trace.info.get("damaged_events") or []) + damaged
-    return Tables(tables, used, recorded, *_kernel_age(trace, uses, used["rpc"]))
+    return Tables(tables, used, recorded, _cookie_is_position(trace, uses, used["rpc"]))
 
 
-def _kernel_age(trace, uses, rpc):
-    """(cookie_is_position, before_5_18) of Tables, from the events the READDIRs came from."""
-    mine = [u for u in uses if u.name in rpc]
-    return (
-        any(
-            u.src.event.startswith("nfs:nfs_readdir_")
-            and "index" in trace.event_format(u.name).user_fields()
-            for u in mine
-        ),
-        any(u.src.event.startswith("*:") and bare_name(u.name) in COOKIE_KPROBES for u in mine),
+def _cookie_is_position(trace, uses, rpc):
+    """Tables.cookie_is_position, from the events the READDIRs came from."""
+    return any(
+        u.name in rpc
+        and u.src.event.startswith("nfs:nfs_readdir_")
+        and "index" in trace.event_format(u.name).user_fields()
+        for u in uses
     )
