@@ -212,15 +212,12 @@ fixtures: setup
 clean:
 	rm -rf $(RESULTS) .pytest_cache
 
-# The C of the compiled readers, compiled with every warning an error (check-c) and in one
-# style (check-c-format, .clang-format). The lists grow as files are made clean: _wiredecode and
-# _slab (and their fuzz harnesses, which include them) join when their -Wall -Wextra warnings
-# are fixed and they are formatted.
-C_STRICT ?= analyzer/nfsreaddir/_ringbuf.c analyzer/nfsreaddir/_zchunks.c \
-	$(wildcard analyzer/nfsreaddir/csrc/ringbuf/*.c) \
-	tests/fuzz/harness/ringbuf.c tests/fuzz/harness/zchunks.c
-C_FORMATTED ?= $(sort $(C_STRICT) $(wildcard analyzer/nfsreaddir/csrc/ringbuf/*.h) \
-	$(wildcard tests/fuzz/harness/*.[ch]))
+# The C of the compiled readers (and their fuzz harnesses), compiled with every warning an
+# error (check-c) and in one style (check-c-format, .clang-format).
+C_STRICT ?= $(wildcard analyzer/nfsreaddir/_*.c analyzer/nfsreaddir/csrc/*/*.c \
+	tests/fuzz/harness/*.c)
+C_FORMATTED ?= $(sort $(C_STRICT) $(wildcard analyzer/nfsreaddir/csrc/*/*.h \
+	tests/fuzz/harness/*.h))
 PY_INCLUDE = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 
 check-c:

@@ -29,18 +29,21 @@
 #include <string.h>
 
 static const char *const row_names[N_ROWS] = {
-	"allocs", "frees", "frees_matched", "live", "untraced_frees", "peak_live",
-	"peak_live_ts", "peak_net", "alloc_bytes", "object_size",
+	"allocs",    "frees",	     "frees_matched", "live",	     "untraced_frees",
+	"peak_live", "peak_live_ts", "peak_net",      "alloc_bytes", "object_size",
 };
 
 static int get(PyObject *obj, Py_buffer *v, const char *what, Py_ssize_t item, Py_ssize_t n)
 {
 	if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
 		return -1;
-	if ((item && v->itemsize != item) || (!item && v->itemsize != 1 && v->itemsize != 2 &&
-	    v->itemsize != 4 && v->itemsize != 8) || (n >= 0 && v->len / v->itemsize != n)) {
-		PyErr_Format(PyExc_ValueError, "tally: %s: %zd items of %zd bytes, expected %zd of %zd",
-			     what, v->len / v->itemsize, v->itemsize, n, item);
+	if ((item && v->itemsize != item) ||
+	    (!item && v->itemsize != 1 && v->itemsize != 2 && v->itemsize != 4 &&
+	     v->itemsize != 8) ||
+	    (n >= 0 && v->len / v->itemsize != n)) {
+		PyErr_Format(PyExc_ValueError,
+			     "tally: %s: %zd items of %zd bytes, expected %zd of %zd", what,
+			     v->len / v->itemsize, v->itemsize, n, item);
 		PyBuffer_Release(v);
 		v->obj = NULL;
 		return -1;
@@ -53,8 +56,10 @@ static int take(PyObject *tuple, struct piece *p)
 {
 	PyObject *ts, *ptr, *bytes, *key, *table;
 
-	if (!PyArg_ParseTuple(tuple, "pOOOOOL;tally: a piece is (alloc, ts, ptr, bytes, key, table, "
-			      "rank)", &p->alloc, &ts, &ptr, &bytes, &key, &table, &p->rank))
+	if (!PyArg_ParseTuple(tuple,
+			      "pOOOOOL;tally: a piece is (alloc, ts, ptr, bytes, key, table, "
+			      "rank)",
+			      &p->alloc, &ts, &ptr, &bytes, &key, &table, &p->rank))
 		return -1;
 	if (get(ts, &p->b[0], "ts", 8, -1) < 0)
 		return -1;
@@ -69,7 +74,8 @@ static int take(PyObject *tuple, struct piece *p)
 		p->bytes = p->b[2].buf;
 	}
 	if (key != Py_None) {
-		if (get(key, &p->b[3], "key", 0, p->n) < 0 || get(table, &p->b[4], "table", 4, -1) < 0)
+		if (get(key, &p->b[3], "key", 0, p->n) < 0 ||
+		    get(table, &p->b[4], "table", 4, -1) < 0)
 			return -1;
 		p->key_size = (int)p->b[3].itemsize;
 		p->key = p->b[3].buf;
@@ -163,17 +169,18 @@ static void tally_dealloc(PyObject *self)
 	Py_TYPE(self)->tp_free(self);
 }
 
-PyDoc_STRVAR(feed_doc,
-"feed(pieces, ncaches)\n"
-"\n"
-"Count the events of ``pieces``, a window of the trace: a sequence of (alloc, ts, ptr, bytes,\n"
-"key, table, rank), the allocation kinds first, each kind's columns (ts int64, ptr uint64,\n"
-"bytes int64 or None for frees) in any order; an event's cache is table[key] (table int32 of\n"
-"cache codes below ncaches, ncaches at most MAX_CACHES; key an integer column; a key of -1\n"
-"or no key: no cache); rank, the piece's place in the order of the trace's columns (per kind\n"
-"and CPU: the object size of a cache is the one its last allocation in that order gives).  Every event of a window comes\n"
-"after every event of the windows fed before it (in time; at equal times a window is never\n"
-"cut): the events are then counted as if all the windows were one.");
+PyDoc_STRVAR(
+	feed_doc,
+	"feed(pieces, ncaches)\n"
+	"\n"
+	"Count the events of ``pieces``, a window of the trace: a sequence of (alloc, ts, ptr, bytes,\n"
+	"key, table, rank), the allocation kinds first, each kind's columns (ts int64, ptr uint64,\n"
+	"bytes int64 or None for frees) in any order; an event's cache is table[key] (table int32 of\n"
+	"cache codes below ncaches, ncaches at most MAX_CACHES; key an integer column; a key of -1\n"
+	"or no key: no cache); rank, the piece's place in the order of the trace's columns (per kind\n"
+	"and CPU: the object size of a cache is the one its last allocation in that order gives).  Every event of a window comes\n"
+	"after every event of the windows fed before it (in time; at equal times a window is never\n"
+	"cut): the events are then counted as if all the windows were one.");
 
 static PyObject *tally_feed(PyObject *self, PyObject *args)
 {
@@ -195,8 +202,10 @@ static PyObject *tally_feed(PyObject *self, PyObject *args)
 		return NULL;
 	}
 	if (k > MAX_CACHES) {
-		PyErr_Format(PyExc_ValueError, "tally: %zd caches, more than the %d a table slot can "
-			     "name (MAX_CACHES)", k, MAX_CACHES);
+		PyErr_Format(PyExc_ValueError,
+			     "tally: %zd caches, more than the %d a table slot can "
+			     "name (MAX_CACHES)",
+			     k, MAX_CACHES);
 		return NULL;
 	}
 	seq = PySequence_Fast(seq_obj, "tally: pieces must be a sequence");
@@ -220,7 +229,8 @@ static PyObject *tally_feed(PyObject *self, PyObject *args)
 	Py_END_ALLOW_THREADS
 
 	if (r == PASS_BAD_KEY) {
-		PyErr_SetString(PyExc_ValueError, "tally: a key past its table, or a cache past ncaches");
+		PyErr_SetString(PyExc_ValueError,
+				"tally: a key past its table, or a cache past ncaches");
 		goto out;
 	}
 	if (r == PASS_NO_MEMORY) {
@@ -243,20 +253,21 @@ out:
 	return res;
 }
 
-PyDoc_STRVAR(result_doc,
-"result(out) -> (failed, unknown, unpaired, mismatch, t0, t1)\n"
-"\n"
-"The counts of the windows fed so far.  Into ``out`` (int64, len(ROWS) * ncaches, ncaches\n"
-"the last feed's): per cache, the rows ROWS names, the objects live at the end (allocated\n"
-"and never freed) among them.  Returns the failed allocations (no object), the frees\n"
-"counting for no cache, the allocations proving an untraced free, the frees naming another\n"
-"cache than their allocation, and the first and last time (0, 0 without events).");
+PyDoc_STRVAR(
+	result_doc,
+	"result(out) -> (failed, unknown, unpaired, mismatch, t0, t1)\n"
+	"\n"
+	"The counts of the windows fed so far.  Into ``out`` (int64, len(ROWS) * ncaches, ncaches\n"
+	"the last feed's): per cache, the rows ROWS names, the objects live at the end (allocated\n"
+	"and never freed) among them.  Returns the failed allocations (no object), the frees\n"
+	"counting for no cache, the allocations proving an untraced free, the frees naming another\n"
+	"cache than their allocation, and the first and last time (0, 0 without events).");
 
 static PyObject *tally_result(PyObject *self, PyObject *args)
 {
 	struct tally *c = &((Tally *)self)->c;
 	PyObject *out_obj;
-	Py_buffer vo = {0};
+	Py_buffer vo = { 0 };
 	Py_ssize_t r, i, k = c->k;
 	int64_t *out, t0 = c->t0, t1 = c->t1;
 	size_t j;
@@ -297,11 +308,12 @@ static PyObject *tally_result(PyObject *self, PyObject *args)
 			     (long long)t0, (long long)t1);
 }
 
-PyDoc_STRVAR(objects_doc,
-"objects() -> (live, most, table_bytes)\n"
-"\n"
-"The objects allocated and not freed yet (of every cache, and of none), the most there were\n"
-"at once, and the bytes their table takes now (its slots and its parts).");
+PyDoc_STRVAR(
+	objects_doc,
+	"objects() -> (live, most, table_bytes)\n"
+	"\n"
+	"The objects allocated and not freed yet (of every cache, and of none), the most there were\n"
+	"at once, and the bytes their table takes now (its slots and its parts).");
 
 static PyObject *tally_objects(PyObject *self, PyObject *Py_UNUSED(args))
 {
@@ -311,21 +323,20 @@ static PyObject *tally_objects(PyObject *self, PyObject *Py_UNUSED(args))
 		PyErr_SetString(PyExc_RuntimeError, "Tally: not initialised");
 		return NULL;
 	}
-	return Py_BuildValue("nnn", (Py_ssize_t)t->used, (Py_ssize_t)t->most,
-			     (Py_ssize_t)(t->slots * sizeof(*t->parts->s) +
-					  NPARTS * sizeof(*t->parts)));
+	return Py_BuildValue(
+		"nnn", (Py_ssize_t)t->used, (Py_ssize_t)t->most,
+		(Py_ssize_t)(t->slots * sizeof(*t->parts->s) + NPARTS * sizeof(*t->parts)));
 }
 
 static PyMethodDef tally_methods[] = {
-	{"feed", tally_feed, METH_VARARGS, feed_doc},
-	{"result", tally_result, METH_VARARGS, result_doc},
-	{"objects", tally_objects, METH_NOARGS, objects_doc},
-	{NULL, NULL, 0, NULL},
+	{ "feed", tally_feed, METH_VARARGS, feed_doc },
+	{ "result", tally_result, METH_VARARGS, result_doc },
+	{ "objects", tally_objects, METH_NOARGS, objects_doc },
+	{ NULL, NULL, 0, NULL },
 };
 
 static PyTypeObject TallyType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "nfsreaddir._slab.Tally",
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "nfsreaddir._slab.Tally",
 	.tp_basicsize = sizeof(Tally),
 	.tp_dealloc = tally_dealloc,
 	.tp_flags = Py_TPFLAGS_DEFAULT,
@@ -337,7 +348,7 @@ static PyTypeObject TallyType = {
 };
 
 static PyMethodDef methods[] = {
-	{NULL, NULL, 0, NULL},
+	{ NULL, NULL, 0, NULL },
 };
 
 static struct PyModuleDef module = {

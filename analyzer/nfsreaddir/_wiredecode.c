@@ -44,7 +44,8 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
 		r.where[c] = -1;
 		for (Py_ssize_t i = 0; i < r.ncols; i++) {
 			PyObject *o = PySequence_GetItem(cols, i);
-			int eq = o && PyUnicode_Check(o) && PyUnicode_CompareWithASCIIString(o, col_names[c]) == 0;
+			int eq = o && PyUnicode_Check(o) &&
+				 PyUnicode_CompareWithASCIIString(o, col_names[c]) == 0;
 			Py_XDECREF(o);
 			if (eq)
 				r.where[c] = i;
@@ -52,7 +53,7 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
 	}
 	if (PyErr_Occurred())
 		return NULL;
-	struct in in = {gzopen(path, "rb"), NULL, 0};
+	struct in in = { gzopen(path, "rb"), NULL, 0 };
 	if (!in.f)
 		return PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
 	gzbuffer(in.f, 1 << 18);
@@ -101,16 +102,16 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
 			     r.frame, "port_frames", r.port_frames, "rpc_frames", r.rpc_frames,
 			     "split_frames", r.split_frames, "messages", r.messages,
 			     "retransmitted_segments", r.retransmitted, "reordered_segments",
-			     r.reordered, "versions", r.versions, "unknown", r.unknown, "cut", r.cut,
-			     "holes", holes, "udp_frames", r.udp_frames, "truncated_frames",
+			     r.reordered, "versions", r.versions, "unknown", r.unknown, "cut",
+			     r.cut, "holes", holes, "udp_frames", r.udp_frames, "truncated_frames",
 			     r.truncated, "snaplen", r.snaplen);
 }
 
 static PyMethodDef methods[] = {
-	{"decode", decode, METH_VARARGS,
-	 "decode(path, ports, columns, callback) -> stats: each NFS READDIR/GETATTR call and "
-	 "reply as a row of the named columns, given to callback"},
-	{NULL, NULL, 0, NULL},
+	{ "decode", decode, METH_VARARGS,
+	  "decode(path, ports, columns, callback) -> stats: each NFS READDIR/GETATTR call and "
+	  "reply as a row of the named columns, given to callback" },
+	{ NULL, NULL, 0, NULL },
 };
 
 static struct PyModuleDef module = {

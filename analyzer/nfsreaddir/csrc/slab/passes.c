@@ -47,7 +47,7 @@ static inline void rise(struct tally *c, int32_t cache, int64_t ts)
 	int64_t *live = &c->out[R_PEAK_LIVE * c->cap + cache];
 	int64_t *net = &c->out[R_PEAK_NET * c->cap + cache];
 
-	if (++c->live_now[cache] > *live) {     /* first reached: strictly above */
+	if (++c->live_now[cache] > *live) { /* first reached: strictly above */
 		*live = c->live_now[cache];
 		c->out[R_PEAK_LIVE_TS * c->cap + cache] = ts;
 	}
@@ -56,8 +56,7 @@ static inline void rise(struct tally *c, int32_t cache, int64_t ts)
 }
 
 /* One event in time order; 0 when out of memory. */
-static int visit(struct tally *c, struct table *t, const struct piece *p, Py_ssize_t i,
-		 int64_t ts)
+static int visit(struct tally *c, struct table *t, const struct piece *p, Py_ssize_t i, int64_t ts)
 {
 	uint64_t ptr = p->ptr[i], h, rem;
 	int32_t cache = cache_at(p, i), was;
@@ -87,7 +86,7 @@ static int visit(struct tally *c, struct table *t, const struct piece *p, Py_ssi
 			if (full(q)) {
 				if (!room(t, q))
 					return 0;
-				lookup(q, rem, &s);     /* (its place in the new slots) */
+				lookup(q, rem, &s); /* (its place in the new slots) */
 			}
 			insert(q, s, slot_of(rem, cache));
 			if (++t->used > t->most)
@@ -145,18 +144,18 @@ static void sift_down(int *heap, int n, const struct run *runs, int i)
 	}
 }
 
-
 /* Whether every key of piece p names a cache or none: below its table, table[key] -1 or a
  * cache below k (a key below 0: none).  The keys' range is found in a loop of its own (for
  * int8 keys, the table's first 128 entries stand for it) and the table checked over that
  * range; each key's entry is looked at only where the range is wider than the piece or holds
  * a bad entry (which no key may use). */
-#define KEY_RANGE(T) do {                                                       \
-		const T *kp = p->key;                                           \
-		for (j = 0; j < p->n; j++) {                                    \
-			lo = kp[j] < lo ? kp[j] : lo;                           \
-			hi = kp[j] > hi ? kp[j] : hi;                           \
-		}                                                               \
+#define KEY_RANGE(T)                                  \
+	do {                                          \
+		const T *kp = p->key;                 \
+		for (j = 0; j < p->n; j++) {          \
+			lo = kp[j] < lo ? kp[j] : lo; \
+			hi = kp[j] > hi ? kp[j] : hi; \
+		}                                     \
 	} while (0)
 
 static int keys_ok(const struct piece *p, Py_ssize_t k)
@@ -183,7 +182,7 @@ static int keys_ok(const struct piece *p, Py_ssize_t k)
 	if (hi >= p->ntable)
 		return 0;
 	lo = lo < 0 ? 0 : lo;
-	if (hi - lo < p->n) {   /* (a range wider than the piece: its keys are fewer) */
+	if (hi - lo < p->n) { /* (a range wider than the piece: its keys are fewer) */
 		for (key = lo; key <= hi; key++)
 			if (p->table[key] < -1 || p->table[key] >= k)
 				break;
@@ -257,7 +256,7 @@ enum pass_result first_pass(struct piece *pieces, Py_ssize_t np_, struct tally *
 		for (j = 0; j < p->n; j++) {
 			if (j && ts[j] >= ts[j - 1])
 				continue;
-			if (!(nruns & (nruns - 1))) {           /* at 0 and each power of two */
+			if (!(nruns & (nruns - 1))) { /* at 0 and each power of two */
 				struct run *r = realloc(runs, (nruns ? 2 * nruns : 1) * sizeof(*r));
 
 				if (!r) {
@@ -267,7 +266,7 @@ enum pass_result first_pass(struct piece *pieces, Py_ssize_t np_, struct tally *
 				runs = r;
 			}
 			if (nruns && runs[nruns - 1].p == p)
-				runs[nruns - 1].end = j;       /* a run of this piece ends here */
+				runs[nruns - 1].end = j; /* a run of this piece ends here */
 			runs[nruns++] = (struct run){ p, j, p->n, ts[j] };
 		}
 	}

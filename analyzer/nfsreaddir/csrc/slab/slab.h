@@ -13,25 +13,36 @@
 #include <stdlib.h>
 
 /* The rows of ``out``, ncaches values each, in this order (the module's ROWS names them). */
-enum { R_ALLOCS, R_FREES, R_FREES_MATCHED, R_LIVE, R_UNTRACED_FREES, R_PEAK_LIVE,
-       R_PEAK_LIVE_TS, R_PEAK_NET, R_ALLOC_BYTES, R_OBJECT_SIZE, N_ROWS };
+enum {
+	R_ALLOCS,
+	R_FREES,
+	R_FREES_MATCHED,
+	R_LIVE,
+	R_UNTRACED_FREES,
+	R_PEAK_LIVE,
+	R_PEAK_LIVE_TS,
+	R_PEAK_NET,
+	R_ALLOC_BYTES,
+	R_OBJECT_SIZE,
+	N_ROWS
+};
 
 struct piece {
 	int alloc;
-	long long rank;         /* its place in the columns' order: the last size of a cache wins */
+	long long rank; /* its place in the columns' order: the last size of a cache wins */
 	Py_ssize_t n, ntable;
-	int key_size;           /* 0: no key, every event's cache is -1 */
+	int key_size; /* 0: no key, every event's cache is -1 */
 	const int64_t *ts, *bytes;
 	const uint64_t *ptr;
 	const void *key;
 	const int32_t *table;
-	Py_buffer b[5];         /* ts, ptr, bytes, key, table */
+	Py_buffer b[5]; /* ts, ptr, bytes, key, table */
 };
 
 struct run {
 	const struct piece *p;
 	Py_ssize_t at, end;
-	int64_t ts;             /* ts[at] */
+	int64_t ts; /* ts[at] */
 };
 
 /* The table of live objects: 8 bytes an object's slot.  A pointer is known by h = ptr * an odd
@@ -56,15 +67,15 @@ struct run {
 #define PART_MIN_BITS 3
 
 struct part {
-	uint64_t *s;            /* NULL: no object has come to this part yet */
+	uint64_t *s; /* NULL: no object has come to this part yet */
 	uint32_t used;
-	uint8_t bits;           /* 2^bits slots */
+	uint8_t bits; /* 2^bits slots */
 };
 
 struct table {
-	struct part *parts;     /* NPARTS of them */
-	size_t used, most;      /* live objects now, and the most there were at once */
-	size_t slots;           /* of all the parts */
+	struct part *parts; /* NPARTS of them */
+	size_t used, most;  /* live objects now, and the most there were at once */
+	size_t slots;	    /* of all the parts */
 };
 
 /* What the tally keeps from window to window: per cache (``k`` of them, room for ``cap``)

@@ -18,7 +18,7 @@ static inline uint64_t hash_of(uint64_t ptr)
 
 static inline struct part *part_of(const struct table *t, uint64_t h)
 {
-	return &t->parts[h >> REM_BITS];        /* (below NPARTS: h has 64 bits) */
+	return &t->parts[h >> REM_BITS]; /* (below NPARTS: h has 64 bits) */
 }
 
 /* the home of a slot's or a pointer's REM_BITS in part q: their top q->bits */

@@ -136,8 +136,8 @@ static int late_patch(struct run *r, struct stream *s, const struct gap *g, cons
  * gaps is no longer missing; one beginning a gap the stream had reached between two records
  * is read for its whole records (with the bytes past the gap, where it fills it whole and they
  * were kept). 1 when it covered a gap, 0 when none, -1 on an error raised. */
-int gaps_fill(struct run *r, struct stream *s, uint64_t at, const uint8_t *p, size_t n,
-		     size_t step, int to_server)
+int gaps_fill(struct run *r, struct stream *s, uint64_t at, const uint8_t *p, size_t n, size_t step,
+	      int to_server)
 {
 	uint64_t end = at + step;
 	int covered = 0;
@@ -163,9 +163,10 @@ int gaps_fill(struct run *r, struct stream *s, uint64_t at, const uint8_t *p, si
 			if (whole < 0)
 				return -1;
 		}
-		if (g.from < at && gap_add(s, (struct gap){g.from, at, g.since, g.until, g.aligned}))
+		if (g.from < at &&
+		    gap_add(s, (struct gap){ g.from, at, g.since, g.until, g.aligned }))
 			return -1;
-		if (end < g.to && gap_add(s, (struct gap){end, g.to, g.since, g.until, whole}))
+		if (end < g.to && gap_add(s, (struct gap){ end, g.to, g.since, g.until, whole }))
 			return -1;
 	}
 	return covered;

@@ -14,7 +14,7 @@ static void fattr3(struct run *r, struct xdr *x)
 	const uint8_t *a = skip(x, 84);
 	if (!a)
 		return;
-	struct xdr f = {a + 52, a + 84, 0};
+	struct xdr f = { a + 52, a + 84, 0 };
 	put(r, C_FILEID3, "%llu", u64(&f));
 	u64(&f); /* atime */
 	put(r, C_MTIME_S, "%llu", u32(&f));
@@ -43,9 +43,11 @@ void reply3(struct run *r, struct xdr *x, int kind)
 		return;
 	const uint8_t *v = skip(x, 8);
 	if (v)
-		put(r, C_VERF3, "%016llx", (unsigned long long)v[0] << 56 | (unsigned long long)v[1] << 48 |
-		    (unsigned long long)v[2] << 40 | (unsigned long long)v[3] << 32 | (unsigned long long)v[4] << 24 |
-		    (unsigned long long)v[5] << 16 | (unsigned long long)v[6] << 8 | v[7]);
+		put(r, C_VERF3, "%016llx",
+		    (unsigned long long)v[0] << 56 | (unsigned long long)v[1] << 48 |
+			    (unsigned long long)v[2] << 40 | (unsigned long long)v[3] << 32 |
+			    (unsigned long long)v[4] << 24 | (unsigned long long)v[5] << 16 |
+			    (unsigned long long)v[6] << 8 | v[7]);
 	while (!x->bad && u32(x)) {
 		u64(x); /* fileid */
 		opaque(x, &n);
@@ -67,10 +69,16 @@ void reply3(struct run *r, struct xdr *x, int kind)
 static int tier4(uint32_t op)
 {
 	switch (op) {
-	case 53: return 5;			/* SEQUENCE */
-	case 10: case 22: case 31: case 32: return 4; /* GETFH PUTFH RESTOREFH SAVEFH */
-	case 9: case 23: case 24: return 3;	/* GETATTR PUTPUBFH PUTROOTFH */
-	case 3: case 17: return 2;		/* ACCESS NVERIFY */
+	case 53: return 5; /* SEQUENCE */
+	case 10:
+	case 22:
+	case 31:
+	case 32: return 4; /* GETFH PUTFH RESTOREFH SAVEFH */
+	case 9:
+	case 23:
+	case 24: return 3; /* GETATTR PUTPUBFH PUTROOTFH */
+	case 3:
+	case 17: return 2; /* ACCESS NVERIFY */
 	default: return 1;
 	}
 }
@@ -87,21 +95,47 @@ static int skip_args4(struct xdr *x, uint32_t op, struct run *r, int *nfh)
 	uint32_t n;
 	const uint8_t *p;
 	switch (op) {
-	case 3: case 45: case 52: case 58: u32(x); return 1;     /* ACCESS FREE_STATEID.. */
-	case 4: skip(x, 20); return 1;				 /* CLOSE */
-	case 5: skip(x, 12); return 1;				 /* COMMIT */
-	case 8: skip(x, 16); return 1;				 /* DELEGRETURN */
-	case 9: bitmap4(x); return 1;				 /* GETATTR */
-	case 10: case 16: case 23: case 24: case 27: case 31: case 32: return 1;
-	case 15: case 28: case 33: opaque(x, &n); return 1;	 /* LOOKUP REMOVE SECINFO */
-	case 29: opaque(x, &n); opaque(x, &n); return 1;	 /* RENAME */
-	case 30: case 57: u64(x); return 1;			 /* RENEW DESTROY_CLIENTID */
-	case 17: case 37: bitmap4(x); opaque(x, &n); return 1;	 /* NVERIFY VERIFY */
-	case 34: skip(x, 16); bitmap4(x); opaque(x, &n); return 1; /* SETATTR */
-	case 25: skip(x, 28); return 1;				 /* READ */
-	case 38: skip(x, 28); opaque(x, &n); return 1;		 /* WRITE */
-	case 53: skip(x, 32); return 1;				 /* SEQUENCE */
-	case 22:						 /* PUTFH */
+	case 3:
+	case 45:
+	case 52:
+	case 58: u32(x); return 1;     /* ACCESS FREE_STATEID.. */
+	case 4: skip(x, 20); return 1; /* CLOSE */
+	case 5: skip(x, 12); return 1; /* COMMIT */
+	case 8: skip(x, 16); return 1; /* DELEGRETURN */
+	case 9: bitmap4(x); return 1;  /* GETATTR */
+	case 10:
+	case 16:
+	case 23:
+	case 24:
+	case 27:
+	case 31:
+	case 32: return 1;
+	case 15:
+	case 28:
+	case 33: opaque(x, &n); return 1; /* LOOKUP REMOVE SECINFO */
+	case 29:
+		opaque(x, &n);
+		opaque(x, &n);
+		return 1; /* RENAME */
+	case 30:
+	case 57: u64(x); return 1; /* RENEW DESTROY_CLIENTID */
+	case 17:
+	case 37:
+		bitmap4(x);
+		opaque(x, &n);
+		return 1; /* NVERIFY VERIFY */
+	case 34:
+		skip(x, 16);
+		bitmap4(x);
+		opaque(x, &n);
+		return 1;		/* SETATTR */
+	case 25: skip(x, 28); return 1; /* READ */
+	case 38:
+		skip(x, 28);
+		opaque(x, &n);
+		return 1;		/* WRITE */
+	case 53: skip(x, 32); return 1; /* SEQUENCE */
+	case 22:			/* PUTFH */
 		p = opaque(x, &n);
 		if (p) {
 			fh_hash(r, p, n);
@@ -157,7 +191,7 @@ int call4(struct run *r, struct xdr *x)
 
 static int fattr4_reply(struct run *r, struct xdr *x)
 {
-	uint32_t nw = u32(x), w[8] = {0}, n;
+	uint32_t nw = u32(x), w[8] = { 0 }, n;
 	if (nw > 1000)
 		return -1;
 	for (uint32_t i = 0; i < nw; i++) {
@@ -168,14 +202,26 @@ static int fattr4_reply(struct run *r, struct xdr *x)
 	const uint8_t *vals = opaque(x, &n);
 	if (!vals)
 		return -1;
-	struct xdr a = {vals, vals + n, 0};
+	struct xdr a = { vals, vals + n, 0 };
 	for (int bit = 0; bit <= 20; bit++) {
 		if (!(w[bit / 32] >> (bit % 32) & 1))
 			continue;
 		switch (bit) {
 		case 0: bitmap4(&a); break;
-		case 1: case 2: case 5: case 6: case 7: case 9: case 10: case 11: case 13: case 14:
-		case 15: case 16: case 17: case 18: u32(&a); break;
+		case 1:
+		case 2:
+		case 5:
+		case 6:
+		case 7:
+		case 9:
+		case 10:
+		case 11:
+		case 13:
+		case 14:
+		case 15:
+		case 16:
+		case 17:
+		case 18: u32(&a); break;
 		case 3: put(r, C_CHANGE4, "%llu", u64(&a)); break;
 		case 4: u64(&a); break;
 		case 8: skip(&a, 16); break;
@@ -211,7 +257,11 @@ int reply4(struct run *r, struct xdr *x)
 		if (status != 0)
 			return 0; /* a compound stops at the first failure */
 		switch (op) {
-		case 22: case 23: case 24: case 31: case 32: break;
+		case 22:
+		case 23:
+		case 24:
+		case 31:
+		case 32: break;
 		case 53: skip(x, 36); break;
 		case 3: skip(x, 8); break;
 		case 10: opaque(x, &n); break;
@@ -229,8 +279,7 @@ int reply4(struct run *r, struct xdr *x)
 			}
 			put(r, C_EOF4, "%llu", u32(x));
 			break;
-		default:
-			return -1;
+		default: return -1;
 		}
 	}
 	return x->bad ? -1 : 0;

@@ -76,7 +76,7 @@ static int ip_packet(struct run *r, const uint8_t *p, size_t n)
 	if (off < 20 || off > n4)
 		return 0;
 	r->port_frames++;
-	size_t payload = wire4 - off; /* off <= n4 <= wire4 */
+	size_t payload = wire4 - off;		/* off <= n4 <= wire4 */
 	if (n4 < wire4 && r->caplen < r->len) { /* the snaplen took the rest of the payload */
 		char client[56];
 		frame_client(r, to_server, client, sizeof client);
@@ -115,17 +115,18 @@ static int link_packet(struct run *r, int linktype, const uint8_t *p, size_t n)
 			return 0;
 		et = (unsigned)p[0] << 8 | p[1], off = 20;
 		break;
-	case 0: case 108: /* BSD loopback */
+	case 0:
+	case 108: /* BSD loopback */
 		if (n < 4)
 			return 0;
 		et = 0x0800, off = 4;
 		break;
-	case 12: case 14: case 101: case 228: case 229: /* raw IP */
-		et = 0x0800, off = 0;
-		break;
-	default:
-		set_unknown(r, "a link type it does not know");
-		return 0;
+	case 12:
+	case 14:
+	case 101:
+	case 228:
+	case 229: /* raw IP */ et = 0x0800, off = 0; break;
+	default: set_unknown(r, "a link type it does not know"); return 0;
 	}
 	if (et != 0x0800 && et != 0x86dd)
 		return 0;

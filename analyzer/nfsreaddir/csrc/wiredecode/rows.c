@@ -5,11 +5,13 @@
 #include "wiredecode.h"
 
 const char *const col_names[N_COLS] = {
-	"frame", "ts", "cap_len", "len", "src", "dst", "src6", "dst6", "sport", "dport", "usport",
-	"udport", "xid", "msgtyp", "prog", "vers", "proc", "replystat", "accept", "mainop", "minor",
-	"fh", "cookie4", "verf4", "dircount4", "maxcount4", "eof4", "status4", "change4",
-	"fileid4", "cookie3", "verf3", "count3", "dircount3", "maxcount3", "ecookie3", "epcookie3",
-	"eof3", "status3", "mtime_s", "mtime_ns", "ctime_s", "ctime_ns", "fileid3",
+	"frame",    "ts",	 "cap_len", "len",	 "src",	      "dst",	   "src6",
+	"dst6",	    "sport",	 "dport",   "usport",	 "udport",    "xid",	   "msgtyp",
+	"prog",	    "vers",	 "proc",    "replystat", "accept",    "mainop",	   "minor",
+	"fh",	    "cookie4",	 "verf4",   "dircount4", "maxcount4", "eof4",	   "status4",
+	"change4",  "fileid4",	 "cookie3", "verf3",	 "count3",    "dircount3", "maxcount3",
+	"ecookie3", "epcookie3", "eof3",    "status3",	 "mtime_s",   "mtime_ns",  "ctime_s",
+	"ctime_ns", "fileid3",
 };
 
 int text_add(struct text *t, const char *s, size_t n)
@@ -76,7 +78,8 @@ int emit(struct run *r)
 	clear_row(r);
 	n = snprintf(b, sizeof b, "%llu", r->frame);
 	text_add(&r->t[C_FRAME], b, (size_t)n);
-	n = snprintf(b, sizeof b, "%llu.%09llu", r->ts_ns / 1000000000ULL, r->ts_ns % 1000000000ULL);
+	n = snprintf(b, sizeof b, "%llu.%09llu", r->ts_ns / 1000000000ULL,
+		     r->ts_ns % 1000000000ULL);
 	text_add(&r->t[C_TS], b, (size_t)n);
 	put(r, C_CAPLEN, "%llu", r->caplen);
 	put(r, C_LEN, "%llu", r->len);
@@ -101,8 +104,9 @@ int send_row(struct run *r)
 		if (at < 0)
 			continue;
 		const char *p = r->t[c].p ? r->t[c].p : "";
-		PyObject *s = r->raw[c] ? PyBytes_FromStringAndSize(p, (Py_ssize_t)r->t[c].n)
-					: PyUnicode_DecodeASCII(p, (Py_ssize_t)r->t[c].n, "replace");
+		PyObject *s = r->raw[c]
+				      ? PyBytes_FromStringAndSize(p, (Py_ssize_t)r->t[c].n)
+				      : PyUnicode_DecodeASCII(p, (Py_ssize_t)r->t[c].n, "replace");
 		if (!s) {
 			Py_DECREF(row);
 			return -1;

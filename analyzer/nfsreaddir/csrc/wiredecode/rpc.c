@@ -45,7 +45,7 @@ static int rpc_reply(struct run *r, struct xdr *x, uint32_t xid, uint64_t key)
 /* One whole RPC message from the client (to_server) or the server. */
 int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 {
-	struct xdr x = {p, p + n, 0};
+	struct xdr x = { p, p + n, 0 };
 	uint32_t xid = u32(&x), mtype = u32(&x), len;
 	if (x.bad || mtype > 1)
 		return 0;

@@ -35,8 +35,8 @@ void *table_grow(void *old, size_t old_cap, size_t cap, size_t size)
 	return n;
 }
 
-uint64_t conv_key(const char *client, unsigned cport, const char *server, unsigned sport,
-			 int udp, uint32_t xid)
+uint64_t conv_key(const char *client, unsigned cport, const char *server, unsigned sport, int udp,
+		  uint32_t xid)
 {
 	uint64_t h = 1469598103934665603ULL;
 	for (const char *s = client; *s; s++)

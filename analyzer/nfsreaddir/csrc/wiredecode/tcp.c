@@ -68,7 +68,8 @@ int stream_bytes(struct run *r, struct stream *s, const uint8_t *p, size_t n, in
 				s->last_frag = m >> 31;
 				s->frag_left = m & 0x7fffffff;
 				if (s->nrec + s->frag_left > MAX_RECORD) {
-					set_unknown(r, "an RPC record over 64 MiB (not a record mark)");
+					set_unknown(
+						r, "an RPC record over 64 MiB (not a record mark)");
 					s->dead = 1;
 					return 0;
 				}
@@ -99,7 +100,8 @@ int stream_bytes(struct run *r, struct stream *s, const uint8_t *p, size_t n, in
 				s->nrec = 0, s->broken = 0;
 				if (!broken && len && rpc_message(r, s->rec, len, to_server))
 					return -1;
-				if (broken == 2) { /* whole but for its hole: kept for a late segment */
+				/* whole but for its hole: kept for a late segment */
+				if (broken == 2) {
 					free(s->pend);
 					s->pend = s->rec, s->npend = len, s->pend_off = s->hole_off;
 					s->pend_len = s->hole_len, s->pend_at = s->hole_at;
@@ -167,8 +169,8 @@ static int hunt_start(struct run *r, const uint8_t *p, int seg_start, int to_ser
 	}
 	if (mtype != 1 || be32(p + 12) > 1)
 		return 0;
-	if (be32(p + 12) == 0 && (be32(p + 16) > 6 || be32(p + 20) > 400 ||
-				  (be32(p + 20) == 0 && be32(p + 24) > 5)))
+	if (be32(p + 12) == 0 &&
+	    (be32(p + 16) > 6 || be32(p + 20) > 400 || (be32(p + 20) == 0 && be32(p + 24) > 5)))
 		return 0;
 	if (seg_start)
 		return 1;
@@ -201,8 +203,8 @@ static int hunt(struct run *r, struct stream *s, const uint8_t *p, size_t n, int
 		record_reset(s);
 		if (i < kept && stream_bytes(r, s, s->tail + i, kept - i, to_server))
 			return -1;
-		return stream_bytes(r, s, i < kept ? p : p + (i - kept), i < kept ? n : n - (i - kept),
-				    to_server);
+		return stream_bytes(r, s, i < kept ? p : p + (i - kept),
+				    i < kept ? n : n - (i - kept), to_server);
 	}
 	/* not found: keep the last bytes, whose offsets were not all tried */
 	size_t keep = total < HEAD - 1 ? total : HEAD - 1;
@@ -298,7 +300,7 @@ int tcp_segment(struct run *r, uint64_t key, uint32_t seq, int syn, int fin, con
 	unsigned long long since = s->last_ts;
 	s->last_ts = r->ts_ns;
 	if (d < 0) { /* all or part seen already: a retransmission, or one late into a gap */
-		size_t back = (size_t)-(int64_t)d;
+		size_t back = (size_t) - (int64_t)d;
 		int late = s->ngaps ? gaps_fill(r, s, at, p, n, step, to_server) : 0;
 		if (late < 0)
 			return -1;
@@ -319,7 +321,7 @@ int tcp_segment(struct run *r, uint64_t key, uint32_t seq, int syn, int fin, con
 	if (d > 0) { /* bytes never seen before these: a hole */
 		int aligned = s->synced && s->nmark == 0 && s->frag_left == 0 && s->nrec == 0 &&
 			      !s->broken;
-		if (gap_add(s, (struct gap){s->pos, at, since, r->ts_ns, aligned}))
+		if (gap_add(s, (struct gap){ s->pos, at, since, r->ts_ns, aligned }))
 			return -1;
 		stream_lose(s, (uint64_t)d, s->pos);
 		s->orph_state = aligned && !s->synced, s->norph = 0, s->orph_at = at;

@@ -22,11 +22,51 @@
 
 /* ------------------------------------------------------------------ columns of a row */
 enum {
-	C_FRAME, C_TS, C_CAPLEN, C_LEN, C_SRC, C_DST, C_SRC6, C_DST6, C_SPORT, C_DPORT, C_USPORT,
-	C_UDPORT, C_XID, C_MSGTYP, C_PROG, C_VERS, C_PROC, C_REPLYSTAT, C_ACCEPT, C_MAINOP, C_MINOR,
-	C_FH, C_COOKIE4, C_VERF4, C_DIRCOUNT4, C_MAXCOUNT4, C_EOF4, C_STATUS4, C_CHANGE4,
-	C_FILEID4, C_COOKIE3, C_VERF3, C_COUNT3, C_DIRCOUNT3, C_MAXCOUNT3, C_ECOOKIE3, C_EPCOOKIE3,
-	C_EOF3, C_STATUS3, C_MTIME_S, C_MTIME_NS, C_CTIME_S, C_CTIME_NS, C_FILEID3, N_COLS
+	C_FRAME,
+	C_TS,
+	C_CAPLEN,
+	C_LEN,
+	C_SRC,
+	C_DST,
+	C_SRC6,
+	C_DST6,
+	C_SPORT,
+	C_DPORT,
+	C_USPORT,
+	C_UDPORT,
+	C_XID,
+	C_MSGTYP,
+	C_PROG,
+	C_VERS,
+	C_PROC,
+	C_REPLYSTAT,
+	C_ACCEPT,
+	C_MAINOP,
+	C_MINOR,
+	C_FH,
+	C_COOKIE4,
+	C_VERF4,
+	C_DIRCOUNT4,
+	C_MAXCOUNT4,
+	C_EOF4,
+	C_STATUS4,
+	C_CHANGE4,
+	C_FILEID4,
+	C_COOKIE3,
+	C_VERF3,
+	C_COUNT3,
+	C_DIRCOUNT3,
+	C_MAXCOUNT3,
+	C_ECOOKIE3,
+	C_EPCOOKIE3,
+	C_EOF3,
+	C_STATUS3,
+	C_MTIME_S,
+	C_MTIME_NS,
+	C_CTIME_S,
+	C_CTIME_NS,
+	C_FILEID3,
+	N_COLS
 };
 extern const char *const col_names[N_COLS];
 
@@ -85,7 +125,7 @@ struct run {
 	PyObject *cols; /* the caller's column order: its index for each of ours */
 	Py_ssize_t ncols, where[N_COLS];
 	struct text t[N_COLS];
-	char raw[N_COLS]; /* the column holds raw_add's values (bytes), not text */
+	char raw[N_COLS];    /* the column holds raw_add's values (bytes), not text */
 	const char *unknown; /* why tshark must decode this capture instead */
 	const char *cut;     /* how the file ends before its end: the packets after are not in it */
 	int failed;	     /* a Python error is set */
@@ -96,11 +136,12 @@ struct run {
 	int v6, udp;
 	unsigned sport, dport;
 	/* what the capture holds */
-	unsigned long long port_frames, rpc_frames, split_frames, messages, retransmitted, reordered;
+	unsigned long long port_frames, rpc_frames, split_frames, messages, retransmitted,
+		reordered;
 	unsigned long long udp_frames, truncated; /* truncated: frames cut by the snaplen */
 	uint32_t snaplen;			  /* the longest of them */
-	int frame_had_rpc; /* RPC messages the frame completed */
-	unsigned versions; /* bit 2: v2, 3: v3, 8 + minor: v4.minor */
+	int frame_had_rpc;			  /* RPC messages the frame completed */
+	unsigned versions;			  /* bit 2: v2, 3: v3, 8 + minor: v4.minor */
 	uint16_t ports[64];
 	int nports;
 	/* the calls awaiting replies and the TCP streams: this run's own, so that two threads'
@@ -168,10 +209,10 @@ struct gap {
 };
 
 struct stream {
-	uint64_t key; /* 0: free */
-	uint32_t next_seq;	     /* the next byte's sequence number */
-	uint64_t pos;		     /* and its position, unwrapped */
-	unsigned long long last_ts;  /* the last segment with bytes (or SYN, FIN) */
+	uint64_t key;		    /* 0: free */
+	uint32_t next_seq;	    /* the next byte's sequence number */
+	uint64_t pos;		    /* and its position, unwrapped */
+	unsigned long long last_ts; /* the last segment with bytes (or SYN, FIN) */
 	int seen, synced, dead;
 	/* the record under way lost bytes: 1, read to its end and dropped; 2, its rec keeps their
 	 * place (hole_len bytes at hole_off, the stream's bytes from hole_at on), so that a
@@ -204,7 +245,7 @@ struct stream {
 	size_t norph, caporph;
 	uint64_t orph_at;
 	int orph_state;
-	int late_age; /* in-order segments since the bytes kept for a late one were */
+	int late_age;	    /* in-order segments since the bytes kept for a late one were */
 	size_t resync_back; /* a hunt's find: bytes from it to the end of what the hunt was given */
 	char client[56];    /* "addr:port", as tshark_fields.endpoint names it */
 	int to_server;	    /* the stream's bytes go to the server */
@@ -259,8 +300,8 @@ int hole_add(struct run *r, const char *client, unsigned long long from, unsigne
 void frame_client(const struct run *r, int to_server, char *out, size_t size);
 int gap_add(struct stream *s, struct gap g);
 int gaps_flush(struct run *r, struct stream *s);
-int gaps_fill(struct run *r, struct stream *s, uint64_t at, const uint8_t *p, size_t n,
-	      size_t step, int to_server);
+int gaps_fill(struct run *r, struct stream *s, uint64_t at, const uint8_t *p, size_t n, size_t step,
+	      int to_server);
 int streams_end(struct run *r);
 
 /* packets.c: link, IP and port layers of one frame */
