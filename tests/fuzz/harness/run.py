@@ -33,12 +33,8 @@ MAX_LEN = {"ringbuf": 20000, "zchunks": 32768, "wiredecode": 16384, "slab": 4096
 SAMPLE_RUNS = {"ringbuf": 2000, "zchunks": 2000, "wiredecode": 2000, "slab": 2000, "text": 100}
 
 # Bugs found and not yet fixed in files this folder does not own, kept out of the way of the
-# fuzzing (never of the replay, which shows them): each with the kept input that shows it.
-# _wiredecode.c reads gzerror()'s text after gzclose() freed it: tests/fuzz/wiredecode/crash-b86...,
-# and csrc/wiredecode/files.c reads ifs[ifid] for an interface id of 2**31 or more: crash-a10...
-# (harness/wiredecode.c closes late and skips such a pcapng where this is set)
-OPEN_BUG_ENV = {"NFSRT_FUZZ_GZCLOSE_LATE": "1"}
-# tcp.c memcpy()s to rec + nrec with rec still NULL for an empty fragment: crash-30c...
+# fuzzing (never of the replay, which shows them), each with the kept input that shows it:
+# UBSan suppressions (none open now).
 OPEN_BUG_SUPPRESSIONS = HERE / "open-bugs.supp"
 
 
@@ -50,7 +46,6 @@ def env(fuzzing):
     ubsan = "halt_on_error=1:print_stacktrace=1"
     if fuzzing:
         ubsan += f":suppressions={OPEN_BUG_SUPPRESSIONS}"
-        e.update(OPEN_BUG_ENV)
     e["UBSAN_OPTIONS"] = ubsan
     e["PYTHONPATH"] = str(TOP / "analyzer")
     return e
