@@ -46,7 +46,7 @@ check-shell:
 		if (/^#!\/bin\/(ba)?sh/ || FILENAME ~ /\.sh$$/) print FILENAME; nextfile }' {} + | \
 		sort | xargs shellcheck -f gcc
 
-# mypy over the core (the files and rules are in pyproject.toml).
+# mypy over the package (the files and rules are in pyproject.toml).
 check-types:
 	.venv/bin/mypy --cache-dir $(MYPY_CACHE)
 

@@ -161,7 +161,7 @@ def parser(argv=None):
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND", action=_Commands)
-    adders = COMMANDS.values()
+    adders = list(COMMANDS.values())
     if argv and argv[0] in COMMANDS:
         adders = [COMMANDS[argv[0]]]
     for add in adders:
@@ -476,6 +476,7 @@ def _output_lost(e, args):
     --verdict) still gives it; any other never exits 0 with its output lost."""
     # What is still buffered for it goes nowhere: the interpreter's own flush at exit would
     # fail again, print a traceback and exit 120.
+    assert isinstance(sys.stdout, GuardedOutput)  # (main guards it while the command runs)
     stdout = sys.stdout.stream
     with contextlib.suppress(AttributeError, OSError, ValueError):
         null = os.open(os.devnull, os.O_WRONLY)

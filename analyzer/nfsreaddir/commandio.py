@@ -70,7 +70,7 @@ def reader_left(out):
 # The commands' arguments that name inputs (traces, captures, results directories).
 INPUT_ARGS = ("traces", "before", "after", "trace")
 # Spooled copies of streams, by the path they are read through: the name the user gave.
-SHOWN = {}
+SHOWN: dict[str, str] = {}
 
 
 def shown(path):
@@ -93,7 +93,7 @@ def open_inputs(args, stack):
     stream as a trace does. The copy is unlinked from the start (reached through /proc/PID/fd,
     which tshark can open too), so nothing is left behind whatever ends the process; stack
     closes it. A stream named twice (check - -) would be read empty the second time: refused."""
-    streams = {}
+    streams: dict[tuple[int, int], str] = {}
     for attr in INPUT_ARGS:
         value = getattr(args, attr, None)
         if value is None:

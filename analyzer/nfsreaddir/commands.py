@@ -88,6 +88,7 @@ def cmd_analyze(args):
         return status.GOOD
     if analyses:
         print_analysis(analyses, details=args.details)
+        assert v is not None  # (judged where there are analyses)
         sys.stdout.write(f"\nverdict: {v.reason}\n")
     sections = [f"{x.path}: " + slab_text(x.slab, top=args.top) for x in loaded if x.slab]
     sections += [f"{p}: " + dcache_report(pipeline.dcache_results(p)) for p in dcache_runs]
@@ -181,7 +182,7 @@ def cmd_plot(args):
         analyses = [x.analysis for x in load(traces, ports=args.port)]
         kept = None if to_stdout else keep_old(args.output)
         plot.listings(analyses, args.output, image)
-    if to_stdout:
+    if image is not None:  # (to stdout)
         sys.stdout.flush()
         try:
             sys.stdout.buffer.write(image.getvalue())
@@ -208,18 +209,18 @@ def cmd_compare(args):
             pipeline.dcache_results(args.before), pipeline.dcache_results(args.after)
         )
     else:
-        sides = [
+        before, after = (
             [x.analysis for x in load([p], ports=args.port) if x.analysis is not None]
             for p in (args.before, args.after)
-        ]
+        )
         paths = (shown(args.before), shown(args.after))
         if args.json:  # listings as records: no tuple keys, null where it cannot tell
             import json  # (where used: a check need not pay its import)
 
-            json.dump(compare.to_json(*sides, paths), sys.stdout, indent=2, default=str)
+            json.dump(compare.to_json(before, after, paths), sys.stdout, indent=2, default=str)
             sys.stdout.write("\n")
             return status.GOOD
-        table = compare.table(*sides, paths)
+        table = compare.table(before, after, paths)
     if args.json:
         print(table.to_json(orient="index", indent=2))
     else:

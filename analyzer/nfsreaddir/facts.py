@@ -6,7 +6,7 @@ import collections
 
 
 def read_facts(path):
-    facts = collections.defaultdict(dict)
+    facts: collections.defaultdict[str, dict[str, str]] = collections.defaultdict(dict)
     with open(path) as f:
         for line in f:
             key, sep, value = line.rstrip("\n").partition("=")

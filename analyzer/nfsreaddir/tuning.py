@@ -169,7 +169,7 @@ def in_threads(fn, items, nthreads, name="tracedat"):
     with logging's and queue's, costs a check of a small trace more than reading the trace."""
     items = list(items)
     out = [None] * len(items)
-    failed = []
+    failed: list[tuple[int, BaseException]] = []
     todo = iter(range(len(items)))
     lock = threading.Lock()
 

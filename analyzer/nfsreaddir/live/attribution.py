@@ -86,7 +86,7 @@ class Attribution:
         # same time, before or after it, may be any of theirs (both ends are in a window)
         self._after: dict[Any, tuple[int, tuple]] = {}
         self._waiting: dict[Any, list[_Gap]] = {}  # pid -> its filled gaps not decided yet
-        self._tasks: dict[Any, tuple[_Gap, Any]] = {}  # task -> (its call's gap, key)
+        self._tasks: dict[Any, tuple[_Gap, Any, int]] = {}  # task -> (its call's gap, key, time)
         # pid -> its READDIR calls, paired with its READDIR events that fire at the reply
         self._calls: dict[Any, ReplyCalls] = {}
 

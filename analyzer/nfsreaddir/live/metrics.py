@@ -43,7 +43,7 @@ TEXTFILE_SECONDS = 1.0
 
 def mounts():
     """{dev_t as the kernel's events give it (major << 20 | minor): mount point}."""
-    out = {}
+    out: dict[int, str] = {}
     with open("/proc/self/mountinfo") as f:
         for line in f:
             p = line.split()
@@ -84,7 +84,7 @@ class Metrics:
         # looks up the labels under a lock: most of what counting an event cost); the gauge's
         # series of the last listings() (it is set again only when they change).
         self._children = {}
-        self._in_progress = collections.Counter()
+        self._in_progress: collections.Counter = collections.Counter()
         r = self.registry = CollectorRegistry()
         # process_cpu_seconds_total, process_start_time_seconds (a restart of watch is seen by
         # it changing), process_resident_memory_bytes: watch's own cost.

@@ -37,7 +37,8 @@ class LiveTrace:
             if fmt is not None:
                 self._formats[ev] = fmt
         self.by_id = {f.id: f for f in self._formats.values()}
-        self.rows = {ev: [] for ev in self._formats}  # (ts, cpu, pid, fields)
+        # each event's rows: (ts, cpu, pid, fields)
+        self.rows: dict[str, list[tuple]] = {ev: [] for ev in self._formats}
         self.counts = dict.fromkeys(self._formats, 0)  # kept or not
         self._comms = {}
         self.wanted = {

@@ -159,7 +159,7 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout, listen=Non
                 f"kernel gives no event of a reader's calls ({plan.sources['calls']}): "
                 "run watch without them"
             )
-        if service:
+        if metrics is not None:
             metrics.tracing.set(1)
         # Without opens to delimit listings, the lines come from analyze() over everything so
         # far, whenever an invalidation or a READDIR at cookie 0 comes in (slow, but exact).
@@ -181,13 +181,14 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout, listen=Non
         for f in failed:
             print(f"nfs-readdir watch: cleanup failed: {f}", file=sys.stderr)
         if expo is not None:
-            metrics.tracing.set(1 if failed else 0)
+            expo.metrics.tracing.set(1 if failed else 0)
             expo.close()
     if service:
         out.write("nfs-readdir watch: " + ("stopped" if interrupted else "done"))
         if tracker is not None:
             out.write(
-                f"; {live.events} events read, {live.lost} lost; {tracker.restarts} restart(s)"
+                f"; {tracker.live.events} events read, {tracker.live.lost} lost; "
+                f"{tracker.restarts} restart(s)"
             )
         out.write("\n")
         return status.GOOD

@@ -439,6 +439,11 @@ def summary(markers_or_samples, phases=None, timings=None, events=None):
 # A judge's figures by name: JSON values of every kind (int, float, str, bool, None) that the
 # rules read back by name and compute with; mypy cannot tell which kind a name holds.
 Figures = dict[str, Any]
+# What a judge is given: the results.json being built and the run's facts by group (run_facts);
+# and what it gives: its figures, the reasons it fails and those it passes.
+Results = dict[str, Any]
+Facts = dict[str, dict[str, Any]]
+Judged = tuple[Figures, list[str], list[str]]
 
 
 def jsonable(x):

@@ -32,7 +32,9 @@ def events(analysis):
     """The Trace Event list of one analysis: metadata first, then every timed event in order."""
     lsts = analysis.listings
     origin = min((lst.start for lst in lsts), default=0)
-    tracks, timed, meta = {}, [], []
+    tracks: dict[str, int] = {}
+    timed: list[dict] = []
+    meta: list[dict] = []
     for n, lst in enumerate(lsts):
         who = process_of(lst)
         pid = tracks.setdefault(who, lst.pid if lst.pid is not None else 1_000_000 + len(tracks))

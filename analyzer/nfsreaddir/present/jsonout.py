@@ -7,6 +7,8 @@ at 10 M packets). A Stream's items are made, written and dropped one by one.
 """
 
 import json
+from collections.abc import Iterator
+from typing import Any
 
 INDENT = 2
 
@@ -39,6 +41,7 @@ def _write(obj, out, level):
         out.write(_leaf(obj, level))
         return
     inner = "\n" + " " * (INDENT * (level + 1))
+    items: Iterator[tuple[str | None, Any]]
     if isinstance(obj, dict):
         # (a key not a string as json writes it: 1 as "1", True as "true")
         items = (

@@ -31,7 +31,7 @@ from ..units import NS
 def _ends(lsts):
     """The largest cookie of each directory among listings that reached its end: the scale of a
     listing of that directory that did not (its own largest cookie is only as far as it got)."""
-    out = {}
+    out: dict[tuple[int, int], float] = {}
     for _, lst in lsts:
         if lst.complete and len(lst.rpcs):
             key = (lst.dev, lst.fileid)
@@ -118,10 +118,10 @@ def listings_figure(analyses):
     panels = [p for p in (("cookies", with_cookies), ("counts", without)) if p[1]]
     heights = [3] * len(panels) + ([1] if has_samples else [])
     fig = Figure(figsize=(12, 2.4 * sum(heights) + 1))
-    axes = fig.subplots(
+    grid = fig.subplots(
         len(heights), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights}
     )
-    axes = list(axes[:, 0])
+    axes = list(grid[:, 0])
     colors = {}
     palette = iter(_colors(len(lsts)))
     for ax, (kind, items) in zip(axes, panels):

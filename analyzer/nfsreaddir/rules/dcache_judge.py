@@ -4,6 +4,7 @@ them, and the results.json of a run (its summary and its verdict together)."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -11,7 +12,10 @@ from .. import __version__
 from ..model.dcache import (
     REPRODUCERS,
     DcacheError,
+    Facts,
     Figures,
+    Judged,
+    Results,
     jsonable,
     ratio,
     read_trace,
@@ -25,14 +29,19 @@ from ..units import NS
 from . import verdict
 from .dcache_memcg import judge_memcg
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def build_results(directory):
+    from ..model.markers import Markers
+
+
+def build_results(directory: str) -> Results:
     """results.json of a dcache-* results directory: run facts, per-phase facts and summary,
     the reproducer's figures, "verdict" ("PASS"/"FAIL") and "reasons"."""
     return build(directory)[0]
 
 
-def build(directory):
+def build(directory: str) -> tuple[Results, Markers]:
     """(build_results(directory), the markers of its trace), the trace read once."""
     facts = run_facts(directory)
     run = facts.pop("run", {})
@@ -72,15 +81,15 @@ def build(directory):
     return jsonable(res), markers
 
 
-def _delta(res, phase, key):
+def _delta(res: Results, phase: str, key: str) -> float | None:
     return res["phases"].get(phase, {}).get("delta", {}).get(key)
 
 
-def _ev(res, phase, key):
+def _ev(res: Results, phase: str, key: str) -> int:
     return res["phases"].get(phase, {}).get("events", {}).get(key, 0)
 
 
-def _judge_negative(res, facts, markers, events):
+def _judge_negative(res: Results, facts: Facts, markers: Markers, events: pd.DataFrame) -> Judged:
     paired = res.get("cycles", {})
     f: Figures = {**_miss_figures(res), **_lookup_figures(res), **_paired_figures(paired)}
     limit = float(res.get("max_slowdown", 1.5))
@@ -102,7 +111,7 @@ def _judge_negative(res, facts, markers, events):
     return f, fail, ok
 
 
-def _miss_figures(res) -> Figures:
+def _miss_figures(res: Results) -> Figures:
     """The misses of each target and the negative dentries and bytes they added."""
     f: Figures = {}
     for ph, count_key in (("nfs-misses", "nfs_misses"), ("local-misses", "local_misses")):
@@ -133,7 +142,7 @@ def _miss_figures(res) -> Figures:
     return f
 
 
-def _lookup_figures(res) -> Figures:
+def _lookup_figures(res: Results) -> Figures:
     """Per target, the lookup timings before and after the misses and once dropped."""
     f: Figures = {}
     for target, t in res.get("lookup", {}).items():
@@ -164,7 +173,7 @@ def _lookup_figures(res) -> Figures:
     return f
 
 
-def _paired_figures(paired) -> Figures:
+def _paired_figures(paired: dict[str, dict[str, Any]]) -> Figures:
     """Per target, the figures of the --paired cycles (polluted and clean exec blocks)."""
     f: Figures = {}
     for target, t in paired.items():
@@ -199,7 +208,7 @@ def _paired_figures(paired) -> Figures:
     return f
 
 
-def _judge_paired(paired, limit):
+def _judge_paired(paired: dict[str, dict[str, Any]], limit: float) -> tuple[list[str], list[str]]:
     """(fail, ok): per target, whether exec's system time grew with the negative dentries."""
     fail: list[str] = []
     ok: list[str] = []
@@ -222,7 +231,7 @@ def _judge_paired(paired, limit):
     return fail, ok
 
 
-def _judge_lookups(res, limit):
+def _judge_lookups(res: Results, limit: float) -> tuple[list[str], list[str]]:
     """(fail, ok): per target, whether the path walk slowed with the negative dentries."""
     fail: list[str] = []
     ok: list[str] = []
@@ -249,7 +258,9 @@ def _judge_lookups(res, limit):
     return fail, ok
 
 
-def _judge_unlink_storm(res, facts, markers, events):
+def _judge_unlink_storm(
+    res: Results, facts: Facts, markers: Markers, events: pd.DataFrame
+) -> Judged:
     f: Figures = {}
     fail: list[str] = []
     ok: list[str] = []
@@ -332,7 +343,7 @@ def _judge_unlink_storm(res, facts, markers, events):
     return f, fail, ok
 
 
-def _steady_rates(markers, phase):
+def _steady_rates(markers: Markers, phase: str) -> dict[str, float | None]:
     """nr_negative per second while a phase added its 10-30 % ("early") and 70-90 % ("late")
     of the negative dentries it added in all, and the least-squares slope over its 10-90 %
     ("fit"), from the samples inside the phase; None where fewer than two samples fall in."""
@@ -349,7 +360,7 @@ def _steady_rates(markers, phase):
     t = (inside["ts"] - p.start) / NS
     done = (inside["nr_negative"] - base) / total
 
-    def span(lo, hi):
+    def span(lo: float, hi: float) -> float | None:
         a, b = inside[done >= lo], inside[done >= hi]
         if not len(a) or not len(b):
             return None
@@ -365,7 +376,9 @@ def _steady_rates(markers, phase):
     return out
 
 
-def _judge_readdirplus(res, facts, markers, events):
+def _judge_readdirplus(
+    res: Results, facts: Facts, markers: Markers, events: pd.DataFrame
+) -> Judged:
     """Figures per N; the verdict on the largest N only: small directories are primed on
     every kernel (5.10 primes the names of the first READDIR reply, about 1,000)."""
     f: Figures = {}

@@ -3,13 +3,27 @@ allocates before any lookup, per cell of mounts x memcgs, and the list_lru model
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pandas as pd
 
 from ..model import listlru
-from ..model.dcache import DcacheError, Figures, jsonable, number, ratio
+from ..model.dcache import (
+    DcacheError,
+    Facts,
+    Figures,
+    Judged,
+    Results,
+    jsonable,
+    number,
+    ratio,
+)
+
+if TYPE_CHECKING:
+    from ..model.markers import Markers
 
 
-def _memcg_cells(res, markers):
+def _memcg_cells(res: Results, markers: Markers) -> dict[str, dict[str, Any]]:
     """Per cell (phase kK-mM): the explicit labelled samples and their differences."""
     s = markers.samples
     cells = {}
@@ -53,7 +67,7 @@ MEMCG_STEPS = [
 ]
 
 
-def judge_memcg(res, facts, markers, events):
+def judge_memcg(res: Results, facts: Facts, markers: Markers, events: pd.DataFrame) -> Judged:
     f: Figures = {}
     fail: list[str] = []
     ok: list[str] = []
@@ -115,10 +129,10 @@ def judge_memcg(res, facts, markers, events):
         pairs = (k2 - k1) * (m2 - m1)
         for key in ("lru_bytes_total", "kmalloc_bytes_total", "slab_bytes_total"):
             v = [cell.get(x, {}).get(key) for x in ((k2, m2), (k2, m1), (k1, m2), (k1, m1))]
-            a, b, c, d = v
-            if a is None or b is None or c is None or d is None:
+            a22, a21, a12, a11 = v
+            if a22 is None or a21 is None or a12 is None or a11 is None:
                 continue
-            f[f"pair_{key.removesuffix('_total')}"] = round((a - b - c + d) / pairs)
+            f[f"pair_{key.removesuffix('_total')}"] = round((a22 - a21 - a12 + a11) / pairs)
         big = cell.get((k2, m2), {})
         f["largest_cell"] = f"k{k2}-m{m2}"
         f["largest_kmalloc_bytes_total"] = big.get("kmalloc_bytes_total")
@@ -154,7 +168,7 @@ def judge_memcg(res, facts, markers, events):
     return f, fail, ok
 
 
-def _memcg_model(res, grid):
+def _memcg_model(res: Results, grid: dict[str, dict[str, Any]]) -> Figures:
     """Figures of the list_lru model (listlru.py): on an eager kernel (5.10) the code's law
     against every cell's mount step, with the capacity it implies against the one seen; on
     any kernel, with cells to spare over the fit's four coefficients, the fit and its error;
@@ -203,7 +217,9 @@ def _memcg_model(res, grid):
     return f
 
 
-def _eager_law(res, order, caps):
+def _eager_law(
+    res: Results, order: list[tuple[str, dict[str, Any]]], caps: dict[str, int]
+) -> tuple[Figures, dict[str, int]]:
     """(figures, untraced bytes per cell) of the code's law on an eager kernel: each cell's
     mount step against what lru_bytes_510 says it allocates, written into the cell's phase."""
     untraced = {}
@@ -231,7 +247,13 @@ def _eager_law(res, order, caps):
     return f, untraced
 
 
-def _model_fit(res, order, caps, untraced, eager):
+def _model_fit(
+    res: Results,
+    order: list[tuple[str, dict[str, Any]]],
+    caps: dict[str, int],
+    untraced: dict[str, int],
+    eager: bool,
+) -> dict[str, Any] | None:
     """The model fitted to the cells' bytes, each cell's prediction written into its phase;
     None without two cells more than the model has coefficients."""
     rows = [
@@ -255,7 +277,7 @@ def _model_fit(res, order, caps, untraced, eager):
     return fit
 
 
-def _report_prediction(fit, eager) -> Figures:
+def _report_prediction(fit: dict[str, Any] | None, eager: bool) -> Figures:
     """What the law and the fit say of the 2021 report's host."""
     f: Figures = {}
     # The report's host: 10,000 superblocks x 10,000 memcgs on 2 nodes.

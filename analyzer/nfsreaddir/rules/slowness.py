@@ -32,9 +32,13 @@ The thresholds are ratios of the listing's own evidence, not times tuned to one 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import events
+
+if TYPE_CHECKING:
+    from ..model.listing import Listing
+    from ..model.roundtrips import OpCount, RoundTrips
 
 PER_NAME = 0.5
 MAX_PER_NAME = 2
@@ -74,10 +78,10 @@ class Finding(NamedTuple):  # (not a dataclass: see events.py)
     evidence: str
     change: str
 
-    def text(self):
+    def text(self) -> str:
         return f"{self.evidence}: {self.change}"
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "ops": self.ops,
@@ -87,18 +91,18 @@ class Finding(NamedTuple):  # (not a dataclass: see events.py)
         }
 
 
-def _n(v):
+def _n(v: float) -> str:
     return f"{v:,}"
 
 
-def _time(o, rt):
+def _time(o: OpCount, rt: RoundTrips) -> str:
     if o.server_seconds is None:
         return ""
     share = f", {o.share:.0%} of the listing's {rt.seconds:.1f} s" if o.share is not None else ""
     return f" ({o.server_seconds:.2f} s of server time{share})"
 
 
-def _per_name(o, rt, plus):
+def _per_name(o: OpCount, rt: RoundTrips, plus: str | bool | None) -> Finding | None:
     """The Finding of an operation sent once per name, or None."""
     if not rt.names or o.readdir or not PER_NAME <= o.calls / rt.names <= MAX_PER_NAME:
         return None
@@ -157,7 +161,9 @@ def _per_name(o, rt, plus):
     )
 
 
-def _readdir_findings(rt, readdirs, others):
+def _readdir_findings(
+    rt: RoundTrips, readdirs: list[OpCount], others: list[OpCount]
+) -> list[Finding]:
     """Findings on the READDIRs themselves: only where the listing needed READDIR_FACTOR of
     them or more (a few round trips for the directory are no cost a client can save) and
     they took at least MATTERS of its time."""
@@ -165,7 +171,7 @@ def _readdir_findings(rt, readdirs, others):
     known = [o for o in readdirs if o.server_seconds is not None]
     if calls < READDIR_FACTOR or not known or rt.seconds <= 0:
         return []
-    server = sum(o.server_seconds for o in known)
+    server = sum(o.server_seconds or 0.0 for o in known)  # (known: none is None)
     if server / rt.seconds < MATTERS:
         return []
     out = []
@@ -207,7 +213,7 @@ def _readdir_findings(rt, readdirs, others):
     return out
 
 
-def findings(rt):
+def findings(rt: RoundTrips | None) -> list[Finding]:
     """The Findings of one listing's RoundTrips (None: nothing), per-name calls first."""
     if rt is None:
         return []
@@ -227,7 +233,7 @@ def findings(rt):
     return out + [f for f in (_small_readdirs(rt, readdirs), _uncached(rt)) if f is not None]
 
 
-def _entry_bytes(readdirs):
+def _entry_bytes(readdirs: list[OpCount]) -> int | None:
     """The protocol's largest entry of the listing's READDIRs (MAX_ENTRY_BYTES), or None."""
     sizes = []
     for o in readdirs:
@@ -237,7 +243,7 @@ def _entry_bytes(readdirs):
     return max(known) if known else None
 
 
-def _small_readdirs(rt, readdirs):
+def _small_readdirs(rt: RoundTrips, readdirs: list[OpCount]) -> Finding | None:
     """The Finding of a listing that needed many READDIRs of few entries each, where the
     evidence names why (replies thrown away and asked again, or short of the ask), or None."""
     calls = sum(o.calls for o in readdirs)
@@ -299,7 +305,7 @@ def _small_readdirs(rt, readdirs):
     )
 
 
-def _uncached(rt):
+def _uncached(rt: RoundTrips) -> Finding | None:
     """The Finding of a listing some of whose READDIRs the kernel sent in its uncached mode,
     or None (none, or a trace that cannot tell)."""
     if not rt.uncached_readdirs:
@@ -319,7 +325,7 @@ def _uncached(rt):
     )
 
 
-def line(lst, rt, found):
+def line(lst: Listing, rt: RoundTrips, found: list[Finding]) -> str | None:
     """One line on a listing's time, where no restart explains it: its per-name calls (or
     READDIRs that took most of its time) and what to change; None where there is none, where
     the listing took under NOTICED_S, or where it restarted, may have, or lost events (the
@@ -358,5 +364,5 @@ def line(lst, rt, found):
     )
 
 
-def _readdir_share(rt):
+def _readdir_share(rt: RoundTrips) -> float:
     return sum(o.server_seconds or 0 for o in rt.ops if o.readdir) / rt.seconds

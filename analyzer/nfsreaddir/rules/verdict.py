@@ -38,7 +38,9 @@ also bad when a listing repeated or lost a name. `check`, results.json, vm-run a
 answer through judge().
 """
 
-from typing import Any, NamedTuple
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -48,13 +50,18 @@ from ..recordtype import record
 from ..status import BAD, GOOD, UNDECIDED
 from .limits import MAX_RATIO
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from ..model.listing import Analysis, Listing
+
 # Without cookies, a ratio of small counts means little: 6.1 spends one READDIR per
 # invalidation to continue a listing, 3 against 9 on a small directory. Ask for both.
 MIN_EXTRA_READDIRS = 10
 
 
 class Finding(NamedTuple):  # (not a dataclass: see events.py)
-    listing: object  # model.listing.Listing
+    listing: Listing
     word: str  # bad, undecided, survived, unfinished, good, untested
     why: str
 
@@ -65,34 +72,34 @@ class Verdict:
     reason: str  # one line: which listing and which evidence decided
     max_restarts: int = 0  # the restarts a listing was allowed
 
-    def said(self, code, reason):
+    def said(self, code: int, reason: str) -> Verdict:
         """This verdict with its answer."""
         self.code, self.reason = code, reason
         return self
 
-    def finding(self, lst):
+    def finding(self, lst: Listing) -> Finding:
         """The finding this verdict came to on one listing (judged again: a verdict keeps no
         finding of every listing, a server's capture has tens of thousands)."""
         return judge_listing(lst, self.max_restarts)
 
     @property
-    def word(self):
+    def word(self) -> str:
         return status.bisect_word(self.code)
 
     @property
-    def result(self):
+    def result(self) -> str:
         return status.result_word(self.code)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         """The verdict as `analyze --json` and `watch --json` give it."""
         return {"code": self.code, "word": self.word, "reason": self.reason}
 
 
-def _n(count, word):
+def _n(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _change(lst):
+def _change(lst: Listing) -> str:
     """What changed under a listing, in words."""
     parts = []
     if lst.exercising:
@@ -104,14 +111,14 @@ def _change(lst):
     return " and ".join(parts) or "no change of its directory"
 
 
-def _times(n, most=None):
+def _times(n: int, most: int | None = None) -> str:
     """'once', '5 times', or the range the evidence allows: '25-26 times'."""
     if most is not None and most > n:
         return f"{n}-{most} times"
     return "once" if n == 1 else f"{n} times"
 
 
-def _where(restarts):
+def _where(restarts: Sequence) -> str:
     """Where restarts went back to: 'at cookie 0', below the reader's position, or both."""
     below = sum(1 for r in restarts if r.cookie)
     return (
@@ -124,7 +131,9 @@ def _where(restarts):
     )
 
 
-def _restarted(lst, restarts, invalidations, most=None):
+def _restarted(
+    lst: Listing, restarts: Sequence, invalidations: int, most: int | None = None
+) -> str:
     """'restarted 5 times at cookie 0 after 5 invalidations (157 READDIRs)'; most: the most
     restarts the evidence allows, where more than len(restarts) (a range, as the table says)."""
     return (
@@ -134,7 +143,7 @@ def _restarted(lst, restarts, invalidations, most=None):
     )
 
 
-def survival_counts(lst):
+def survival_counts(lst: Listing) -> bool:
     """Whether the listing's survived changes prove that its kernel goes on at a change: not
     where another reader of the directory could have made it restart below its position
     without a READDIR at cookie 0 the trace would show as one (see the module's text)."""
@@ -143,7 +152,7 @@ def survival_counts(lst):
     )
 
 
-def _went_back_to_zero(lst):
+def _went_back_to_zero(lst: Listing) -> bool:
     """Every ambiguous READDIR of the listing asked for cookie 0: a restart, or a new open."""
     if not lst.ambiguous_rows:
         return False
@@ -151,7 +160,7 @@ def _went_back_to_zero(lst):
     return all(cookies[i] == 0 for i in lst.ambiguous_rows)
 
 
-def _damage_summary(damage, first=3):
+def _damage_summary(damage: list[dict], first: int = 3) -> str:
     """The first few of a listing's damages in the order they came, and how many more: a
     ring-buffer loss can leave a thousand places in one listing."""
     places = sorted({(d["from"], d["to"], d["what"]) for d in damage})
@@ -159,7 +168,7 @@ def _damage_summary(damage, first=3):
     return "; ".join(w for _, _, w in places[:first]) + (f"; and {more:,} more" if more > 0 else "")
 
 
-def judge_listing(lst, max_restarts=0):
+def judge_listing(lst: Listing, max_restarts: int = 0) -> Finding:
     """The finding for one listing (see the module's text)."""
     if lst.cookies_known and len(lst.restarts) > max_restarts:
         inv = sum(bool(i.followed_by_restart) for i in lst.invalidations)
@@ -240,7 +249,7 @@ def judge_listing(lst, max_restarts=0):
     )
 
 
-def _ratio_rule(by_phase, max_ratio):
+def _ratio_rule(by_phase: dict[str, Listing], max_ratio: float) -> tuple[int, str] | None:
     """Without cookies: the modified listing's READDIRs against the idle one's of the same run
     (by_phase: {phase: its listing}). Returns (code, text) or None when the run has no such
     pair."""
@@ -275,7 +284,7 @@ class _Kind:
     analysis: Any = None
     key: tuple = ()
 
-    def add(self, f, a, key=None):
+    def add(self, f: Finding, a: Analysis, key: tuple | None = None) -> None:
         self.count += 1
         if self.finding is None or (key is not None and key > self.key):
             self.finding, self.analysis, self.key = f, a, key or ()
@@ -286,7 +295,7 @@ class _Tally:
     tens of thousands of listings, read back one at a time (model/spool), and only the few
     that speak for the others are kept."""
 
-    def __init__(self, max_restarts):
+    def __init__(self, max_restarts: int) -> None:
         self.max_restarts = max_restarts
         self.listings = 0
         self.delimited: set[str] = set()
@@ -296,10 +305,10 @@ class _Tally:
         # survived listing, known only at the end) would excuse them: only returns to cookie 0
         # that may be new opens, nothing damaged.
         self.strict, self.excusable = _Kind(), _Kind()
-        self.first_undecided = None  # which of the two came first
+        self.first_undecided: _Kind | None = None  # which of the two came first
         self.proof = False
 
-    def add(self, a, lst):
+    def add(self, a: Analysis, lst: Listing) -> None:
         f = judge_listing(lst, self.max_restarts)
         self.listings += 1
         self.delimited.add(lst.delimited_by)
@@ -319,7 +328,7 @@ class _Tally:
         elif f.word == "unfinished":
             self.unfinished.add(f, a)
 
-    def undecided(self):
+    def undecided(self) -> tuple[int, _Kind | None]:
         """(the undecided listings that keep the answer open, the first of them or None)."""
         if self.proof:  # a return to cookie 0 that may be a new open does not undo a proof
             return self.strict.count, self.strict
@@ -327,7 +336,12 @@ class _Tally:
         return self.strict.count + self.excusable.count, first
 
 
-def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
+def judge(
+    analyses: Sequence[Analysis],
+    max_restarts: int = 0,
+    max_ratio: float = MAX_RATIO,
+    names: dict[str, dict] | None = None,
+) -> Verdict:
     """One answer from one or more analysed traces (model.listing.Analysis) of one run. names: per
     phase, {"duplicates": n, "missing": n or None} from a reproducer's name check."""
     t = _Tally(max_restarts)
@@ -360,6 +374,7 @@ def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
             return verdict.said(code, f"{status.word(code)}: {text} (evidence: {evidence})")
     count, first = t.undecided()
     if count:
+        assert first is not None  # (set by the first undecided listing)
         f = first.finding
         more = f"; {_n(count - 1, 'other listing')} undecided too" if count > 1 else ""
         return verdict.said(
@@ -405,7 +420,7 @@ def judge(analyses, max_restarts=0, max_ratio=MAX_RATIO, names=None):
 _WORST = {BAD: 0, UNDECIDED: 1, GOOD: 2}
 
 
-def worst(answers, again=()):
+def worst(answers: Sequence[tuple[str, Verdict]], again: Iterable[str] = ()) -> Verdict:
     """One Verdict from the verdicts of several inputs ((input, Verdict), each judged on its
     own evidence): the worst of them, which names its input; again: inputs given twice, read
     once."""
@@ -421,7 +436,7 @@ def worst(answers, again=()):
     return v
 
 
-def _advice(a, finding):
+def _advice(a: Analysis, finding: Finding) -> str:
     """What to record so that the next trace (a: the analysis of the finding's listing) can
     decide, for the trace's own kernel."""
     lst = finding.listing
@@ -435,7 +450,9 @@ def _advice(a, finding):
     return "; record with " + events.record_advice(a.kernel, missing)
 
 
-def judge_overhead(untraced_median, traced_median, limit):
+def judge_overhead(
+    untraced_median: float | None, traced_median: float | None, limit: float
+) -> tuple[int, str, float | None]:
     """readdir-overhead: the traced listings' median against the untraced one of the same run.
     Returns (code, text, slowdown)."""
     if not (untraced_median and traced_median):
@@ -448,6 +465,6 @@ def judge_overhead(untraced_median, traced_median, limit):
     return (GOOD if slowdown <= limit else BAD), text, slowdown
 
 
-def from_reasons(fail, ok):
+def from_reasons(fail: list[str], ok: list[str]) -> tuple[str, list[str]]:
     """A reproducer judge's findings as (result word, reasons): any failure is FAIL."""
     return (status.result_word(BAD), fail) if fail else (status.result_word(GOOD), ok)

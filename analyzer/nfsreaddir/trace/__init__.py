@@ -48,6 +48,7 @@ import contextlib
 import os
 import stat
 import sys
+from typing import IO
 
 __all__ = [
     "open_trace",
@@ -64,7 +65,7 @@ from .base import BASE_COLUMNS, NotWindowed, TraceError, columns_of, field_colum
 from .magic import TRACE_DAT_MAGIC, is_capture
 
 # Spooled inputs stay open (and so readable through /proc/self/fd) for the life of the process.
-_SPOOLED = []
+_SPOOLED: list[IO[bytes]] = []
 
 
 # How long a FIFO may wait for a program to open it for writing before it is refused: a FIFO

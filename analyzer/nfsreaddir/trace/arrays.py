@@ -70,7 +70,8 @@ def _row_codes(words, lens):
     different strings share a key (if they do, the exact and slower way is taken)."""
     n, nw = words.shape
     lens = np.minimum(lens, 8 * nw)
-    h = h2 = None
+    h = None
+    h2: np.ndarray  # (set and read only where nw > 1)
     for k in range(nw):
         col = words[:, k]
         # bytes of word k that belong to the string, by length (a small table)
@@ -85,6 +86,7 @@ def _row_codes(words, lens):
             h += col
             h2 *= _HASH_MULT2
             h2 += col
+    assert h is not None  # (set at k = 0: words has a column, its strings are not all empty)
     import pandas as pd
 
     codes, _ = pd.factorize(h)
@@ -127,7 +129,8 @@ def _str_series(strs):
 
     values = strs.values
     if not len(values):
-        return pd.Series(pd.Categorical.from_codes(np.full(len(strs), -1, np.int8), []))
+        # (pandas takes a list of categories; pandas-stubs ask an Index of a str, int or float type)
+        return pd.Series(pd.Categorical.from_codes(np.full(len(strs), -1, np.int8), []))  # type: ignore[call-overload]
     uniq = sorted(set(values))
     pos = {v: i for i, v in enumerate(uniq)}
     k = len(uniq)
@@ -170,7 +173,7 @@ def extract_strings(block, starts, lens, kind):
             return Strs(codes.astype(np.int32), values)
     mv = memoryview(block)
     if kind == "str":
-        index = {}
+        index: dict[str, int] = {}
         codes = np.empty(n, dtype=np.int32)
         for i, (st, ln) in enumerate(zip(starts.tolist(), lens.tolist())):
             v = mv[st : st + ln].tobytes().split(b"\0", 1)[0].decode("utf-8", "replace")

@@ -228,6 +228,7 @@ def read(path, tshark=None, ports=(), decoder=None, passes=None, tables=True):
         errors="replace",
         bufsize=1 << 20,
     )
+    assert proc.stdout is not None  # (stdout=PIPE)
     try:
         for line in proc.stdout:
             reader.frame(line.rstrip("\n").split("\t"))
@@ -273,6 +274,7 @@ class _Messages:
                 errors="replace",
                 bufsize=1 << 20,
             )
+        assert self.proc.stdout is not None  # (stdout=PIPE)
         while self.ahead is None or self.ahead[0] < number:
             line = self.proc.stdout.readline()
             if not line:

@@ -70,7 +70,7 @@ class ColumnBuilder:
     def _merge_strs(parts):
         """Codes of string parts renumbered into one dictionary (parts consumed), each piece
         in the narrowest type for the whole dictionary."""
-        index = {}
+        index: dict[str, int] = {}
         remaps = [[index.setdefault(v, len(index)) for v in p.values] for p in parts]
         dtype = narrowest(len(index))
         pieces = []
@@ -111,6 +111,7 @@ class ColumnBuilder:
             n = sum(len(x) for x in a["ts"])
             raw = self._place(a.pop("ts"), n, None, np.uint64, None)
             ts = self._convert_ts(raw)
+            order: np.ndarray | None
             order = np.argsort(ts, kind="stable")
             if (order[1:] > order[:-1]).all():
                 order = None
@@ -124,9 +125,10 @@ class ColumnBuilder:
             del raw
 
             def scratch(dtype):
-                if box[0] is None:
-                    box[0] = empty(8 * n, np.uint8)
-                return box[0][: n * np.dtype(dtype).itemsize].view(dtype)
+                buf = box[0]
+                if buf is None:
+                    buf = box[0] = empty(8 * n, np.uint8)
+                return buf[: n * np.dtype(dtype).itemsize].view(dtype)
 
             series["ts"] = ts
             cpus = a.pop("cpu")

@@ -65,11 +65,11 @@ class DatFile:
             raise TraceError(f"cannot open {path!r}: {e}") from None
         self.formats = Formats(path)
         self.cmdlines = {}
-        self.buffers = {}
+        self.buffers: dict[str, Buffer] = {}
         self.options = {}
         self._time = TimeConversion()
         self.info = new_info("trace.dat", path, instance)
-        self._cpustat_texts = []
+        self._cpustat_texts: list[str] = []
         self.cut_options = None  # v7: why the options after the data could not be read
         try:
             self._parse_meta()
@@ -371,7 +371,7 @@ class DatFile:
         return sid, flags, data, c.pos
 
     def _parse_v7(self, first):
-        seen = set()
+        seen: set[int] = set()
         off = first
         section_opts = []
         buffers = []

@@ -4,6 +4,8 @@ hash of their masked bytes, so each distinct value is decoded once."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import ringbuf
@@ -67,7 +69,7 @@ class Decoder:
         e = self._e
         n = len(pos)
         pf = plan["pf"]
-        pre = {}
+        pre: dict[str | int | tuple[str, int], Any] = {}
         dmin = int(dlen.min()) if n else 0
         if plan["heads"] and int(pos.max()) + plan["width"] <= len(block):
             rec = bytes_view(block, plan["width"])[pos].view(plan["dtype"])

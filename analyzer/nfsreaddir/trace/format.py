@@ -155,7 +155,7 @@ def parse_cpu_stats(texts):
     file with spaces as underscores (``overrun``, ``commit_overrun``, ``dropped_events``,
     ``entries``, ``bytes``, ``read_events``, ``oldest_event_ts``, ...), values int, or
     float for the time stamps in seconds; a value that is neither stays a string."""
-    out = {}
+    out: dict[str, dict[int, dict[str, int | float | str]]] = {}
     instance = ""
     for text in texts:
         cpu = None
@@ -171,6 +171,7 @@ def parse_cpu_stats(texts):
                 if cpu is not None:
                     out.setdefault(instance, {})[cpu] = {}
             elif cpu is not None:
+                v: int | float | str
                 try:
                     v = int(value)
                 except ValueError:

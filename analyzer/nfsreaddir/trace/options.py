@@ -5,6 +5,7 @@ container that finds the options is :mod:`.datfile`."""
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 import numpy as np
 
@@ -74,7 +75,7 @@ def read_option(oid, data, endian, info, time, cpustat_texts):
     def s():
         return data.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
 
-    e = "little" if endian == "<" else "big"
+    e: Literal["little", "big"] = "little" if endian == "<" else "big"
     if oid == OPT_UNAME:
         info["uname"] = s()
     elif oid == OPT_VERSION:

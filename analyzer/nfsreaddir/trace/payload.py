@@ -88,8 +88,7 @@ def _normalise(pairs):
                     out[_ALIASES.get(kk, kk)] = vv
                 continue
         form = _WITH_DEVICE.get(k)
-        m = form[0].match(v) if form else None
-        if m:
+        if form and (m := form[0].match(v)):
             out["dev"] = _dev(m.group(1), m.group(2))
             out.update(zip(form[1], m.groups()[2:]))
             continue

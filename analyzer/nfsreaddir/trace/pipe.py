@@ -34,7 +34,7 @@ def decode_page(page, header, formats, wanted):
             2,
         )
     )
-    lost = []
+    lost: list[dict] = []
     block = np.frombuffer(page, np.uint8)
     for res, damage in walker.walk(block, None, 0, lost):
         if res is not None:

@@ -17,7 +17,7 @@ def nothing_odd(screens, fixed_size, maplen, in_order):
     and file order) show that every record is of an id with a format and at least its fixed
     size (``fixed_size(id)``, None: no format), and every CPU's time stamps run forwards and
     convert in order (``in_order(lo, hi)``): then check_records would find nothing."""
-    span = {}
+    span: dict[int, tuple[int, int]] = {}
     for cpu, (n, back, first, last, shortest) in screens:
         if not n:
             continue
@@ -44,7 +44,7 @@ class OddRecords:
         self.cpu, self.sizes, self.convert_ts, self.rows = cpu, sizes, convert_ts, rows
         self.parts, self.n = [], 0
         self.start = 0  # the first record of the window whose findings are not yet made
-        self.found = ([], [], [])
+        self.found: tuple[list, list, list] = ([], [], [])
 
     def add(self, ts, ids, page):
         """A part's raw time stamps, event ids (-1 - id: too short) and page numbers."""

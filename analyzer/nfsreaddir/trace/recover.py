@@ -5,6 +5,8 @@ opened)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from .base import TraceError
 
 
@@ -18,8 +20,8 @@ def recover_buffer(f, buffer_id):
     the CPUs the option counted (OPT_CPUCOUNT) but the data no longer holds are read as
     lying past the end: the reader then reads up to the cut and says from when events
     may be missing."""
-    e = "little" if f.endian == "<" else "big"
-    found = []
+    e: Literal["little", "big"] = "little" if f.endian == "<" else "big"
+    found: list[tuple[int, bool]] = []
     off = f.sections_start
     while off + 16 <= f.size and len(found) < 2:
         sid = int.from_bytes(f.mm[off : off + 2], e)
@@ -56,7 +58,7 @@ def recover_buffer(f, buffer_id):
 def _compressed_streams(f, pos, P, e):
     """(offset, size) of each compressed CPU stream from ``pos`` on, walked chunk by
     chunk; the size of a stream that runs past the end reaches past it."""
-    out = []
+    out: list[tuple[int, int]] = []
     while True:
         pos = -(-pos // P) * P
         if pos + 4 > f.size:
@@ -99,7 +101,7 @@ def section_chain_damage(f):
         if off + 16 > f.size:
             return f"the section header at offset {off} is cut short (file truncated)"
         hdr = bytes(f.mm[off : off + 16])
-        e = "little" if f.endian == "<" else "big"
+        e: Literal["little", "big"] = "little" if f.endian == "<" else "big"
         sid = int.from_bytes(hdr[0:2], e)
         size = int.from_bytes(hdr[8:16], e)
         if off + 16 + size > f.size:

@@ -16,7 +16,9 @@ from .page import damage_text
 from .raw import Damage
 
 try:
-    from .. import _ringbuf  # the compiled ring-buffer walk (setup.py builds it)
+    # The compiled ring-buffer walk (setup.py builds it); a C extension without a stub, so
+    # mypy cannot see its attributes.
+    from .. import _ringbuf  # type: ignore[attr-defined]
 except ImportError:
     _ringbuf = None
 

@@ -478,6 +478,7 @@ class CaptureReader:
         if not df["frame"].is_monotonic_increasing:
             raise RuntimeError(f"{cap.path}: the decoder gave RPC messages out of frame order")
         a, self.attrs = self.attrs, None
+        assert a is not None  # (kept with self.cols)
         attrs = pd.DataFrame({c: a[c] for c in ATTRS if c not in ATTR_INTS}, columns=list(ATTRS))
         for c in ATTR_INTS:
             attrs[c] = a[c].pandas()

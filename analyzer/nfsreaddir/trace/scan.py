@@ -94,11 +94,13 @@ class Scan:
         if extract:
 
             def read(u):
-                return self.extract_cpu(*u[:3], plans, u[3])
+                cpu, off, size, stretch = u
+                return self.extract_cpu(cpu, off, size, plans, stretch)
         else:
 
             def read(u):
-                return self.scan_cpu(*u[:3], plans, lut)
+                cpu, off, size, _ = u
+                return self.scan_cpu(cpu, off, size, plans, lut)
 
         results = tuning.in_threads(read, units, nthreads)
         if extract:
@@ -150,7 +152,8 @@ class Scan:
             }
             for eid, w in want.items()
         }
-        lost, damage = [], []
+        lost: list[dict] = []
+        damage: list[str] = []
         first_page = 0
         decode = self.decoder.decode
         try:
@@ -235,7 +238,12 @@ class Scan:
         for k, eid in enumerate(eids):
             n = ext.rows(k)
             fields = self.want[eid][2]
-            cols = {"ts": [], "cpu": [], "pid": [], **{"f:" + f.name: [] for f in fields}}
+            cols: dict[str, list] = {
+                "ts": [],
+                "cpu": [],
+                "pid": [],
+                **{"f:" + f.name: [] for f in fields},
+            }
             part[eid] = cols
             if not n:
                 continue

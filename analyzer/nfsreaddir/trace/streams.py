@@ -18,7 +18,9 @@ from . import ringbuf
 from .raw import Damage, decompress, zstd_module
 
 try:
-    from .. import _zchunks  # zstd chunks by libzstd (built where zstd.h was found)
+    # zstd chunks by libzstd (built where zstd.h was found); a C extension without a stub, so
+    # mypy cannot see its attributes.
+    from .. import _zchunks  # type: ignore[attr-defined]
 except ImportError:
     _zchunks = None
 

@@ -64,6 +64,7 @@ def _packets(f, kind):
             yield linktype, sec * 10**9 + frac * mult, caplen, length, data
         return
     # pcapng: interfaces (link type, time resolution) and enhanced packet blocks.
+    ifaces: list[tuple[int, int]]
     buf, e, ifaces = head, "<", []
     while True:
         if len(buf) < 12:
@@ -134,6 +135,8 @@ def _tcp(ip):
     """(src, dst, header bytes up to the TCP payload, the payload's length on the wire,
     captured payload bytes) of a TCP segment, ("udp", its ports' bytes) of a UDP datagram, or
     None."""
+    src: ipaddress.IPv4Address | ipaddress.IPv6Address
+    dst: ipaddress.IPv4Address | ipaddress.IPv6Address
     if len(ip) >= 20 and ip[0] >> 4 == 4:
         hl, total = (ip[0] & 15) * 4, struct.unpack(">H", ip[2:4])[0]
         if ip[9] == 17:

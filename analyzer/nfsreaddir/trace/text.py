@@ -198,7 +198,8 @@ class ReportText:
     def _index(self):
         """One pass: line counts and the field names seen (first lines) per event."""
         if getattr(self, "_idx", None) is None:
-            counts, fields = {}, {}
+            counts: dict[str, int] = {}
+            fields: dict[str, dict] = {}
             for inst, m in self._event_matches():
                 if not self._inst_ok(inst):
                     continue
@@ -227,7 +228,7 @@ class ReportText:
         flds = {}
         for k, vals in fields[bare].items():
             col = typed_column(vals, k)
-            kind = "int" if pd.api.types.is_integer_dtype(getattr(col, "dtype", None)) else "str"
+            kind = "int" if pd.api.types.is_integer_dtype(col.dtype) else "str"
             flds[k] = Field(k, "text", 0, 8 if kind == "int" else 0, True, kind, None)
         system = _system_of(bare) or (name.split(":", 1)[0] if ":" in name else "")
         return EventFormat(system, bare, None, flds, "")
@@ -334,7 +335,7 @@ def _requests(events):
     ``events`` (a list of names, or a mapping of names to fields)."""
     if isinstance(events, (list, tuple, set)):
         events = {e: None for e in events}
-    bykey = {}
+    bykey: dict[str, list[tuple[str, list | None]]] = {}
     for key, fields in events.items():
         if isinstance(fields, str):
             fields = [fields]
@@ -349,7 +350,7 @@ class _LineScan:
 
     def __init__(self, reader, names):
         self.reader = reader
-        self.rows = {
+        self.rows: dict[str, dict[str, list]] = {
             name: {"ts": [], "cpu": [], "pid": [], "comm": [], "f": [], "line": [], "whole": []}
             for name in names
         }

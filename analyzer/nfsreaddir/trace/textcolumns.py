@@ -40,7 +40,7 @@ def typed_column(values, name, bad=None):
     signed = not ok or min(ok) < 0 or max(ok) < (1 << 63)
     lo, hi = (-(1 << 63), 1 << 63) if signed else (0, 1 << 64)
     it = iter(ints)
-    full = []
+    full: list[int | None] = []
     for k, v in enumerate(values):
         if v is None:
             full.append(None)
@@ -70,7 +70,8 @@ def cut_short(r):
     fields = r["f"]
     if not fields:
         return {}
-    names = list(max(fields, key=len))
+    longest = max(fields, key=len)
+    names = list(longest)
     out = {}
     for k, d in enumerate(fields):
         if not d:

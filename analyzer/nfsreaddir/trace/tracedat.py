@@ -93,7 +93,8 @@ class TraceDat:
         lut = np.ones(self.layout.lut_size(), dtype=bool)
         lut[-1] = False
         counts = np.zeros(len(lut), dtype=np.int64)
-        damage, lost = [], []
+        damage: list[str] = []
+        lost: list[dict] = []
         for _, _, res in self._records(lut, damage, lost):
             ids = res[3].astype(np.int64)
             counts += np.bincount(np.minimum(ids, len(counts) - 1), minlength=len(counts))[
@@ -280,13 +281,13 @@ class TraceDat:
         format); ``base``: the base columns, in order."""
         want, empty = self._wanted(events)
         want_pid = "pid" in base or "comm" in base
-        acc = {
+        acc: dict[int, dict[str, list]] = {
             eid: {"ts": [], "cpu": [], "pid": [], **{"f:" + f.name: [] for f in w[2]}}
             for eid, w in want.items()
         }
-        lost = []
-        damage = []
-        stopped = set()  # CPUs whose stream is damaged: nothing after the damage
+        lost: list[dict] = []
+        damage: list[str] = []
+        stopped: set[int] = set()  # CPUs whose stream is damaged: nothing after the damage
         scan = Scan(self.streams, self.walker, Decoder(self.layout.endian, want_pid), want)
         columns = ColumnBuilder(self.file.convert_ts, self.file.cmdlines, base, want_pid)
         with tuning.reading(self.file.size > RELEASE_ABOVE) as memory:
@@ -327,7 +328,7 @@ class TraceDat:
         has formats for, {key: fields} of those it has not)."""
         if isinstance(events, (list, tuple, set)):
             events = {e: None for e in events}
-        want = {}
+        want: dict[int, list] = {}
         empty = {}
         for key, fields in events.items():
             if isinstance(fields, str):

@@ -5,7 +5,7 @@ field's values as -T fields prints them."""
 def ek_pairs(pairs):
     """json object hook for tshark's -T ek: every key's values in a list, in the order of the
     protocol tree (a field that occurs again under a subtree comes as a repeated key)."""
-    out = {}
+    out: dict[str, list] = {}
     for k, v in pairs:
         vals = out.setdefault(k, [])
         if isinstance(v, list):

@@ -103,6 +103,7 @@ def message_rows(v, layers):
     message's from its rpc object and, where it has an NFS body, its nfs object. None when the
     messages and the NFS bodies do not pair up (then nothing is guessed)."""
     rpcs, bodies = layers.get("rpc", []), layers.get("nfs", [])
+    rows: list[list[str]]
     rows, nfs = [], []  # nfs: the indexes in rows of the messages with an NFS body
     for m in rpcs:
         row = list(v)

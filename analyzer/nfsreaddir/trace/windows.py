@@ -124,7 +124,9 @@ class _Cpu:
         self._blocks = tdat.streams.blocks(cpu, off, size, block_bytes=WINDOW_BLOCK_BYTES)
         self.lost = []
         # per requested name its pieces ({column: array}) read and not yet handed out, in order
-        self.pending = {key: [] for w in scan.want.values() for key, _ in w[3]}
+        self.pending: dict[str, list[dict]] = {
+            key: [] for w in scan.want.values() for key, _ in w[3]
+        }
         self.hi = -math.inf  # every event of the CPU before this time has been read
         self.done = False
 
@@ -233,7 +235,7 @@ class Windows:
         ]
         lanes = [_Lane() for _ in range(nlanes)]
         # per stream its blocks asked of its lane and not taken yet, in order
-        reads = [deque() for _ in streams]
+        reads: list[deque] = [deque() for _ in streams]
         floor = -math.inf
         try:
             with tuning.reading(t.file.size > RELEASE_ABOVE):
@@ -277,7 +279,7 @@ class Windows:
     def _shape(self, window):
         """{name: [(part, piece)]} of a window's {part: {name: [piece]}}, in CPU order then
         file order; the names the file has no format for, with no piece."""
-        out = {key: [] for w in self._want.values() for key, _ in w[3]}
+        out: dict[str, list] = {key: [] for w in self._want.values() for key, _ in w[3]}
         for part, by in sorted(window.items()):
             for key, pieces in by.items():
                 out[key].extend((part, p) for p in pieces)
