@@ -17,7 +17,7 @@ The sequences, for reader.Pass (READDIR rows are numbered from 0 in the order as
 import numpy as np
 import pytest
 
-from nfsreaddir.model import damage, reader, wire_passes
+from nfsreaddir.model import damage, reader, wire, wire_passes
 from nfsreaddir.model.columns import Columns
 from nfsreaddir.trace.rpcmatch import Call
 
@@ -263,3 +263,50 @@ def test_a_cache_fill_at_cookie_0_of_another_page_is_damage():
     found = damage._cookie_zero_elsewhere(rpc)
     assert [(d["from"], d["pid"]) for d in found] == [(2, 7)], found
     assert "page 255193" in found[0]["what"]
+
+
+# A capture's lost bytes against one pass of three READDIRs (calls at 10, 20, 30 ms; each reply
+# 1 ms later), as model/wire._hiding_calls judges them: whether the hole may hide a restart.
+# Holes: ">F-T" bytes to the server lost between F and T ms, "<F-T" replies lost; "oT:OP" a
+# reply at T ms whose call is lost, answering NFSv4 operation OP (-1: it does not say, as an
+# NFSv3 reply); "m" the last READDIR's reply is missing; "x" every XID between the READDIRs
+# is in the capture. The pass ended at eof.
+HOLES = [
+    ("a call lost whose reply came after the next READDIR: not the pass's", ">12-20", False),
+    ("its reply answered CLOSE: no READDIR was lost", ">12-20 o15:4", False),
+    ("its reply answered READDIR: perhaps a restart", ">12-20 o15:26", True),
+    ("an NFSv3 reply: which procedure is not said", ">12-20 o15:-1", True),
+    ("a reply lost too: it may have been the READDIR's", ">12-20 o15:4 <14-17", True),
+    ("the next READDIR's reply missing: what came before is not known", ">22-30 o25:9 m", True),
+    ("lost bytes that end at the first READDIR: a GETATTR", ">5-10 o7:9", False),
+    ("bytes lost after the eof READDIR: no call of the pass", ">31-40", False),
+    ("lost bytes across the last READDIR, a GETATTR before it", ">25-35 o27:9", False),
+    ("every XID between the READDIRs seen: only a reply's bytes", ">12-20 x", False),
+    ("lost replies alone: no call lost", "<12-20", False),
+]
+
+
+def _holes(seq):
+    ms = 1_000_000
+    a = np.zeros(3, dtype=wire_passes.ROW)
+    a["ts"], a["frame"], a["has_status"] = [10 * ms, 20 * ms, 30 * ms], [1, 2, 3], True
+    holes, orphans, xids = [], [], None
+    for tok in seq.split():
+        if tok[0] in "<>":
+            lo, hi = (int(v) * ms for v in tok[1:].split("-"))
+            holes.append({"from": lo, "to": hi, "to_server": tok[0] == ">"})
+        elif tok[0] == "o":
+            t, op = tok[1:].split(":")
+            orphans.append((int(t) * ms, int(op)))
+        elif tok == "m":
+            a["has_status"][-1] = False
+        elif tok == "x":
+            xids = (np.array([100, 101, 102, 103, 104]), {1: 100, 2: 102, 3: 104})
+    lst = wire_passes.WireListing(None, "c:1", None, None, 0, 0, ending=reader.EOF)
+    lst.rpcs = wire_passes.Rows(a, "c:1")
+    return bool(wire._hiding_calls(lst, holes, xids, orphans))
+
+
+@pytest.mark.parametrize(("seq", "want"), [c[1:] for c in HOLES], ids=[c[0] for c in HOLES])
+def test_a_hole_hides_a_restart_only_where_a_readdir_could_be_lost(seq, want):
+    assert _holes(seq) == want

@@ -249,8 +249,9 @@ def test_lossy_copies_whose_listing_is_whole_decide(tmp_path, seeds):
     (as tcpdump drops them): where every READDIR of the phase's listing is still in the copy
     with its reply (its cookie chain whole), the copy is judged on it however much else it
     lost, and gives the capture's answer unless a call of that client went missing between
-    two of its READDIRs (which call it was is not known: it could be a restart). No copy flips
-    the answer. The share of whole copies that decide is printed."""
+    two of its READDIRs that its reply, or the XIDs around it, do not tell from a READDIR (it
+    could be a restart). No copy flips the answer. The share of whole copies that decide is
+    printed, and is at least 90% (issue 55; 49 of 49 over 30 seeds)."""
     whole = decided = other = 0
     for name, phase, want in DECIDED:
         path = os.path.join(FIXTURES, name, f"{phase}.pcap.gz")
@@ -274,7 +275,7 @@ def test_lossy_copies_whose_listing_is_whole_decide(tmp_path, seeds):
         f"lossy copies whose listing is whole: {decided} of {whole} decide "
         f"({decided / max(whole, 1):.0%}); {other} copies lost some of it"
     )
-    assert whole
+    assert whole and decided >= 0.9 * whole
 
 
 # Traces of several kernels whose answer the readers' truth gives (their COMMAND files).

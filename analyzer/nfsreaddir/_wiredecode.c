@@ -96,15 +96,27 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
 			PyList_SET_ITEM(holes, (Py_ssize_t)i, t);
 	}
 	free(r.holes);
-	if (!holes)
+	PyObject *orphans = holes ? PyList_New((Py_ssize_t)r.norphans) : NULL;
+	for (size_t i = 0; orphans && i < r.norphans; i++) {
+		const struct orphan *o = &r.orphans[i];
+		PyObject *t = Py_BuildValue("(sIiK)", o->client, o->xid, o->op, o->ts);
+		if (!t)
+			Py_CLEAR(orphans);
+		else
+			PyList_SET_ITEM(orphans, (Py_ssize_t)i, t);
+	}
+	free(r.orphans);
+	if (!orphans) {
+		Py_XDECREF(holes);
 		return NULL;
-	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:s,s:s,s:N,s:K,s:K,s:I}", "frames",
-			     r.frame, "port_frames", r.port_frames, "rpc_frames", r.rpc_frames,
-			     "split_frames", r.split_frames, "messages", r.messages,
+	}
+	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:s,s:s,s:N,s:N,s:K,s:K,s:I}",
+			     "frames", r.frame, "port_frames", r.port_frames, "rpc_frames",
+			     r.rpc_frames, "split_frames", r.split_frames, "messages", r.messages,
 			     "retransmitted_segments", r.retransmitted, "reordered_segments",
 			     r.reordered, "versions", r.versions, "unknown", r.unknown, "cut",
-			     r.cut, "holes", holes, "udp_frames", r.udp_frames, "truncated_frames",
-			     r.truncated, "snaplen", r.snaplen);
+			     r.cut, "holes", holes, "orphans", orphans, "udp_frames", r.udp_frames,
+			     "truncated_frames", r.truncated, "snaplen", r.snaplen);
 }
 
 static PyMethodDef methods[] = {

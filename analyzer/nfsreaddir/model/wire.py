@@ -94,6 +94,12 @@ def analyze(path, tshark=None, ports=()):
     fileids = cap.passes.fileids  # (the passes themselves, and their cookies, are not kept)
     # The XIDs of every client's calls, where a hole needs them (_hiding_calls).
     xids = cap.calls.xids() if placed and cap.calls is not None else None
+    if xids is not None:
+        xids = (_answered(xids[0], cap.orphan_replies), xids[1])
+    # The replies whose call was lost, by client: (ts, the operation each answered).
+    orphans: dict[str, list] = {}
+    for client, _, op, t in cap.orphan_replies:
+        orphans.setdefault(client, []).append((t, op))
     # Every client's calls, for where each listing ends (windows.wire_end).
     calls = cap.calls.by_client() if cap.calls is not None else {}
 
@@ -107,7 +113,7 @@ def analyze(path, tshark=None, ports=()):
             lst.end = windows.wire_end(lst.end, ts, reply_ts, op, frame, own)
         mine = [*by_client.get(lst.client, ()), *at_end]
         seen = (xids[0].get(lst.client, _NO_XIDS), xids[1]) if xids is not None else None
-        lst.damage = damage + _hiding_calls(lst, mine, seen)
+        lst.damage = damage + _hiding_calls(lst, mine, seen, orphans.get(lst.client, ()))
         if lst.damage and lst.restart_rows:
             # Frames lost (dropped, cut by the snaplen): the eof reply that ended a pass, or
             # the READDIRs that did, may be among them, and a "restart" the first READDIR of
@@ -173,8 +179,31 @@ MAX_XID_STEP = 1 << 16
 
 _NO_XIDS = np.zeros(0, dtype=np.int64)
 
+# NFSv4's READDIR operation (RFC 8881): a reply that answers it may be the reply to a restart.
+OP_READDIR4 = 26
 
-def _hiding_calls(lst, holes, xids=None):
+
+def _answered(seen, orphans):
+    """The clients' XIDs seen (sorted, in each client's count order), with those of the calls
+    the capture lost whose reply it has and says what they asked, other than a READDIR (an
+    NFSv4 COMPOUND reply lists its operations): such a call is known, and no restart. Where a
+    client counts in the other byte order (rpcops.CallLog.xids), its XID is swapped; one that
+    lies outside the client's count in both orders says nothing."""
+    extra: dict[str, list] = {}
+    for client, xid, op, _ in orphans:
+        mine = seen.get(client)
+        if op < 0 or op == OP_READDIR4 or mine is None or not len(mine):
+            continue
+        lo, hi = int(mine[0]), int(mine[-1])
+        inside = [x for x in (xid, int.from_bytes(xid.to_bytes(4, "big"), "little")) if lo < x < hi]
+        if len(inside) == 1:
+            extra.setdefault(client, []).append(inside[0])
+    if not extra:
+        return seen
+    return {c: np.union1d(x, extra[c]) if c in extra else x for c, x in seen.items()}
+
+
+def _hiding_calls(lst, holes, xids=None, orphans=()):
     """The holes of the listing's client (placed: {"from", "to", "to_server", ...}) that may
     hide a restart of its pass. A restart is a call (a READDIR back at cookie 0), so only
     bytes lost on the way to the server between the pass's first call and its last (or after
@@ -187,27 +216,57 @@ def _hiding_calls(lst, holes, xids=None):
     restart, never a survived change). Where a hole's direction is not known it may be
     either.
 
-    xids: (the XIDs of the client's calls seen, sorted; {READDIR call frame: its XID}), or
-    None. A Linux client numbers its calls on a connection one by one, and a pass's READDIRs
-    are sent one at a time, so a call sent between two of them has an XID between theirs:
-    where the capture has a call of every XID between the two calls around a hole, nothing
-    was lost between them, and the hole (a reply's bytes, a retransmission's) hides none."""
+    Between two READDIRs of the pass (or before its first, where the lost bytes end at it), a
+    hole hides none of the pass's calls where either (_all_seen) the capture has a call of
+    every XID between the two READDIRs' (xids: (the XIDs of the client's calls seen, sorted,
+    with those whose reply said they asked no READDIR; {READDIR call frame: its XID}), or
+    None), or (_replies_seen) the lost calls' replies say they were no READDIR: the reader
+    sends its next READDIR once the one before is answered, so a READDIR of the pass sent
+    between two has its reply before the second; where no reply of the client was lost
+    there (the second's reply came, no hole on the way back) and every reply whose call is
+    lost (orphans: (ts, the NFSv4 operation it answers, -1: not said)) answered another
+    operation, none was a READDIR."""
     if not holes or not len(lst.rpcs):
         return []
     a = lst.rpcs.a
     ts = a["ts"]
+    n = len(ts)
     ended = lst.ending in (reader.EOF, reader.ERROR)
     first, last = int(ts[0]), int(ts[-1]) if ended else 1 << 62
+    back = [d for d in holes if d.get("to_server") is not True]
     out = []
     for d in holes:
         if d.get("to_server", True) is False or d["from"] > last or d["to"] < first:
             continue
-        # The hole lies before the first of the pass's calls at or after its end.
-        k = int(np.searchsorted(ts, d["to"], side="left"))
-        if 0 < k < len(ts) and xids is not None and _all_seen(a["frame"][k - 1 : k + 1], *xids):
-            continue
-        out.append(d)
+        # The stretches between the pass's calls that the lost bytes may fall in: k is the
+        # stretch before call k (n: after the last, where the pass did not end).
+        ks = range(
+            int(np.searchsorted(ts, d["from"], side="left")),
+            min(int(np.searchsorted(ts, d["to"], side="left")), n - 1 if ended else n) + 1,
+        )
+        if not all(_hides_none(a, k, d, xids, back, orphans) for k in ks):
+            out.append(d)
     return out
+
+
+def _hides_none(a, k, hole, xids, back, orphans):
+    """Whether the hole's lost calls in the stretch before the pass's READDIR k (_hiding_calls)
+    were none of the pass's."""
+    if k >= len(a):
+        return False
+    if k > 0 and xids is not None and _all_seen(a["frame"][k - 1 : k + 1], *xids):
+        return True
+    since = max(int(hole["from"]), int(a["ts"][k - 1]) if k else 0)
+    return bool(a["has_status"][k]) and _replies_seen(since, int(a["ts"][k]), back, orphans)
+
+
+def _replies_seen(since, until, back, orphans):
+    """Whether every reply to the client between since and until is in the capture (no hole
+    on the way back overlaps), and each whose call is lost answered another operation than
+    READDIR (orphans: (ts, op))."""
+    if any(d["from"] <= until and d["to"] >= since for d in back):
+        return False
+    return all(op >= 0 and op != OP_READDIR4 for t, op in orphans if since <= t <= until)
 
 
 def _all_seen(frames, seen, xid_of):

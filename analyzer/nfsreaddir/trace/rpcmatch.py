@@ -91,6 +91,10 @@ class Capture:
     # The bytes of TCP streams the capture lost, as the compiled decoder read through them (a
     # tcpholes.Holes); None where tshark decoded.
     holes: object = None
+    # The replies whose call the capture lost, as the compiled decoder read them: (client,
+    # XID, the NFSv4 operation the reply answers, or -1 where it does not say); () where
+    # tshark decoded (it reads no reply without its call).
+    orphan_replies: tuple | list = ()
     # What followed the READDIRs' passes as they were read (read()'s `passes`), or None.
     passes: object = None
     calls: CallLog | None = None  # every NFS and NFSACL call (rpcops), for the round trips

@@ -58,6 +58,7 @@ def read(path, kind, ports, passes=None, tables=True) -> tuple[Capture | None, s
     cap.truncated_frames = stats["truncated_frames"]
     cap.snaplen = stats["snaplen"] or None
     cap.holes = Holes(holes=stats["holes"], udp=stats["udp_frames"])
+    cap.orphan_replies = stats["orphans"]
     if stats["cut"]:
         cap.warnings.append(stats["cut"])
     return reader.finish(), None

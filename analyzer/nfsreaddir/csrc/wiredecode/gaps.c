@@ -32,6 +32,60 @@ void frame_client(const struct run *r, int to_server, char *out, size_t size)
 	snprintf(out, size, r->v6 ? "[%s]:%u" : "%s:%u", a, port);
 }
 
+/* What an NFSv4 COMPOUND reply answers: its first operation that is neither SEQUENCE nor a
+ * PUTFH (the main one of every compound the Linux client sends), or -1 where the reply does
+ * not say (a status that stopped the compound first, bytes that are no such reply). */
+static int compound_answers(struct xdr *x)
+{
+	uint32_t n;
+	u32(x);	       /* the compound's status */
+	opaque(x, &n); /* tag */
+	uint32_t ops = u32(x);
+	if (x->bad || n > 64 || ops > 128)
+		return -1;
+	for (uint32_t i = 0; i < ops; i++) {
+		uint32_t op = u32(x), status = u32(x);
+		if (x->bad || op < 3 || op > 75)
+			return -1;
+		if (op != 53 && op != 22 && op != 23 && op != 24)
+			return (int)op;
+		if (status != 0)
+			return -1;
+		if (op == 53)
+			skip(x, 36); /* SEQUENCE's result: session, sequence, slots, flags */
+	}
+	return -1;
+}
+
+/* A reply of the server whose call is not in the capture (x after its XID and message type),
+ * into the run's report. Only an all-NFSv4 capture's reply is read for what it answers: an
+ * NFSv3 reply does not name its procedure. */
+int orphan_add(struct run *r, struct xdr *x, uint32_t xid)
+{
+	if (r->norphans == r->orphans_cap) {
+		size_t cap = r->orphans_cap ? r->orphans_cap * 2 : 64;
+		struct orphan *o = realloc(r->orphans, cap * sizeof *o);
+		if (!o) {
+			PyErr_NoMemory();
+			return -1;
+		}
+		r->orphans = o, r->orphans_cap = cap;
+	}
+	struct orphan *o = &r->orphans[r->norphans++];
+	frame_client(r, 0, o->client, sizeof o->client);
+	o->xid = xid;
+	o->op = -1;
+	o->ts = r->ts_ns;
+	uint32_t len, replystat = u32(x);
+	if (replystat != 0 || (r->versions & 0xff) || !(r->versions >> 8))
+		return 0;
+	u32(x); /* verifier */
+	opaque(x, &len);
+	if (u32(x) == 0 && !x->bad)
+		o->op = compound_answers(x);
+	return 0;
+}
+
 /* A stream's gaps not filled, into the report (a new connection, or the capture's end). */
 int gaps_flush(struct run *r, struct stream *s)
 {

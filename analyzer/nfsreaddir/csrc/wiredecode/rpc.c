@@ -8,12 +8,12 @@
 #define NFSACL_PROGRAM 100227
 
 /* The reply to a call rpc_message kept (by key), its status and, accepted, its results. */
-static int rpc_reply(struct run *r, struct xdr *x, uint32_t xid, uint64_t key)
+static int rpc_reply(struct run *r, struct xdr *x, uint32_t xid, uint64_t key, int to_server)
 {
 	uint32_t len;
 	struct call *c = call_slot(r, key, 0);
-	if (!c)
-		return 0;
+	if (!c) /* (a client's reply answers the server's callback) */
+		return to_server ? 0 : orphan_add(r, x, xid);
 	int kind = c->kind;
 	uint32_t prog = c->prog;
 	call_drop(r, c);
@@ -99,5 +99,5 @@ int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 		c->prog = prog;
 		return send_row(r);
 	}
-	return rpc_reply(r, &x, xid, key);
+	return rpc_reply(r, &x, xid, key, to_server);
 }

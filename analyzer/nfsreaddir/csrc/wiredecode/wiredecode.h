@@ -153,6 +153,9 @@ struct run {
 	/* the bytes the capture lost, in the order they are known (tcp.c) */
 	struct hole *holes;
 	size_t nholes, holes_cap;
+	/* the replies whose call the capture lost, and what each answered (gaps.c) */
+	struct orphan *orphans;
+	size_t norphans, orphans_cap;
 };
 
 /* Bytes of a TCP stream the capture lost: its client ("addr:port"), from the last segment
@@ -163,6 +166,16 @@ struct hole {
 	char client[56];
 	unsigned long long from, to, bytes;
 	int cut, to_server;
+};
+
+/* A reply whose call the capture does not have: its client, XID, time (ns), and the
+ * operation it answers where the reply says (an NFSv4 COMPOUND's first operation after
+ * SEQUENCE and the PUTFHs), else -1. A hole on the way to the server hid that call. */
+struct orphan {
+	char client[56];
+	uint32_t xid;
+	int op;
+	unsigned long long ts;
 };
 
 /* K_OTHER: any other NFS or NFSACL call, counted (model/roundtrips) but its body not read */
@@ -298,6 +311,7 @@ void stream_free_all(struct run *r);
 int hole_add(struct run *r, const char *client, unsigned long long from, unsigned long long to,
 	     unsigned long long bytes, int cut, int to_server);
 void frame_client(const struct run *r, int to_server, char *out, size_t size);
+int orphan_add(struct run *r, struct xdr *x, uint32_t xid);
 int gap_add(struct stream *s, struct gap g);
 int gaps_flush(struct run *r, struct stream *s);
 int gaps_fill(struct run *r, struct stream *s, uint64_t at, const uint8_t *p, size_t n, size_t step,
