@@ -274,10 +274,16 @@ def cmd_results(args):
     """A reproducer's results directory: write its results.json, print its verdict line
     (exit status the verdict's), or put several runs side by side."""
     if args.table:
+        import json
+
         from .present import results
 
         try:
-            print(results.table(args.dir))
+            loaded = []
+            for d in args.dir:
+                with open(runs.results_json(d)) as f:
+                    loaded.append((d, runs.kind(d), json.load(f)))
+            print(results.table(loaded))
         except (ValueError, KeyError) as e:
             raise UsageError(f"cannot tabulate: {e}") from None
         return status.GOOD
@@ -302,9 +308,9 @@ def cmd_results(args):
         args.answer = code
         print(line)
         return code
-    from .present import results
+    from . import runresults
 
-    results.write(args.dir[0])
+    runresults.write(args.dir[0])
     return status.GOOD
 
 
