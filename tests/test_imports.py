@@ -1,8 +1,9 @@
 """The analyzer's modules form layers: no module imports, directly or through others, a module
-that imports it back. Every import counts, the ones inside functions too (a deferred import
-hides a cycle from Python, not from the reader of the code). No module imports another's
-private (_underscore) names, no module is over 500 lines and no function over 100 (the
-Python ones and the C ones). The live commands start without pandas."""
+that imports it back (test_layers.py: nor one of a later stage). Every import counts, the ones
+inside functions too (a deferred import hides a cycle from Python, not from the reader of the
+code). No module imports another's private (_underscore) names, no module is over 500 lines and
+no function over 100 (the Python ones and the C ones). The live commands start without
+pandas."""
 
 import ast
 import os

@@ -137,6 +137,7 @@ def test_every_json_entry_has_its_trace_id(tmp_path):
     their files by, as a readdir trace's do; watch's summary says it has none (null)."""
     import io
 
+    from nfsreaddir import commands
     from nfsreaddir.live import watch
     from nfsreaddir.trace import open_trace
 
@@ -148,7 +149,8 @@ def test_every_json_entry_has_its_trace_id(tmp_path):
     assert str(tmp_path / "dcache_runs" / f"{dc['trace_id']}.csv") in printed
     assert set(runs["trace_id"]) == {dc["trace_id"]} and "dcache" in dc
     out = io.StringIO()
-    watch._summary(open_trace(os.path.join(BAD, "modified.dat")), None, True, out, False)
+    ended = watch.summary(open_trace(os.path.join(BAD, "modified.dat")), None, False)
+    commands.print_watch(ended, True, out)
     w = json.loads(out.getvalue())
     assert w["trace"]["trace_id"] is None and w["listings"], w["trace"]
     assert "null in watch --json" in glossary.EXPORT_COLUMNS["trace_id"]

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from conftest import run_cli
-from nfsreaddir.present import results
+from nfsreaddir.facts import read_facts
 
 
 def rebuild(src, tmp_path):
@@ -90,7 +90,7 @@ def test_overhead_is_the_ratio_of_the_medians_of_one_run(tmp_path):
     from conftest import FIXTURES
 
     src = f"{FIXTURES}/overhead-5.10-series"
-    facts = results.read_facts(f"{src}/facts")
+    facts = read_facts(f"{src}/facts")
     d, res = rebuild(src, tmp_path)
     times = {k: [float(v) for v in facts[k].values()] for k in ("untraced", "traced")}
     assert res["untraced"]["median"] == round(statistics.median(times["untraced"]), 3)

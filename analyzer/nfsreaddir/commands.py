@@ -274,10 +274,16 @@ def cmd_results(args):
     """A reproducer's results directory: write its results.json, print its verdict line
     (exit status the verdict's), or put several runs side by side."""
     if args.table:
+        import json
+
         from .present import results
 
         try:
-            print(results.table(args.dir))
+            loaded = []
+            for d in args.dir:
+                with open(runs.results_json(d)) as f:
+                    loaded.append((d, runs.kind(d), json.load(f)))
+            print(results.table(loaded))
         except (ValueError, KeyError) as e:
             raise UsageError(f"cannot tabulate: {e}") from None
         return status.GOOD
@@ -302,9 +308,9 @@ def cmd_results(args):
         args.answer = code
         print(line)
         return code
-    from .present import results
+    from . import runresults
 
-    results.write(args.dir[0])
+    runresults.write(args.dir[0])
     return status.GOOD
 
 
@@ -346,6 +352,51 @@ def cmd_watch(args):
     from .live import watch
 
     # (its output: the guarded stdout of this run, not the one bound when watch was imported)
-    return watch.run(
+    end = watch.run(
         args.duration, args.dir, args.json, sys.stdout, listen=args.metrics, textfile=args.textfile
     )
+    return print_watch(end, args.json, sys.stdout)
+
+
+def print_watch(end, as_json, out):
+    """How watch ended, on out: a service's last line, or the summary of what it read (text,
+    or with as_json the analysis record alone); returns the exit status (a service stopped:
+    GOOD; else the summary's verdict)."""
+    from .live.watch import ServiceEnd
+
+    if isinstance(end, ServiceEnd):
+        out.write("nfs-readdir watch: " + ("stopped" if end.interrupted else "done"))
+        if end.counts is not None:
+            read, lost, restarts = end.counts
+            out.write(f"; {read} events read, {lost} lost; {restarts} restart(s)")
+        out.write("\n")
+        return status.GOOD
+    from .present import jsonout
+    from .present.render import analysis_record, print_analysis
+
+    a, v, lines = end.analysis, end.verdict, end.restart_lines
+    # The lines against the summary: they differ only where the stream missed what the whole
+    # trace shows (an event read after Ctrl-C, a READDIR before its open was seen).
+    total = sum(len(lst.restarts) for lst in a.listings) if a is not None else 0
+    if as_json:
+        d = analysis_record(a, v) if a is not None else {"listings": [], "verdict": v.to_dict()}
+        # No file holds what watch read from the live ring buffer: there are no bytes to hash
+        # into an id (the glossary says so; `record` makes a trace that has one).
+        d.setdefault("trace", {})["trace_id"] = None
+        d["restart_lines"] = lines
+        jsonout.dump(d, out)
+        out.write("\n")
+    else:
+        out.write(
+            "\nnfs-readdir watch: " + ("interrupted; " if end.interrupted else "") + "summary\n"
+        )
+        if a is not None and a.listings:
+            print_analysis([a], out=out)
+        if lines is not None and lines != total:
+            out.write(
+                f"\nnote: {lines} restart line(s) above, {total} restart(s) in the "
+                "whole trace: the summary is the one to go by\n"
+            )
+        out.write(f"\nverdict: {v.reason}\n")
+    out.flush()
+    return v.code

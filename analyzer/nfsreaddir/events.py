@@ -176,6 +176,15 @@ RPC_SOURCES = [
 # A trace whose READDIRs were read from a group holding one of them tells the two
 # modes apart (0 uncached READDIRs is evidence); any other cannot.
 UNCACHED_READDIR = ("nfs:nfs_readdir_uncached", "nfs:nfs_readdir_uncached_page_filled")
+# The READDIR events that fire at the reply (nfs4:nfs4_readdir, stock and the series', and the
+# series' page-filled events since v3): the RPC's own sunrpc:rpc_request comes before them, and
+# a listing's window begins at that call (model/windows). The others fire in the call path
+# (the cookie kprobes, upstream's cache_fill and uncached).
+REPLY_TIME_READDIR = (
+    "nfs4:nfs4_readdir",
+    "nfs:nfs_readdir_cache_page_filled",
+    "nfs:nfs_readdir_uncached_page_filled",
+)
 # Optional columns and the raw fields they come from, where the name differs.
 OPTIONAL_FIELDS = {
     "dtsize": ("count", "dtsize"),

@@ -7,7 +7,8 @@ call, the one whose window began last, as model/roundtrips' _owners)."""
 import weakref
 from typing import Any
 
-from ..model.windows import READDIR_OPS, REPLY_TIME_READDIR, ReplyCalls, window
+from ..events import REPLY_TIME_READDIR
+from ..model.windows import READDIR_OPS, ReplyCalls, window
 from ..units import NS
 
 # Attribution's bounds: the gaps a process's calls may wait in for their listing to be known

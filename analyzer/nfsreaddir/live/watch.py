@@ -6,8 +6,9 @@ read page by page from per_cpu/cpuN/trace_pipe_raw. The events read so far are a
 other (LiveTrace). Each event is fed to the analyzer's reader model (live/tracker.py),
 which prints each restart and invalidation as it is found; where no open or getdents event
 delimits listings, analysis.analyze runs over everything read so far instead. At the end,
-analyze() over all the events and its verdict (verdict.judge) are the summary and the exit
-status. So `watch` answers exactly what `record` + `analyze` would of the same events.
+analyze() over all the events and its verdict (verdict.judge) are the summary it returns, which
+the command prints, and the exit status. So `watch` answers exactly what `record` + `analyze`
+would of the same events.
 With --metrics or --textfile it is a service instead: the tracker counts into Prometheus metrics
 (live/metrics.py), prints no line and keeps no event, so that it can run for months.
 """
@@ -15,8 +16,9 @@ With --metrics or --textfile it is a service instead: the tracker counts into Pr
 import os
 import sys
 import time
+from typing import Any, NamedTuple
 
-from .. import events, pipeline, status
+from .. import events, pipeline
 from ..units import NS
 from . import recordplan, tracing
 from .metrics import Exposition, Metrics
@@ -106,11 +108,33 @@ class _Printer:
         self.out.flush()
 
 
+class Summary(NamedTuple):
+    """What watch ends with, for the command to show: the analysis of the events read (None
+    while they hold no listing) and its verdict (whose code is the exit status), whether it was
+    interrupted, and the restart lines printed as they came (None where the lines came from the
+    analysis itself: they are its restarts)."""
+
+    analysis: Any
+    verdict: Any
+    interrupted: bool
+    restart_lines: int | None
+
+
+class ServiceEnd(NamedTuple):
+    """How watch as a service (--metrics, --textfile) ended: interrupted or at the end of its
+    duration, and what its tracker counted ((events read, lost, restarts); None if it never
+    began)."""
+
+    interrupted: bool
+    counts: tuple[int, int, int] | None
+
+
 def run(duration=None, directory=None, as_json=False, out=sys.stdout, listen=None, textfile=None):
-    """Watch until Ctrl-C, SIGTERM or the end of the duration; returns check's exit status
-    (0 good, 1 bad, 125 cannot decide). With listen ((addr, port): --metrics) or textfile (a
-    directory: --textfile), a service: Prometheus metrics instead of lines, no event kept for a
-    summary (memory stays flat over months), and 0 when stopped."""
+    """Watch until Ctrl-C, SIGTERM or the end of the duration, printing to out what it finds
+    as it comes; returns its Summary (check's answer on what it read). With listen ((addr,
+    port): --metrics) or textfile (a directory: --textfile), a service: Prometheus metrics
+    instead of lines, no event kept for a summary (memory stays flat over months), and a
+    ServiceEnd."""
     dir_fileid = None
     if directory is not None:
         try:
@@ -184,15 +208,11 @@ def run(duration=None, directory=None, as_json=False, out=sys.stdout, listen=Non
             expo.metrics.tracing.set(1 if failed else 0)
             expo.close()
     if service:
-        out.write("nfs-readdir watch: " + ("stopped" if interrupted else "done"))
+        counts = None
         if tracker is not None:
-            out.write(
-                f"; {tracker.live.events} events read, {tracker.live.lost} lost; "
-                f"{tracker.restarts} restart(s)"
-            )
-        out.write("\n")
-        return status.GOOD
-    return _summary(live, dir_fileid, as_json, out, interrupted, tracker)
+            counts = (tracker.live.events, tracker.live.lost, tracker.restarts)
+        return ServiceEnd(interrupted, counts)
+    return summary(live, dir_fileid, interrupted, tracker)
 
 
 def _announce(say, plan, directory, dir_fileid, refused, filters):
@@ -236,34 +256,11 @@ def _follow(reader, live, plan, tracker, printer, deadline, metrics, expo):
         time.sleep(POLL_SECONDS)
 
 
-def _summary(live, dir_fileid, as_json, out, interrupted, tracker=None):
-    from ..present import jsonout
-    from ..present.render import analysis_record, print_analysis
-
+def summary(live, dir_fileid, interrupted, tracker=None):
+    """The Summary of the events read so far (live: a trace), its listings kept to the
+    directory's (dir_fileid; None: all); tracker: the one that printed lines as they came."""
     a, v = pipeline.live_summary(
         live, keep=lambda lst: dir_fileid is None or lst.fileid in (None, dir_fileid)
     )
-    # The lines against the summary: they differ only where the stream missed what the whole
-    # trace shows (an event read after Ctrl-C, a READDIR before its open was seen).
     lines = None if tracker is None or not tracker.usable else tracker.restarts
-    total = sum(len(lst.restarts) for lst in a.listings) if a is not None else 0
-    if as_json:
-        d = analysis_record(a, v) if a is not None else {"listings": [], "verdict": v.to_dict()}
-        # No file holds what watch read from the live ring buffer: there are no bytes to hash
-        # into an id (the glossary says so; `record` makes a trace that has one).
-        d.setdefault("trace", {})["trace_id"] = None
-        d["restart_lines"] = lines
-        jsonout.dump(d, out)
-        out.write("\n")
-    else:
-        out.write("\nnfs-readdir watch: " + ("interrupted; " if interrupted else "") + "summary\n")
-        if a is not None and a.listings:
-            print_analysis([a], out=out)
-        if lines is not None and lines != total:
-            out.write(
-                f"\nnote: {lines} restart line(s) above, {total} restart(s) in the "
-                "whole trace: the summary is the one to go by\n"
-            )
-        out.write(f"\nverdict: {v.reason}\n")
-    out.flush()
-    return v.code
+    return Summary(a, v, interrupted, lines)

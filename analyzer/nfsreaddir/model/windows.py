@@ -11,17 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from ..events import REPLY_TIME_READDIR
+
 READDIR_OPS = ("READDIR", "READDIRPLUS")
 
-
-# The READDIR events that fire at the reply (nfs4:nfs4_readdir, stock and the series', and the
-# series' page-filled events since v3): the RPC's own sunrpc:rpc_request comes before them.
-# The others fire in the call path (the cookie kprobes, upstream's cache_fill and uncached).
-REPLY_TIME_READDIR = (
-    "nfs4:nfs4_readdir",
-    "nfs:nfs_readdir_cache_page_filled",
-    "nfs:nfs_readdir_uncached_page_filled",
-)
 MAX_PENDING_CALLS = 64  # a process's READDIR calls not paired yet (its READDIRs are one by one)
 
 
