@@ -92,14 +92,7 @@ def analyze(path, tshark=None, ports=()):
     # capture of many clients (readdir-fleet) has one lister per client, none of them it.
     main = out.largest() if phase and out.clients == 1 else None
     fileids = cap.passes.fileids  # (the passes themselves, and their cookies, are not kept)
-    # The XIDs of every client's calls, where a hole needs them (_hiding_calls).
-    xids = cap.calls.xids() if placed and cap.calls is not None else None
-    if xids is not None:
-        xids = (_answered(xids[0], cap.orphan_replies), xids[1])
-    # The replies whose call was lost, by client: (ts, the operation each answered).
-    orphans: dict[str, list] = {}
-    for client, _, op, t in cap.orphan_replies:
-        orphans.setdefault(client, []).append((t, op))
+    xids, orphans = _call_numbers(cap, placed)
     # Every client's calls, for where each listing ends (windows.wire_end).
     calls = cap.calls.by_client() if cap.calls is not None else {}
 
@@ -181,6 +174,19 @@ _NO_XIDS = np.zeros(0, dtype=np.int64)
 
 # NFSv4's READDIR operation (RFC 8881): a reply that answers it may be the reply to a restart.
 OP_READDIR4 = 26
+
+
+def _call_numbers(cap, placed):
+    """What a hole needs (_hiding_calls): the XIDs of every client's calls (CallLog.xids, with
+    _answered's), or None where nothing was lost; and the replies whose call was lost, by
+    client: [(ts, the operation each answered)]."""
+    xids = cap.calls.xids() if placed and cap.calls is not None else None
+    if xids is not None:
+        xids = (_answered(xids[0], cap.orphan_replies), xids[1])
+    orphans: dict[str, list] = {}
+    for client, _, op, t in cap.orphan_replies:
+        orphans.setdefault(client, []).append((t, op))
+    return xids, orphans
 
 
 def _answered(seen, orphans):
