@@ -402,17 +402,17 @@ class Replay:
         self.items = []
         for cpu, off, n in dat.buf.cpus:
             got = [
-                item
+                (item[2], None, None, {"lost": item[1]}) if item[0] == "lost" else item
                 for block in self.trace.streams.blocks(cpu, off, n)
                 for p in range(0, len(block), size)
                 for item in pipe.decode_page(
                     block[p : p + size].tobytes(), dat.header_page, self.by_id, wanted
                 )
-                if item[0] != "lost"
             ]
             ns = dat.convert_ts(np.array([g[0] for g in got], np.uint64)).tolist()
             self.items += [(t, cpu, *g[1:]) for t, g in zip(ns, got)]
-        self.items.sort(key=lambda x: (x[0], x[1]))
+        # (as drain() orders them: a loss before an event of the same time and CPU)
+        self.items.sort(key=lambda x: (x[0], x[1], x[2] is not None))
         self.comms = {}
         for df in self.trace.read(dict.fromkeys(req, [])).values():
             self.comms.update(zip(df["pid"].tolist(), df["comm"].tolist()))

@@ -86,24 +86,28 @@ def test_check_never_says_good_on_the_lossy_stock_5_10_trace():
 
 
 def test_the_loss_is_damage_and_restarts_next_to_it_are_ranges():
-    """analyze --json: every listing overlaps a loss (1,023 markers in the readers' 37 s) and
-    reports it as damaged events; the trace holds 586 of mountstats' 743 READDIRs, and every one
-    of them is in a listing (READDIRs outside any open seen, their opendir lost, are one listing
-    of their process's: before, a second such stretch replaced the first and 53 READDIRs were
-    in no listing). Four poller listings have a cookie-0 READDIR next to a loss (one of them of
-    READDIRs outside any open): the analyzer counts each as 0 to 1 restarts
-    (restarts null, restarts_max 1 > restarts_min 0), never as a definite restart (the truth
-    shows none: the poller never sought back and read each open to eof once). No listing has a
-    definite restart, so no restart row is listed and the verdict is cannot decide."""
+    """analyze --json: every listing that sent READDIRs overlaps a loss (1,023 markers in the
+    readers' 37 s) and reports it as damaged events; the trace holds 586 of mountstats' 743
+    READDIRs, and every one of them is in a listing (READDIRs outside any open seen, their
+    opendir lost, are one listing of their process's: before, a second such stretch replaced the
+    first and 53 READDIRs were in no listing). Four poller listings have a cookie-0 READDIR next
+    to a loss (one of them of READDIRs outside any open): the analyzer counts each as 0 to 1
+    restarts (restarts null, restarts_max 1 > restarts_min 0), never as a definite restart (the
+    truth shows none: the poller never sought back and read each open to eof once). No listing
+    has a definite restart, so no restart row is listed and the verdict is cannot decide; the
+    few listings the cache served whole between two losses are untested."""
     a = _analyzed()
     before, after = _mountstats()
     listings = a["listings"]
     # The loss took READDIR calls too: 586 of mountstats' 743 are in the trace, each in a
     # listing.
     assert sum(lst["readdirs"] for lst in listings) == 586 < after - before == 743
-    assert all(lst["damaged_events"] > 0 for lst in listings), [
-        (lst["pid"], lst["damaged_events"]) for lst in listings
-    ]
+    # Each loss lies between its CPU's last event read and the page that says it (as
+    # trace-cmd places it): every listing that sent READDIRs overlaps one; a few the cache
+    # served whole, between two losses, touch none.
+    untouched = [lst for lst in listings if not lst["damaged_events"]]
+    assert all(lst["damaged_events"] for lst in listings if lst["readdirs"])
+    assert all(not lst["readdirs"] for lst in untouched) and len(untouched) < len(listings) / 4
     ranged = [lst for lst in listings if (lst["restarts_max"] or 0) > (lst["restarts"] or 0)]
     assert len(ranged) == 4, [(lst["pid"], lst["restarts"], lst["restarts_max"]) for lst in ranged]
     for lst in ranged:
@@ -112,5 +116,6 @@ def test_the_loss_is_damage_and_restarts_next_to_it_are_ranges():
         assert lst["ambiguous_cookie_zero_readdirs"] >= 1
     assert not any(lst["restarts"] for lst in listings)
     assert all(rows == [] for rows in a["restarts"])
-    assert {lst["finding"] for lst in listings} == {"undecided"}
+    assert {lst["finding"] for lst in listings if lst not in untouched} == {"undecided"}
+    assert {lst["finding"] for lst in untouched} <= {"untested"}
     assert a["verdict"]["code"] == UNDECIDED

@@ -151,7 +151,9 @@ class Reader:
     def drain(self, live):
         """Read every page there is; returns the events taken, in time order
         ((ts, cpu, event id, pid, fields)): a reader that moved between CPUs meanwhile has its
-        events from both in the order it made them."""
+        events from both in the order it made them. Events lost before a page are an item of
+        their own, (the page's time, cpu, None, None, {"lost": count or None}), before that
+        page's events: where they were lost is part of the stream (live/tracker.py)."""
         new = []
         for cpu, fd in self.fds.items():
             while True:
@@ -163,17 +165,18 @@ class Reader:
                     break
                 for item in pipe.decode_page(page, self.header, live.by_id, live.wanted):
                     if item[0] == "lost":
-                        live.lost += item[1] or 0
+                        _, count, ts = item
+                        live.lost += count or 0
                         live.losses += 1
                         if live.keep:
-                            live.info["lost_events"].append(
-                                {"cpu": cpu, "ts": None, "count": item[1]}
-                            )
+                            live.info["lost_events"].append({"cpu": cpu, "ts": ts, "count": count})
+                        new.append((ts, cpu, None, None, {"lost": count}))
                         continue
                     ts, eid, pid, fields = item
                     live.add(cpu, ts, eid, pid, fields)
                     new.append((ts, cpu, eid, pid, fields))
-        new.sort(key=lambda x: (x[0], x[1]))
+        # (a loss before an event of the same time and CPU)
+        new.sort(key=lambda x: (x[0], x[1], x[2] is not None))
         return new
 
     def close(self):

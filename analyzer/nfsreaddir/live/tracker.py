@@ -2,6 +2,7 @@
 invalidations printed, or counted into metrics, the moment their event is read, by the rules
 analyze() applies to a whole trace (opens.Opens, reader.Catchup)."""
 
+import bisect
 import time
 
 from .. import events
@@ -100,6 +101,19 @@ class Tracker:
         # (a call waits for its server time only where the replies are traced)
         self._replies = any(t == "latencies" for t, _, _ in self.map.values())
         self._reading = {}  # (_opens)
+        # Events lost, where the stream places them (ringbuffer.drain: before a page, on its
+        # CPU), as analyze() places a ring-buffer loss (analysis.damage_windows): after its
+        # CPU's last READDIR or reader's event and its last loss. Per CPU those two times,
+        # and the stretches lost ([from, to]) that a listing under way may still touch.
+        self._last_on = {}
+        self._lost_on = {}
+        self.losses = []
+        # Per open (by id): the invalidations of its directory not counted yet, held until an
+        # event of the open comes after them (analyze() takes a listing's up to its last
+        # event: an open whose close was lost has none after it); and the times of those
+        # counted (a restart's catch-up ends at a change before it: reader.Catchup).
+        self._held = {}
+        self._inval_ts = {}
 
     def _opens(self, pid):
         """The opens process pid is reading (none where no RPC is counted); kept from one
@@ -123,13 +137,18 @@ class Tracker:
         """Take the events drain() returned; print a line for each restart and invalidation."""
         wrote = False
         model = self.model
-        for ts, _cpu, eid, pid, fields in new:
+        for ts, cpu, eid, pid, fields in new:
+            if eid is None:
+                self._lost(cpu, ts)
+                continue
             m = self.map.get(self.live.by_id[eid].full_name)
             if m is None:
                 continue
             table, src, fmap = m
             if src.where and fields.get(src.where[0]) not in src.where[1]:
                 continue
+            if table in ("rpc", "calls"):
+                self._last_on[cpu] = ts
             row = {canon: fields.get(raw) for canon, raw in fmap.items()}
             row.update(src.constants)
             if table == "rpc":
@@ -150,6 +169,7 @@ class Tracker:
                     self.round_trips.readdir(o, ts, src.event)
                     self.round_trips.event(pid, ts, before + self._opens(pid))
                 self._count("readdirs", o)
+                wrote |= self._settle(o)
                 wrote |= self._restarts(o)
                 # After _restarts: the READDIR that settles a restart can end its catch-up.
                 done = self._catchups(o).readdir(self.rows - 1, cookie)
@@ -169,12 +189,14 @@ class Tracker:
                 o = model.reading(pid)
                 if o is not None:
                     self._flush(o)
+                    wrote |= self._settle(o)
                     wrote |= self._restarts(o)
             elif table == "rpc_directory":
                 o = model.reading(pid)
                 if o is not None and o.fileid is None:
                     o.dev, o.fileid = row.get("dev"), row.get("fileid")
                     self._flush(o)
+                    wrote |= self._settle(o)
             elif table == "requests":
                 if self.round_trips is not None:
                     self.round_trips.call(
@@ -198,7 +220,7 @@ class Tracker:
                         # judges it by the directory the listing turns out to have).
                         self._unnamed.setdefault(id(o), []).append(inv)
                     elif _mine(o, inv):
-                        wrote |= self._invalidation(o, inv)
+                        self._held.setdefault(id(o), []).append(inv)
         self._finished()
         if wrote and not self.quiet:
             self.out.flush()
@@ -210,6 +232,7 @@ class Tracker:
             return False
         ts, pid, _, _, event, reason = inv
         n = self._invals[id(o)] = self._invals.get(id(o), 0) + 1
+        self._inval_ts.setdefault(id(o), []).append(ts)
         self.invalidations += 1
         self._count("invalidations", o)
         self._line(
@@ -226,7 +249,22 @@ class Tracker:
         it ended unnamed)."""
         for inv in self._unnamed.pop(id(o), ()):
             if _mine(o, inv):
-                self._invalidation(o, inv)
+                self._held.setdefault(id(o), []).append(inv)
+
+    def _settle(self, o):
+        """Count the invalidations held for the open that came before its last event."""
+        held = self._held.get(id(o))
+        if not held:
+            return False
+        wrote = False
+        while held and held[0][0] <= o.end:
+            wrote |= self._invalidation(o, held.pop(0))
+        return wrote
+
+    def _lost(self, cpu, ts):
+        """Events were lost on cpu before ts: the stretch since its last event or loss."""
+        self.losses.append((max(self._lost_on.get(cpu, -1), self._last_on.get(cpu, -1)), ts))
+        self._lost_on[cpu] = ts
 
     def _count(self, what, o, n=1, *extra):
         """Count into the metrics once the open's directory is known (_pending)."""
@@ -258,6 +296,8 @@ class Tracker:
         for o in self.model.done:
             key = id(o)
             self._named(o)
+            self._settle(o)  # (what is still held came after its last event: not its)
+            self._restarts(o, ended=True)
             self._caught_up(o)
             if self.round_trips is not None:
                 self.round_trips.ended(o)
@@ -272,9 +312,14 @@ class Tracker:
                 self._catchup,
                 self._pending,
                 self._unnamed,
+                self._held,
+                self._inval_ts,
             ):
                 d.pop(key, None)
         self.model.done.clear()
+        # A loss matters while a listing under way may reach back to it.
+        oldest = min((o.start for o in self.model.live.values()), default=None)
+        self.losses = [w for w in self.losses if oldest is not None and w[1] >= oldest]
         if self.metrics is not None:
             # A listing is under way in its directory once the kernel has named it.
             self.metrics.listings(
@@ -292,6 +337,7 @@ class Tracker:
     def stop(self):
         """Watch stops: the catch-ups under way are counted as far as they went."""
         for o in list(self.model.live.values()):
+            self._restarts(o, ended=True)
             self._caught_up(o)
         if self.round_trips is not None:
             self.round_trips.stop()
@@ -323,19 +369,26 @@ class Tracker:
             c = self._catchup[id(o)] = reader.Catchup()
         return c
 
-    def _restarts(self, o):
-        """Print the restarts the open's last event settled."""
+    def _restarts(self, o, ended=False):
+        """Print the restarts the open's last event settled. One is taken once the READDIR
+        after it came (or the open ended): then whether its evidence touches a loss is known
+        (reader.near_loss over the READDIRs beside it), and one that does is ambiguous, as in
+        analyze(). (A loss on another CPU is known once that CPU's next page is read: one that
+        reaches back past the next READDIR and is read after it is not seen here.)"""
         key = id(o)
         done = self._printed.get(key, (0, 0, 0))
-        new = o.restart_rows[done[0] :]
+        rows = o.restart_rows
+        ready = len(rows) if ended or not rows or rows[-1] != o.rows[-1] else len(rows) - 1
         shown = done[1]
         wrote = False
         self._count("ambiguous_restarts", o, len(o.ambiguous_rows) - done[2])
-        for r in new:
+        for r in rows[done[0] : ready]:
             when = self._times.get(key, {}).get(r, o.end)
-            own, cut = self._catchups(o).restart(
-                r, when, self._invals.get(key, 0), o.targets.get(r, 0)
-            )
+            if self._near_loss(o, r):
+                self._count("ambiguous_restarts", o)
+                continue
+            changes = bisect.bisect_right(self._inval_ts.get(key, []), when)
+            own, cut = self._catchups(o).restart(r, when, changes, o.targets.get(r, 0))
             if cut is not None:  # a catch-up ends where the next restart begins
                 self._refetched(o, cut, o.rows.index(r), when)
             if not own:
@@ -355,5 +408,16 @@ class Tracker:
                 f"{(when - o.start) / NS:.3f}s",
             )
             wrote = True
-        self._printed[key] = (len(o.restart_rows), shown, len(o.ambiguous_rows))
+        self._printed[key] = (ready, shown, len(o.ambiguous_rows))
         return wrote
+
+    def _near_loss(self, o, r):
+        """Whether events were lost between the READDIRs beside restart r of the open (a time
+        not kept: its start, or its end)."""
+        if not self.losses:
+            return False
+        times = self._times.get(id(o), {})
+        k = o.rows.index(r)
+        lo = times.get(o.rows[k - 1], o.start) if k else times.get(r, o.start)
+        hi = times.get(o.rows[k + 1], o.end) if k + 1 < len(o.rows) else times.get(r, o.end)
+        return any(f <= hi and t >= lo for f, t in self.losses)

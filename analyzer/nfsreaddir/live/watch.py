@@ -249,6 +249,7 @@ def _follow(reader, live, plan, tracker, printer, deadline, metrics, expo):
             live.by_id[e].full_name in inval
             or (live.by_id[e].full_name in rpc and f.get("cookie") == 0)
             for _, _, e, _, f in new
+            if e is not None  # (events lost)
         ):
             a = pipeline.listings_so_far(live)
             if a is not None:

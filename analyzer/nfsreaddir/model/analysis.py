@@ -221,21 +221,32 @@ def _damage_in(lst, damage):
     return [d for d in damage if d["from"] <= lst.end and d["to"] >= lst.start]
 
 
-def damage_windows(info):
+def damage_windows(info, read=()):
     """The stretches of the trace where events are known to be damaged or missing: [from, to]
-    in ns, with the pid when the damage names one."""
+    in ns, with the pid when the damage names one. read: tables of events read (ts and cpu
+    columns), where a loss is placed as trace-cmd places it: the ring buffer marks the page
+    after the lost events, so they lie between that CPU's last event before the page and the
+    page (ts: its time stamp, or the next event's where report text said it)."""
     out = []
     lost = sorted(
         info.get("lost_events") or [], key=lambda x: (x.get("cpu") or 0, x.get("ts") or 0)
     )
+    seen = _cpu_times(read) if lost else {}
     prev: dict[int, float] = {}
     for x in lost:
         cpu, ts = x.get("cpu"), x.get("ts")
-        # Events were lost before ts and after the last loss (or the start) on that CPU.
+        # Events were lost before ts and after the last event (or loss, or the start) on that
+        # CPU: the last of its events read is the latest known (others, not read, may follow).
+        since = prev.get(cpu, -1)
+        mine = seen.get(cpu)
+        if ts is not None and mine is not None:
+            k = int(np.searchsorted(mine, ts, side="left"))
+            if k:
+                since = max(since, int(mine[k - 1]))
         n = x["count"] if x.get("count") is not None else "an unknown number of"
         out.append(
             {
-                "from": prev.get(cpu, -1),
+                "from": since,
                 "to": ts if ts is not None else 1 << 62,
                 "what": f"{n} events lost on CPU {cpu}",
             }
@@ -273,6 +284,16 @@ def damage_windows(info):
     return out
 
 
+def _cpu_times(tables):
+    """{cpu: the sorted times of its events} in the tables."""
+    ts = [np.asarray(t["ts"], dtype=np.int64) for t in tables if len(t) and "cpu" in t]
+    cpu = [np.asarray(t["cpu"], dtype=np.int64) for t in tables if len(t) and "cpu" in t]
+    if not ts:
+        return {}
+    ts_all, cpu_all = np.concatenate(ts), np.concatenate(cpu)
+    return {int(c): np.sort(ts_all[cpu_all == c]) for c in np.unique(cpu_all)}
+
+
 def analyze(trace):
     """Find the listings in an open trace (see nfsreaddir.trace.open_trace); it reads the
     trace through tables.load, which says what it reads."""
@@ -299,7 +320,8 @@ def analyze(trace):
     ends_visible = "closedir" in kinds
     listings = [_listing(o, read, kinds, cookies_known, ends_visible) for o in opens]
     _label_phases(listings, marks.phases)
-    damage = damage_windows(trace.info)
+    # (the events a restart is read from: where a loss among them lies)
+    damage = damage_windows(trace.info, [tables[n] for n in ("rpc", "calls") if n in tables])
     # The events a restart is read from: damage to others cannot make one (evidence_damage).
     evidence_events = [
         e for name in ("rpc", "calls", "rpc_directory") for e in sources.get(name) or ()
