@@ -5,19 +5,28 @@
  */
 #include "wiredecode.h"
 
+/* Room for one more of a report's n items of size bytes each (*p, *cap: its array, grown by
+ * doubling); -1 with a Python error set where memory runs out. */
+static int room(void **p, size_t *cap, size_t n, size_t size)
+{
+	if (n < *cap)
+		return 0;
+	size_t want = *cap ? *cap * 2 : 64;
+	void *q = realloc(*p, want * size);
+	if (!q) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	*p = q, *cap = want;
+	return 0;
+}
+
 /* One hole into the run's report. */
 int hole_add(struct run *r, const char *client, unsigned long long from, unsigned long long to,
 	     unsigned long long bytes, int cut, int to_server)
 {
-	if (r->nholes == r->holes_cap) {
-		size_t cap = r->holes_cap ? r->holes_cap * 2 : 64;
-		struct hole *h = realloc(r->holes, cap * sizeof *h);
-		if (!h) {
-			PyErr_NoMemory();
-			return -1;
-		}
-		r->holes = h, r->holes_cap = cap;
-	}
+	if (room((void **)&r->holes, &r->holes_cap, r->nholes, sizeof *r->holes))
+		return -1;
 	struct hole *h = &r->holes[r->nholes++];
 	snprintf(h->client, sizeof h->client, "%s", client);
 	h->from = from, h->to = to, h->bytes = bytes, h->cut = cut, h->to_server = to_server;
@@ -62,15 +71,8 @@ static int compound_answers(struct xdr *x)
  * NFSv3 reply does not name its procedure. */
 int orphan_add(struct run *r, struct xdr *x, uint32_t xid)
 {
-	if (r->norphans == r->orphans_cap) {
-		size_t cap = r->orphans_cap ? r->orphans_cap * 2 : 64;
-		struct orphan *o = realloc(r->orphans, cap * sizeof *o);
-		if (!o) {
-			PyErr_NoMemory();
-			return -1;
-		}
-		r->orphans = o, r->orphans_cap = cap;
-	}
+	if (room((void **)&r->orphans, &r->orphans_cap, r->norphans, sizeof *r->orphans))
+		return -1;
 	struct orphan *o = &r->orphans[r->norphans++];
 	frame_client(r, 0, o->client, sizeof o->client);
 	o->xid = xid;
