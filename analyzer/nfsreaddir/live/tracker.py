@@ -263,7 +263,8 @@ class Tracker:
 
     def _lost(self, cpu, ts):
         """Events were lost on cpu before ts: the stretch since its last event or loss."""
-        self.losses.append((max(self._lost_on.get(cpu, -1), self._last_on.get(cpu, -1)), ts))
+        since = max(self._lost_on.get(cpu, -1), self._last_on.get(cpu, -1))
+        self.losses.append({"from": since, "to": ts})
         self._lost_on[cpu] = ts
 
     def _count(self, what, o, n=1, *extra):
@@ -319,7 +320,7 @@ class Tracker:
         self.model.done.clear()
         # A loss matters while a listing under way may reach back to it.
         oldest = min((o.start for o in self.model.live.values()), default=None)
-        self.losses = [w for w in self.losses if oldest is not None and w[1] >= oldest]
+        self.losses = [w for w in self.losses if oldest is not None and w["to"] >= oldest]
         if self.metrics is not None:
             # A listing is under way in its directory once the kernel has named it.
             self.metrics.listings(
@@ -412,12 +413,15 @@ class Tracker:
         return wrote
 
     def _near_loss(self, o, r):
-        """Whether events were lost between the READDIRs beside restart r of the open (a time
-        not kept: its start, or its end)."""
+        """Whether events were lost between the READDIRs beside restart r of the open
+        (reader.near_loss, as analyze() asks it; a time not kept: the open's start or end)."""
         if not self.losses:
             return False
         times = self._times.get(id(o), {})
         k = o.rows.index(r)
-        lo = times.get(o.rows[k - 1], o.start) if k else times.get(r, o.start)
-        hi = times.get(o.rows[k + 1], o.end) if k + 1 < len(o.rows) else times.get(r, o.end)
-        return any(f <= hi and t >= lo for f, t in self.losses)
+        beside = [
+            times.get(o.rows[k - 1], o.start) if k else times.get(r, o.start),
+            times.get(r, o.end),
+            times.get(o.rows[k + 1], o.end) if k + 1 < len(o.rows) else times.get(r, o.end),
+        ]
+        return bool(reader.near_loss(beside, [1], self.losses))
