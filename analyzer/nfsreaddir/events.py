@@ -116,6 +116,16 @@ def kprobe_definition(spec, form, machine, group=None):
     return f"p:{group or KPROBE_SYSTEM}/{spec.function} {spec.function} {args}"
 
 
+# The readdir cache's own events (upstream's since 5.18, the series' on 5.10), and the kernels
+# that have them. With an "index" field, the page a READDIR filled, which its cookie names
+# (model/tables: cookie_is_position).
+_READDIR_CACHE_KERNELS = (
+    ("nfs:nfs_readdir_cache_fill", "5.18+ (6.1, 6.12), 5.10 with the series v1-v2"),
+    ("nfs:nfs_readdir_uncached", "5.18+ (6.1, 6.12), 5.10 with the series v1-v2"),
+    ("nfs:nfs_readdir_cache_page_filled", "5.10 with kernel-patches/v5.10"),
+    ("nfs:nfs_readdir_uncached_page_filled", "5.10 with kernel-patches/v5.10"),
+)
+NFS_READDIR_CACHE_EVENTS = tuple(ev for ev, _ in _READDIR_CACHE_KERNELS)
 RPC_SOURCES = [
     # This project's 5.10 series: one event per READDIR reply with the cookie asked for.
     (
@@ -145,12 +155,7 @@ RPC_SOURCES = [
             optional=("version", "error", "index"),
             kernels=kernels,
         )
-        for ev, kernels in (
-            ("nfs:nfs_readdir_cache_fill", "5.18+ (6.1, 6.12), 5.10 with the series v1-v2"),
-            ("nfs:nfs_readdir_uncached", "5.18+ (6.1, 6.12), 5.10 with the series v1-v2"),
-            ("nfs:nfs_readdir_cache_page_filled", "5.10 with kernel-patches/v5.10"),
-            ("nfs:nfs_readdir_uncached_page_filled", "5.10 with kernel-patches/v5.10"),
-        )
+        for ev, kernels in _READDIR_CACHE_KERNELS
     ),
     # Stock 5.0-5.10: the kprobe on nfs{4,3}_proc_readdir, with the cookie but not the
     # directory (NFSv4 gets it from nfs4:nfs4_readdir, see PAIRED_DIRECTORY).
@@ -362,6 +367,9 @@ SLAB_ALLOC = (
     "kmem:kmalloc_node",
 )
 SLAB_FREE = ("kmem:kmem_cache_free", "kmem:kfree")
+# Of the allocations, those of a named cache (the dentry cache among them), and kmalloc's, whose
+# cache is known by its size alone.
+SLAB_NAMED_ALLOC, SLAB_KMALLOC = SLAB_ALLOC[:2], SLAB_ALLOC[2:]
 SLAB_EVENTS = {
     "kmem:kmem_cache_alloc": ["ptr", "bytes_alloc", "name"],
     "kmem:kmem_cache_alloc_node": ["ptr", "bytes_alloc", "name"],

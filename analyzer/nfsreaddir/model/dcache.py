@@ -32,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..events import MARKER_SOURCE, REQUEST_SOURCE
 from ..facts import read_facts
 from ..units import NS
 from .markers import Markers, Phase, value
@@ -73,7 +74,7 @@ def read_trace(path):
     try:
         t = open_trace(path)
         names = sorted(t.event_names())
-        wanted = {"ftrace:print": ["buf"]}
+        wanted = {MARKER_SOURCE.event: ["buf"]}
         for ev in names:
             if ev.startswith("ftrace:") or ev.startswith("header_page"):
                 continue
@@ -84,7 +85,7 @@ def read_trace(path):
             wanted[ev] = [
                 f
                 for f in ("procname", "bytes_alloc")
-                if f in fields and (ev == "sunrpc:rpc_request" or ev.startswith("kmem:"))
+                if f in fields and (ev == REQUEST_SOURCE.event or ev.startswith("kmem:"))
             ]
         try:
             frames = t.read(wanted)
@@ -94,10 +95,10 @@ def read_trace(path):
             frames = e.partial  # an interrupted run: use what was recorded
     except TraceError as e:
         raise DcacheError(f"{path}: {e}") from None
-    markers = parse_markers(frames.get("ftrace:print"))
+    markers = parse_markers(frames.get(MARKER_SOURCE.event))
     parts = []
     for ev, df in frames.items():
-        if ev == "ftrace:print" or not len(df):
+        if ev == MARKER_SOURCE.event or not len(df):
             continue
         key = (
             ev.split(":", 1)[1] + ":" + df["procname"].astype(str)

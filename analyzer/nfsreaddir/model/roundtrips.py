@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..events import UNCACHED_READDIR
+from ..events import REQUEST_SOURCE, UNCACHED_READDIR
 from ..recordtype import as_dict, field, record
 from ..units import NS
 from .windows import (
@@ -313,7 +313,7 @@ def from_trace(
         start=start,
         end=end,
         seconds=round(seconds, 3),
-        calls_from="sunrpc:rpc_request",
+        calls_from=REQUEST_SOURCE.event,
         window="the process's calls from its first READDIR to the listing's end",
         names=names,
         names_from=names_from,

@@ -299,7 +299,7 @@ def _pieces(read, caches):
             size = _array(df["bytes_alloc"])
             # (sizes are far below 2**63: the unsigned column read as signed, no copy)
             size = size.view(np.int64) if size.dtype == np.uint64 else size.astype(np.int64)
-            if ev.startswith("kmem:kmalloc"):
+            if ev in events.SLAB_KMALLOC:
                 key, table = caches.by_size("kmalloc-", size)
             elif "name" in df:
                 key, table = caches.by_name(df["name"])
@@ -397,7 +397,7 @@ def _dentry(rows, named):
 def _notes(counts, n_unknown, n_unpaired, name_mismatch, lost, lost_total):
     """What limits the figures: events not recorded, frees that cannot be placed, losses."""
     notes = []
-    if not any(counts.get(ev) for ev in ("kmem:kmem_cache_alloc", "kmem:kmem_cache_alloc_node")):
+    if not any(counts.get(ev) for ev in events.SLAB_NAMED_ALLOC):
         notes.append(
             "no kmem_cache_alloc events: only kmalloc is traced, so the dentry "
             "cache (and other named caches) cannot be seen; record with "

@@ -37,6 +37,7 @@ from ..events import (
     INVALIDATION_SOURCES,
     LATENCY_SOURCE,
     MARKER_SOURCE,
+    NFS_READDIR_CACHE_EVENTS,
     OPTIONAL_FIELDS,
     PAIRED_DIRECTORY,
     PRINTED_NAMES,
@@ -464,7 +465,7 @@ def _cookie_is_position(trace, uses, rpc):
     """Tables.cookie_is_position, from the events the READDIRs came from."""
     return any(
         u.name in rpc
-        and u.src.event.startswith("nfs:nfs_readdir_")
+        and u.src.event in NFS_READDIR_CACHE_EVENTS
         and "index" in trace.event_format(u.name).user_fields()
         for u in uses
     )

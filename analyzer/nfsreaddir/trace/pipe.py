@@ -20,8 +20,8 @@ class PageError(Exception):
 def decode_page(page, header, formats, wanted):
     """Events of one page: yields (ts, event id, pid, {field: value}) for event ids in
     wanted ({id: [field names]}); the last item is ("lost", count or None, the page's time
-    stamp) when the page says events were lost before it. header: offsets from the header_page format. A damaged page
-    raises PageError after the events before the damage."""
+    stamp) when the page says events were lost before it. header: offsets from the
+    header_page format. A damaged page raises PageError after the events before the damage."""
     walker = PageWalker(
         PageLayout(
             len(page),
