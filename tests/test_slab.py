@@ -24,7 +24,7 @@ import pytest
 from conftest import installed, needs_setup
 from nfsreaddir.model import slab, slab_sorted
 from nfsreaddir.present import render
-from nfsreaddir.trace import open_trace
+from nfsreaddir.trace import TraceError, open_trace
 from nfsreaddir.trace.arrays import Strs
 from nfsreaddir.trace.text import ReportText
 
@@ -300,7 +300,7 @@ def test_compiled_pass_gives_what_the_sorts_give(dat, monkeypatch):
     for wrap in (lambda t: t, _NoName):
         fast = slab.summarize(wrap(open_trace(dat)))
         with monkeypatch.context() as m:
-            m.setattr(slab, "_slab", None)
+            m.setenv("NFSRT_READER", "numpy")
             oracle = slab.summarize(wrap(open_trace(dat)))
         assert fast == oracle
 
@@ -360,7 +360,7 @@ def test_compiled_pass_on_many_pointers_and_tied_times(monkeypatch):
         return out
 
     fast = slab._summarize(Trace(), request, fresh())
-    monkeypatch.setattr(slab, "_slab", None)
+    monkeypatch.setenv("NFSRT_READER", "numpy")
     assert fast == slab._summarize(Trace(), request, fresh())
     assert fast["failed_allocs"] and fast["frees_of_earlier_unknown"]
     assert fast["reallocated_without_free"] and fast["free_name_mismatches"]
@@ -407,7 +407,7 @@ def test_windows_give_what_the_whole_read_gives(dat, monkeypatch):
         windowed = slab.summarize(wrap(open_trace(dat)))
         whole = slab.summarize(_Whole(wrap(open_trace(dat))))
         with monkeypatch.context() as m:
-            m.setattr(slab, "_slab", None)
+            m.setenv("NFSRT_READER", "numpy")
             oracle = slab.summarize(wrap(open_trace(dat)))
         assert windowed == whole == oracle
 
@@ -495,3 +495,15 @@ def test_more_caches_than_a_slot_can_name(monkeypatch):
     assert slab.summarize(open_trace(HOST)) == want and used
     with pytest.raises(ValueError, match="more than the 4094 a table slot can name"):
         slab._slab.Tally().feed([], 4095)
+
+
+def test_a_tally_not_built_is_an_error_unless_numpy_is_asked_for(monkeypatch):
+    """A failed build of nfsreaddir._slab never silently changes which tally runs: summarize()
+    says it is not built and what to do, and NFSRT_READER=numpy asks for numpy's sorts."""
+    dat = KMEM_FIXTURES[0]
+    monkeypatch.setattr(slab, "_slab", None)
+    monkeypatch.delenv("NFSRT_READER", raising=False)
+    with pytest.raises(TraceError, match="nfsreaddir._slab is not built.*NFSRT_READER=numpy"):
+        slab.summarize(open_trace(dat))
+    monkeypatch.setenv("NFSRT_READER", "numpy")
+    assert slab.summarize(open_trace(dat))["total"]["live"] > 0

@@ -42,10 +42,13 @@ render.slab_text() writes it as text; ``nfs-readdir slab TRACE [--json] [--top N
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .. import events
 from ..trace.base import NotWindowed
+from ..trace.ringbuf import built
 from ..tuning import heap_reuse
 from ..units import NS
 from .requires import requires_events
@@ -55,10 +58,18 @@ try:
     # The compiled passes (setup.py builds them with the reader's); a C extension without a
     # stub, so mypy cannot see its attributes.
     from .. import _slab  # type: ignore[attr-defined]
-except ImportError:  # (the reader says once that it is not built)
+except ImportError:  # (_compiled says it is not built, where it is asked for)
     _slab = None
 
 __all__ = ["EVENTS", "summarize", "read_request", "DENTRY_OBJECT_SIZE"]
+
+
+def _compiled():
+    """The compiled tally's module, or None where NFSRT_READER=numpy asks for the pure Python
+    readers (numpy's sorts, slab_sorted); one not built is an error saying so, as the
+    trace readers' (a failed build never silently changes which tally runs)."""
+    return None if os.environ.get("NFSRT_READER", "") == "numpy" else built(_slab, "_slab")
+
 
 # The events and fields are the kernel knowledge's (events.py): alloc and free events, and per
 # event the fields it needs (``name`` only where the kernel records it; ``ptr`` and, for
@@ -181,7 +192,8 @@ def summarize(trace):
     request = read_request(trace)
     if not request:
         return None
-    if _slab is not None and hasattr(trace, "read_windows"):
+    slab = _compiled()
+    if slab is not None and hasattr(trace, "read_windows"):
         try:
             return _summarize_windows(trace, request)
         except NotWindowed:
@@ -190,7 +202,7 @@ def summarize(trace):
     # pieces decoded (one per CPU): the events are visited in time order here, all pieces
     # merged, so joining or sorting them first would only copy them
     read = trace.read_pieces(request, base=("ts",))
-    if _slab is not None:
+    if slab is not None:
         return _summarize(trace, request, read)
     with heap_reuse():  # (numpy's many temporaries of the same size)
         return _summarize(trace, request, read)
@@ -246,7 +258,7 @@ def _summarize(trace, request, read):
     pieces = _pieces(ranked, caches)
     k = len(caches.labels)
     # (more caches than the compiled table's slots can name: numpy's sorts, which have no limit)
-    compiled = _slab is not None and k <= _slab.MAX_CACHES
+    compiled = _compiled() is not None and k <= _slab.MAX_CACHES
     tally, scalars = (_tally_compiled if compiled else tally_sorted)(pieces, k)
     del pieces
     return _summary(trace, request, counts, caches, tally, scalars)
