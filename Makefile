@@ -150,11 +150,12 @@ test-bisect: setup-build
 # bad fixture flipped in each copy (make test: every 997th), every number edited three lines
 # around each restart (make test: one), 8 bits flipped in each of test_one_answer's traces (make
 # test: 3) and its lossy captures with two seeds (make test: one); every trace.dat fixture
-# decoded against `trace-cmd report -R`, converted four ways, walked both ways, fuzzed, cut and
-# read in stretches, and its report texts compared (make test: one fixture of each kind, print
-# formats too for the texts); 120 line edits of each style of the bad report (make test: 4 of
-# each kind of edit); 40 and 24 damaged captures against tshark (make test: each kind of damage
-# twice); and the export of every readdir run (make test: one of each kind).
+# decoded against `trace-cmd report -R`, converted four ways, walked both ways (its damaged
+# pages too), its field types checked, fuzzed, cut and read in stretches, and its report texts
+# compared (make test: one fixture of each kind, print formats too for the texts); 120 line
+# edits of each style of the bad report (make test: 4 of each kind of edit); 40 and 24 damaged
+# captures against tshark (make test: each kind of damage twice); and the export of every
+# readdir run (make test: one of each kind).
 test-full: setup
 	NFSRT_TEST_FULL=1 $(PYTEST) -ra --durations=0 -m full
 

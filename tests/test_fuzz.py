@@ -3,6 +3,7 @@ atheris): every input that ever crashed one (tests/fuzz/TARGET/crash-*), each al
 short sample of each target (its seeds from the fixtures and some inputs mutated from them,
 the same each run). `make fuzz` is the fuzzing itself."""
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -40,6 +41,13 @@ def _crashes():
             yield pytest.param(t, p, id=f"{t}/{p.name}", marks=marks)
 
 
+@functools.cache
+def built(target):
+    """The target's harness and seeds, made once in a test session for every input it replays
+    (run.build: from the cache where these sources were built before)."""
+    run.build([target])
+
+
 def _why(proc):
     """The sanitizer's or the fuzzer's report, shortened."""
     lines = proc.stderr.splitlines()
@@ -49,14 +57,14 @@ def _why(proc):
 
 @pytest.mark.parametrize("target,path", list(_crashes()))
 def test_a_crash_found_once_stays_fixed(target, path):
-    run.build([target])
+    built(target)
     proc = run.replay(target, [path])
     assert proc.returncode == 0, _why(proc)
 
 
 @pytest.mark.parametrize("target", [pytest.param(t, marks=_marks(t)) for t in run.TARGETS])
 def test_a_short_sample_of_each_target_finds_nothing(target):
-    run.build([target])
+    built(target)
     proc = run.replay(
         target, [run.BUILD / "seeds" / target], fuzzing=True, runs=run.SAMPLE_RUNS[target]
     )

@@ -9,6 +9,7 @@ committed by these tests.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import re
@@ -82,6 +83,26 @@ def convert(src, dst, version, compression=None):
     return None
 
 
+@pytest.fixture(scope="session")
+def converted(tmp_path_factory):
+    """``converted(src, version, compression=None)``: the path of `trace-cmd convert` of
+    ``src``, made once in a session however many tests read it (the largest fixture's v6 copy
+    serves three), never to edit."""
+    where = tmp_path_factory.mktemp("converted")
+    made = {}
+
+    def get(src, version, compression=None):
+        key = (str(src), version, compression)
+        if key not in made:
+            out = where / f"{len(made)}-{Path(src).stem}.v{version}-{compression or 'default'}.dat"
+            err = convert(src, out, version, compression)
+            assert err is None, f"trace-cmd convert {src} to v{version} {compression}: {err}"
+            made[key] = out
+        return made[key]
+
+    return get
+
+
 class Syms:
     """Kernel symbol lookup from the kallsyms saved in the trace (as trace-cmd dumps them)."""
 
@@ -114,6 +135,13 @@ class Syms:
             out.append((self.names[i], value - a))
             i -= 1
         return out
+
+
+@functools.cache
+def syms_of(dat):
+    """The kallsyms of a trace, dumped by trace-cmd once in a session (a fixture is compared
+    whole, and by its instances)."""
+    return Syms(dat)
 
 
 _SYM_RE = re.compile(r"^([A-Za-z_.$][\w.$]*)(?:\+0x([0-9a-f]+))?(?:/0x[0-9a-f]+)?(?: \[\w+\])?$")
@@ -184,7 +212,7 @@ def compare_with_report(dat, instance=None):
     bin_frames = t.read(req_bin)
     if text_info["format"] != "report text -R":
         assert not req_bin, text_info
-    syms = Syms(dat)
+    syms = syms_of(dat)
     problems = []
     total = 0
     for full, bdf in bin_frames.items():
@@ -369,7 +397,10 @@ def kinds_of(path):
 # fixture of each kind (9 of 67 files, 2026-11-28) and on all of them in make test-full:
 # `trace-cmd convert` of every fixture four ways took 209 s of a fresh make test beside the
 # guests; the fuzz, cut and stretch sweeps of every fixture 203 s at load 2, two workers
-# (test_reporttext's report comparisons take a sample of their own: print formats too).
+# (test_reporttext's report comparisons take a sample of their own: print formats too). The
+# field types of every fixture and the damaged pages of every other one took 30, 16 and 9 s
+# more at load 8 (2026-12-07): a field's type, and a page's walk, are decided by the layouts
+# and formats the sample holds every one of.
 swept_dats = swept_fixture("swept_dats", kinds_of)
 
 
@@ -564,7 +595,7 @@ def test_instances_of_fixtures(dat_files):
 
 @pytest.mark.slow
 @needs_trace_cmd
-def test_conversions_identical(swept_dats, tmp_path):
+def test_conversions_identical(swept_dats, converted, tmp_path):
     """v6, v7 uncompressed, v7 zstd/zlib (trace-cmd convert) decode to equal frames."""
     have = trace_cmd_compressions()
     skipped = []
@@ -578,18 +609,13 @@ def test_conversions_identical(swept_dats, tmp_path):
             else:
                 skipped.append(comp)
         for label, ver, comp in variants:
-            out = tmp_path / f"{Path(dat).stem}.{label}.dat"
-            err = convert(dat, out, ver, comp)
-            assert err is None, f"trace-cmd convert {label} failed: {err}"
-            t, fr = read_all(out, events=events)
+            t, fr = read_all(converted(dat, ver, comp), events=events)
             assert t.info["version"] == ver
             frames_equal(base, fr, f"{dat} vs {label}")
             assert t.info["lost_events"] == base_t.info["lost_events"]
-            out.unlink()
         # zlib by re-compressing the real data ourselves when trace-cmd lacks it
         if "zlib" not in have:
-            src = tmp_path / "src-v7.dat"
-            assert convert(dat, src, 7, "zstd" if "zstd" in have else "none") is None
+            src = converted(dat, 7, "zstd" if "zstd" in have else "none")
             zl = tmp_path / f"{Path(dat).stem}.v7-zlib-py.dat"
             recompress_v7(src, zl, "zlib")
             t, fr = read_all(zl, events=events)
@@ -611,8 +637,11 @@ def test_unknown_field_and_absent_event(dat_files):
     assert len(df) == 0 and list(df.columns) == ["ts", "cpu", "pid", "comm", "dev", "fileid"]
 
 
-def test_field_types(dat_files):
-    for dat in dat_files:
+def test_field_types(swept_dats):
+    """Each field's type follows its format (a field's layout decides it: one fixture of each
+    layout in make test, every fixture in make test-full)."""
+    columns = 0
+    for dat in swept_dats:
         t = open_trace(dat)
         for name in sorted(t.event_names()):
             fmt = t.event_format(name)
@@ -632,7 +661,9 @@ def test_field_types(dat_files):
                 elif len(col):
                     want = str if f.kind == "str" else bytes
                     assert all(isinstance(v, want) for v in col.head(50)), (name, fname)
+                columns += 1
             assert df["cpu"].between(0, 1 << 16).all()
+    print(f"{len(swept_dats)} traces: {columns} columns of the type of their field")
 
 
 def test_print_buf(dat_files):
@@ -655,9 +686,11 @@ def _alarm(*_):
     raise _Timeout()
 
 
-def _attempt(path, events, seconds=20):
+def _attempt(path, events, seconds=300):
     """Open + read ``events``; returns 'ok' or the TraceError.  Any other
-    exception or a hang fails the test."""
+    exception or a hang fails the test. (A hang, not a slow read: a read of a fixture takes
+    well under a second of CPU, and a machine at a load of 20 gives a process a tenth of a
+    core.)"""
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(seconds)
     try:
@@ -693,6 +726,7 @@ def test_truncated(swept_dats, tmp_path):
             p.write_bytes(data[:cut])
             r = _attempt(p, events)
             assert r != "ok", f"{dat} cut at {cut}/{len(data)} read without error"
+        print(f"{dat}: {len(cuts)} cuts, each refused")
         # cut in the middle of the last cpu's data: earlier events come back as partial
         lo, hi = max(ranges)
         p = tmp_path / "cut.dat"
@@ -732,6 +766,7 @@ def test_corrupt_bytes_fuzz(swept_dats, tmp_path):
             p.write_bytes(bytes(b))
             r = _attempt(p, events)
             counts["ok" if r == "ok" else "err"] += 1
+        print(f"{dat}: {per_file} damaged copies, {counts['err']} refused, {counts['ok']} read")
         assert counts["err"] > 0, counts
 
 
@@ -1030,10 +1065,10 @@ def test_extract_widens_string_codes_as_the_dictionary_grows():
 
 
 def damaged_blocks(dat_files, seed, copies):
-    """(dat, trace, cpu, block) for `copies` copies of every ring-buffer block of every other
-    trace, each with 1-20 bytes set at random (seeded per trace: the same damage on every run,
+    """(dat, trace, cpu, block) for `copies` copies of every ring-buffer block of each trace,
+    each with 1-20 bytes set at random (seeded per trace: the same damage on every run,
     whatever other fixtures there are)."""
-    for dat in dat_files[::2]:
+    for dat in dat_files:
         rnd = random.Random(f"{seed}:{os.path.relpath(dat, FIXTURES)}")
         t = open_trace(dat)
         b = t.file.buf
@@ -1048,14 +1083,16 @@ def damaged_blocks(dat_files, seed, copies):
 
 @pytest.mark.slow
 @needs_compiled
-def test_extract_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
+def test_extract_equals_numpy_walk_on_damaged_pages(swept_dats, numpy_walk):
     """Seeded random bytes in the ring-buffer pages: the extract keeps the records the
     numpy walk lists (time stamps and ids), and finds the same lost-events markers and the
     same damage."""
     from nfsreaddir import _ringbuf
     from nfsreaddir.trace.page import damage_text
 
-    for dat, t, cpu, block in damaged_blocks(dat_files, 20261124, 10):
+    blocks = 0
+    for dat, t, cpu, block in damaged_blocks(swept_dats, 20261124, 10):
+        blocks += 1
         b, hp, idf = t.file.buf, t.file.header_page, t.file.formats.id_field()
         lost = []
         parts = numpy_walk(
@@ -1086,14 +1123,17 @@ def test_extract_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
         assert np.array_equal(got_ids.astype(np.int64), ids[keep]), dat
         assert [{"cpu": cpu, "ts": m[1], "count": m[2]} for m in marks] == lost
         assert damage_text(cpu, why, bad, detail, b.page_size - hp["data_off"]) == parts[-1][1], dat
+    print(f"{len(swept_dats)} traces: {blocks} damaged blocks, the same from both")
 
 
 @pytest.mark.slow
 @needs_compiled
-def test_compiled_walk_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk):
+def test_compiled_walk_equals_numpy_walk_on_damaged_pages(swept_dats, numpy_walk):
     """Seeded random bytes in the ring-buffer pages: both walks list the same records, the
     same lost-events markers and the same damage (message included)."""
-    for dat, t, cpu, block in damaged_blocks(dat_files, 20261123, 20):
+    blocks = 0
+    for dat, t, cpu, block in damaged_blocks(swept_dats, 20261123, 20):
+        blocks += 1
         got, want = [], []
         for out, run in ((got, lambda f: f()), (want, numpy_walk)):
             lost = []
@@ -1119,6 +1159,7 @@ def test_compiled_walk_equals_numpy_walk_on_damaged_pages(dat_files, numpy_walk)
         for g, w in zip(got[0], want[0]):
             assert np.array_equal(g, w), dat
         assert np.array_equal(got[1], want[1]) and got[2:] == want[2:], dat
+    print(f"{len(swept_dats)} traces: {blocks} damaged blocks, the same from both walks")
 
 
 def test_compiled_walk_takes_the_page_format_of_page_py():
@@ -1328,12 +1369,9 @@ def read_request(path, req, monkeypatch, stretch):
     return msg, frames, t.info["lost_events"], pieces
 
 
-def with_uncompressed(dat_files, tmp_path):
+def with_uncompressed(dat_files, converted):
     """The fixtures and a v6 (uncompressed: stretches of pages) copy of the largest."""
-    big = max(dat_files, key=os.path.getsize)
-    v6 = tmp_path / "v6.dat"
-    assert convert(big, v6, 6) is None
-    return list(dat_files) + [v6]
+    return list(dat_files) + [converted(max(dat_files, key=os.path.getsize), 6)]
 
 
 def test_streams_are_cut_where_whole_ones_would_leave_threads_idle():
@@ -1350,7 +1388,7 @@ def test_streams_are_cut_where_whole_ones_would_leave_threads_idle():
 
 
 @needs_compiled
-def test_stretches_of_a_stream_read_as_the_whole_stream(swept_dats, tmp_path, monkeypatch):
+def test_stretches_of_a_stream_read_as_the_whole_stream(swept_dats, converted, monkeypatch):
     """Each CPU's stream cut at every zstd chunk or page and read by two threads (so that
     a trace whose events sit on one CPU is not read by one thread): the same rows, fields,
     lost-events markers, and pieces in the same order as each stream read whole."""
@@ -1362,7 +1400,7 @@ def test_stretches_of_a_stream_read_as_the_whole_stream(swept_dats, tmp_path, mo
         streams.Streams, "stretches", lambda self, *a: cut.append(stretches(self, *a)) or cut[-1]
     )
     streams_cut = 0
-    for dat in with_uncompressed(swept_dats, tmp_path):
+    for dat in with_uncompressed(swept_dats, converted):
         req = extractable(open_trace(dat), present_events(dat))
         cut.clear()
         whole = read_request(dat, req, monkeypatch, None)
@@ -1381,7 +1419,7 @@ def test_stretches_of_a_stream_read_as_the_whole_stream(swept_dats, tmp_path, mo
 
 
 @needs_compiled
-def test_stretches_stop_where_the_stream_is_damaged(swept_dats, tmp_path, monkeypatch):
+def test_stretches_stop_where_the_stream_is_damaged(swept_dats, converted, tmp_path, monkeypatch):
     """A damaged zstd chunk in the middle of a stream (corrupt data, an implausible size), a
     page with a garbage header and a file cut short: read in stretches, the events before
     the damage and nothing after it, with the message of the stream read whole (pages
@@ -1389,7 +1427,7 @@ def test_stretches_stop_where_the_stream_is_damaged(swept_dats, tmp_path, monkey
     import struct
 
     seen = set()
-    for dat in with_uncompressed(swept_dats, tmp_path):
+    for dat in with_uncompressed(swept_dats, converted):
         data = Path(dat).read_bytes()
         t = open_trace(dat)
         req = extractable(t, present_events(dat))
@@ -1468,7 +1506,7 @@ def test_without_the_compiled_inflate_an_error_unless_numpy_is_asked_for(dat_fil
 
 
 @needs_compiled
-def test_windows_hold_what_one_read_holds(swept_dats, tmp_path, monkeypatch):
+def test_windows_hold_what_one_read_holds(swept_dats, converted, monkeypatch):
     """read_windows() with a page of each CPU a step (many windows; CPUs read by two
     threads): every window's rows come after the windows' before it, and the windows' rows,
     sorted stably by time, are read_columns()'s, every column (base columns too); the lost
@@ -1480,7 +1518,7 @@ def test_windows_hold_what_one_read_holds(swept_dats, tmp_path, monkeypatch):
     monkeypatch.setattr(windows, "WINDOW_BLOCK_BYTES", 4096)
     monkeypatch.setattr(tuning, "reader_threads", lambda: 2)
     windowed = 0
-    for dat in with_uncompressed(swept_dats, tmp_path):
+    for dat in with_uncompressed(swept_dats, converted):
         req = extractable(open_trace(dat), present_events(dat))
         t = open_trace(dat)
         try:
