@@ -1,11 +1,10 @@
 """Every NFS and NFSACL call of a capture, by program and operation, with its reply's time: what
-a listing's round trips are counted from (model/roundtrips). Both decoders give rpcmatch one row
-per RPC message (tshark_fields.FIELDS); rpcmatch hands each to a CallLog, which keeps a call's
+a listing's round trips are counted from (model/roundtrips). tshark gives rpcmatch one row per
+RPC message (tshark_fields.FIELDS) and rpcmatch hands each to a CallLog, which keeps a call's
 first transmission (a call seen again with the same client and XID before its reply is counted
-as retransmitted) and, for a READDIR, the number of entries its reply carried.
-
-The compiled decoder keeps the same log in C as it reads (csrc/wiredecode/calllog.c), with no
-row for the calls rpcmatch does not read: CallLog.decoded takes it whole.
+as retransmitted) and, for a READDIR, the number of entries its reply carried. The compiled
+decoder keeps the same log in C as it reads (csrc/wiredecode/calllog.c), with no row for the
+calls rpcmatch does not read, and CallLog.decoded takes it whole.
 
 Names are the protocols' own, as Wireshark gives them: NFSv3 and NFSACL procedures, and for an
 NFSv4 COMPOUND its main operation (Wireshark's ranking, nfs.main_opcode), so that the counts
