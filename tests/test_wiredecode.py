@@ -122,6 +122,34 @@ def test_the_decoder_and_tshark_give_the_same_tables_and_verdicts(name, monkeypa
     assert _judged_by("compiled", [path], monkeypatch) == by_tshark
 
 
+# tshark names two main operations of a COMPOUND with GET_DIR_DELEGATION (SEQUENCE's and
+# PUTFH's: nfs.main_opcode "53,22") and the first is taken; the decoder ranks it as the
+# operation it is.
+DIR_DELEGATION = ("7.3-v4.2-xfs-cap/idle.pcap.gz", "7.3-v4.2-xfs-cap/modified.pcap.gz")
+
+
+@built
+@pytest.mark.parametrize(
+    "name",
+    [c for c in CAPTURES if c not in (REORDERED, MIDSTREAM, *DIR_DELEGATION) and c not in LOSSY],
+)
+def test_the_decoders_call_log_is_the_one_tsharks_rows_make(name):
+    """Every NFS and NFSACL call, as the compiled decoder logs them in C without a row, is
+    what rpcops.CallLog makes of tshark's rows: the calls, their replies' times and entries,
+    the XIDs each client used and each client's calls."""
+    path = os.path.join(FIXTURES, name)
+    a, b = (capture.read(path, decoder=d, tables=False).calls for d in ("tshark", "compiled"))
+    assert a is not None and b is not None
+    pd.testing.assert_frame_equal(a.table(), b.table())
+    (seen, frames), (seen_b, frames_b) = a.xids(), b.xids()
+    assert frames == frames_b and list(seen) == list(seen_b) and len(b) > len(frames)
+    assert all((seen[c] == seen_b[c]).all() for c in seen)
+    by, by_b = a.by_client(), b.by_client()
+    assert list(by) == list(by_b)
+    assert all((x == y).all() for c in by for x, y in zip(by[c], by_b[c], strict=True))
+    assert a.retransmitted == b.retransmitted
+
+
 def _read_through(path, capfd):
     """(tshark's Capture, the compiled decoder's) of a capture that lost packets: the
     decoder reads it through, never leaving it to tshark."""

@@ -7,10 +7,13 @@
  * other NFS and NFSACL (100227) call and its reply with their RPC header alone (program,
  * version, procedure, an NFSv4 compound's main operation), which a listing's round trips count.
  *
- * Each such message is handed to a Python callback as one row of tshark's -T fields text
- * (the columns are named by the caller, tshark_fields.FIELDS), so that the one matcher of
- * calls and replies (rpcmatch) reads both decoders' rows alike and tshark stays the oracle.
- * One exception: a reply's entry cookies are one bytes object of native 64-bit integers.
+ * Each READDIR and GETATTR message is handed to a Python callback as one row of tshark's -T
+ * fields text (the columns are named by the caller, tshark_fields.FIELDS), so that the one
+ * matcher of calls and replies (rpcmatch) reads both decoders' rows alike and tshark stays the
+ * oracle. One exception: a reply's entry cookies are one bytes object of native 64-bit
+ * integers. Every NFS and NFSACL call, those included, goes into the call log
+ * (csrc/wiredecode/calllog.c), returned whole in stats["calls"] for rpcops.CallLog: no row,
+ * no Python call, for the calls the round trips alone count.
  *
  * What the capture lost it reads through and reports: stats["holes"], the bytes of each TCP
  * stream not captured (a packet dropped, a frame cut by the snaplen: csrc/wiredecode/tcp.c),
@@ -84,7 +87,9 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
 	if (!rc && streams_end(&r))
 		rc = -1;
 	stream_free_all(&r);
-	PyObject *holes = rc ? NULL : PyList_New((Py_ssize_t)r.nholes);
+	PyObject *calls = rc ? NULL : log_result(&r);
+	log_free(&r);
+	PyObject *holes = calls ? PyList_New((Py_ssize_t)r.nholes) : NULL;
 	for (size_t i = 0; holes && i < r.nholes; i++) {
 		const struct hole *h = &r.holes[i];
 		PyObject *t = Py_BuildValue("(sKKOKO)", h->client, h->from, h->to,
@@ -108,21 +113,23 @@ static PyObject *decode(PyObject *Py_UNUSED(self), PyObject *args)
 	free(r.orphans);
 	if (!orphans) {
 		Py_XDECREF(holes);
+		Py_XDECREF(calls);
 		return NULL;
 	}
-	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:s,s:s,s:N,s:N,s:K,s:K,s:I}",
+	return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:s,s:s,s:N,s:N,s:K,s:K,s:I,s:N}",
 			     "frames", r.frame, "port_frames", r.port_frames, "rpc_frames",
 			     r.rpc_frames, "split_frames", r.split_frames, "messages", r.messages,
 			     "retransmitted_segments", r.retransmitted, "reordered_segments",
 			     r.reordered, "versions", r.versions, "unknown", r.unknown, "cut",
 			     r.cut, "holes", holes, "orphans", orphans, "udp_frames", r.udp_frames,
-			     "truncated_frames", r.truncated, "snaplen", r.snaplen);
+			     "truncated_frames", r.truncated, "snaplen", r.snaplen, "calls", calls);
 }
 
 static PyMethodDef methods[] = {
 	{ "decode", decode, METH_VARARGS,
 	  "decode(path, ports, columns, callback) -> stats: each NFS READDIR/GETATTR call and "
-	  "reply as a row of the named columns, given to callback" },
+	  "reply as a row of the named columns, given to callback; every NFS and NFSACL call "
+	  "in stats['calls'] (rpcops.CallLog.decoded)" },
 	{ NULL, NULL, 0, NULL },
 };
 

@@ -212,13 +212,14 @@ RETRANSMIT_NS = 10 * 60 * 10**9
 class CaptureReader:
     """From tshark's lines to the tables: one pass, calls kept until their reply."""
 
-    def __init__(self, path, kind, several, passes=None, tables=True):
+    def __init__(self, path, kind, several, passes=None, tables=True, calls=True):
         self.cap = Capture(path, kind, None, None)
         self.several = several  # the frames with several RPC messages, message by message
         # Told of each READDIR call, in order, and of its reply: a reply's entry cookies go
         # there and nowhere else (millions of them in a big capture; the tables keep none).
         self.passes = self.cap.passes = passes() if passes else None
-        self.ops = self.cap.calls = CallLog()
+        # Every call, from the rows (calls=False: the compiled decoder keeps them itself).
+        self.ops = self.cap.calls = CallLog() if calls else None
         self.calls = {}  # (client, xid) -> Call, until its reply
         # READDIRs replied to in the last RETRANSMIT_NS, as client number << 32 | xid, and
         # (reply time, key) in the order they came: a call seen again is a
@@ -275,7 +276,8 @@ class CaptureReader:
         xid = int_or_none(v[COL["xid"]], 0)
         kind = v[COL["msgtyp"]][:1]
         client = self._name(endpoint(src, sport) if kind == "0" else endpoint(dst, dport))
-        self.ops.message(v, kind, ts, frame, client, xid)  # every program's calls are counted
+        if self.ops is not None:
+            self.ops.message(v, kind, ts, frame, client, xid)  # every program's calls counted
         prog = int_or_none(first(v, "prog"))
         if prog is not None and prog != NFS_PROGRAM:
             return

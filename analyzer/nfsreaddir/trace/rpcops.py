@@ -1,8 +1,10 @@
 """Every NFS and NFSACL call of a capture, by program and operation, with its reply's time: what
-a listing's round trips are counted from (model/roundtrips). Both decoders give rpcmatch one row
-per RPC message (tshark_fields.FIELDS); rpcmatch hands each to a CallLog, which keeps a call's
+a listing's round trips are counted from (model/roundtrips). tshark gives rpcmatch one row per
+RPC message (tshark_fields.FIELDS) and rpcmatch hands each to a CallLog, which keeps a call's
 first transmission (a call seen again with the same client and XID before its reply is counted
-as retransmitted) and, for a READDIR, the number of entries its reply carried.
+as retransmitted) and, for a READDIR, the number of entries its reply carried. The compiled
+decoder keeps the same log in C as it reads (csrc/wiredecode/calllog.c), with no row for the
+calls rpcmatch does not read, and CallLog.decoded takes it whole.
 
 Names are the protocols' own, as Wireshark gives them: NFSv3 and NFSACL procedures, and for an
 NFSv4 COMPOUND its main operation (Wireshark's ranking, nfs.main_opcode), so that the counts
@@ -72,14 +74,14 @@ def _entries(v, op, plus):
 
 
 class CallLog:
-    """The calls as columns in typed arrays (a big capture has millions of calls: 30 bytes
+    """The calls as columns in typed arrays (a big capture has millions of calls: 32 bytes
     each): ts, reply_ts (-1: no reply in the capture), client (its number in `clients`), op
     (its number in `names`, (program, operation) pairs), xid (-1: not read); a READDIR's frame
     and its reply's entries, kept for READDIRs alone, by row."""
 
     def __init__(self):
         self.ts, self.reply_ts, self.xid = array("q"), array("q"), array("q")
-        self.client, self.op = array("i"), array("h")
+        self.client, self.op = array("i"), array("i")
         self.clients: dict[str, int] = {}
         self.ops: dict[tuple, int] = {}
         self.names: list[tuple] = []  # the ops' keys by number
@@ -90,6 +92,33 @@ class CallLog:
 
     def __len__(self):
         return len(self.ts)
+
+    @classmethod
+    def decoded(cls, d):
+        """The log the compiled decoder kept (its stats["calls"]): the columns as bytes of
+        native integers, the clients' names and the operations' (program, version, procedure,
+        main operation) by number, as message() would have made them from its rows."""
+        import numpy as np
+
+        log = cls()
+        for name in ("ts", "reply_ts", "xid", "client"):
+            getattr(log, name).frombytes(d[name])
+        log.clients = {name: i for i, name in enumerate(d["clients"])}
+        # Operations the decoder tells apart may have one name (a procedure past the names):
+        # each name numbered once, in the order of its first call, as message() numbers them.
+        number = [log.ops.setdefault(op_name(*key), len(log.ops)) for key in d["ops"]]
+        log.names = list(log.ops)
+        op = np.frombuffer(d["op"], dtype=np.int32)
+        if number != list(range(len(number))):
+            op = np.asarray(number, dtype=np.int32)[op]
+        log.op.frombytes(op.tobytes())
+        rows = np.frombuffer(d["readdir_row"], dtype=np.int64).tolist()
+        frames = np.frombuffer(d["readdir_frame"], dtype=np.int64).tolist()
+        entries = np.frombuffer(d["readdir_entries"], dtype=np.int64).tolist()
+        log.frames = dict(zip(rows, frames))
+        log.entries = {row: e for row, e in zip(rows, entries) if e >= 0}
+        log.retransmitted = d["retransmitted"]
+        return log
 
     def message(self, v, kind, ts, frame, client, xid):
         """One RPC message's row: a call of NFS or NFSACL is kept, a reply completes its call."""
@@ -143,8 +172,13 @@ class CallLog:
         swapped = np.where(known, xid, 0).astype(">u4").view("<u4").astype(np.int64)
         count = xid.copy()
         seen = {}
+        # Each client's rows at once (a mask per client was calls x clients: 2,381 of them
+        # at a million packets).
+        order = np.argsort(client, kind="stable")
+        bounds = np.searchsorted(client[order], np.arange(len(self.clients) + 1))
         for name, c in self.clients.items():
-            mine = known & (client == c)
+            mine = order[bounds[c] : bounds[c + 1]]
+            mine = mine[known[mine]]
             raw, other = np.unique(xid[mine]), np.unique(swapped[mine])
             if np.count_nonzero(np.diff(other) == 1) > np.count_nonzero(np.diff(raw) == 1):
                 raw = other
@@ -164,7 +198,7 @@ class CallLog:
         reply = np.frombuffer(self.reply_ts, dtype=np.int64)
         client = np.frombuffer(self.client, dtype=np.int32)
         names = np.array([op for _, op in self.names], dtype=object)
-        op = names[np.frombuffer(self.op, dtype=np.int16)]
+        op = names[np.frombuffer(self.op, dtype=np.int32)]
         frame = np.full(n, -1, dtype=np.int64)
         if self.frames:
             frame[np.fromiter(self.frames.keys(), np.int64)] = np.fromiter(
@@ -196,16 +230,16 @@ class CallLog:
             return pd.arrays.IntegerArray(v, v < 0)
 
         clients = np.array(list(self.clients), dtype=object)
-        names = self.names
-        op = col(self.op, np.int16)
+        program, name = (np.array([k[i] for k in self.names], dtype=object) for i in (0, 1))
+        op = col(self.op, np.int32)
         reply = col(self.reply_ts, np.int64)
         return pd.DataFrame(
             {
                 "ts": col(self.ts, np.int64),
                 "frame": sparse(self.frames),
                 "client": clients[col(self.client, np.int32)] if n else np.zeros(0, object),
-                "program": np.array([names[i][0] for i in op], dtype=object),
-                "op": np.array([names[i][1] for i in op], dtype=object),
+                "program": program[op],
+                "op": name[op],
                 "reply_ts": pd.arrays.IntegerArray(reply, reply < 0),
                 "entries": sparse(self.entries),
             }

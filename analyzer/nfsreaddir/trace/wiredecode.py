@@ -2,6 +2,9 @@
 pcap or pcapng, gzip'd or not, through TCP reassembly (or UDP) and ONC RPC record marking to
 the NFS READDIR and GETATTR calls and replies, given to rpcmatch as the rows tshark's -T fields
 gives, so that one matcher makes the tables from either decoder and tshark stays the oracle.
+Every NFS and NFSACL call it keeps in its own call log, which becomes the Capture's `calls`
+(rpcops.CallLog.decoded) at the end: no row, no Python call a message, for the calls that only
+a listing's round trips count.
 
 It reads a capture in one pass without dissecting what the wire analysis does not read, at
 the speed of the disk rather than of Wireshark's full dissection. It reads through what the
@@ -16,6 +19,7 @@ with tshark.
 from __future__ import annotations
 
 from .rpcmatch import Capture, CaptureReader
+from .rpcops import CallLog
 from .tcpholes import Holes
 from .tshark_fields import FIELDS
 
@@ -41,11 +45,12 @@ def versions(mask):
 def read(path, kind, ports, passes=None, tables=True) -> tuple[Capture | None, str | None]:
     """(the Capture, None), or (None, what the decoder does not know) when tshark must decode
     this capture. ports: the server ports, 2049 first; passes and tables: as capture.read's."""
-    reader = CaptureReader(path, kind, None, passes, tables)
+    reader = CaptureReader(path, kind, None, passes, tables, calls=False)
     stats = _wiredecode.decode(path, list(ports), COLUMNS, reader.message)
     if stats["unknown"]:
         return None, stats["unknown"]
     cap = reader.cap
+    cap.calls = CallLog.decoded(stats["calls"])
     cap.ports = tuple(ports)
     cap.decoder = "compiled"
     cap.port_frames = stats["port_frames"]

@@ -53,7 +53,8 @@ static int text_fmt(struct text *t, const char *fmt, unsigned long long v)
 	return text_add(t, b, (size_t)n);
 }
 
-static void clear_row(struct run *r)
+/* A new row: every column empty. */
+void row_clear(struct run *r)
 {
 	for (int i = 0; i < N_COLS; i++)
 		r->t[i].n = 0, r->raw[i] = 0;
@@ -70,12 +71,11 @@ int put(struct run *r, int c, const char *fmt, unsigned long long v)
 	return text_fmt(&r->t[c], fmt, v);
 }
 
-/* The row of one message to the callback, in the caller's column order. */
+/* The frame's columns of the row (its number, time, lengths, addresses and ports). */
 int emit(struct run *r)
 {
 	char b[32];
 	int n;
-	clear_row(r);
 	n = snprintf(b, sizeof b, "%llu", r->frame);
 	text_add(&r->t[C_FRAME], b, (size_t)n);
 	n = snprintf(b, sizeof b, "%llu.%09llu", r->ts_ns / 1000000000ULL,
@@ -90,6 +90,7 @@ int emit(struct run *r)
 	return 0;
 }
 
+/* The row of one message to the callback, in the caller's column order. */
 int send_row(struct run *r)
 {
 	PyObject *row = PyList_New(r->ncols);

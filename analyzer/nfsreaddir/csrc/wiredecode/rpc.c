@@ -18,28 +18,32 @@ static int rpc_reply(struct run *r, struct xdr *x, uint32_t xid, uint64_t key, i
 	uint32_t prog = c->prog;
 	call_drop(r, c);
 	uint32_t replystat = u32(x), accept = 0;
-	emit(r);
-	put(r, C_XID, "0x%08llx", xid);
-	put(r, C_MSGTYP, "%llu", 1);
-	put(r, C_PROG, "%llu", prog);
-	put(r, C_REPLYSTAT, "%llu", replystat);
 	if (replystat == 0) {
 		u32(x);
 		opaque(x, &len);
 		accept = u32(x);
-		put(r, C_ACCEPT, "%llu", accept);
 	}
 	if (x->bad) {
 		set_unknown(r, "an RPC reply cut short");
 		return 0;
 	}
-	if (replystat == 0 && accept == 0 && kind != K_OTHER) {
+	if (kind == K_OTHER)
+		return log_reply(r, xid, 0); /* the log's alone: no row, its body not read */
+	row_clear(r);
+	emit(r);
+	put(r, C_XID, "0x%08llx", xid);
+	put(r, C_MSGTYP, "%llu", 1);
+	put(r, C_PROG, "%llu", prog);
+	put(r, C_REPLYSTAT, "%llu", replystat);
+	if (replystat == 0)
+		put(r, C_ACCEPT, "%llu", accept);
+	if (replystat == 0 && accept == 0) {
 		if (kind == K_COMPOUND4 ? reply4(r, x) : (reply3(r, x, kind), x->bad ? -1 : 0)) {
 			set_unknown(r, "an NFS reply it cannot read");
 			return 0;
 		}
 	}
-	return send_row(r);
+	return log_reply(r, xid, 1) ? -1 : send_row(r);
 }
 
 /* One whole RPC message from the client (to_server) or the server. */
@@ -65,6 +69,7 @@ int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 		if (prog == NFS_PROGRAM && (vers == 2 || vers == 3))
 			r->versions |= 1u << vers;
 		int kind = K_OTHER;
+		int64_t mainop = -1; /* an NFSv4 COMPOUND's main operation, for the call log */
 		if (prog == NFS_PROGRAM && vers == 3 && (proc == 16 || proc == 17 || proc == 1))
 			kind = proc == 16 ? K_READDIR3 : proc == 17 ? K_READDIRPLUS3 : K_GETATTR3;
 		if (prog == NFS_PROGRAM && vers == 4 && proc == 1)
@@ -73,18 +78,14 @@ int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 			set_unknown(r, "RPCSEC_GSS (Kerberos) calls");
 			return 0;
 		}
-		emit(r);
-		put(r, C_XID, "0x%08llx", xid);
-		put(r, C_MSGTYP, "%llu", 0);
-		put(r, C_PROG, "%llu", prog);
-		put(r, C_VERS, "%llu", vers);
-		put(r, C_PROC, "%llu", proc);
+		row_clear(r); /* the bodies' columns: the rest once the row is known to be sent */
 		if (kind == K_COMPOUND4) {
 			int main = call4(r, &x);
 			if (main < 0) {
 				set_unknown(r, "an NFSv4 compound it cannot rank");
 				return 0;
 			}
+			mainop = main;
 			if (main != 26 && main != 9)
 				kind = K_OTHER; /* counted; its reply not read */
 		} else if (kind != K_OTHER && call3(r, &x, kind)) {
@@ -97,6 +98,16 @@ int rpc_message(struct run *r, const uint8_t *p, size_t n, int to_server)
 		}
 		c->kind = (uint8_t)kind;
 		c->prog = prog;
+		if (log_call(r, xid, prog, vers, proc, mainop))
+			return -1;
+		if (kind == K_OTHER)
+			return 0; /* the log's alone: no row */
+		emit(r);
+		put(r, C_XID, "0x%08llx", xid);
+		put(r, C_MSGTYP, "%llu", 0);
+		put(r, C_PROG, "%llu", prog);
+		put(r, C_VERS, "%llu", vers);
+		put(r, C_PROC, "%llu", proc);
 		return send_row(r);
 	}
 	return rpc_reply(r, &x, xid, key, to_server);

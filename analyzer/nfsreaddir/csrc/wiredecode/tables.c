@@ -72,21 +72,32 @@ struct call *call_slot(struct run *r, uint64_t key, int add)
 	return &r->calls[j];
 }
 
-/* Removes a slot (backward-shift deletion keeps the probe chains whole). */
-void call_drop(struct run *r, struct call *c)
+/* Empties slot i of a table like table_grow's (backward-shift deletion keeps the probe chains
+ * whole: no slot is left marked deleted). */
+void table_drop(void *t, size_t cap, size_t size, size_t i)
 {
-	size_t i = (size_t)(c - r->calls), j = i;
-	c->key = 0;
-	r->ncalls--;
+	char *b = t;
+	uint64_t key = 0;
+	size_t j = i;
+
+	memcpy(b + i * size, &key, sizeof key);
 	for (;;) {
-		j = (j + 1) & (r->calls_cap - 1);
-		if (!r->calls[j].key)
+		j = (j + 1) & (cap - 1);
+		memcpy(&key, b + j * size, sizeof key);
+		if (!key)
 			return;
-		size_t h = home(r->calls[j].key, r->calls_cap);
+		size_t h = home(key, cap);
 		if ((j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j))) {
-			r->calls[i] = r->calls[j];
-			r->calls[j].key = 0;
+			memcpy(b + i * size, b + j * size, size);
+			key = 0;
+			memcpy(b + j * size, &key, sizeof key);
 			i = j;
 		}
 	}
+}
+
+void call_drop(struct run *r, struct call *c)
+{
+	table_drop(r->calls, r->calls_cap, sizeof *c, (size_t)(c - r->calls));
+	r->ncalls--;
 }

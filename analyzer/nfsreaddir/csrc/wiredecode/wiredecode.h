@@ -119,6 +119,54 @@ static inline const uint8_t *opaque(struct xdr *x, uint32_t *n)
 	return skip(x, *n);
 }
 
+/* ------------------------------------------------------------------ the call log (calllog.c) */
+/* A slot of an open-addressing table that numbers what it holds (the log's clients and
+ * operations): the key (a hash, 0 for a free slot) and the number. */
+struct numbered {
+	uint64_t key;
+	int64_t id;
+};
+
+/* An operation of the log, as rpcops.op_name names it: program, version, procedure and an
+ * NFSv4 COMPOUND's main operation (-1 for any other call); and the reply's column of entry
+ * cookies where it is a READDIR (-1 where not). */
+struct logop {
+	uint32_t prog, vers, proc;
+	int64_t mainop;
+	int cookies;
+};
+
+/* A call logged and awaiting its reply: key (client number + 1) << 32 | XID, its row and its
+ * row among the READDIRs (-1: not one). */
+struct logcall {
+	uint64_t key;
+	uint64_t row;
+	int64_t readdir;
+};
+
+/* Every NFS and NFSACL call, its first transmission, as rpcops.CallLog keeps them, in columns
+ * (a big capture has millions of calls: 32 bytes each): time, its reply's time (-1: none),
+ * XID, client and operation (their numbers in clients and ops); a READDIR's row, frame and its
+ * reply's entries (-1: none) in columns of their own. */
+struct calllog {
+	int64_t *ts, *reply_ts, *xid;
+	int32_t *client, *op;
+	size_t n, cap;
+	int64_t *rd_row, *rd_frame, *rd_entries;
+	size_t nrd, caprd;
+	char (*clients)[56]; /* "addr:port", as tshark_fields.endpoint names it */
+	size_t nclients, capclients;
+	struct numbered *client_slots;
+	size_t client_slots_cap;
+	struct logop *ops;
+	size_t nops, capops;
+	struct numbered *op_slots;
+	size_t op_slots_cap;
+	struct logcall *pending;
+	size_t npending, pending_cap;
+	unsigned long long retransmitted; /* calls seen again before their reply */
+};
+
 /* ------------------------------------------------------------------ a decode run */
 struct run {
 	PyObject *callback;
@@ -156,6 +204,7 @@ struct run {
 	/* the replies whose call the capture lost, and what each answered (gaps.c) */
 	struct orphan *orphans;
 	size_t norphans, orphans_cap;
+	struct calllog log;
 };
 
 /* Bytes of a TCP stream the capture lost: its client ("addr:port"), from the last segment
@@ -178,7 +227,7 @@ struct orphan {
 	unsigned long long ts;
 };
 
-/* K_OTHER: any other NFS or NFSACL call, counted (model/roundtrips) but its body not read */
+/* K_OTHER: any other NFS or NFSACL call, in the call log alone (calllog.c): its body not read */
 enum { K_NONE, K_READDIR3, K_READDIRPLUS3, K_GETATTR3, K_COMPOUND4, K_OTHER };
 
 /* A key's first slot in a table of cap slots (a power of two). Not the key's low bits: mix()
@@ -280,6 +329,7 @@ struct in {
 int text_add(struct text *t, const char *s, size_t n);
 int put_raw(struct run *r, int c, uint64_t v);
 int put(struct run *r, int c, const char *fmt, unsigned long long v);
+void row_clear(struct run *r);
 int emit(struct run *r);
 int send_row(struct run *r);
 void set_unknown(struct run *r, const char *why);
@@ -290,6 +340,14 @@ uint64_t conv_key(const char *client, unsigned cport, const char *server, unsign
 		  uint32_t xid);
 struct call *call_slot(struct run *r, uint64_t key, int add);
 void call_drop(struct run *r, struct call *c);
+void table_drop(void *t, size_t cap, size_t size, size_t i);
+
+/* calllog.c: every NFS and NFSACL call and its reply, for the round trips */
+int log_call(struct run *r, uint32_t xid, uint32_t prog, uint32_t vers, uint32_t proc,
+	     int64_t mainop);
+int log_reply(struct run *r, uint32_t xid, int row_read);
+PyObject *log_result(struct run *r);
+void log_free(struct run *r);
 
 /* nfs.c: NFSv3 and NFSv4 call and reply bodies */
 int call3(struct run *r, struct xdr *x, int kind);
