@@ -364,13 +364,13 @@ def test_lost_events_are_counted_where_known_and_undecide_the_listings_they_hit(
 
 
 # ------------------------------------------------------------- advice true of the mount
-def _round_trips(program, readdir_op):
+def _round_trips(program, readdir_op, per_name="LOOKUP"):
     """A listing's round trips as model/roundtrips makes them of `ls -l` or `rm -rf` of 3,000
-    names: a LOOKUP each, and 30 READDIRs of the given program and operation."""
+    names: a LOOKUP (or per_name) each, and 30 READDIRs of the given program and operation."""
     from nfsreaddir.model.roundtrips import OpCount, RoundTrips
 
     ops = [
-        OpCount(program, "LOOKUP", 3000, 3000, 3.0, 1.0, 0.4),
+        OpCount(program, per_name, 3000, 3000, 3.0, 1.0, 0.4),
         OpCount(program, readdir_op, 30, 30, 0.3, 0.01, 0.04),
     ]
     return RoundTrips(
@@ -411,3 +411,19 @@ def test_per_name_lookups_name_nordirplus_only_where_readdirplus_was_off(
     line = slowness.line(lst, rt, slowness.findings(rt))
     assert line is not None and "3,000 LOOKUP for 3,000 names" in line, line
     assert ("nordirplus" in line) == names_option, line
+
+
+@pytest.mark.parametrize(
+    "program,readdir_op,brought", [("NFS3", "READDIRPLUS", True), ("NFS4", "READDIR", False)]
+)
+def test_per_name_getattrs_say_attributes_expired_only_where_readdirs_brought_them(
+    program, readdir_op, brought
+):
+    """READDIRPLUS brings every name's attributes; an NFSv4 READDIR only in the client's
+    readdirplus mode, which the calls do not show: there "expired" is one of two readings."""
+    from nfsreaddir.rules import slowness
+
+    (f,) = slowness.findings(_round_trips(program, readdir_op, "GETATTR"))
+    assert f.kind == "per_name_getattr" and "acregmin" in f.evidence + f.change, f
+    assert ("brought no attributes" in f.evidence) != brought, f
+    assert (f.short == "the attributes expired before use") == brought, f

@@ -154,11 +154,16 @@ def _per_name(o: OpCount, rt: RoundTrips, plus: str | bool | None) -> Finding | 
             "find what the tool asks of each name",
         )
     if o.op in ATTRIBUTE_OPS:
+        expired = (
+            "expired (acregmin, 3 s by default) before the tool reached those names: each "
+            "other per-name call made the listing outlive them"
+        )
         why = (
-            f"{'READDIRPLUS' if plus == 'READDIRPLUS' else 'READDIR'} brought the attributes, "
-            "but they expired (acregmin, 3 s by default) "
-            "before the tool reached those names: each other per-name call made the listing "
-            "outlive them"
+            f"READDIRPLUS brought the attributes, but they {expired}"
+            if plus == "READDIRPLUS"
+            # (an NFSv4 READDIR asks each name's attributes in the client's readdirplus mode
+            # alone, which the calls do not show)
+            else f"the NFSv4 READDIRs brought no attributes of these names, or they {expired}"
             if plus
             else "the listing's READDIRs brought no attributes"
         )
@@ -170,7 +175,7 @@ def _per_name(o: OpCount, rt: RoundTrips, plus: str | bool | None) -> Finding | 
             "remove the other per-name calls so the listing ends within the attribute cache's "
             "life, or mount with a longer `acregmin`/`actimeo` where older attributes are "
             "acceptable; `ls` without -l needs no attributes",
-            "the attributes expired before use" if plus else "",
+            "the attributes expired before use" if plus == "READDIRPLUS" else "",
         )
     return Finding(
         "per_name_other",
