@@ -138,8 +138,8 @@ def _per_name(o: OpCount, rt: RoundTrips, plus: str | bool | None) -> Finding | 
             "mount without nordirplus",
         )
     if o.op in LOOKUP_OPS:
-        # READDIRPLUS, or NFSv4 READDIRs: they can bring each name's handle, readdirplus was
-        # in use, and no mount option of this mount turns it further on.
+        # READDIRPLUS, or NFSv4 READDIRs (they bring handles in the client's readdirplus mode,
+        # which the calls do not show): the input shows no `nordirplus` to take off.
         brought = "READDIRPLUS" if plus == "READDIRPLUS" else "NFSv4 READDIRs"
         return Finding(
             "per_name_lookup",
