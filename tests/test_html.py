@@ -42,8 +42,8 @@ PAGES = {
 LARGEST = os.path.join(FIXTURES, "7.3-v4.1")  # the largest readdir fixture
 MAX_BYTES = 5 << 20
 FIRST_SCREEN = 1000  # px: what a reader sees before scrolling
-# The verdict in the page's words, by exit status (no git bisect word).
-WORDS = {0: "no restart", 1: "restarted", 125: "cannot tell"}
+# The verdict in check's words (the glossary's), by exit status (no git bisect word).
+WORDS = {0: "good", 1: "bad", 125: "cannot decide"}
 
 
 @pytest.fixture(scope="module")

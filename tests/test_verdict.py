@@ -314,7 +314,9 @@ def test_a_cookie_kprobe_is_read_under_any_group_name(tmp_path, trace_cmd):
     mine = tmp_path / "myprobes.dat"
     mine.write_bytes(data.replace(b"nfsprobe", b"myprobes"))
     c = run_cli("check", mine, check=1)
-    assert "restarted 5 times" in c.stdout and "myprobes:nfs4_proc_readdir" in c.stdout
+    assert "restarted 5 times" in c.stdout
+    # (the evidence read: analyze says it above its table)
+    assert "READDIRs from myprobes:nfs4_proc_readdir" in run_cli("analyze", mine).stdout
 
 
 @pytest.mark.parametrize(
@@ -334,8 +336,10 @@ def test_advice_names_only_events_the_traces_kernel_has(tmp_path, trace_cmd, nam
         only=["sunrpc/rpc_request", "ftrace/print"],
     )
     c = run_cli("check", out)
-    assert c.returncode == 125 and "record with nfs-readdir record" in c.stdout, c.stdout
-    assert has in c.stdout and lacks not in c.stdout, c.stdout
+    # What to record is a line of its own after the verdict's, never inside it.
+    verdict, advice = c.stdout.splitlines()
+    assert c.returncode == 125 and advice.startswith("record with: nfs-readdir record"), c.stdout
+    assert has in advice and lacks not in c.stdout and "record" not in verdict, c.stdout
     text = run_cli("analyze", out, check=0).stdout
     assert has in text and lacks not in text
 
@@ -357,3 +361,69 @@ def test_lost_events_are_counted_where_known_and_undecide_the_listings_they_hit(
     # Without a count: "an unknown number", never 0.
     p = write(tmp_path, [ln.replace("[LOST 3995446 EVENTS]", "[LOST EVENTS]") for ln in lost])
     assert "an unknown number of events lost" in run_cli("analyze", p, check=0).stdout
+
+
+# ------------------------------------------------------------- advice true of the mount
+def _round_trips(program, readdir_op, per_name="LOOKUP"):
+    """A listing's round trips as model/roundtrips makes them of `ls -l` or `rm -rf` of 3,000
+    names: a LOOKUP (or per_name) each, and 30 READDIRs of the given program and operation."""
+    from nfsreaddir.model.roundtrips import OpCount, RoundTrips
+
+    ops = [
+        OpCount(program, per_name, 3000, 3000, 3.0, 1.0, 0.4),
+        OpCount(program, readdir_op, 30, 30, 0.3, 0.01, 0.04),
+    ]
+    return RoundTrips(
+        who="client 127.0.0.1:700",
+        start=0,
+        end=9 * 10**9,
+        seconds=9.0,
+        calls_from="the capture",
+        window="its first READDIR to its end",
+        names=3000,
+        names_from="the READDIR replies' entries",
+        server_time_from="the capture",
+        ops=ops,
+        readdirs=30,
+    )
+
+
+@pytest.mark.parametrize(
+    "program,readdir_op,names_option",
+    [("NFS3", "READDIR", True), ("NFS3", "READDIRPLUS", False), ("NFS4", "READDIR", False)],
+)
+def test_per_name_lookups_name_nordirplus_only_where_readdirplus_was_off(
+    program, readdir_op, names_option
+):
+    """Issue 58: an rm -rf over NFSv4.1 was told "mount without nordirplus". Only plain NFSv3
+    READDIRs (names alone) show readdirplus off; a mount that sent READDIRPLUS, or NFSv4
+    READDIRs, gets what the calls were and what removes them, and no option it is not using."""
+    from nfsreaddir import pipeline
+    from nfsreaddir.rules import slowness
+
+    rt = _round_trips(program, readdir_op)
+    (f,) = slowness.findings(rt)
+    assert f.kind == "per_name_lookup" and "3,000 LOOKUPs for 3,000 names" in f.evidence
+    assert ("nordirplus" in f.change + f.evidence) == names_option, f
+    # check's line, on a real listing that no restart explains (an idle `ls -l`)
+    (x,) = pipeline.load([os.path.join(FIXTURES, "ls-l-6.1-v4.1", "idle.pcap.gz")])
+    lst = x.analysis.listings[0]
+    line = slowness.line(lst, rt, slowness.findings(rt))
+    assert line is not None and "3,000 LOOKUP for 3,000 names" in line, line
+    assert ("nordirplus" in line) == names_option, line
+
+
+@pytest.mark.parametrize(
+    "program,readdir_op,brought", [("NFS3", "READDIRPLUS", True), ("NFS4", "READDIR", False)]
+)
+def test_per_name_getattrs_say_attributes_expired_only_where_readdirs_brought_them(
+    program, readdir_op, brought
+):
+    """READDIRPLUS brings every name's attributes; an NFSv4 READDIR only in the client's
+    readdirplus mode, which the calls do not show: there "expired" is one of two readings."""
+    from nfsreaddir.rules import slowness
+
+    (f,) = slowness.findings(_round_trips(program, readdir_op, "GETATTR"))
+    assert f.kind == "per_name_getattr" and "acregmin" in f.evidence + f.change, f
+    assert ("brought no attributes" in f.evidence) != brought, f
+    assert (f.short == "the attributes expired before use") == brought, f

@@ -89,7 +89,7 @@ def cmd_analyze(args):
     if analyses:
         print_analysis(analyses, details=args.details)
         assert v is not None  # (judged where there are analyses)
-        sys.stdout.write(f"\nverdict: {v.reason}\n")
+        sys.stdout.write(f"\nverdict: {v.reason}\n{advice_line(v)}")
     sections = [f"{x.path}: " + slab_text(x.slab, top=args.top) for x in loaded if x.slab]
     sections += [f"{p}: " + dcache_report(pipeline.dcache_results(p)) for p in dcache_runs]
     sys.stdout.write(("\n" if analyses else "") + "\n".join(sections))
@@ -109,7 +109,9 @@ def cmd_check(args):
         # answer either way. An input that is not a trace, or cannot be read at all, is no
         # verdict and goes up as an error (status.ERROR), as analyze gives it.
         args.answer = status.UNDECIDED
-        print(f"cannot decide: {said(e)}")
+        # (what to record, where the message says, on a line of its own after the answer)
+        answer, _, advice = said(e).partition(". Record a listing with: ")
+        print(f"cannot decide: {answer}" + (f"\nrecord a listing with: {advice}" if advice else ""))
         return status.UNDECIDED
     args.answer = v.code  # the answer stands even if the line cannot be written
     print(v.reason)
@@ -118,9 +120,18 @@ def cmd_check(args):
     # that is what the user needs to hear.
     slow = roundtrips.check_lines([x.analysis for x in loaded if x.analysis is not None])
     if slow and v.code != status.BAD:
-        more = f" (and {len(slow) - 1} more listings: see analyze)" if len(slow) > 1 else ""
-        print(slow[0] + more)
+        from .rules.words import counted
+
+        more = counted(len(slow) - 1, "more listing", "more listings")
+        print(slow[0] + (f" (and {more}: see analyze)" if len(slow) > 1 else ""))
+    sys.stdout.write(advice_line(v))
     return v.code
+
+
+def advice_line(v):
+    """What to record so that the next input decides: a line after the verdict's (the verdict
+    line says what this one shows), or nothing."""
+    return f"record with: {v.advice}\n" if v.advice else ""
 
 
 def cmd_export(args):
@@ -397,6 +408,6 @@ def print_watch(end, as_json, out):
                 f"\nnote: {lines} restart line(s) above, {total} restart(s) in the "
                 "whole trace: the summary is the one to go by\n"
             )
-        out.write(f"\nverdict: {v.reason}\n")
+        out.write(f"\nverdict: {v.reason}\n{advice_line(v)}")
     out.flush()
     return v.code

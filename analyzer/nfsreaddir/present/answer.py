@@ -2,28 +2,28 @@
 few listings that matter (worst first), and what to record so that the next trace tells more.
 
 Read from the verdict and its findings (rules/verdict.py) and the listings, in the glossary's
-words (restart, invalidation, change of the directory, READDIR), never in git bisect's. A
-count the trace cannot pin down is shown as the range it allows ("25-26")."""
+words (the verdict's good, bad, cannot decide as `check` says them; restart, invalidation,
+change of the directory, READDIR), never in git bisect's (skip). A count the trace cannot pin
+down is shown as the range it allows ("25-26")."""
 
 import re
 
-from .. import events
+from .. import events, status
 from ..recordtype import field, record
+from ..rules.words import counted
 from ..status import BAD, GOOD
 from .charts import changes
 from .render import lost_text
 from .timeline import process_of, readdirs
 
-# The verdict in the glossary's words, by exit status (git bisect's good/bad/skip are not).
-WORDS = {GOOD: "no restart", BAD: "restarted"}
-CANNOT_TELL = "cannot tell"
 WORST = 5  # listings shown under the answer
 # Findings with nothing to tell: no change of the directory met, or no end and no restart.
 QUIET = ("untested", "unfinished")
 
 
 def word(code):
-    return WORDS.get(code, CANNOT_TELL)
+    """The verdict's word, as check's line begins (glossary.VERDICTS says each)."""
+    return status.word(code) if code in (GOOD, BAD) else status.word(status.UNDECIDED)
 
 
 @record
@@ -125,17 +125,13 @@ def _times(text):
     return "once" if text == "1" else f"{text} times"
 
 
-def _plural(n, what):
-    return f"{n} {what}{'' if n == 1 else 's'}"
-
-
 def _after(s):
     """'after 5 invalidations', or the changes of the directory where invalidations are not
     recorded (a capture), or ''."""
     if s.invalidation_count:
-        return f" after {_plural(s.invalidation_count, 'invalidation')}"
+        return f" after {counted(s.invalidation_count, 'invalidation')}"
     if s.version_changes:
-        return f" after {_plural(s.version_changes, 'change')} of the directory"
+        return f" after {counted(s.version_changes, 'change')} of the directory"
     return ""
 
 
@@ -153,12 +149,8 @@ def _refetch(s):
 
 
 def cleaned(reason):
-    """A verdict's reason without its leading word, its evidence and its recording advice
-    (the page shows those apart)."""
-    text = re.sub(r"^[a-z ]+: ", "", reason, count=1)
-    text = text.split(" (evidence: ", 1)[0].split("; record with ", 1)[0]
-    text = text.split("; evidence: ", 1)[0]
-    return text + ")" * (text.count("(") - text.count(")"))  # what the cut left open
+    """A verdict's reason without its leading word (the page shows it apart)."""
+    return re.sub(r"^[a-z ]+: ", "", reason, count=1)
 
 
 def _proof(s):
@@ -178,16 +170,16 @@ def sentence(verdict, seen_):
             f"{_refetch(w)}."
         )
         if len(bad) > 1:
-            text += f" {_plural(len(bad) - 1, 'other listing')} restarted too."
+            text += f" {counted(len(bad) - 1, 'other listing')} restarted too."
         return text
     proof = [s for s in seen_ if s.word in ("good", "survived")]
     if verdict.code == GOOD and proof:
         b = max(proof, key=_proof)
-        more = f" ({_plural(len(proof) - 1, 'other listing')} too)" if len(proof) > 1 else ""
+        more = f" ({counted(len(proof) - 1, 'other listing')} too)" if len(proof) > 1 else ""
         return f"No listing went back to the start: {b.label} {b.why}{more}."
     if verdict.code == GOOD:  # good for a reason of the run's (READDIR counts)
         return f"No listing went back to the start: {cleaned(verdict.reason)}."
-    return f"This trace cannot tell whether a listing restarted: {cleaned(verdict.reason)}."
+    return f"This trace cannot decide whether a listing restarted: {cleaned(verdict.reason)}."
 
 
 def worst(pairs, k=WORST):
@@ -207,9 +199,8 @@ def advice(analysis, verdict):
     recorded = analysis.recorded.get("invalidations")
     if not recorded and not analysis.evidence.get("version"):
         missing.add("invalidations")
-    said = verdict.reason.split("; record with ", 1)
-    if len(said) > 1:
-        out.append("Record with: " + said[1].split(" (evidence: ", 1)[0])
+    if verdict.advice:
+        out.append(f"Record with: {verdict.advice}")
     elif missing:
         out.append(f"Record with: {events.record_advice(analysis.kernel, missing)}")
     if analysis.evidence.get("version") and not recorded:

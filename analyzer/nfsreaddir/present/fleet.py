@@ -5,6 +5,8 @@ such section."""
 
 import os
 
+from ..rules.words import counted
+
 
 def records(df):
     """The rows of a triage table as JSON-ready dicts, null where a value is not known."""
@@ -42,8 +44,10 @@ def text(analyses):
         busy = _busy(clients)
         shown = clients[busy]
         out.append(
-            f"\n{os.path.basename(a.info.get('path', ''))}: {len(clients)} client connections "
-            f"over {dirs['fh'].nunique()} directories, {int(clients['readdirs'].sum()):,} "
+            f"\n{os.path.basename(a.info.get('path', ''))}: "
+            f"{counted(len(clients), 'client connection')} over "
+            f"{counted(dirs['fh'].nunique(), 'directory', 'directories')}, "
+            f"{int(clients['readdirs'].sum()):,} "
             f"READDIRs, {int(clients['refetched_readdirs'].sum()):,} of them refetching after "
             f"a restart; clients by READDIRs spent refetching:\n"
         )
@@ -67,8 +71,9 @@ def text(analyses):
         quiet = clients[~busy]
         if len(quiet):
             out.append(
-                f"  {len(quiet)} more clients restarted no listing ({int(quiet['listings'].sum())} "
-                f"listings, {int(quiet['readdirs'].sum()):,} READDIRs)\n"
+                f"  {len(quiet)} more {'client' if len(quiet) == 1 else 'clients'} restarted no "
+                f"listing ({counted(int(quiet['listings'].sum()), 'listing')}, "
+                f"{int(quiet['readdirs'].sum()):,} READDIRs)\n"
             )
         d = dirs[dirs["client"].isin(set(shown["client"]))]
         if len(d):

@@ -28,6 +28,16 @@ TEXT_TABLE = {
     "dentries": "change of the dcache's nr_dentry over the listing (from the reproducer's samples)",
 }
 
+# The verdict's words, as check's line and analyze's "verdict:" begin them, the page's answer
+# says them and the exit status tells them (status.word).
+VERDICTS = {
+    "good": "no listing restarted, and one whose directory changed under it reached the end "
+    "or went on past the change (exit status 0)",
+    "bad": "a listing restarted (exit status 1)",
+    "cannot decide": "the input cannot tell: no cookies, events lost, READDIRs that went back "
+    "for a cause it cannot tell, or no directory changed under a listing (exit status 125)",
+}
+
 # What a listing's time spans, by what told the listings apart (delimited_by).
 TIME_SPANS = {
     "opens": "from the opendir (or first getdents) to the close",
@@ -155,7 +165,9 @@ CAPTURE_NOTES = {
 
 def explain():
     """The glossary as text."""
-    out = ["Columns of `nfs-readdir analyze`'s table:"]
+    out = ["The verdict (check's first word, analyze's and the report's):"]
+    out += [f"  {k:14} {v}" for k, v in VERDICTS.items()]
+    out += ["", "Columns of `nfs-readdir analyze`'s table:"]
     out += [f"  {k:14} {v}" for k, v in TEXT_TABLE.items()]
     out += ["", "What a listing's time spans, by what told the listings apart:"]
     out += [f"  {k:14} {v}" for k, v in TIME_SPANS.items()]

@@ -44,8 +44,8 @@ summary{cursor:pointer;color:#036}
 
 # How to read an overview, under the first of a section's.
 LEGEND = (
-    ", a lane per reader. Bar: a listing (red: restarted, orange: cannot tell, green: read to "
-    "the end through a change, grey: nothing happened); dark red tick: restart; blue dashes: "
+    ", a lane per reader. Bar: a listing by its finding (red: bad, orange: undecided, green: "
+    "good or survived, grey: untested or unfinished); dark red tick: restart; blue dashes: "
     "invalidation; blue triangle: change of the directory. Drag across to zoom in, double "
     "click to zoom out."
 )

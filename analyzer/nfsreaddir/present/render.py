@@ -1,14 +1,15 @@
 """The analyses as text: the readdir listings (the table, the notes on what a trace lacks or
-lost, the restarts and invalidations of each listing that had any: `nfs-readdir analyze`,
+lost, then each listing's restarts and invalidations (listingevents): `nfs-readdir analyze`,
 `watch`'s summary), a dcache run's report, and a trace's slab section."""
 
 import os
 import sys
+from collections import Counter
 
 from .. import events
 from ..recordtype import field, record
 from ..units import NS
-from . import fleet, roundtrips
+from . import fleet, listingevents, roundtrips
 from .glossary import TIME_SPANS
 from .jsonout import Stream
 from .table import Table
@@ -247,8 +248,7 @@ def print_analysis(analyses, out=None, details=10):
             + "\n"
         )
     for a, s in zip(analyses, seen):
-        for n in s.events:
-            _write_listing_events(a, a.listings[n], details, out)
+        listingevents.write(a, s.events, details, out)
     out.write(roundtrips.text(analyses, details))  # where the listings' time went
     # A server's capture: its clients ranked by what their restarts cost.
     out.write(fleet.text(analyses))
@@ -293,7 +293,7 @@ def _write_input(a, seen, out):
     if lost:
         out.write(
             f"  WARNING: {lost}: counts below are lower bounds (record with a larger "
-            f"-b); listings that overlap the loss: {', '.join(seen.lost) or 'none'}\n"
+            f"-b); listings that overlap the loss: {_labels(seen.lost) or 'none'}\n"
         )
     damaged = i.get("damaged_events") or []
     if damaged:
@@ -302,46 +302,13 @@ def _write_input(a, seen, out):
         out.write("  WARNING: the trace is damaged; only the part before the damage was read\n")
 
 
-def _write_listing_events(a, lst, details, out):
-    """A listing's first `details` restarts and invalidations, in the order they happened."""
-    out.write(
-        f"\n{os.path.basename(a.info['path'])} {lst.phase or ''} "
-        f"{lst.summary().get('who') or f'{lst.comm}[{lst.pid}]'} "
-        f"dir {_q(lst.fileid)}:\n"
+def _labels(labels):
+    """Listings' labels, each once: '3 listings of dir 12 by ls[343]' for three alike."""
+    counts = Counter(labels)
+    return ", ".join(
+        label if n == 1 else f"{n} {label.replace('listing', 'listings', 1)}"
+        for label, n in counts.items()
     )
-    # An invalidation before the restart it caused, even at the same timestamp.
-    events_ = sorted(
-        [(r.ts, "restart", r) for r in lst.restarts]
-        + [(v.ts, "invalidation", v) for v in lst.invalidations],
-        key=lambda x: (x[0], x[1] == "restart"),
-    )
-    for ts, kind, x in events_[:details]:
-        t = (ts - lst.start) / NS
-        if kind == "restart":
-            at = (
-                "at cookie 0"
-                if not x.cookie
-                else f"at cookie {x.cookie}, below the reader's position"
-            )
-            out.write(
-                f"  {t:9.3f}s  restart {at} (READDIR #{x.rpc_index + 1}): "
-                f"{x.refetched} READDIRs and {x.cost_ns / NS:.3f}s to get back\n"
-            )
-        else:
-            chain = " -> ".join(x.chain + [x.reason]) if x.chain else x.reason
-            after = (
-                " (then cookie 0: a restart or a new open)"
-                if x.followed_by_ambiguous
-                else {True: "", False: " (no restart)", None: ""}[x.followed_by_restart]
-            )
-            out.write(f"  {t:9.3f}s  invalidation: {chain}{after}\n")
-    if len(events_) > details:
-        out.write(f"  ... {len(events_) - details} more (--details N, or --json)\n")
-    if lst.ambiguous_rows:
-        out.write(
-            f"  {len(lst.ambiguous_rows)} cookie-0 READDIRs after the start: "
-            "restarts, rewinds or new opens (the trace cannot tell)\n"
-        )
 
 
 def dcache_report(r):
@@ -410,7 +377,10 @@ def dcache_report(r):
     fig = r.get("figures", {})
     if fig:
         width = max(len(k) for k in fig)
-        lines += ["", "figures:"] + [f"  {k:<{width}}  {v}" for k, v in fig.items()]
+        # (a figure the run could not measure: "-", as in the tables above)
+        lines += ["", "figures:"] + [
+            f"  {k:<{width}}  {'-' if v is None else v}" for k, v in fig.items()
+        ]
     return "\n".join(lines) + "\n"
 
 

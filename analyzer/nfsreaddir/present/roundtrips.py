@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from ..rules import slowness
+from ..rules.words import counted
 
 SERVER_TIME_ADVICE = "record sunrpc:rpc_stats_latency too, or capture the traffic"
 
@@ -28,8 +29,8 @@ def _cell(v, fmt):
 
 def _listing(a, n, rt, out):
     lst = a.listings[n]
-    where = f"{os.path.basename(a.info['path'])} {lst.phase or ''} {rt.who} dir " + (
-        f"{lst.fileid}" if lst.fileid is not None else "?"
+    where = " ".join(x for x in (os.path.basename(a.info["path"]), lst.phase, rt.who) if x) + (
+        f" dir {lst.fileid if lst.fileid is not None else '?'}"
     )
     names = (
         f"{rt.names:,} names ({rt.names_from})"
@@ -42,7 +43,7 @@ def _listing(a, n, rt, out):
         else f"no server time ({SERVER_TIME_ADVICE})"
     )
     out.write(
-        f"\n{where}: {rt.calls:,} calls in {rt.seconds:.3f} s, {rt.window}; from "
+        f"\n{where}: {counted(rt.calls, 'call')} in {rt.seconds:.3f} s, {rt.window}; from "
         f"{rt.calls_from}; {names}; {server}\n"
     )
     out.write(f"  {'calls':>9} {'per name':>9} {'server (s)':>11} {'share':>6}  operation\n")
@@ -96,7 +97,8 @@ def text(analyses, details=10, out=None):
         for n, rt in ranked[:details]:
             _listing(a, n, rt, sink)
         if len(ranked) > details:
-            sink.write(f"  ... {len(ranked) - details} more listings (--details N, or --json)\n")
+            more = counted(len(ranked) - details, "more listing", "more listings")
+            sink.write(f"  ... {more} (--details N, or --json)\n")
     return "".join(chunks) if out is None else ""
 
 

@@ -77,6 +77,9 @@ class Finding(NamedTuple):  # (not a dataclass: see events.py)
     calls: int
     evidence: str
     change: str
+    # What to change, in the few words of check's line ("" where it says none): a mount
+    # option only where the input shows the mount can take it.
+    short: str = ""
 
     def text(self) -> str:
         return f"{self.evidence}: {self.change}"
@@ -111,7 +114,7 @@ def _per_name(o: OpCount, rt: RoundTrips, plus: str | bool | None) -> Finding | 
     if o.share is not None and o.share < MATTERS:
         return None
     what = f"{_n(o.calls)} {o.op}s for {_n(rt.names)} names{_time(o, rt)}"
-    if o.program.startswith("NFSACL"):
+    if o.program.startswith("NFSACL"):  # (NFSv3's side protocol: `noacl` is a v3 option)
         return Finding(
             "per_name_acl",
             [o.key],
@@ -119,27 +122,48 @@ def _per_name(o: OpCount, rt: RoundTrips, plus: str | bool | None) -> Finding | 
             what + ": the tool asks each name's POSIX ACL (ls -l does, for its '+' mark)",
             "mount with `noacl` where the export's ACLs do not matter to this reader, or use a "
             "tool that does not ask for ACLs",
+            "mount with noacl or list without ACLs",
         )
-    if o.op in LOOKUP_OPS:
-        why = (
-            "the listing's READDIRs were plain READDIRs, which bring no file handle or "
-            "attributes: readdirplus is off (`nordirplus`)"
-            if plus is False
-            else "readdirplus was not used past the first pages, or its results were dropped"
-        )
+    if o.op in LOOKUP_OPS and plus is False:
+        # NFSv3 READDIRs without READDIRPLUS: the v3 mount's `nordirplus`, or the client's
+        # choice; READDIRPLUS brings each name's handle, so no LOOKUP is needed.
         return Finding(
             "per_name_lookup",
             [o.key],
             o.calls,
-            f"{what}: the client looked each name up: {why}",
+            f"{what}: the client looked each name up: the listing's READDIRs were plain NFSv3 "
+            "READDIRs, which bring no file handle or attributes: readdirplus is off "
+            "(`nordirplus`)",
             "mount without `nordirplus` (READDIRPLUS brings each name's handle and attributes)",
+            "mount without nordirplus",
+        )
+    if o.op in LOOKUP_OPS:
+        # READDIRPLUS, or NFSv4 READDIRs (they bring handles in the client's readdirplus mode,
+        # which the calls do not show): the input shows no `nordirplus` to take off.
+        brought = "READDIRPLUS" if plus == "READDIRPLUS" else "NFSv4 READDIRs"
+        return Finding(
+            "per_name_lookup",
+            [o.key],
+            o.calls,
+            f"{what}: the client looked each name up, though its {brought} can bring each "
+            "name's handle: they were not asked with handles past the first pages, or the "
+            "names' dentries were dropped or revalidated before the tool reached them",
+            "find what the tool asks of each name (strace -f: a stat or unlink of each makes "
+            "a LOOKUP where the dentry is not cached); `lookupcache=none` mounts look every "
+            "name up again",
+            "find what the tool asks of each name",
         )
     if o.op in ATTRIBUTE_OPS:
+        expired = (
+            "expired (acregmin, 3 s by default) before the tool reached those names: each "
+            "other per-name call made the listing outlive them"
+        )
         why = (
-            f"{'READDIRPLUS' if plus == 'READDIRPLUS' else 'READDIR'} brought the attributes, "
-            "but they expired (acregmin, 3 s by default) "
-            "before the tool reached those names: each other per-name call made the listing "
-            "outlive them"
+            f"READDIRPLUS brought the attributes, but they {expired}"
+            if plus == "READDIRPLUS"
+            # (an NFSv4 READDIR asks each name's attributes in the client's readdirplus mode
+            # alone, which the calls do not show)
+            else f"the NFSv4 READDIRs brought no attributes of these names, or they {expired}"
             if plus
             else "the listing's READDIRs brought no attributes"
         )
@@ -151,6 +175,7 @@ def _per_name(o: OpCount, rt: RoundTrips, plus: str | bool | None) -> Finding | 
             "remove the other per-name calls so the listing ends within the attribute cache's "
             "life, or mount with a longer `acregmin`/`actimeo` where older attributes are "
             "acceptable; `ls` without -l needs no attributes",
+            "the attributes expired before use" if plus == "READDIRPLUS" else "",
         )
     return Finding(
         "per_name_other",
@@ -348,16 +373,13 @@ def line(lst: Listing, rt: RoundTrips, found: list[Finding]) -> str | None:
         else f" in {rt.seconds:.1f} s"
     )
     names = f" for {_n(rt.names)} names" if rt.names else ""
-    kinds = {f.kind for f in named + readdir}
-    fix = []
-    if "per_name_acl" in kinds:
-        fix.append("mount with noacl or list without ACLs")
-    if "per_name_lookup" in kinds:
-        fix.append("mount without nordirplus")
-    if "per_name_getattr" in kinds and "per_name_acl" not in kinds:
-        fix.append("the attributes expired before use")
+    # What to change, once each: the ACLs' fix also removes the calls that made the
+    # attributes expire.
+    acl = any(f.kind == "per_name_acl" for f in named)
+    fix = [f.short for f in named if f.short and not (acl and f.kind == "per_name_getattr")]
     if readdir:
         fix.append("READDIRs took most of it")
+    fix = list(dict.fromkeys(fix))
     went = "round trips per name" if named else "READDIRs"
     return f"time went to {went}, not restarts: {rt.who}: {calls}{names}{spent}" + (
         f" ({'; '.join(fix)})" if fix else ""

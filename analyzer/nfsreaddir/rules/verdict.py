@@ -45,10 +45,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from .. import events, status
-from ..model.reader import ENDINGS, EOF, UNKNOWN
+from ..model.reader import CLOSED, CUT_OFF, ENDINGS, EOF, ERROR, KILLED, UNKNOWN
 from ..recordtype import record
 from ..status import BAD, GOOD, UNDECIDED
 from .limits import MAX_RATIO
+from .words import counted, damage_summary
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -66,15 +67,23 @@ class Finding(NamedTuple):  # (not a dataclass: see events.py)
     why: str
 
 
+# The verdict line's length a reader takes in at once: what explains it (the evidence, what
+# to record next time) goes on lines of its own (Verdict.advice; the analysis' evidence).
+LINE = 200
+
+
 @record
 class Verdict:
     code: int  # 0 good, 1 bad, 125 cannot decide (git bisect run's meaning)
-    reason: str  # one line: which listing and which evidence decided
+    reason: str  # one line of about LINE characters: which listing decided, and why
     max_restarts: int = 0  # the restarts a listing was allowed
+    # What to record so that the next input decides, for this one's kernel and kind (a
+    # sentence of its own, said after the verdict line; "" where nothing would help).
+    advice: str = ""
 
-    def said(self, code: int, reason: str) -> Verdict:
+    def said(self, code: int, reason: str, advice: str = "") -> Verdict:
         """This verdict with its answer."""
-        self.code, self.reason = code, reason
+        self.code, self.reason, self.advice = code, reason, advice
         return self
 
     def finding(self, lst: Listing) -> Finding:
@@ -95,19 +104,15 @@ class Verdict:
         return {"code": self.code, "word": self.word, "reason": self.reason}
 
 
-def _n(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
 def _change(lst: Listing) -> str:
     """What changed under a listing, in words."""
     parts = []
     if lst.exercising:
-        parts.append(_n(len(lst.exercising), "invalidation"))
+        parts.append(counted(len(lst.exercising), "invalidation"))
     if lst.cache_range_trims:
-        parts.append(_n(lst.cache_range_trims, "cache trim"))
+        parts.append(counted(lst.cache_range_trims, "cache trim"))
     if lst.version_changes:
-        parts.append(_n(lst.version_changes, "change") + " of the directory's change attribute")
+        parts.append(counted(lst.version_changes, "change") + " of its change attribute")
     return " and ".join(parts) or "no change of its directory"
 
 
@@ -124,8 +129,7 @@ def _where(restarts: Sequence) -> str:
     return (
         "at cookie 0"
         if not below
-        else "below the reader's position (searches from the start of the directory that "
-        "the page cache served partly)"
+        else "below the reader's position"
         if below == len(restarts)
         else f"({len(restarts) - below} at cookie 0, {below} below the reader's position)"
     )
@@ -138,7 +142,7 @@ def _restarted(
     restarts the evidence allows, where more than len(restarts) (a range, as the table says)."""
     return (
         f"restarted {_times(len(restarts), most)} {_where(restarts)}"
-        + (f" after {_n(invalidations, 'invalidation')}" if invalidations else "")
+        + (f" after {counted(invalidations, 'invalidation')}" if invalidations else "")
         + f" ({len(lst.rpcs)} READDIRs)"
     )
 
@@ -160,12 +164,23 @@ def _went_back_to_zero(lst: Listing) -> bool:
     return all(cookies[i] == 0 for i in lst.ambiguous_rows)
 
 
-def _damage_summary(damage: list[dict], first: int = 3) -> str:
-    """The first few of a listing's damages in the order they came, and how many more: a
-    ring-buffer loss can leave a thousand places in one listing."""
-    places = sorted({(d["from"], d["to"], d["what"]) for d in damage})
-    more = len(places) - first
-    return "; ".join(w for _, _, w in places[:first]) + (f"; and {more:,} more" if more > 0 else "")
+def _who(lst: Listing) -> str:
+    """Who listed: comm[pid], or a capture's client."""
+    return f"{lst.comm}[{lst.pid}]" if lst.pid is not None else f"client {lst.comm}"
+
+
+# How a listing that did not reach the end of its directory ended, in a clause.
+_UNENDED = {
+    ERROR: "stopped by an error",
+    KILLED: "killed by a signal",
+    CLOSED: "closed before the end",
+    CUT_OFF: "cut off by the end of the trace",
+    UNKNOWN: "the trace has no end-of-listing event",
+}
+
+
+def _unended(lst: Listing) -> str:
+    return "began before the trace" if lst.began_before_trace else _UNENDED[lst.ending]
 
 
 def judge_listing(lst: Listing, max_restarts: int = 0) -> Finding:
@@ -174,61 +189,43 @@ def judge_listing(lst: Listing, max_restarts: int = 0) -> Finding:
         inv = sum(bool(i.followed_by_restart) for i in lst.invalidations)
         why = _restarted(lst, lst.restarts, inv, len(lst.possible_restarts))
         if lst.ending != EOF:
-            why += f", and did not reach the end of the directory ({ENDINGS[lst.ending]})"
+            why += f", and did not reach the end ({ENDINGS[lst.ending]})"
         return Finding(lst, "bad", why)
     if lst.damage:
         lo, hi = lst.restart_range or (0, 0)
-        return Finding(
-            lst,
-            "undecided",
-            f"events were damaged or lost during it ({_damage_summary(lst.damage)})"
-            + (
-                f": its returns to the start next to them could be new listings, so it "
-                f"restarted between {lo} and {hi} times"
-                if hi
-                else ""
-            ),
-        )
+        # (a return to the start next to a loss could be a new listing: a range)
+        lost = f"data was lost ({damage_summary(lst.damage)})"
+        return Finding(lst, "undecided", f"{lo}-{hi} restarts, as {lost}" if hi else lost)
     if not lst.cookies_known:
         return Finding(
             lst, "undecided", "the trace has no READDIR cookies, so a restart cannot be seen"
         )
     if lst.ambiguous_rows:
         lo, hi = lst.restart_range
-        likely = ""
-        if hi > lo:
-            inv = sum(
-                bool(i.followed_by_restart or i.followed_by_ambiguous) for i in lst.invalidations
-            )
-            likely = f"; if {lst.comm}[{lst.pid}] opened the directory once, it " + _restarted(
-                lst, lst.possible_restarts, inv
-            )
+        once = f"; {hi} if {_who(lst)} opened the directory once" if hi > lo else ""
         return Finding(
             lst,
             "undecided",
-            f"{_n(len(lst.ambiguous_rows), 'READDIR')} after the start went back (to "
-            "cookie 0, or below the reader's position in a directory whose cookies "
-            "did not grow) and could be restarts, rewinds or new opens: the trace "
-            f"does not tell, so it restarted between {lo} and {hi} times{likely}",
+            f"{lo}-{hi} restarts: {counted(len(lst.ambiguous_rows), 'READDIR')} went back for a "
+            f"cause the trace cannot tell (a restart, a rewind or a new open){once}",
         )
     survived = (
-        f"went on past {_n(lst.survived, 'change')} of its directory mid-way without a restart"
+        f"went on past {counted(lst.survived, 'change')} of its directory without a restart"
         if lst.survived
         else ""
     )
     if not lst.complete:
-        why = "began before the trace" if lst.began_before_trace else ENDINGS[lst.ending]
         if survival_counts(lst) and not lst.restarts:
             return Finding(
                 lst,
                 "survived",
-                f"{survived}; the end of the directory was not seen in the trace ({why})",
+                f"{survived}; the end of the directory was not seen ({_unended(lst)})",
             )
         return Finding(
-            lst, "unfinished", f"it did not reach the end of the directory in the trace ({why})"
+            lst, "unfinished", f"the end of the directory was not seen ({_unended(lst)})"
         )
     allowed = (
-        f"; {_n(len(lst.restarts), 'restart')} {_where(lst.restarts)}, at most "
+        f"{counted(len(lst.restarts), 'restart')} {_where(lst.restarts)}, at most "
         f"{max_restarts} allowed"
         if lst.restarts
         else ""
@@ -237,15 +234,14 @@ def judge_listing(lst: Listing, max_restarts: int = 0) -> Finding:
         return Finding(
             lst,
             "untested",
-            "its directory did not change during it after the "
-            "first page, so no restart was possible" + allowed,
+            "its directory did not change during it after the first page, so no restart was "
+            "possible" + (f"; {allowed}" if allowed else ""),
         )
     return Finding(
         lst,
         "good",
-        f"met {_change(lst)} and reached the end of the directory with "
-        f"{'no restart' if not lst.restarts else ''}"
-        f"{allowed.lstrip('; ')}" + (f" (it {survived})" if lst.survived else ""),
+        f"met {_change(lst)} and reached the end with {allowed or 'no restart'}"
+        + (f", going on past {counted(lst.survived, 'change')} mid-way" if lst.survived else ""),
     )
 
 
@@ -343,23 +339,21 @@ def judge(
     names: dict[str, dict] | None = None,
 ) -> Verdict:
     """One answer from one or more analysed traces (model.listing.Analysis) of one run. names: per
-    phase, {"duplicates": n, "missing": n or None} from a reproducer's name check."""
+    phase, {"duplicates": n, "missing": n or None} from a reproducer's name check. Its reason
+    names the listing that decided and why, in a line; the evidence read is the analyses' own
+    (analyze says it above its table, --json in "evidence"), and what to record next time is
+    the verdict's advice."""
     t = _Tally(max_restarts)
     for a in analyses:
         for lst in a.listings:
             t.add(a, lst)
-    srcs = sorted({e for a in analyses for e in a.evidence.get("rpc", [])})
-    what = "cookies" if any(a.cookies_known for a in analyses) else "READDIR counts"
-    evidence = f"{what} from {', '.join(srcs) or '-'}; listings by {', '.join(sorted(t.delimited))}"
     verdict = Verdict(UNDECIDED, "cannot decide: no listing found", max_restarts)
     if not t.listings:
         return verdict
     if t.bad.count:
         worst = t.bad.finding
-        more = f"; {_n(t.bad.count - 1, 'other listing')} too" if t.bad.count > 1 else ""
-        return verdict.said(
-            BAD, f"bad: {worst.listing.label()} {worst.why}{more} (evidence: {evidence})"
-        )
+        more = f"; {counted(t.bad.count - 1, 'other listing')} too" if t.bad.count > 1 else ""
+        return verdict.said(BAD, f"bad: {worst.listing.label()} {worst.why}{more}")
     for phase, nm in (names or {}).items():
         if nm.get("duplicates") or nm.get("missing"):
             return verdict.said(
@@ -371,48 +365,48 @@ def judge(
         rule = _ratio_rule(t.by_phase, max_ratio)
         if rule is not None:
             code, text = rule
-            return verdict.said(code, f"{status.word(code)}: {text} (evidence: {evidence})")
+            return verdict.said(code, f"{status.word(code)}: {text}")
     count, first = t.undecided()
     if count:
         assert first is not None  # (set by the first undecided listing)
         f = first.finding
-        more = f"; {_n(count - 1, 'other listing')} undecided too" if count > 1 else ""
+        more = f"; {counted(count - 1, 'other listing')} undecided too" if count > 1 else ""
         return verdict.said(
             UNDECIDED,
-            f"cannot decide: {f.listing.label()}: {f.why}{more}"
-            f"{_advice(first.analysis, f)} (evidence: {evidence})",
+            f"cannot decide: {f.listing.label()}: {f.why}{more}",
+            _advice(first.analysis, f),
         )
     unfinished = t.unfinished.count
     if t.good.count:
         best = t.good.finding
         more = f", {unfinished} unfinished" if unfinished else ""
         maybe = t.strict.count + t.excusable.count
-        more += (
-            f", {maybe} that went back to cookie 0 for a cause the trace does not tell"
-            if maybe
-            else ""
+        more += f", {maybe} back at cookie 0 for a cause the trace cannot tell" if maybe else ""
+        exercised = (
+            f"{t.good.count} of {counted(t.listings, 'listing')} exercised"
+            if t.listings > 1
+            else "its only listing"
         )
-        return verdict.said(
-            GOOD,
-            f"good: {best.listing.label()} {best.why} "
-            f"({_n(t.good.count, 'listing')} exercised, {t.listings} in all"
-            f"{more}; evidence: {evidence})",
-        )
+        return verdict.said(GOOD, f"good: {best.listing.label()} {best.why} ({exercised}{more})")
     if unfinished:
         f = t.unfinished.finding
-        more = f"; {_n(unfinished - 1, 'other listing')} unfinished too" if unfinished > 1 else ""
+        more = (
+            f"; {counted(unfinished - 1, 'other listing')} unfinished too" if unfinished > 1 else ""
+        )
         return verdict.said(
             UNDECIDED,
-            f"cannot decide: {f.listing.label()}: {f.why}{more}, and no "
-            f"listing that met a change of its directory reached the end "
-            f"or went on past it"
-            f"{_advice(t.unfinished.analysis, f)} (evidence: {evidence})",
+            f"cannot decide: {f.listing.label()}: {f.why}{more}; none went on past a change "
+            "of its directory",
+            _advice(t.unfinished.analysis, f),
         )
+    during = (
+        f"any of the {t.listings} listings, so none could"
+        if t.listings > 1
+        else "its only listing, so it could not"
+    )
     return verdict.said(
         UNDECIDED,
-        f"cannot decide: the bug was never exercised: no directory changed "
-        f"during any of the {_n(t.listings, 'listing')}, so none could "
-        f"restart (evidence: {evidence})",
+        f"cannot decide: the bug was never exercised: no directory changed during {during} restart",
     )
 
 
@@ -427,18 +421,17 @@ def worst(answers: Sequence[tuple[str, Verdict]], again: Iterable[str] = ()) -> 
     g, v = min(answers, key=lambda a: _WORST.get(a[1].code, 1))
     if len(answers) > 1:
         others = sorted({status.word(w.code) for h, w in answers if h != g})
-        v.reason += (
-            f" [the worst of {len(answers)} inputs, each judged on its own: {g}; the others "
-            f"{', '.join(others)}]"
-        )
+        v.reason += f" [the worst of {len(answers)} inputs: {g}; the others {', '.join(others)}]"
     if again:
-        v.reason += f" [given more than once, read once: {', '.join(sorted(set(again)))}]"
+        v.reason += f" [read once, given twice: {', '.join(sorted(set(again)))}]"
     return v
 
 
 def _advice(a: Analysis, finding: Finding) -> str:
-    """What to record so that the next trace (a: the analysis of the finding's listing) can
-    decide, for the trace's own kernel."""
+    """What to record so that the next input (a: the analysis of the finding's listing) can
+    decide, for this one's kernel and kind; "" where nothing recorded would help. A capture
+    names no kernel: the trace of its client tells what the wire cannot, and `record`, run
+    there, picks that kernel's events (a recipe of registers would fit one kernel only)."""
     lst = finding.listing
     missing = set()
     if not lst.cookies_known:
@@ -447,7 +440,12 @@ def _advice(a: Analysis, finding: Finding) -> str:
         missing.add("calls")
     if not missing:
         return ""
-    return "; record with " + events.record_advice(a.kernel, missing)
+    if "capture" in str(a.info.get("format", "")):
+        return (
+            "nfs-readdir record -o trace.dat -- COMMAND, run on the client: its trace tells "
+            "a restart from a new open"
+        )
+    return events.record_advice(a.kernel, missing)
 
 
 def judge_overhead(
