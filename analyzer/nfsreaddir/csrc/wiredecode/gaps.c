@@ -5,13 +5,13 @@
  */
 #include "wiredecode.h"
 
-/* Room for one more of a report's n items of size bytes each (*p, *cap: its array, grown by
- * doubling); -1 with a Python error set where memory runs out. */
-static int room(void **p, size_t *cap, size_t n, size_t size)
+/* Room for one more of an array's n items of size bytes each (*p, *cap: the array, first
+ * items at first, then grown by doubling); -1 with a Python error set where memory runs out. */
+static int room(void **p, size_t *cap, size_t n, size_t size, size_t first)
 {
 	if (n < *cap)
 		return 0;
-	size_t want = *cap ? *cap * 2 : 64;
+	size_t want = *cap ? *cap * 2 : first;
 	void *q = realloc(*p, want * size);
 	if (!q) {
 		PyErr_NoMemory();
@@ -25,7 +25,7 @@ static int room(void **p, size_t *cap, size_t n, size_t size)
 int hole_add(struct run *r, const char *client, unsigned long long from, unsigned long long to,
 	     unsigned long long bytes, int cut, int to_server)
 {
-	if (room((void **)&r->holes, &r->holes_cap, r->nholes, sizeof *r->holes))
+	if (room((void **)&r->holes, &r->holes_cap, r->nholes, sizeof *r->holes, 64))
 		return -1;
 	struct hole *h = &r->holes[r->nholes++];
 	snprintf(h->client, sizeof h->client, "%s", client);
@@ -71,7 +71,7 @@ static int compound_answers(struct xdr *x)
  * NFSv3 reply does not name its procedure. */
 int orphan_add(struct run *r, struct xdr *x, uint32_t xid)
 {
-	if (room((void **)&r->orphans, &r->orphans_cap, r->norphans, sizeof *r->orphans))
+	if (room((void **)&r->orphans, &r->orphans_cap, r->norphans, sizeof *r->orphans, 64))
 		return -1;
 	struct orphan *o = &r->orphans[r->norphans++];
 	frame_client(r, 0, o->client, sizeof o->client);
@@ -110,15 +110,8 @@ int streams_end(struct run *r)
 
 int gap_add(struct stream *s, struct gap g)
 {
-	if (s->ngaps == s->capgaps) {
-		size_t cap = s->capgaps ? s->capgaps * 2 : 4;
-		struct gap *n = realloc(s->gaps, cap * sizeof *n);
-		if (!n) {
-			PyErr_NoMemory();
-			return -1;
-		}
-		s->gaps = n, s->capgaps = cap;
-	}
+	if (room((void **)&s->gaps, &s->capgaps, s->ngaps, sizeof *s->gaps, 4))
+		return -1;
 	s->gaps[s->ngaps++] = g;
 	return 0;
 }
