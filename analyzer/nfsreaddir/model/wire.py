@@ -177,36 +177,19 @@ OP_READDIR4 = 26
 
 
 def _call_numbers(cap, placed):
-    """What a hole needs (_hiding_calls): the XIDs of every client's calls (CallLog.xids, with
-    _answered's), or None where nothing was lost; and the replies whose call was lost, by
-    client: [(ts, the operation each answered)]."""
-    xids = cap.calls.xids() if placed and cap.calls is not None else None
-    if xids is not None:
-        xids = (_answered(xids[0], cap.orphan_replies), xids[1])
+    """What a hole needs (_hiding_calls): the XIDs of every client's calls (CallLog.xids), with
+    those of the calls the capture lost whose reply says they asked no READDIR (an NFSv4
+    COMPOUND reply lists its operations: such a call is known, and no restart), or None where
+    nothing was lost; and the replies whose call was lost, by client: [(ts, the operation each
+    answered)]."""
+    xids = None
+    if placed and cap.calls is not None:
+        known = [(c, x) for c, x, op, _ in cap.orphan_replies if op >= 0 and op != OP_READDIR4]
+        xids = cap.calls.xids(known)
     orphans: dict[str, list] = {}
     for client, _, op, t in cap.orphan_replies:
         orphans.setdefault(client, []).append((t, op))
     return xids, orphans
-
-
-def _answered(seen, orphans):
-    """The clients' XIDs seen (sorted, in each client's count order), with those of the calls
-    the capture lost whose reply it has and says what they asked, other than a READDIR (an
-    NFSv4 COMPOUND reply lists its operations): such a call is known, and no restart. Where a
-    client counts in the other byte order (rpcops.CallLog.xids), its XID is swapped; one that
-    lies outside the client's count in both orders says nothing."""
-    extra: dict[str, list] = {}
-    for client, xid, op, _ in orphans:
-        mine = seen.get(client)
-        if op < 0 or op == OP_READDIR4 or mine is None or not len(mine):
-            continue
-        lo, hi = int(mine[0]), int(mine[-1])
-        inside = [x for x in (xid, int.from_bytes(xid.to_bytes(4, "big"), "little")) if lo < x < hi]
-        if len(inside) == 1:
-            extra.setdefault(client, []).append(inside[0])
-    if not extra:
-        return seen
-    return {c: np.union1d(x, extra[c]) if c in extra else x for c, x in seen.items()}
 
 
 def _hiding_calls(lst, holes, xids=None, orphans=()):

@@ -155,14 +155,15 @@ class CallLog:
                 plus = None if label.startswith("NFS4") else op == "READDIRPLUS"
                 self.entries[i] = _entries(v, op, plus)
 
-    def xids(self):
+    def xids(self, known_calls=()):
         """({client: the numbers of its calls seen, sorted, each once}, {a READDIR call's
         frame: its number}): a Linux client numbers its calls on a connection one by one (its
         transport's xid counter), so the numbers between two of its calls that the capture has
         no call of are calls it sent that the capture lost (model/wire.py). Linux writes the
         counter as it is in memory (xprt_alloc_xid), so a little-endian client's XIDs count
         in their last byte first: per client, the byte order in which its XIDs run one by one
-        is the count."""
+        is the count. known_calls: (client, XID) of calls the capture lost but knows otherwise
+        (their replies), counted among the client's in the same order."""
         import numpy as np
 
         n = len(self.ts)
@@ -171,6 +172,9 @@ class CallLog:
         known = xid >= 0
         swapped = np.where(known, xid, 0).astype(">u4").view("<u4").astype(np.int64)
         count = xid.copy()
+        extra: dict[str, list] = {}
+        for name, x in known_calls:
+            extra.setdefault(name, []).append(x)
         seen = {}
         # Each client's rows at once (a mask per client was calls x clients: 2,381 of them
         # at a million packets).
@@ -180,10 +184,12 @@ class CallLog:
             mine = order[bounds[c] : bounds[c + 1]]
             mine = mine[known[mine]]
             raw, other = np.unique(xid[mine]), np.unique(swapped[mine])
+            more = np.asarray(extra.get(name, ()), dtype=np.int64)
             if np.count_nonzero(np.diff(other) == 1) > np.count_nonzero(np.diff(raw) == 1):
                 raw = other
                 count[mine] = swapped[mine]
-            seen[name] = raw
+                more = more.astype(">u4").view("<u4").astype(np.int64)
+            seen[name] = np.union1d(raw, more) if len(more) else raw
         return seen, {f: int(count[row]) for row, f in self.frames.items() if known[row]}
 
     def by_client(self):
