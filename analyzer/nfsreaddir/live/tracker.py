@@ -74,7 +74,6 @@ class Tracker:
         )
         self.rows = 0
         self.restarts = self.invalidations = 0  # lines printed
-        self._invals = {}  # id(open) -> invalidations seen
         # Per open (by id): a READDIR is a restart or not by what follows it (opens._Open: a
         # cookie-0 one by the next event, one below the reader's position by the next
         # READDIR), so the times of its latest READDIRs wait here, by row; the restarts
@@ -111,7 +110,8 @@ class Tracker:
         # Per open (by id): the invalidations of its directory not counted yet, held until an
         # event of the open comes after them (analyze() takes a listing's up to its last
         # event: an open whose close was lost has none after it); and the times of those
-        # counted (a restart's catch-up ends at a change before it: reader.Catchup).
+        # counted (how many so far, and a restart's catch-up ends at a change before it:
+        # reader.Catchup).
         self._held = {}
         self._inval_ts = {}
 
@@ -231,8 +231,9 @@ class Tracker:
         if not self._shown(o):
             return False
         ts, pid, _, _, event, reason = inv
-        n = self._invals[id(o)] = self._invals.get(id(o), 0) + 1
-        self._inval_ts.setdefault(id(o), []).append(ts)
+        counted = self._inval_ts.setdefault(id(o), [])
+        counted.append(ts)
+        n = len(counted)
         self.invalidations += 1
         self._count("invalidations", o)
         self._line(
@@ -262,9 +263,10 @@ class Tracker:
         return wrote
 
     def _lost(self, cpu, ts):
-        """Events were lost on cpu before ts: the stretch since its last event or loss."""
-        since = max(self._lost_on.get(cpu, -1), self._last_on.get(cpu, -1))
-        self.losses.append({"from": since, "to": ts})
+        """Events were lost on cpu before ts (reader.lost_stretch)."""
+        self.losses.append(
+            reader.lost_stretch(self._lost_on.get(cpu, -1), self._last_on.get(cpu, -1), ts)
+        )
         self._lost_on[cpu] = ts
 
     def _count(self, what, o, n=1, *extra):
@@ -307,7 +309,6 @@ class Tracker:
                 if (o.rows or o.getdents) and self._shown(o):
                     self.metrics.count("listings_finished", o, 1, o.ending or "unknown")
             for d in (
-                self._invals,
                 self._times,
                 self._printed,
                 self._catchup,

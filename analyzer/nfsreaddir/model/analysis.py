@@ -31,6 +31,7 @@ from .reader import (  # noqa: F401 (how a listing ended: part of this module's 
     KILLED,
     UNKNOWN,
     count_restarts,
+    lost_stretch,
     near_loss,
     went_on,
 )
@@ -235,22 +236,17 @@ def damage_windows(info, read=()):
     prev: dict[int, float] = {}
     for x in lost:
         cpu, ts = x.get("cpu"), x.get("ts")
-        # Events were lost before ts and after the last event (or loss, or the start) on that
-        # CPU: the last of its events read is the latest known (others, not read, may follow).
-        since = prev.get(cpu, -1)
+        # The last of the CPU's events read before ts is the latest known (others, not read,
+        # may follow it).
+        last = -1
         mine = seen.get(cpu)
         if ts is not None and mine is not None:
             k = int(np.searchsorted(mine, ts, side="left"))
             if k:
-                since = max(since, int(mine[k - 1]))
+                last = int(mine[k - 1])
         n = x["count"] if x.get("count") is not None else "an unknown number of"
-        out.append(
-            {
-                "from": since,
-                "to": ts if ts is not None else 1 << 62,
-                "what": f"{n} events lost on CPU {cpu}",
-            }
-        )
+        stretch = lost_stretch(prev.get(cpu, -1), last, ts if ts is not None else 1 << 62)
+        out.append({**stretch, "what": f"{n} events lost on CPU {cpu}"})
         if ts is not None:
             prev[cpu] = ts
     if not lost and info.get("lost_total"):
@@ -320,9 +316,9 @@ def analyze(trace):
     ends_visible = "closedir" in kinds
     listings = [_listing(o, read, kinds, cookies_known, ends_visible) for o in opens]
     _label_phases(listings, marks.phases)
-    # (the events a restart is read from: where a loss among them lies)
+    # The events a restart is read from: where a loss among them lies, and damage to others
+    # cannot make one (evidence_damage).
     damage = damage_windows(trace.info, [tables[n] for n in ("rpc", "calls") if n in tables])
-    # The events a restart is read from: damage to others cannot make one (evidence_damage).
     evidence_events = [
         e for name in ("rpc", "calls", "rpc_directory") for e in sources.get(name) or ()
     ]

@@ -343,6 +343,13 @@ def one_per_catchup(restarts, change_ts):
     return out
 
 
+def lost_stretch(last_loss, last_event, ts):
+    """Where a CPU's ring buffer lost events, as trace-cmd places them: the page at ts says
+    some were lost before it, so they lie after that CPU's last event read and its last loss
+    (-1: none) and before ts ({"from", "to"} in ns, as near_loss takes them)."""
+    return {"from": max(last_loss, last_event), "to": ts}
+
+
 def near_loss(ts, idx, windows):
     """The READDIRs among idx (indexes into ts, the listing's READDIR times) whose evidence of a
     restart touches a stretch where events or frames were lost or damaged (windows: dicts with
