@@ -246,7 +246,15 @@ def damage_windows(info, read=()):
                 last = int(mine[k - 1])
         n = x["count"] if x.get("count") is not None else "an unknown number of"
         stretch = lost_stretch(prev.get(cpu, -1), last, ts if ts is not None else 1 << 62)
-        out.append({**stretch, "what": f"{n} events lost on CPU {cpu}"})
+        out.append(
+            {
+                **stretch,
+                "what": f"{n} events lost on CPU {cpu}",
+                # (what rules/words folds a thousand such places into: one clause, the events)
+                "kind": "events lost",
+                "events": x.get("count"),
+            }
+        )
         if ts is not None:
             prev[cpu] = ts
     if not lost and info.get("lost_total"):

@@ -351,6 +351,9 @@ def _capture_damage(cap, path, phase, facts):
                 "client": client,
                 "to_server": to_server,
                 "what": f"{what} ({lost:,} bytes {way})",
+                # (what rules/words folds a thousand such places into: one clause, the bytes)
+                "kind": what,
+                "bytes": lost,
             }
         )
     if found.udp and (dropped or cap.truncated_frames):
