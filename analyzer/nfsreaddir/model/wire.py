@@ -83,7 +83,7 @@ def analyze(path, tshark=None, ports=()):
     _refuse_unusable(cap, path)
     phase, facts = _phase_facts(path)
     damage, placed, dropped = _capture_damage(cap, path, phase, facts)
-    damage, at_end = _cut_at_end(damage, cap.calls)
+    damage, at_end = _cut_at_end(damage, cap.calls, cap.cut)
     by_client: dict[str, list] = {}
     for d in placed:
         by_client.setdefault(d["client"], []).append(d)
@@ -306,13 +306,13 @@ def _refuse_unusable(cap, path):
         )
 
 
-def _cut_at_end(damage, calls):
+def _cut_at_end(damage, calls, cut):
     """(the damage over the whole capture, less a cut last record; that cut placed at the
     capture's end, on every client). A file cut short in the middle of its last packet (or
-    its gzip stream cut or damaged: the decoders read up to there) lost what came after and
-    nothing before: only a listing still under way where the capture ends can miss a call
-    there."""
-    cut = [d for d in damage if "cut short" in d["what"] or "stream is damaged" in d["what"]]
+    its gzip stream cut or damaged: the decoders read up to there, and say so: cut, the
+    Capture's) lost what came after and nothing before: only a listing still under way where
+    the capture ends can miss a call there."""
+    cut = [d for d in damage if d["what"] == cut] if cut else []
     if not cut:
         return damage, []
     last = 0

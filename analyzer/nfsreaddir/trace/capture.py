@@ -247,7 +247,10 @@ def read(path, tshark=None, ports=(), decoder=None, passes=None, tables=True):
         raise CaptureError(f"tshark could not read {path!r}: {err or f'exit {proc.returncode}'}")
     if err:
         # A file cut short still yields the frames before the cut.
-        reader.cap.warnings.append(f"tshark: {err.splitlines()[0]}")
+        said = f"tshark: {err.splitlines()[0]}"
+        reader.cap.warnings.append(said)
+        if "cut short" in said:
+            reader.cap.cut = said
     return reader.finish()
 
 

@@ -99,6 +99,9 @@ class Capture:
     passes: object = None
     calls: CallLog | None = None  # every NFS and NFSACL call (rpcops), for the round trips
     warnings: list = field(default_factory=list)
+    # The warning among them that says the file (or its gzip stream) ends before its end: the
+    # capture lost what came after it and nothing before (model/wire places it there).
+    cut: str | None = None
 
 
 def _cookie_array(texts):

@@ -65,5 +65,6 @@ def read(path, kind, ports, passes=None, tables=True) -> tuple[Capture | None, s
     cap.holes = Holes(holes=stats["holes"], udp=stats["udp_frames"])
     cap.orphan_replies = stats["orphans"]
     if stats["cut"]:
-        cap.warnings.append(stats["cut"])
+        cap.cut = stats["cut"]
+        cap.warnings.append(cap.cut)
     return reader.finish(), None
